@@ -1,0 +1,45 @@
+# goblin_add_test(NAME n SOURCES ... [LIBS ...] LABELS unit|system|fuzz|rdma|slow [TIMEOUT s]
+#                 [ENVIRONMENT K=V ...])
+#   Builds a GoogleTest binary and registers each of its test cases with ctest, labelled.
+# goblin_add_fuzz(NAME n SOURCES ... [LIBS ...] [SECONDS s] [CORPUS dir])
+#   Builds a fuzz target exporting LLVMFuzzerTestOneInput. Under the Fuzz build type it links
+#   clang's libFuzzer and ctest runs it for SECONDS; in every other build it links
+#   tests/fuzz/standalone_main.cpp, which replays the checked-in corpus plus a bounded number
+#   of deterministic random mutations, so the gcc sanitizer build exercises it too.
+include(GoogleTest)
+
+function(goblin_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ENVIRONMENT" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  gtest_discover_tests(${T_NAME}
+    DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENVIRONMENT}")
+endfunction()
+
+function(goblin_add_fuzz)
+  cmake_parse_arguments(F "" "NAME;SECONDS;CORPUS" "SOURCES;LIBS" ${ARGN})
+  if(NOT F_SECONDS)
+    set(F_SECONDS 30)
+  endif()
+  add_executable(${F_NAME} ${F_SOURCES})
+  target_link_libraries(${F_NAME} PRIVATE ${F_LIBS})
+  set(corpus_dir ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${F_NAME})
+  if(CMAKE_BUILD_TYPE STREQUAL "Fuzz")
+    target_link_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
+    set(work ${CMAKE_CURRENT_BINARY_DIR}/${F_NAME}.corpus)
+    file(MAKE_DIRECTORY ${work})
+    add_test(NAME ${F_NAME}
+      COMMAND ${F_NAME} -max_total_time=${F_SECONDS} -timeout=10 -rss_limit_mb=2048
+              -print_final_stats=1 ${work} ${corpus_dir})
+    set_tests_properties(${F_NAME} PROPERTIES LABELS fuzz TIMEOUT ${F_SECONDS}0)
+  else()
+    target_sources(${F_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/fuzz/standalone_main.cpp)
+    add_test(NAME ${F_NAME} COMMAND ${F_NAME} --iterations=20000 ${corpus_dir})
+    set_tests_properties(${F_NAME} PROPERTIES LABELS fuzz TIMEOUT 300)
+  endif()
+endfunction()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is needed, builds Release, the ASan+UBSan build
+# and the libFuzzer build, and runs the whole test suite in each. Exit status is non-zero
+# when anything fails. Build trees: build/release, build/asan, build/fuzz.
+#   GOBLIN_TEST_SKIP_DEPS=1   do not call scripts/install-deps.sh
+#   GOBLIN_TEST_BUILDS="release asan fuzz"   which builds to make and test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+[[ ${GOBLIN_TEST_SKIP_DEPS:-0} == 1 ]] || ./scripts/install-deps.sh
+builds=${GOBLIN_TEST_BUILDS:-release asan fuzz}
+jobs=$(nproc)
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Tests get their own scratch space (sockets, tier directories) under build/; cleaned first.
+export GOBLIN_TEST_TMPDIR=$root/build/test-tmp
+rm -rf "$GOBLIN_TEST_TMPDIR"; mkdir -p "$GOBLIN_TEST_TMPDIR"
+
+configure() {  # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
+    cat "$dir.configure.log"; echo "test: cmake configure of $dir failed" >&2; exit 1; }
+}
+
+total_pass=0 total_fail=0 failed_builds=()
+run_ctest() {  # name, dir, ctest args...
+  local name=$1 dir=$2; shift 2
+  echo "== ctest ($name)"
+  local log=$dir/ctest.log rc=0
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 "$@" 2>&1 | tee "$log" || rc=$?
+  local line pass=0 fail=0 total=0
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
+  if [[ -n $line ]]; then
+    fail=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    total=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    pass=$((total - fail))
+  fi
+  total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
+  if [[ $rc -ne 0 || -z $line ]]; then failed_builds+=("$name"); fi
+}
+
+mkdir -p build
+for b in $builds; do
+  case $b in
+    release)
+      configure build/release -DCMAKE_BUILD_TYPE=Release
+      echo "== build (release)"; cmake --build build/release -j"$jobs"
+      run_ctest release build/release ;;
+    asan)
+      configure build/asan -DCMAKE_BUILD_TYPE=Asan -DGOBLIN_BUILD_BENCH=OFF
+      echo "== build (asan+ubsan)"; cmake --build build/asan -j"$jobs"
+      run_ctest asan build/asan -LE slow ;;
+    fuzz)
+      CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
+      echo "== build (libFuzzer)"; cmake --build build/fuzz -j"$jobs"
+      run_ctest fuzz build/fuzz ;;
+    *) echo "test: unknown build '$b'" >&2; exit 2 ;;
+  esac
+done
+
+echo
+if ((${#failed_builds[@]})); then
+  echo "test: FAILED in: ${failed_builds[*]}"
+fi
+echo "goblin: $total_pass passed, $total_fail failed"
+((${#failed_builds[@]} == 0))
