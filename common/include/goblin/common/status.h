@@ -89,6 +89,13 @@ inline VoidResult OkResult() { return {}; }
     if (!goblin_r_) return std::unexpected(std::move(goblin_r_.error())); \
   } while (0)
 
+// Same, prefixing the error with context (GCC 12's std::expected has no transform_error).
+#define GOBLIN_RETURN_IF_ERROR_CTX(expr, context)                                \
+  do {                                                                           \
+    auto goblin_r_ = (expr);                                                     \
+    if (!goblin_r_) return std::unexpected(goblin_r_.error().WithContext(context)); \
+  } while (0)
+
 // Assigns the value of a Result<T> expression to `lhs`, or returns its error.
 #define GOBLIN_CONCAT_INNER_(a, b) a##b
 #define GOBLIN_CONCAT_(a, b) GOBLIN_CONCAT_INNER_(a, b)

@@ -1,0 +1,142 @@
+// Server side of the ring plane: one event loop that accepts clients on a unix socket,
+// hands each a RingChannel (memfd + doorbells over SCM_RIGHTS), polls every client's ring,
+// and passes each message to a Handler. It busy-polls for a bounded time after the last
+// work, then sleeps in epoll on the doorbells and sockets; a client whose socket closes (or
+// whose ring turns out corrupt) is dropped and its rings freed.
+// Threading: Run() and every Handler call happen on one thread; Stop() may be called from
+// any thread or a signal-driven eventfd.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "goblin/common/fd.h"
+#include "goblin/common/status.h"
+#include "goblin/ring/channel.h"
+#include "goblin/ring/shm.h"
+
+namespace goblin::ring {
+
+struct ServerOptions {
+  std::string socket_path;
+  std::string server_name = "goblin-core";
+  uint32_t default_ring_bytes = kDefaultCapacity;
+  uint32_t max_ring_bytes = 1u << 20;
+  uint32_t max_clients = 1024;
+  // Bytes of messages queued for a client whose ring is full before Send() says kOverLimit.
+  size_t output_limit = 8 * 1024;
+  std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
+  WakeMode wake = WakeMode::kSpinThenSleep;
+};
+
+enum class SendOutcome : uint8_t {
+  kSent,       // in the client's ring
+  kQueued,     // ring full: queued in the session's bounded output buffer
+  kTooLarge,   // larger than the client's ring can ever carry: not sent
+  kOverLimit,  // output buffer limit reached: not sent (the client is too slow)
+};
+
+class RingServer;
+
+class Session {
+ public:
+  uint64_t id() const { return id_; }
+  uint8_t peer_kind() const { return peer_kind_; }
+  uint32_t pid() const { return pid_; }
+  const std::string& name() const { return name_; }
+  uint32_t max_message() const { return channel_.max_message(); }
+  size_t queued_bytes() const { return out_.size() - out_head_; }
+
+  // Sends one SBE message (record type = its template id).
+  SendOutcome Send(std::span<const uint8_t> msg);
+  // Drops the session after the current callback returns.
+  void Close() { closing_ = true; }
+
+ private:
+  friend class RingServer;
+  bool DrainOutput();  // moves queued messages into the ring; true when empty
+
+  uint64_t id_ = 0;
+  uint8_t peer_kind_ = 0;
+  uint32_t pid_ = 0;
+  std::string name_;
+  UniqueFd sock_;
+  RingChannel channel_;
+  size_t output_limit_ = 0;
+  std::vector<uint8_t> out_;  // queued frames: [u32 length][message]
+  size_t out_head_ = 0;
+  bool closing_ = false;
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  virtual void OnOpen(Session&) {}
+  // `msg` is a private copy of the client's record (the ring is shared memory a client
+  // could rewrite while we parse); it is valid during the call only.
+  virtual void OnMessage(Session& session, std::span<const uint8_t> msg) = 0;
+  virtual void OnClose(Session&) {}
+};
+
+struct ServerStats {
+  uint64_t accepted = 0;
+  uint64_t rejected = 0;
+  uint64_t closed = 0;
+  uint64_t messages = 0;
+  uint64_t corrupt = 0;
+  uint64_t sleeps = 0;
+};
+
+class RingServer {
+ public:
+  // Binds the socket (see ListenUnix) and prepares the loop; does not serve yet.
+  static Result<std::unique_ptr<RingServer>> Listen(const ServerOptions& options, Handler* handler);
+  ~RingServer();
+
+  // Serves until Stop() or until `stop_fd` (if >= 0) becomes readable. Closes every session
+  // (OnClose) and removes the socket file before returning.
+  VoidResult Run(int stop_fd = -1);
+  void Stop();
+
+  size_t session_count() const { return sessions_.size(); }
+  const ServerStats& stats() const { return stats_; }
+  const std::string& socket_path() const { return options_.socket_path; }
+
+ private:
+  struct Pending {
+    UniqueFd sock;
+    std::vector<uint8_t> in;
+    uint64_t accepted_at = 0;
+  };
+  RingServer() = default;
+  void Accept();
+  void ReadHandshake(int fd);
+  void Reject(int sock, uint16_t code, std::string_view text);
+  size_t PollRings();
+  void HandleEvents(int timeout_ms);
+  void CloseSession(uint64_t id);
+  void CloseMarked();
+
+  ServerOptions options_;
+  Handler* handler_ = nullptr;
+  UniqueFd listen_;
+  UniqueFd epoll_;
+  EventFd wake_;
+  std::atomic<bool> stop_{false};
+  int stop_fd_ = -1;
+  uint64_t next_id_ = 1;
+  std::unordered_map<int, Pending> pending_;             // by socket fd
+  std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  std::unordered_map<int, uint64_t> fd_to_session_;      // socket and doorbell fds
+  std::vector<Session*> active_;                         // iteration order for polling
+  std::vector<uint8_t> scratch_;
+  ServerStats stats_;
+};
+
+}  // namespace goblin::ring

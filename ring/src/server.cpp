@@ -1,0 +1,377 @@
+#include "goblin/ring/server.h"
+
+#include <emmintrin.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/log.h"
+#include "goblin/ring/client.h"
+#include "goblin/ring/unix_socket.h"
+#include "goblin/sbe/framing.h"
+#include "goblin/wire/goblin_wire.h"
+
+namespace goblin::ring {
+namespace {
+
+constexpr uint32_t kMaxHandshakeBytes = 16 * 1024;
+constexpr uint64_t kHandshakeTimeoutNs = 5'000'000'000ULL;
+constexpr size_t kPollBatch = 64;
+constexpr std::string_view kLog = "ring";
+
+VoidResult EpollAdd(int epfd, int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return ErrnoErr("epoll_ctl(ADD)", errno);
+  return {};
+}
+
+}  // namespace
+
+SendOutcome Session::Send(std::span<const uint8_t> msg) {
+  sbe::MessageHeader h;
+  if (!sbe::MessageHeader::Read(msg, &h) || msg.size() > channel_.max_message()) {
+    return SendOutcome::kTooLarge;
+  }
+  if (queued_bytes() == 0) {
+    if (channel_.TrySend(h.template_id, msg) == SendStatus::kOk) return SendOutcome::kSent;
+  }
+  if (queued_bytes() + 4 + msg.size() > output_limit_) return SendOutcome::kOverLimit;
+  uint32_t len = static_cast<uint32_t>(msg.size());
+  const auto* lp = reinterpret_cast<const uint8_t*>(&len);
+  out_.insert(out_.end(), lp, lp + 4);
+  out_.insert(out_.end(), msg.begin(), msg.end());
+  return SendOutcome::kQueued;
+}
+
+bool Session::DrainOutput() {
+  bool moved = false;
+  while (out_head_ < out_.size()) {
+    uint32_t len = sbe::Load<uint32_t>(out_.data() + out_head_);
+    std::span<const uint8_t> msg(out_.data() + out_head_ + 4, len);
+    uint16_t type = sbe::Load<uint16_t>(msg.data() + 2);
+    if (!channel_.producer().TryWrite(type, msg)) {
+      moved = true;  // publish a pending padding record too
+      break;
+    }
+    out_head_ += 4 + len;
+    moved = true;
+  }
+  if (moved) channel_.Flush();
+  if (out_head_ == out_.size()) {
+    out_.clear();  // keeps its capacity: no allocation next time
+    out_head_ = 0;
+    return true;
+  }
+  if (out_head_ > out_.size() / 2) {
+    out_.erase(out_.begin(), out_.begin() + static_cast<long>(out_head_));
+    out_head_ = 0;
+  }
+  return false;
+}
+
+Result<std::unique_ptr<RingServer>> RingServer::Listen(const ServerOptions& options,
+                                                       Handler* handler) {
+  GOBLIN_RETURN_IF_ERROR_CTX(ValidateCapacity(options.default_ring_bytes), "default ring");
+  GOBLIN_RETURN_IF_ERROR_CTX(ValidateCapacity(options.max_ring_bytes), "max ring");
+  std::unique_ptr<RingServer> s(new RingServer());
+  s->options_ = options;
+  s->handler_ = handler;
+  GOBLIN_ASSIGN_OR_RETURN(s->listen_, ListenUnix(options.socket_path));
+  s->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  if (!s->epoll_) return ErrnoErr("epoll_create1", errno);
+  GOBLIN_ASSIGN_OR_RETURN(s->wake_, EventFd::Create());
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->listen_.get(), EPOLLIN));
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->wake_.fd(), EPOLLIN));
+  s->scratch_.resize(options.max_ring_bytes);
+  return s;
+}
+
+RingServer::~RingServer() {
+  for (auto& [id, s] : sessions_) handler_->OnClose(*s);
+  sessions_.clear();
+  if (listen_) unlink(options_.socket_path.c_str());
+}
+
+void RingServer::Stop() {
+  stop_.store(true, std::memory_order_release);
+  wake_.Notify();
+}
+
+VoidResult RingServer::Run(int stop_fd) {
+  stop_fd_ = stop_fd;
+  if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, EPOLLIN));
+  uint64_t last_work = MonotonicNanos();
+  const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  uint32_t iter = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    size_t n = PollRings();
+    CloseMarked();
+    ++iter;
+    if (n > 0) {
+      last_work = MonotonicNanos();
+      if ((iter & 255) == 0) HandleEvents(0);
+      continue;
+    }
+    uint64_t now = MonotonicNanos();
+    if (options_.wake == WakeMode::kBusyPoll || now - last_work < busy_ns) {
+      if ((iter & 63) == 0) HandleEvents(0);
+      _mm_pause();
+      continue;
+    }
+    bool can_sleep = true;
+    for (Session* s : active_) {
+      if (!s->channel_.PrepareSleep(s->queued_bytes() > 0)) can_sleep = false;
+    }
+    if (can_sleep) {
+      ++stats_.sleeps;
+      HandleEvents(pending_.empty() ? -1 : 1000);
+    } else {
+      HandleEvents(0);
+    }
+    for (Session* s : active_) s->channel_.FinishSleep();
+    CloseMarked();
+    last_work = MonotonicNanos();
+  }
+  std::vector<uint64_t> ids;
+  for (auto& [id, s] : sessions_) ids.push_back(id);
+  for (uint64_t id : ids) CloseSession(id);
+  pending_.clear();
+  return {};
+}
+
+size_t RingServer::PollRings() {
+  size_t total = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Session* s = active_[i];
+    if (s->closing_) continue;
+    if (s->queued_bytes() > 0) s->DrainOutput();
+    PollResult r = s->channel_.Poll(
+        [&](int32_t, std::span<const uint8_t> payload) {
+          if (s->closing_) return;
+          // Trust boundary: copy out of shared memory before parsing.
+          std::memcpy(scratch_.data(), payload.data(), payload.size());
+          ++stats_.messages;
+          handler_->OnMessage(*s, {scratch_.data(), payload.size()});
+        },
+        kPollBatch);
+    if (r.corrupt) {
+      ++stats_.corrupt;
+      GOBLIN_LOG_WARN(kLog, "client {} ({}, pid {}) corrupted its ring; dropping it", s->id_,
+                      s->name_, s->pid_);
+      s->closing_ = true;
+    }
+    total += r.records;
+  }
+  return total;
+}
+
+void RingServer::HandleEvents(int timeout_ms) {
+  epoll_event events[64];
+  int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
+  if (n < 0) {
+    if (errno != EINTR) GOBLIN_LOG_ERROR(kLog, "epoll_wait: {}", ErrnoStatus("epoll_wait", errno));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    int fd = events[i].data.fd;
+    if (fd == listen_.get()) {
+      Accept();
+    } else if (fd == wake_.fd() || fd == stop_fd_) {
+      stop_.store(true, std::memory_order_release);
+    } else if (pending_.count(fd)) {
+      ReadHandshake(fd);
+    } else if (auto it = fd_to_session_.find(fd); it != fd_to_session_.end()) {
+      auto sit = sessions_.find(it->second);
+      if (sit == sessions_.end()) continue;
+      Session& s = *sit->second;
+      if (fd == s.channel_.server_doorbell_fd()) continue;  // drained in FinishSleep
+      // The liveness socket: EOF means the client is gone; data is a protocol error.
+      uint8_t b[64];
+      auto r = ReadSome(fd, b, nullptr);
+      if (r && *r > 0) {
+        GOBLIN_LOG_WARN(kLog, "client {} sent data on its liveness socket; dropping it", s.id_);
+      }
+      if (!r && r.error().code() == StatusCode::kTimeout) continue;
+      // Deliver what it published before it left, then drop it.
+      if (!s.closing_) {
+        s.channel_.Poll(
+            [&](int32_t, std::span<const uint8_t> payload) {
+              if (s.closing_) return;
+              std::memcpy(scratch_.data(), payload.data(), payload.size());
+              ++stats_.messages;
+              handler_->OnMessage(s, {scratch_.data(), payload.size()});
+            });
+      }
+      s.closing_ = true;
+    }
+  }
+  // Handshakes that never complete are dropped.
+  if (!pending_.empty()) {
+    uint64_t now = MonotonicNanos();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (now - it->second.accepted_at > kHandshakeTimeoutNs) {
+        GOBLIN_LOG_WARN(kLog, "dropping a connection that did not complete its handshake");
+        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void RingServer::Accept() {
+  for (;;) {
+    int fd = accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        GOBLIN_LOG_WARN(kLog, "accept: {}", ErrnoStatus("accept4", errno));
+      }
+      return;
+    }
+    Pending p;
+    p.sock = UniqueFd(fd);
+    p.accepted_at = MonotonicNanos();
+    if (auto r = EpollAdd(epoll_.get(), fd, EPOLLIN | EPOLLRDHUP); !r) {
+      GOBLIN_LOG_WARN(kLog, "{}", r.error());
+      continue;
+    }
+    pending_.emplace(fd, std::move(p));
+  }
+}
+
+void RingServer::Reject(int sock, uint16_t code, std::string_view text) {
+  ++stats_.rejected;
+  uint8_t buf[512];
+  wire::ErrorEncoder e(buf, sizeof buf);
+  e.set_code(static_cast<wire::ErrorCode>(code)).set_text(text.substr(0, 400));
+  size_t n = e.Finish();
+  (void)SendFrame(sock, {buf, n});
+  GOBLIN_LOG_WARN(kLog, "refused a client: {}", text);
+}
+
+void RingServer::ReadHandshake(int fd) {
+  Pending& p = pending_.at(fd);
+  uint8_t chunk[4096];
+  auto drop = [&] {
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    pending_.erase(fd);
+  };
+  auto n = ReadSome(fd, chunk, nullptr);
+  if (!n) {
+    if (n.error().code() != StatusCode::kTimeout) drop();
+    return;
+  }
+  if (*n == 0) return drop();
+  p.in.insert(p.in.end(), chunk, chunk + *n);
+  auto split = sbe::SplitFrame(p.in, kMaxHandshakeBytes);
+  if (split.kind == sbe::FrameSplit::Kind::kNeedMore) return;
+  if (split.kind != sbe::FrameSplit::Kind::kFrame) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument), "malformed handshake frame");
+    return drop();
+  }
+  auto hello = wire::HelloDecoder::Decode(split.message);
+  if (!hello) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
+           fmt::format("expected Hello: {}", hello.error().message()));
+    return drop();
+  }
+  if (hello->protocol_version() != kProtocolVersion) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kProtocolVersion),
+           fmt::format("protocol version {} is not supported (this core speaks {})",
+                       hello->protocol_version(), kProtocolVersion));
+    return drop();
+  }
+  if (sessions_.size() >= options_.max_clients) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
+           fmt::format("too many clients (limit {})", options_.max_clients));
+    return drop();
+  }
+  uint32_t ring_bytes = hello->ring_bytes() == 0 ? options_.default_ring_bytes : hello->ring_bytes();
+  if (auto v = ValidateCapacity(ring_bytes); !v || ring_bytes > options_.max_ring_bytes) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
+           fmt::format("ring size {} is not a power of two between {} and {}", ring_bytes,
+                       kMinCapacity, options_.max_ring_bytes));
+    return drop();
+  }
+  WakeMode mode = (hello->flags() & 1) ? WakeMode::kBusyPoll : options_.wake;
+  auto channel = RingChannel::Create(ring_bytes, mode);
+  if (!channel) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted), channel.error().ToString());
+    return drop();
+  }
+  auto s = std::make_unique<Session>();
+  s->id_ = next_id_++;
+  s->peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
+  s->pid_ = hello->pid();
+  s->name_ = std::string(hello->client_name());
+  s->channel_ = std::move(*channel);
+  s->output_limit_ = options_.output_limit;
+
+  uint8_t buf[512];
+  wire::WelcomeEncoder w(buf, sizeof buf);
+  w.set_protocol_version(kProtocolVersion)
+      .set_server_pid(static_cast<uint32_t>(getpid()))
+      .set_client_id(s->id_)
+      .set_ring_bytes(ring_bytes)
+      .set_max_message(s->channel_.max_message())
+      .set_server_name(options_.server_name);
+  size_t wn = w.Finish();
+  int fds[3] = {s->channel_.memfd(), s->channel_.server_doorbell_fd(), s->channel_.client_doorbell_fd()};
+  // Hand the socket over from pending to the session before anything can fail.
+  s->sock_ = std::move(p.sock);
+  pending_.erase(fd);
+  if (auto r = SendFrame(s->sock_.get(), {buf, wn}, fds); !r) {
+    GOBLIN_LOG_WARN(kLog, "welcome to pid {} failed: {}", s->pid_, r.error());
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    return;
+  }
+  if (auto r = EpollAdd(epoll_.get(), s->channel_.server_doorbell_fd(), EPOLLIN); !r) {
+    GOBLIN_LOG_WARN(kLog, "{}", r.error());
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    return;
+  }
+  ++stats_.accepted;
+  uint64_t id = s->id_;
+  fd_to_session_[fd] = id;
+  fd_to_session_[s->channel_.server_doorbell_fd()] = id;
+  Session* raw = s.get();
+  sessions_.emplace(id, std::move(s));
+  active_.push_back(raw);
+  GOBLIN_LOG_DEBUG(kLog, "client {} connected: {} pid {} ring {} bytes", id, raw->name_, raw->pid_,
+                   ring_bytes);
+  handler_->OnOpen(*raw);
+}
+
+void RingServer::CloseMarked() {
+  bool any = false;
+  for (Session* s : active_) any |= s->closing_;
+  if (!any) return;
+  std::vector<uint64_t> ids;
+  for (Session* s : active_) {
+    if (s->closing_) ids.push_back(s->id_);
+  }
+  for (uint64_t id : ids) CloseSession(id);
+}
+
+void RingServer::CloseSession(uint64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  Session* s = it->second.get();
+  handler_->OnClose(*s);
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->sock_.get(), nullptr);
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->channel_.server_doorbell_fd(), nullptr);
+  fd_to_session_.erase(s->sock_.get());
+  fd_to_session_.erase(s->channel_.server_doorbell_fd());
+  std::erase(active_, s);
+  ++stats_.closed;
+  GOBLIN_LOG_DEBUG(kLog, "client {} closed", id);
+  sessions_.erase(it);
+}
+
+}  // namespace goblin::ring
