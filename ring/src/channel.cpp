@@ -9,11 +9,12 @@
 
 namespace goblin::ring {
 
-Result<RingChannel> RingChannel::Create(uint32_t capacity, WakeMode mode) {
+Result<RingChannel> RingChannel::Create(uint32_t capacity, WakeMode mode, WakeMode peer_mode) {
   GOBLIN_RETURN_IF_ERROR(ValidateCapacity(capacity));
   RingChannel c;
   c.side_ = Side::kServer;
   c.mode_ = mode;
+  c.peer_sleeps_ = peer_mode == WakeMode::kSpinThenSleep;
   c.capacity_ = capacity;
   GOBLIN_ASSIGN_OR_RETURN(c.shm_, SharedMemory::Create("goblin-ring", ChannelBytes(capacity)));
   GOBLIN_ASSIGN_OR_RETURN(c.server_bell_, EventFd::Create());
@@ -26,11 +27,12 @@ Result<RingChannel> RingChannel::Create(uint32_t capacity, WakeMode mode) {
 
 Result<RingChannel> RingChannel::Attach(UniqueFd memfd, UniqueFd server_doorbell,
                                         UniqueFd client_doorbell, uint32_t capacity,
-                                        WakeMode mode) {
+                                        WakeMode mode, WakeMode peer_mode) {
   GOBLIN_RETURN_IF_ERROR(ValidateCapacity(capacity));
   RingChannel c;
   c.side_ = Side::kClient;
   c.mode_ = mode;
+  c.peer_sleeps_ = peer_mode == WakeMode::kSpinThenSleep;
   c.capacity_ = capacity;
   GOBLIN_ASSIGN_OR_RETURN(c.shm_, SharedMemory::Map(std::move(memfd), ChannelBytes(capacity)));
   for (size_t off : {kClientToServerControl, kServerToClientControl}) {

@@ -50,7 +50,9 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& socke
   }
   GOBLIN_ASSIGN_OR_RETURN(c->channel_, RingChannel::Attach(std::move(fds[0]), std::move(fds[1]),
                                                            std::move(fds[2]), w->ring_bytes(),
-                                                           options.wake));
+                                                           options.wake,
+                                                           (w->flags() & 1) ? WakeMode::kBusyPoll
+                                                                            : WakeMode::kSpinThenSleep));
   c->client_id_ = w->client_id();
   c->server_pid_ = w->server_pid();
   c->server_name_ = std::string(w->server_name());

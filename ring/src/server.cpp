@@ -299,8 +299,9 @@ void RingServer::ReadHandshake(int fd) {
                        kMinCapacity, options_.max_ring_bytes));
     return drop();
   }
-  WakeMode mode = (hello->flags() & 1) ? WakeMode::kBusyPoll : options_.wake;
-  auto channel = RingChannel::Create(ring_bytes, mode);
+  // Hello flag 1: the client never sleeps, so it needs no doorbell from us.
+  WakeMode client_mode = (hello->flags() & 1) ? WakeMode::kBusyPoll : WakeMode::kSpinThenSleep;
+  auto channel = RingChannel::Create(ring_bytes, options_.wake, client_mode);
   if (!channel) {
     Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted), channel.error().ToString());
     return drop();
@@ -315,7 +316,9 @@ void RingServer::ReadHandshake(int fd) {
 
   uint8_t buf[512];
   wire::WelcomeEncoder w(buf, sizeof buf);
+  // Welcome flag 1: this loop never sleeps, so the client needs not ring us.
   w.set_protocol_version(kProtocolVersion)
+      .set_flags(options_.wake == WakeMode::kBusyPoll ? 1 : 0)
       .set_server_pid(static_cast<uint32_t>(getpid()))
       .set_client_id(s->id_)
       .set_ring_bytes(ring_bytes)

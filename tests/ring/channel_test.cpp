@@ -15,12 +15,12 @@ using namespace std::chrono_literals;
 // Both ends of one channel in this process: the client end attaches to dup()s of the
 // server's fds, exactly as it would after SCM_RIGHTS.
 std::pair<RingChannel, RingChannel> MakePair(uint32_t capacity, WakeMode mode) {
-  auto server = RingChannel::Create(capacity, mode);
+  auto server = RingChannel::Create(capacity, mode, mode);
   EXPECT_TRUE(server) << server.error().ToString();
   auto client = RingChannel::Attach(UniqueFd(fcntl(server->memfd(), F_DUPFD_CLOEXEC, 0)),
                                     UniqueFd(fcntl(server->server_doorbell_fd(), F_DUPFD_CLOEXEC, 0)),
                                     UniqueFd(fcntl(server->client_doorbell_fd(), F_DUPFD_CLOEXEC, 0)),
-                                    capacity, mode);
+                                    capacity, mode, mode);
   EXPECT_TRUE(client) << client.error().ToString();
   return {std::move(*server), std::move(*client)};
 }
@@ -60,12 +60,12 @@ TEST(Channel, OversizeMessageIsRejectedUpFront) {
 }
 
 TEST(Channel, AttachRejectsMismatchedCapacity) {
-  auto server = RingChannel::Create(4096, WakeMode::kSpinThenSleep);
+  auto server = RingChannel::Create(4096, WakeMode::kSpinThenSleep, WakeMode::kSpinThenSleep);
   ASSERT_TRUE(server);
   auto bad = RingChannel::Attach(UniqueFd(fcntl(server->memfd(), F_DUPFD_CLOEXEC, 0)),
                                  UniqueFd(dup(server->server_doorbell_fd())),
                                  UniqueFd(dup(server->client_doorbell_fd())), 8192,
-                                 WakeMode::kSpinThenSleep);
+                                 WakeMode::kSpinThenSleep, WakeMode::kSpinThenSleep);
   EXPECT_FALSE(bad);
 }
 

@@ -121,6 +121,23 @@ TEST(RingServer, ClientsPingPong) {
   }
 }
 
+// A client that never sleeps still rings a server that does (a regression: the client's
+// busy mode once suppressed its doorbells, and the sleeping server never woke).
+TEST(RingServer, BusyPollingClientWakesASleepingServer) {
+  ServerOptions o;
+  o.socket_path = TestSocket("busyclient");
+  o.busy_poll = std::chrono::microseconds(1);  // the server sleeps between requests
+  ServerThread st(o);
+  auto c = RingClient::Connect(o.socket_path, {.wake = WakeMode::kBusyPoll,
+                                               .spin = std::chrono::microseconds(1)});
+  ASSERT_TRUE(c) << c.error().ToString();
+  for (uint64_t i = 1; i <= 200; ++i) {
+    ASSERT_EQ(PingPong(**c, i), i);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // let the server fall asleep
+  }
+  EXPECT_GT(st.server->stats().sleeps, 0u);
+}
+
 TEST(RingServer, ZeroCopySendThroughReserve) {
   ServerOptions o;
   o.socket_path = TestSocket("zerocopy");

@@ -43,11 +43,14 @@ class RingChannel {
   RingChannel(RingChannel&&) = default;
   RingChannel& operator=(RingChannel&&) = default;
 
-  // Server side: a fresh memfd and doorbells for rings of `capacity` bytes.
-  static Result<RingChannel> Create(uint32_t capacity, WakeMode mode);
+  // Server side: a fresh memfd and doorbells for rings of `capacity` bytes. `mode` is how
+  // this side waits; `peer_mode` how the other side does: a peer that may sleep must be
+  // woken through its doorbell, a pure busy-poller never is (and costs no fence).
+  static Result<RingChannel> Create(uint32_t capacity, WakeMode mode, WakeMode peer_mode);
   // Client side: attaches to what the server sent.
   static Result<RingChannel> Attach(UniqueFd memfd, UniqueFd server_doorbell,
-                                    UniqueFd client_doorbell, uint32_t capacity, WakeMode mode);
+                                    UniqueFd client_doorbell, uint32_t capacity, WakeMode mode,
+                                    WakeMode peer_mode);
 
   Side side() const { return side_; }
   uint32_t capacity() const { return capacity_; }
@@ -76,7 +79,7 @@ class RingChannel {
   }
   void Complete(uint32_t len, int32_t type) { tx_.Complete(len, type); }
   void Flush() {
-    if (tx_.Publish() && mode_ == WakeMode::kSpinThenSleep) peer_bell().Notify();
+    if (tx_.Publish(peer_sleeps_)) peer_bell().Notify();
   }
 
   // Hands up to `max` received records to fn(type, payload); wakes a producer waiting for
@@ -84,7 +87,7 @@ class RingChannel {
   template <typename Fn>
   PollResult Poll(Fn&& fn, size_t max = SIZE_MAX) {
     PollResult r = rx_.Poll(std::forward<Fn>(fn), max);
-    if (r.records > 0 && mode_ == WakeMode::kSpinThenSleep && rx_.ProducerWaiting()) {
+    if (r.records > 0 && peer_sleeps_ && rx_.ProducerWaiting()) {
       peer_bell().Notify();
     }
     return r;
@@ -113,6 +116,7 @@ class RingChannel {
 
   Side side_ = Side::kServer;
   WakeMode mode_ = WakeMode::kSpinThenSleep;
+  bool peer_sleeps_ = true;
   uint32_t capacity_ = 0;
   SharedMemory shm_;
   EventFd server_bell_;

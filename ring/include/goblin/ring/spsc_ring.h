@@ -114,9 +114,11 @@ class RingProducer {
   }
 
   // Makes every completed record visible. Returns true when the consumer said it is going
-  // to sleep, i.e. the caller must ring the consumer's doorbell.
-  bool Publish() {
+  // to sleep, i.e. the caller must ring the consumer's doorbell. A pure busy-poll pair
+  // never sleeps and skips the check (and its full fence) with check_sleeper = false.
+  bool Publish(bool check_sleeper = true) {
     ctl_->tail.store(tail_, std::memory_order_release);
+    if (!check_sleeper) return false;
     // Pairs with the consumer's store of consumer_waiting + reload of tail (Dekker): one of
     // the two sides sees the other's store, so a wake-up is never lost.
     std::atomic_thread_fence(std::memory_order_seq_cst);
