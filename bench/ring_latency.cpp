@@ -52,9 +52,7 @@ struct Row {
   double rate;
 };
 
-std::chrono::nanoseconds SpinFor(const std::string& mode) {
-  return mode == "sleep" ? 0ns : 50us;
-}
+std::chrono::nanoseconds SpinFor(const std::string& mode) { return mode == "sleep" ? 0ns : 50us; }
 
 void Pin(int cpu) {
   if (cpu >= 0) (void)PinCurrentThread(std::vector<int>{cpu});
@@ -76,10 +74,9 @@ Row RunInProcess(const Config& cfg, const std::string& mode, uint64_t size, cons
     fmt::print(stderr, "ring_latency: {}\n", server.error());
     std::exit(1);
   }
-  auto client = ring::RingChannel::Attach(UniqueFd(dup(server->memfd())),
-                                          UniqueFd(dup(server->server_doorbell_fd())),
-                                          UniqueFd(dup(server->client_doorbell_fd())),
-                                          cfg.ring_bytes, wm, wm);
+  auto client = ring::RingChannel::Attach(
+      UniqueFd(dup(server->memfd())), UniqueFd(dup(server->server_doorbell_fd())),
+      UniqueFd(dup(server->client_doorbell_fd())), cfg.ring_bytes, wm, wm);
   const uint64_t total = cfg.warmup + cfg.messages;
   std::vector<double> oneway;
   oneway.reserve(cfg.messages);
@@ -116,7 +113,11 @@ Row RunInProcess(const Config& cfg, const std::string& mode, uint64_t size, cons
   }
   double secs = static_cast<double>(MonotonicNanos() - start_ns) / 1e9;
   ponger.join();
-  return {"ring (in-process)", mode, size, bench::Summarize(rtt), bench::Summarize(oneway),
+  return {"ring (in-process)",
+          mode,
+          size,
+          bench::Summarize(rtt),
+          bench::Summarize(oneway),
           static_cast<double>(cfg.messages) / secs};
 }
 
@@ -168,8 +169,8 @@ Row RunViaCore(const Config& cfg, const std::string& mode, uint64_t size, const 
     if (i >= cfg.warmup) rtt.push_back(tsc.ToNanos(t1 - t0));
   }
   double secs = static_cast<double>(MonotonicNanos() - start_ns) / 1e9;
-  return {"goblin-core (SBE Ping)", mode, size, bench::Summarize(rtt), {},
-          static_cast<double>(cfg.messages) / secs};
+  return {"goblin-core (SBE Ping)", mode, size,
+          bench::Summarize(rtt),    {},   static_cast<double>(cfg.messages) / secs};
 }
 
 }  // namespace
@@ -179,7 +180,8 @@ int main(int argc, char** argv) {
   CLI::App app("ring_latency: latency of Goblin's shared-memory ring plane", "ring_latency");
   std::string cpus, sizes, modes;
   uint64_t ring_bytes = cfg.ring_bytes;
-  app.add_option("-n,--messages", cfg.messages, "Measured round trips per case")->capture_default_str();
+  app.add_option("-n,--messages", cfg.messages, "Measured round trips per case")
+      ->capture_default_str();
   app.add_option("--warmup", cfg.warmup, "Unmeasured round trips first")->capture_default_str();
   app.add_option("--sizes", sizes, "Payload sizes, comma separated (default 16,256)");
   app.add_option("--modes", modes, "busy,spin,sleep (default all)");
@@ -222,14 +224,14 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "ring_latency: {}\n", tsc.error());
     return 1;
   }
-  fmt::print("# ring_latency: {} measured + {} warm-up round trips per case, ring {} B, CPUs {} "
-             "(of {} allowed), TSC {:.3f} GHz{}\n",
-             cfg.messages, cfg.warmup, cfg.ring_bytes, FormatCpuList(cfg.cpus),
-             FormatCpuList(allowed), tsc->ticks_per_ns(),
-             TscIsInvariant() ? "" : " (TSC not advertised invariant)");
+  fmt::print(
+      "# ring_latency: {} measured + {} warm-up round trips per case, ring {} B, CPUs {} "
+      "(of {} allowed), TSC {:.3f} GHz{}\n",
+      cfg.messages, cfg.warmup, cfg.ring_bytes, FormatCpuList(cfg.cpus), FormatCpuList(allowed),
+      tsc->ticks_per_ns(), TscIsInvariant() ? "" : " (TSC not advertised invariant)");
   fmt::print("{:<24} {:<6} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} {:>8} | {:>10}\n",
-             "path", "mode", "bytes", "rtt min", "p50", "p90", "p99", "p99.9", "mean",
-             "1-way50", "1-way99", "rt/s");
+             "path", "mode", "bytes", "rtt min", "p50", "p90", "p99", "p99.9", "mean", "1-way50",
+             "1-way99", "rt/s");
   std::vector<Row> rows;
   for (const auto& mode : cfg.modes) {
     if (mode != "busy" && mode != "spin" && mode != "sleep") {
@@ -237,14 +239,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (uint64_t size : cfg.sizes) {
-      Row r = cfg.via_core.empty() ? RunInProcess(cfg, mode, size, *tsc) : RunViaCore(cfg, mode, size, *tsc);
+      Row r = cfg.via_core.empty() ? RunInProcess(cfg, mode, size, *tsc)
+                                   : RunViaCore(cfg, mode, size, *tsc);
       auto us = [](double ns) { return ns / 1000.0; };
       auto ow = [&](double ns) {
         return r.oneway.count == 0 ? std::string("-") : fmt::format("{:.3f}", us(ns));
       };
-      fmt::print("{:<24} {:<6} {:>5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {:>8} {:>8} | {:>10.0f}\n",
-                 r.path, r.mode, r.size, us(r.rtt.min), us(r.rtt.p50), us(r.rtt.p90), us(r.rtt.p99),
-                 us(r.rtt.p999), us(r.rtt.mean), ow(r.oneway.p50), ow(r.oneway.p99), r.rate);
+      fmt::print(
+          "{:<24} {:<6} {:>5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {:>8} "
+          "{:>8} | {:>10.0f}\n",
+          r.path, r.mode, r.size, us(r.rtt.min), us(r.rtt.p50), us(r.rtt.p90), us(r.rtt.p99),
+          us(r.rtt.p999), us(r.rtt.mean), ow(r.oneway.p50), ow(r.oneway.p99), r.rate);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -256,11 +261,12 @@ int main(int argc, char** argv) {
            "rtt_mean_us,oneway_min_us,oneway_p50_us,oneway_p90_us,oneway_p99_us,oneway_p999_us,"
            "roundtrips_per_s\n";
     for (auto& r : rows) {
-      out << fmt::format("{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.0f}\n",
-                         r.path, r.mode, r.size, r.rtt.count, r.rtt.min / 1e3, r.rtt.p50 / 1e3,
-                         r.rtt.p90 / 1e3, r.rtt.p99 / 1e3, r.rtt.p999 / 1e3, r.rtt.mean / 1e3,
-                         r.oneway.min / 1e3, r.oneway.p50 / 1e3, r.oneway.p90 / 1e3,
-                         r.oneway.p99 / 1e3, r.oneway.p999 / 1e3, r.rate);
+      out << fmt::format(
+          "{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f}"
+          ",{:.0f}\n",
+          r.path, r.mode, r.size, r.rtt.count, r.rtt.min / 1e3, r.rtt.p50 / 1e3, r.rtt.p90 / 1e3,
+          r.rtt.p99 / 1e3, r.rtt.p999 / 1e3, r.rtt.mean / 1e3, r.oneway.min / 1e3,
+          r.oneway.p50 / 1e3, r.oneway.p90 / 1e3, r.oneway.p99 / 1e3, r.oneway.p999 / 1e3, r.rate);
     }
   }
   return 0;

@@ -7,9 +7,11 @@
 namespace goblin::client {
 
 Result<Target> ParseTarget(std::string_view text) {
-  if (text.starts_with("unix:")) text.remove_prefix(5);
+  if (text.starts_with("unix:"))
+    text.remove_prefix(5);
   else if (text.starts_with("ucx://")) {
-    if (text.size() == 6) return Err(StatusCode::kInvalidArgument, "target '{}' has no host:port", text);
+    if (text.size() == 6)
+      return Err(StatusCode::kInvalidArgument, "target '{}' has no host:port", text);
     return Target{Target::Kind::kUcx, std::string(text.substr(6))};
   } else if (!text.starts_with("/") && !text.starts_with(".")) {
     return Err(StatusCode::kInvalidArgument,
@@ -25,7 +27,8 @@ Result<std::unique_ptr<Connection>> Connection::Open(std::string_view target_tex
                                                      const ConnectOptions& options) {
   GOBLIN_ASSIGN_OR_RETURN(Target target, ParseTarget(target_text));
   if (target.kind == Target::Kind::kUcx) {
-    return Err(StatusCode::kUnimplemented, "the UCX plane (ucx://) is not built yet; use unix:PATH");
+    return Err(StatusCode::kUnimplemented,
+               "the UCX plane (ucx://) is not built yet; use unix:PATH");
   }
   std::unique_ptr<Connection> c(new Connection());
   c->options_ = options;
@@ -64,7 +67,8 @@ Result<std::vector<uint8_t>> Connection::AwaitReply(uint64_t correlation_id) {
   if (h.template_id == wire::ErrorDecoder::kTemplateId) {
     auto e = wire::ErrorDecoder::Decode(reply);
     if (!e) return Err(StatusCode::kCorruption, "malformed Error reply");
-    return Err(StatusCode::kFailedPrecondition, "goblin-core: {} ({})", e->text(), ToString(e->code()));
+    return Err(StatusCode::kFailedPrecondition, "goblin-core: {} ({})", e->text(),
+               ToString(e->code()));
   }
   return reply;
 }
@@ -75,13 +79,16 @@ Result<std::chrono::nanoseconds> Connection::Ping(std::string_view payload) {
   wire::PingEncoder e(buf.data(), buf.size());
   uint64_t start = MonotonicNanos();
   size_t n = e.set_correlation_id(id).set_send_nanos(start).set_payload(payload).Finish();
-  if (n == 0) return Err(StatusCode::kInvalidArgument, "ping payload of {} bytes is too large", payload.size());
+  if (n == 0)
+    return Err(StatusCode::kInvalidArgument, "ping payload of {} bytes is too large",
+               payload.size());
   GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(id));
   uint64_t end = MonotonicNanos();
   auto pong = wire::PongDecoder::Decode(reply);
   if (!pong) return Err(pong.error());
-  if (pong->payload() != payload) return Err(StatusCode::kCorruption, "pong payload differs from ping");
+  if (pong->payload() != payload)
+    return Err(StatusCode::kCorruption, "pong payload differs from ping");
   return std::chrono::nanoseconds(end - start);
 }
 

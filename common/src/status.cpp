@@ -6,21 +6,36 @@ namespace goblin {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kAlreadyExists: return "already exists";
-    case StatusCode::kOutOfRange: return "out of range";
-    case StatusCode::kResourceExhausted: return "resource exhausted";
-    case StatusCode::kFailedPrecondition: return "failed precondition";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kTimeout: return "timeout";
-    case StatusCode::kIoError: return "I/O error";
-    case StatusCode::kCorruption: return "corruption";
-    case StatusCode::kPermissionDenied: return "permission denied";
-    case StatusCode::kUnimplemented: return "unimplemented";
-    case StatusCode::kAborted: return "aborted";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kAlreadyExists:
+      return "already exists";
+    case StatusCode::kOutOfRange:
+      return "out of range";
+    case StatusCode::kResourceExhausted:
+      return "resource exhausted";
+    case StatusCode::kFailedPrecondition:
+      return "failed precondition";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kTimeout:
+      return "timeout";
+    case StatusCode::kIoError:
+      return "I/O error";
+    case StatusCode::kCorruption:
+      return "corruption";
+    case StatusCode::kPermissionDenied:
+      return "permission denied";
+    case StatusCode::kUnimplemented:
+      return "unimplemented";
+    case StatusCode::kAborted:
+      return "aborted";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "unknown status";
 }
@@ -51,21 +66,36 @@ Status ErrnoStatus(std::string_view what, int err) {
   const char* text = strerror_r(err, buf, sizeof buf);  // GNU variant returns the text
   StatusCode code = StatusCode::kIoError;
   switch (err) {
-    case ENOENT: code = StatusCode::kNotFound; break;
-    case EEXIST: code = StatusCode::kAlreadyExists; break;
+    case ENOENT:
+      code = StatusCode::kNotFound;
+      break;
+    case EEXIST:
+      code = StatusCode::kAlreadyExists;
+      break;
     case EACCES:
-    case EPERM: code = StatusCode::kPermissionDenied; break;
+    case EPERM:
+      code = StatusCode::kPermissionDenied;
+      break;
     case ENOSPC:
     case ENOMEM:
     case EMFILE:
-    case ENFILE: code = StatusCode::kResourceExhausted; break;
-    case EINVAL: code = StatusCode::kInvalidArgument; break;
-    case ETIMEDOUT: code = StatusCode::kTimeout; break;
+    case ENFILE:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case EINVAL:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case ETIMEDOUT:
+      code = StatusCode::kTimeout;
+      break;
     case ECONNREFUSED:
     case ECONNRESET:
     case EPIPE:
-    case ENOTCONN: code = StatusCode::kUnavailable; break;
-    default: break;
+    case ENOTCONN:
+      code = StatusCode::kUnavailable;
+      break;
+    default:
+      break;
   }
   return Status(code, fmt::format("{}: {}", what, text));
 }

@@ -89,9 +89,9 @@ int Topology::NodeOfCpu(int cpu) const {
 }
 
 std::string Topology::Describe() const {
-  std::string out = fmt::format("numa={} online_cpus={} allowed_cpus={}",
-                                numa_available ? "yes" : "no", FormatCpuList(online_cpus),
-                                FormatCpuList(allowed_cpus));
+  std::string out =
+      fmt::format("numa={} online_cpus={} allowed_cpus={}", numa_available ? "yes" : "no",
+                  FormatCpuList(online_cpus), FormatCpuList(allowed_cpus));
   for (const auto& n : nodes) {
     out += fmt::format("; node{}: cpus={} mem={}MiB free={}MiB hugepages_2m={}/{}", n.id,
                        FormatCpuList(n.cpus), n.mem_total_bytes >> 20, n.mem_free_bytes >> 20,

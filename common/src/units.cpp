@@ -35,8 +35,7 @@ Result<Decimal> ParseDecimal(std::string_view text, size_t& pos, std::string_vie
     ++pos;
     while (pos < text.size() && IsDigit(text[pos])) {
       if (d.frac_scale >= 1'000'000'000'000'000'000ULL) {
-        return Err(StatusCode::kInvalidArgument, "{} '{}' has too many decimal places", what,
-                   text);
+        return Err(StatusCode::kInvalidArgument, "{} '{}' has too many decimal places", what, text);
       }
       d.frac = d.frac * 10 + static_cast<uint64_t>(text[pos] - '0');
       d.frac_scale *= 10;
@@ -60,8 +59,8 @@ Result<uint64_t> Scale(const Decimal& d, uint64_t mult, std::string_view text,
   if (d.frac != 0) {
     unsigned __int128 f = static_cast<unsigned __int128>(d.frac) * mult;
     if (f % d.frac_scale != 0) {
-      return Err(StatusCode::kInvalidArgument, "{} '{}' is not a whole number of {}", what,
-                 text, unit);
+      return Err(StatusCode::kInvalidArgument, "{} '{}' is not a whole number of {}", what, text,
+                 unit);
     }
     unsigned __int128 add = f / d.frac_scale;
     if (add > std::numeric_limits<uint64_t>::max() - value) {
@@ -172,11 +171,10 @@ Result<std::chrono::nanoseconds> ParseDuration(std::string_view text,
       mult = kD;
     } else {
       return Err(StatusCode::kInvalidArgument,
-                 "duration '{}' has an unknown unit '{}' (use ns, us, ms, s, m, h, d)", text,
-                 unit);
+                 "duration '{}' has an unknown unit '{}' (use ns, us, ms, s, m, h, d)", text, unit);
     }
-    GOBLIN_ASSIGN_OR_RETURN(uint64_t ns, Scale(d, static_cast<uint64_t>(mult), text, "duration",
-                                               "nanoseconds"));
+    GOBLIN_ASSIGN_OR_RETURN(uint64_t ns,
+                            Scale(d, static_cast<uint64_t>(mult), text, "duration", "nanoseconds"));
     if (ns > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - total) {
       return Err(StatusCode::kOutOfRange, "duration '{}' is too large", text);
     }

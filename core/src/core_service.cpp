@@ -23,7 +23,8 @@ void CoreService::OnClose(ring::Session& session) {
 void CoreService::SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
                             std::string_view text) {
   wire::ErrorEncoder e(out_, sizeof out_);
-  e.set_correlation_id(correlation_id).set_code(static_cast<wire::ErrorCode>(code))
+  e.set_correlation_id(correlation_id)
+      .set_code(static_cast<wire::ErrorCode>(code))
       .set_text(text.substr(0, 512));
   size_t n = e.Finish();
   ++counters_.errors_sent;
@@ -49,12 +50,14 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
       }
       ++counters_.pings;
       wire::PongEncoder pong(out_, sizeof out_);
-      pong.set_correlation_id(ping.correlation_id()).set_send_nanos(ping.send_nanos())
+      pong.set_correlation_id(ping.correlation_id())
+          .set_send_nanos(ping.send_nanos())
           .set_payload(ping.payload());
       size_t n = pong.Finish();
       if (n == 0) {
         SendError(session, ping.correlation_id(),
-                  static_cast<uint16_t>(wire::ErrorCode::kMessageTooLarge), "ping payload too large");
+                  static_cast<uint16_t>(wire::ErrorCode::kMessageTooLarge),
+                  "ping payload too large");
         return;
       }
       if (session.Send({out_, n}) == ring::SendOutcome::kOverLimit) session.Close();
@@ -65,7 +68,8 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
       uint64_t corr = 0;
       if (msg.size() >= 16 && h.block_length >= 8) corr = sbe::Load<uint64_t>(msg.data() + 8);
       SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kUnimplemented),
-                fmt::format("{} is not served by this goblin-core yet", wire::TemplateName(h.template_id)));
+                fmt::format("{} is not served by this goblin-core yet",
+                            wire::TemplateName(h.template_id)));
       return;
     }
   }

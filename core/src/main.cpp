@@ -59,12 +59,14 @@ int main(int argc, char** argv) {
   opts.output_limit = output_limit;
   opts.busy_poll = busy_poll;
   opts.wake = wake == "busy" ? ring::WakeMode::kBusyPoll : ring::WakeMode::kSpinThenSleep;
-  if (auto v = ring::ValidateCapacity(ring_bytes); !v) return Fail(v.error().WithContext("--ring-bytes"));
+  if (auto v = ring::ValidateCapacity(ring_bytes); !v)
+    return Fail(v.error().WithContext("--ring-bytes"));
   if (auto v = ring::ValidateCapacity(max_ring_bytes); !v) {
     return Fail(v.error().WithContext("--max-ring-bytes"));
   }
   if (ring_bytes > max_ring_bytes) {
-    return Fail(Status(StatusCode::kInvalidArgument, "--ring-bytes is larger than --max-ring-bytes"));
+    return Fail(
+        Status(StatusCode::kInvalidArgument, "--ring-bytes is larger than --max-ring-bytes"));
   }
 
   auto topo = ProbeTopology();
@@ -77,9 +79,9 @@ int main(int argc, char** argv) {
   } else if (numa >= 0) {
     const NumaNode* node = topo->Node(numa);
     if (node == nullptr) {
-      return Fail(Status(StatusCode::kInvalidArgument,
-                         fmt::format("--numa {}: this machine has no such node ({})", numa,
-                                     topo->Describe())));
+      return Fail(Status(
+          StatusCode::kInvalidArgument,
+          fmt::format("--numa {}: this machine has no such node ({})", numa, topo->Describe())));
     }
     pin = node->cpus;
   }
@@ -93,7 +95,9 @@ int main(int argc, char** argv) {
   core::CoreService service;
   auto server = ring::RingServer::Listen(opts, &service);
   if (!server) return Fail(server.error());
-  GOBLIN_LOG_INFO(kLog, "goblin-core {} pid {} serving the ring plane on unix:{} (ring {} per direction, {}, busy-poll {})",
+  GOBLIN_LOG_INFO(kLog,
+                  "goblin-core {} pid {} serving the ring plane on unix:{} (ring {} per direction, "
+                  "{}, busy-poll {})",
                   GOBLIN_VERSION, getpid(), opts.socket_path, FormatSize(ring_bytes), wake,
                   FormatDuration(busy_poll));
   GOBLIN_LOG_INFO(kLog, "topology: {}; loop CPUs: {}", topo->Describe(),
@@ -102,8 +106,9 @@ int main(int argc, char** argv) {
                   GOBLIN_HAVE_URING, GOBLIN_HAVE_NUMA, GOBLIN_HAVE_VERBS);
   if (auto r = (*server)->Run((*signals)->fd()); !r) return Fail(r.error());
   const auto& st = (*server)->stats();
-  GOBLIN_LOG_INFO(kLog, "shutting down: {} clients served, {} messages, {} pings, {} refused, {} corrupt rings",
-                  st.accepted, st.messages, service.counters().pings, st.rejected, st.corrupt);
+  GOBLIN_LOG_INFO(
+      kLog, "shutting down: {} clients served, {} messages, {} pings, {} refused, {} corrupt rings",
+      st.accepted, st.messages, service.counters().pings, st.rejected, st.corrupt);
   server->reset();
   return 0;
 }

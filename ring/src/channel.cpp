@@ -26,8 +26,8 @@ Result<RingChannel> RingChannel::Create(uint32_t capacity, WakeMode mode, WakeMo
 }
 
 Result<RingChannel> RingChannel::Attach(UniqueFd memfd, UniqueFd server_doorbell,
-                                        UniqueFd client_doorbell, uint32_t capacity,
-                                        WakeMode mode, WakeMode peer_mode) {
+                                        UniqueFd client_doorbell, uint32_t capacity, WakeMode mode,
+                                        WakeMode peer_mode) {
   GOBLIN_RETURN_IF_ERROR(ValidateCapacity(capacity));
   RingChannel c;
   c.side_ = Side::kClient;

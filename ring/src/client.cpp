@@ -33,7 +33,8 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& socke
       RecvFrame(c->sock_.get(), 64 * 1024, options.connect_timeout, &reply, &fds),
       fmt::format("handshake with {}", socket_path));
   sbe::MessageHeader h;
-  if (!sbe::MessageHeader::Read(reply, &h)) return Err(StatusCode::kCorruption, "short handshake reply");
+  if (!sbe::MessageHeader::Read(reply, &h))
+    return Err(StatusCode::kCorruption, "short handshake reply");
   if (h.template_id == wire::ErrorDecoder::kTemplateId) {
     auto e = wire::ErrorDecoder::Decode(reply);
     if (!e) return Err(StatusCode::kCorruption, "malformed Error in handshake");
@@ -46,13 +47,14 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& socke
                w->protocol_version(), kProtocolVersion);
   }
   if (fds.size() != 3) {
-    return Err(StatusCode::kCorruption, "the core passed {} file descriptors, expected 3", fds.size());
+    return Err(StatusCode::kCorruption, "the core passed {} file descriptors, expected 3",
+               fds.size());
   }
-  GOBLIN_ASSIGN_OR_RETURN(c->channel_, RingChannel::Attach(std::move(fds[0]), std::move(fds[1]),
-                                                           std::move(fds[2]), w->ring_bytes(),
-                                                           options.wake,
-                                                           (w->flags() & 1) ? WakeMode::kBusyPoll
-                                                                            : WakeMode::kSpinThenSleep));
+  GOBLIN_ASSIGN_OR_RETURN(
+      c->channel_,
+      RingChannel::Attach(std::move(fds[0]), std::move(fds[1]), std::move(fds[2]), w->ring_bytes(),
+                          options.wake,
+                          (w->flags() & 1) ? WakeMode::kBusyPoll : WakeMode::kSpinThenSleep));
   c->client_id_ = w->client_id();
   c->server_pid_ = w->server_pid();
   c->server_name_ = std::string(w->server_name());
@@ -87,7 +89,8 @@ VoidResult RingClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecon
     }
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     uint64_t now = MonotonicNanos();
-    if (now >= deadline) return Err(StatusCode::kTimeout, "the core did not drain the ring in time");
+    if (now >= deadline)
+      return Err(StatusCode::kTimeout, "the core did not drain the ring in time");
     channel_.Wait(options_.spin, std::chrono::nanoseconds(deadline - now), /*want_space=*/true,
                   sock_.get());
   }

@@ -199,13 +199,12 @@ void RingServer::HandleEvents(int timeout_ms) {
       if (!r && r.error().code() == StatusCode::kTimeout) continue;
       // Deliver what it published before it left, then drop it.
       if (!s.closing_) {
-        s.channel_.Poll(
-            [&](int32_t, std::span<const uint8_t> payload) {
-              if (s.closing_) return;
-              std::memcpy(scratch_.data(), payload.data(), payload.size());
-              ++stats_.messages;
-              handler_->OnMessage(s, {scratch_.data(), payload.size()});
-            });
+        s.channel_.Poll([&](int32_t, std::span<const uint8_t> payload) {
+          if (s.closing_) return;
+          std::memcpy(scratch_.data(), payload.data(), payload.size());
+          ++stats_.messages;
+          handler_->OnMessage(s, {scratch_.data(), payload.size()});
+        });
       }
       s.closing_ = true;
     }
@@ -272,7 +271,8 @@ void RingServer::ReadHandshake(int fd) {
   auto split = sbe::SplitFrame(p.in, kMaxHandshakeBytes);
   if (split.kind == sbe::FrameSplit::Kind::kNeedMore) return;
   if (split.kind != sbe::FrameSplit::Kind::kFrame) {
-    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument), "malformed handshake frame");
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
+           "malformed handshake frame");
     return drop();
   }
   auto hello = wire::HelloDecoder::Decode(split.message);
@@ -292,7 +292,8 @@ void RingServer::ReadHandshake(int fd) {
            fmt::format("too many clients (limit {})", options_.max_clients));
     return drop();
   }
-  uint32_t ring_bytes = hello->ring_bytes() == 0 ? options_.default_ring_bytes : hello->ring_bytes();
+  uint32_t ring_bytes =
+      hello->ring_bytes() == 0 ? options_.default_ring_bytes : hello->ring_bytes();
   if (auto v = ValidateCapacity(ring_bytes); !v || ring_bytes > options_.max_ring_bytes) {
     Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
            fmt::format("ring size {} is not a power of two between {} and {}", ring_bytes,
@@ -303,7 +304,8 @@ void RingServer::ReadHandshake(int fd) {
   WakeMode client_mode = (hello->flags() & 1) ? WakeMode::kBusyPoll : WakeMode::kSpinThenSleep;
   auto channel = RingChannel::Create(ring_bytes, options_.wake, client_mode);
   if (!channel) {
-    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted), channel.error().ToString());
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
+           channel.error().ToString());
     return drop();
   }
   auto s = std::make_unique<Session>();
@@ -325,7 +327,8 @@ void RingServer::ReadHandshake(int fd) {
       .set_max_message(s->channel_.max_message())
       .set_server_name(options_.server_name);
   size_t wn = w.Finish();
-  int fds[3] = {s->channel_.memfd(), s->channel_.server_doorbell_fd(), s->channel_.client_doorbell_fd()};
+  int fds[3] = {s->channel_.memfd(), s->channel_.server_doorbell_fd(),
+                s->channel_.client_doorbell_fd()};
   // Hand the socket over from pending to the session before anything can fail.
   s->sock_ = std::move(p.sock);
   pending_.erase(fd);

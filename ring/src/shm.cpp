@@ -27,7 +27,8 @@ SharedMemory::~SharedMemory() {
 Result<SharedMemory> SharedMemory::Create(const char* name, size_t size) {
   UniqueFd fd(memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return ErrnoErr("memfd_create", errno);
-  if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return ErrnoErr("ftruncate(memfd)", errno);
+  if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
+    return ErrnoErr("ftruncate(memfd)", errno);
   // The peer may rely on the size: forbid shrinking (a SIGBUS weapon) and resizing.
   if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return ErrnoErr("fcntl(F_ADD_SEALS)", errno);
@@ -45,7 +46,8 @@ Result<SharedMemory> SharedMemory::Map(UniqueFd fd, size_t size) {
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return ErrnoErr("fstat(memfd)", errno);
   if (static_cast<size_t>(st.st_size) < size) {
-    return Err(StatusCode::kInvalidArgument, "shared memory is {} bytes, expected {}", st.st_size, size);
+    return Err(StatusCode::kInvalidArgument, "shared memory is {} bytes, expected {}", st.st_size,
+               size);
   }
   int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {

@@ -7,8 +7,8 @@ namespace goblin::ring {
 VoidResult ValidateCapacity(uint64_t capacity) {
   if (capacity < kMinCapacity || capacity > kMaxCapacity || !std::has_single_bit(capacity)) {
     return Err(StatusCode::kInvalidArgument,
-               "ring capacity {} must be a power of two between {} and {}", capacity,
-               kMinCapacity, kMaxCapacity);
+               "ring capacity {} must be a power of two between {} and {}", capacity, kMinCapacity,
+               kMaxCapacity);
   }
   return {};
 }

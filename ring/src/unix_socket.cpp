@@ -22,8 +22,9 @@ Result<sockaddr_un> MakeAddress(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return Err(StatusCode::kInvalidArgument, "unix socket path '{}' is empty or longer than {} bytes",
-               path, sizeof(addr.sun_path) - 1);
+    return Err(StatusCode::kInvalidArgument,
+               "unix socket path '{}' is empty or longer than {} bytes", path,
+               sizeof(addr.sun_path) - 1);
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;
@@ -63,7 +64,8 @@ Result<UniqueFd> ListenUnix(const std::string& path, int backlog) {
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      return Err(StatusCode::kAlreadyExists, "{} exists and is not a socket; not replacing it", path);
+      return Err(StatusCode::kAlreadyExists, "{} exists and is not a socket; not replacing it",
+                 path);
     }
     UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (probe && connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {

@@ -41,8 +41,8 @@ TEST(ParseSize, Fractions) {
 }
 
 TEST(ParseSize, Garbage) {
-  for (const char* bad : {"", "K", "abc", "12Q", "12 M", " 12M", "12M ", "1..5G", "1.2.3",
-                          "0x10", "12MM", "12mbi", "G12", "+5", "5e3", "1,5G", "."}) {
+  for (const char* bad : {"", "K", "abc", "12Q", "12 M", " 12M", "12M ", "1..5G", "1.2.3", "0x10",
+                          "12MM", "12mbi", "G12", "+5", "5e3", "1,5G", "."}) {
     auto r = ParseSize(bad);
     EXPECT_FALSE(r) << "'" << bad << "' parsed as " << (r ? *r : 0);
     if (!r) {
@@ -58,8 +58,8 @@ TEST(ParseSize, NegativeIsAnError) {
 }
 
 TEST(ParseSize, Overflow) {
-  for (const char* big : {"18446744073709551616", "16384P", "99999999999999999999999",
-                          "17179869184G"}) {
+  for (const char* big :
+       {"18446744073709551616", "16384P", "99999999999999999999999", "17179869184G"}) {
     auto r = ParseSize(big);
     ASSERT_FALSE(r) << big;
     EXPECT_EQ(r.error().code(), StatusCode::kOutOfRange) << big;
@@ -115,8 +115,8 @@ TEST(ParseDuration, PlainNumberUsesPlainUnit) {
 }
 
 TEST(ParseDuration, Errors) {
-  for (const char* bad : {"", "s", "1x", "1sec", "1 s", "-1s", "1s2", "abc", "1.5.5s", "1s-",
-                          "ms"}) {
+  for (const char* bad :
+       {"", "s", "1x", "1sec", "1 s", "-1s", "1s2", "abc", "1.5.5s", "1s-", "ms"}) {
     EXPECT_FALSE(ParseDuration(bad)) << "'" << bad << "'";
   }
   EXPECT_FALSE(ParseDuration("1.5ns"));  // not a whole number of nanoseconds
@@ -132,8 +132,8 @@ TEST(FormatDuration, Readable) {
   EXPECT_EQ(FormatDuration(345890ns), "345.89us");
   EXPECT_EQ(FormatDuration(3600s + 1ms), "1h0.001s");
   EXPECT_EQ(FormatDuration(7ns), "7ns");
-  for (nanoseconds d : {nanoseconds(1), nanoseconds(1001), nanoseconds(1234567890),
-                        nanoseconds(3723000000000)}) {
+  for (nanoseconds d :
+       {nanoseconds(1), nanoseconds(1001), nanoseconds(1234567890), nanoseconds(3723000000000)}) {
     EXPECT_EQ(ParseDuration(FormatDuration(d)).value(), d) << FormatDuration(d);
   }
 }

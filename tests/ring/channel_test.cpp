@@ -17,10 +17,10 @@ using namespace std::chrono_literals;
 std::pair<RingChannel, RingChannel> MakePair(uint32_t capacity, WakeMode mode) {
   auto server = RingChannel::Create(capacity, mode, mode);
   EXPECT_TRUE(server) << server.error().ToString();
-  auto client = RingChannel::Attach(UniqueFd(fcntl(server->memfd(), F_DUPFD_CLOEXEC, 0)),
-                                    UniqueFd(fcntl(server->server_doorbell_fd(), F_DUPFD_CLOEXEC, 0)),
-                                    UniqueFd(fcntl(server->client_doorbell_fd(), F_DUPFD_CLOEXEC, 0)),
-                                    capacity, mode, mode);
+  auto client = RingChannel::Attach(
+      UniqueFd(fcntl(server->memfd(), F_DUPFD_CLOEXEC, 0)),
+      UniqueFd(fcntl(server->server_doorbell_fd(), F_DUPFD_CLOEXEC, 0)),
+      UniqueFd(fcntl(server->client_doorbell_fd(), F_DUPFD_CLOEXEC, 0)), capacity, mode, mode);
   EXPECT_TRUE(client) << client.error().ToString();
   return {std::move(*server), std::move(*client)};
 }
@@ -94,7 +94,8 @@ TEST(Channel, TwoThreadStressWithChecksums) {
   auto [server, client] = MakePair(4096, WakeMode::kSpinThenSleep);
   auto fill = [](uint64_t seq, uint8_t* p, size_t len) {
     uint64_t x = seq * 0x9e3779b97f4a7c15ULL;
-    for (size_t i = 0; i < len; ++i) p[i] = static_cast<uint8_t>(x >> ((i & 7) * 8)) ^ static_cast<uint8_t>(i);
+    for (size_t i = 0; i < len; ++i)
+      p[i] = static_cast<uint8_t>(x >> ((i & 7) * 8)) ^ static_cast<uint8_t>(i);
   };
   auto length_of = [](uint64_t seq) { return static_cast<size_t>(8 + (seq * 7919) % 240); };
   uint64_t sent_sum = 0;

@@ -38,7 +38,8 @@ class EchoHandler : public Handler {
       ASSERT_TRUE(ping);
       uint8_t buf[512];
       wire::PongEncoder pong(buf, sizeof buf);
-      pong.set_correlation_id(ping->correlation_id()).set_send_nanos(ping->send_nanos())
+      pong.set_correlation_id(ping->correlation_id())
+          .set_send_nanos(ping->send_nanos())
           .set_payload(ping->payload());
       last = s.Send({buf, pong.Finish()});
     } else if (h.template_id == wire::PublishDecoder::kTemplateId) {
@@ -128,8 +129,8 @@ TEST(RingServer, BusyPollingClientWakesASleepingServer) {
   o.socket_path = TestSocket("busyclient");
   o.busy_poll = std::chrono::microseconds(1);  // the server sleeps between requests
   ServerThread st(o);
-  auto c = RingClient::Connect(o.socket_path, {.wake = WakeMode::kBusyPoll,
-                                               .spin = std::chrono::microseconds(1)});
+  auto c = RingClient::Connect(o.socket_path,
+                               {.wake = WakeMode::kBusyPoll, .spin = std::chrono::microseconds(1)});
   ASSERT_TRUE(c) << c.error().ToString();
   for (uint64_t i = 1; i <= 200; ++i) {
     ASSERT_EQ(PingPong(**c, i), i);
@@ -150,9 +151,8 @@ TEST(RingServer, ZeroCopySendThroughReserve) {
   (*c)->Commit(static_cast<uint32_t>(n));
   ASSERT_TRUE((*c)->Wait(5s).value_or(false));
   uint64_t got = 0;
-  ASSERT_TRUE((*c)->Poll([&](std::span<const uint8_t> m) {
-    got = wire::PongDecoder::Decode(m)->correlation_id();
-  }));
+  ASSERT_TRUE((*c)->Poll(
+      [&](std::span<const uint8_t> m) { got = wire::PongDecoder::Decode(m)->correlation_id(); }));
   EXPECT_EQ(got, 77u);
 }
 
@@ -322,7 +322,10 @@ TEST(RingServer, StaleSocketIsReplacedLiveOneIsNot) {
   ASSERT_FALSE(twice);
   EXPECT_NE(twice.error().message().find("already listening"), std::string::npos);
   std::string regular = path + ".file";
-  { FILE* f = fopen(regular.c_str(), "w"); fclose(f); }
+  {
+    FILE* f = fopen(regular.c_str(), "w");
+    fclose(f);
+  }
   EXPECT_FALSE(ListenUnix(regular));
   EXPECT_TRUE(std::filesystem::exists(regular));  // never clobbered
   unlink(regular.c_str());

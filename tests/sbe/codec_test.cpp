@@ -34,8 +34,12 @@ void SessionCases() {
   Buf b;
   {
     HelloEncoder e(b.data(), b.size());
-    e.set_protocol_version(1).set_peer_kind(PeerKind::kGateway).set_flags(3).set_pid(4242)
-        .set_max_message(4000).set_client_name("goblin-gateway");
+    e.set_protocol_version(1)
+        .set_peer_kind(PeerKind::kGateway)
+        .set_flags(3)
+        .set_pid(4242)
+        .set_max_message(4000)
+        .set_client_name("goblin-gateway");
     auto d = RoundTrip<HelloDecoder>(b, e.Finish());
     EXPECT_EQ(d.protocol_version(), 1);
     EXPECT_EQ(d.peer_kind(), PeerKind::kGateway);
@@ -46,8 +50,13 @@ void SessionCases() {
   }
   {
     WelcomeEncoder e(b.data(), b.size());
-    e.set_protocol_version(1).set_flags(0x8001).set_server_pid(77).set_client_id(1ull << 40)
-        .set_ring_bytes(4096).set_max_message(4000).set_server_name("goblin-core");
+    e.set_protocol_version(1)
+        .set_flags(0x8001)
+        .set_server_pid(77)
+        .set_client_id(1ull << 40)
+        .set_ring_bytes(4096)
+        .set_max_message(4000)
+        .set_server_name("goblin-core");
     auto d = RoundTrip<WelcomeDecoder>(b, e.Finish());
     EXPECT_EQ(d.flags(), 0x8001);
     EXPECT_EQ(d.server_pid(), 77u);
@@ -97,7 +106,9 @@ void PubSubCases() {
   }
   {
     SubscribeEncoder e(b.data(), b.size());
-    e.set_correlation_id(6).set_kind(SubKind::kPattern).set_action(SubAction::kUnsubscribe)
+    e.set_correlation_id(6)
+        .set_kind(SubKind::kPattern)
+        .set_action(SubAction::kUnsubscribe)
         .set_session_id(3);
     auto g = e.BeginNames();
     for (const char* n : {"a*", "", "b?c"}) g.Next().set_name(std::string_view(n));
@@ -125,7 +136,10 @@ void PubSubCases() {
   }
   {
     MessageEncoder e(b.data(), b.size());
-    e.set_kind(SubKind::kPattern).set_session_id(8).set_pattern("n*").set_channel("news")
+    e.set_kind(SubKind::kPattern)
+        .set_session_id(8)
+        .set_pattern("n*")
+        .set_channel("news")
         .set_payload("p");
     auto d = RoundTrip<MessageDecoder>(b, e.Finish());
     EXPECT_EQ(d.pattern(), "n*");
@@ -187,8 +201,13 @@ void ObjectCases() {
   }
   {
     ObjectInfoEncoder e(b.data(), b.size());
-    e.set_correlation_id(3).set_status(LookupStatus::kFilling).set_object_size(5ull << 30)
-        .set_generation(9).set_created_nanos(11).set_expires_nanos(12).set_metadata("etag: x");
+    e.set_correlation_id(3)
+        .set_status(LookupStatus::kFilling)
+        .set_object_size(5ull << 30)
+        .set_generation(9)
+        .set_created_nanos(11)
+        .set_expires_nanos(12)
+        .set_metadata("etag: x");
     auto d = RoundTrip<ObjectInfoDecoder>(b, e.Finish());
     EXPECT_EQ(d.status(), LookupStatus::kFilling);
     EXPECT_EQ(d.object_size(), 5ull << 30);
@@ -201,10 +220,18 @@ void ObjectCases() {
     LoanEncoder e(b.data(), b.size());
     e.set_correlation_id(4).set_loan_id(77).set_generation(2).set_object_size(1 << 20).set_last(1);
     auto g = e.BeginSegments();
-    g.Next().set_pool(PoolKind::kHead).set_pool_offset(4096).set_object_offset(0)
-        .set_length(262144).set_checksum(0xdeadbeef);
-    g.Next().set_pool(PoolKind::kIo).set_pool_offset(1 << 21).set_object_offset(262144)
-        .set_length(786432).set_checksum(1);
+    g.Next()
+        .set_pool(PoolKind::kHead)
+        .set_pool_offset(4096)
+        .set_object_offset(0)
+        .set_length(262144)
+        .set_checksum(0xdeadbeef);
+    g.Next()
+        .set_pool(PoolKind::kIo)
+        .set_pool_offset(1 << 21)
+        .set_object_offset(262144)
+        .set_length(786432)
+        .set_checksum(1);
     e.set_inline_data("");
     auto d = RoundTrip<LoanDecoder>(b, e.Finish());
     EXPECT_EQ(d.loan_id(), 77u);
@@ -222,8 +249,12 @@ void ObjectCases() {
   }
   {
     PutBeginEncoder e(b.data(), b.size());
-    e.set_correlation_id(5).set_expected_size(UINT64_MAX).set_ttl_nanos(60).set_flags(1)
-        .set_key("obj").set_metadata("m");
+    e.set_correlation_id(5)
+        .set_expected_size(UINT64_MAX)
+        .set_ttl_nanos(60)
+        .set_flags(1)
+        .set_key("obj")
+        .set_metadata("m");
     auto d = RoundTrip<PutBeginDecoder>(b, e.Finish());
     EXPECT_EQ(d.expected_size(), UINT64_MAX);
     EXPECT_EQ(d.ttl_nanos(), 60u);
@@ -257,8 +288,11 @@ void ObjectCases() {
   }
   {
     PutResultEncoder e(b.data(), b.size());
-    e.set_correlation_id(1).set_put_id(6).set_code(ErrorCode::kResourceExhausted)
-        .set_generation(3).set_size(1100);
+    e.set_correlation_id(1)
+        .set_put_id(6)
+        .set_code(ErrorCode::kResourceExhausted)
+        .set_generation(3)
+        .set_size(1100);
     auto d = RoundTrip<PutResultDecoder>(b, e.Finish());
     EXPECT_EQ(d.code(), ErrorCode::kResourceExhausted);
     EXPECT_EQ(d.size(), 1100u);
@@ -292,11 +326,13 @@ TEST(Golden, PingBytes) {
   PingEncoder e(b.data(), b.size());
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
-  std::vector<uint8_t> want = {
-      0x10, 0x00, 0x04, 0x00, 0xc3, 0x1b, 0x00, 0x00,  // blockLength 16, template 4, schema 7107, v0
-      0x01, 0, 0, 0, 0, 0, 0, 0,                       // correlationId
-      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // sendNanos
-      0x02, 0x00, 'h', 'i'};                           // payload: uint16 length + bytes
+  std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
+                               0x1b, 0x00, 0x00,  // blockLength 16, template 4, schema 7107, v0
+                               0x01, 0,    0,    0,    0,
+                               0,    0,    0,  // correlationId
+                               0x08, 0x07, 0x06, 0x05, 0x04,
+                               0x03, 0x02, 0x01,        // sendNanos
+                               0x02, 0x00, 'h',  'i'};  // payload: uint16 length + bytes
   EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + static_cast<long>(n)), want);
 }
 
@@ -310,12 +346,12 @@ TEST(Golden, SubscribeGroupAndVarData) {
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
       0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x00, 0x00,  // blockLength 18, template 12
-      0x05, 0, 0, 0, 0, 0, 0, 0,                       // correlationId
+      0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
-      0x09, 0, 0, 0, 0, 0, 0, 0,                       // sessionId
+      0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId
       0x00, 0x00, 0x02, 0x00,                          // group: blockLength 0, 2 entries
-      0x02, 0, 0, 0, 'a', '*',                         // name (uint32 length)
-      0x01, 0, 0, 0, 'b'};
+      0x02, 0,    0,    0,    'a',  '*',               // name (uint32 length)
+      0x01, 0,    0,    0,    'b'};
   EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + static_cast<long>(n)), want);
 }
 

@@ -16,8 +16,12 @@ using Buf = std::array<uint8_t, 512>;
 TEST(Evolution, NewEncoderOldDecoder) {
   Buf b;
   goblin::evo::v1::OrderEncoder e(b.data(), b.size());
-  e.set_order_id(42).set_qty(7).set_limit(-5).set_side(goblin::evo::v1::Side::kSell)
-      .set_where({.x = 3, .y = -4}).set_tag("blue");
+  e.set_order_id(42)
+      .set_qty(7)
+      .set_limit(-5)
+      .set_side(goblin::evo::v1::Side::kSell)
+      .set_where({.x = 3, .y = -4})
+      .set_tag("blue");
   auto legs = e.BeginLegs();
   legs.Next().set_price(100).set_venue(9).set_note(std::string_view("first"));
   legs.Next().set_price(-200).set_venue(8).set_note(std::string_view("second"));

@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   int count = 4;
   uint64_t size = 16;
   std::chrono::nanoseconds interval = std::chrono::milliseconds(200);
-  ping->add_option("-c,--count", count, "Number of pings")->capture_default_str()->check(CLI::Range(1, 1000000));
+  ping->add_option("-c,--count", count, "Number of pings")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   AddSizeOption(*ping, "-s,--size", &size, "Payload bytes", /*allow_zero=*/true);
   AddDurationOption(*ping, "-i,--interval", &interval, "Pause between pings");
   AddLogLevelOption(app);

@@ -33,8 +33,8 @@ class TscClock {
  public:
   // Measures the TSC rate over `window` (>= 10 ms recommended). Fails if the TSC is not
   // invariant unless `allow_variant` (results are then only as good as the CPU's TSC).
-  static Result<TscClock> Calibrate(std::chrono::milliseconds window = std::chrono::milliseconds(50),
-                                    bool allow_variant = false);
+  static Result<TscClock> Calibrate(
+      std::chrono::milliseconds window = std::chrono::milliseconds(50), bool allow_variant = false);
 
   double ticks_per_ns() const { return ticks_per_ns_; }
   double ToNanos(uint64_t ticks) const { return static_cast<double>(ticks) / ticks_per_ns_; }

@@ -43,7 +43,11 @@ void Log(LogLevel level, std::string_view component, fmt::format_string<Args...>
 
 }  // namespace goblin
 
-#define GOBLIN_LOG_DEBUG(component, ...) ::goblin::Log(::goblin::LogLevel::kDebug, component, __VA_ARGS__)
-#define GOBLIN_LOG_INFO(component, ...) ::goblin::Log(::goblin::LogLevel::kInfo, component, __VA_ARGS__)
-#define GOBLIN_LOG_WARN(component, ...) ::goblin::Log(::goblin::LogLevel::kWarn, component, __VA_ARGS__)
-#define GOBLIN_LOG_ERROR(component, ...) ::goblin::Log(::goblin::LogLevel::kError, component, __VA_ARGS__)
+#define GOBLIN_LOG_DEBUG(component, ...) \
+  ::goblin::Log(::goblin::LogLevel::kDebug, component, __VA_ARGS__)
+#define GOBLIN_LOG_INFO(component, ...) \
+  ::goblin::Log(::goblin::LogLevel::kInfo, component, __VA_ARGS__)
+#define GOBLIN_LOG_WARN(component, ...) \
+  ::goblin::Log(::goblin::LogLevel::kWarn, component, __VA_ARGS__)
+#define GOBLIN_LOG_ERROR(component, ...) \
+  ::goblin::Log(::goblin::LogLevel::kError, component, __VA_ARGS__)

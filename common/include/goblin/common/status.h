@@ -15,20 +15,20 @@ namespace goblin {
 
 enum class StatusCode : uint8_t {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is malformed (bad flag, bad size, bad message)
-  kNotFound,           // a named thing does not exist
-  kAlreadyExists,      // create of something that exists (e.g. a fill lease held by another)
-  kOutOfRange,         // a value or offset beyond what is allowed
-  kResourceExhausted,  // a configured bound was reached (pool full, disk full, limit)
-  kFailedPrecondition, // the system is not in a state to do this (unprepared tier dir)
-  kUnavailable,        // the peer or service is gone or not reachable (retry may help)
-  kTimeout,            // a deadline passed
-  kIoError,            // a system call failed; the message carries errno text
-  kCorruption,         // checksum mismatch, torn record, foreign data
+  kInvalidArgument,     // the caller's input is malformed (bad flag, bad size, bad message)
+  kNotFound,            // a named thing does not exist
+  kAlreadyExists,       // create of something that exists (e.g. a fill lease held by another)
+  kOutOfRange,          // a value or offset beyond what is allowed
+  kResourceExhausted,   // a configured bound was reached (pool full, disk full, limit)
+  kFailedPrecondition,  // the system is not in a state to do this (unprepared tier dir)
+  kUnavailable,         // the peer or service is gone or not reachable (retry may help)
+  kTimeout,             // a deadline passed
+  kIoError,             // a system call failed; the message carries errno text
+  kCorruption,          // checksum mismatch, torn record, foreign data
   kPermissionDenied,
   kUnimplemented,
-  kAborted,            // the operation was cancelled (shutdown, abort)
-  kInternal,           // a bug: an invariant did not hold
+  kAborted,   // the operation was cancelled (shutdown, abort)
+  kInternal,  // a bug: an invariant did not hold
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -83,16 +83,16 @@ inline VoidResult OkResult() { return {}; }
 }  // namespace goblin
 
 // Propagates an error from an expression yielding Result<T>/VoidResult; evaluates to nothing.
-#define GOBLIN_RETURN_IF_ERROR(expr)                     \
-  do {                                                   \
-    auto goblin_r_ = (expr);                             \
+#define GOBLIN_RETURN_IF_ERROR(expr)                                      \
+  do {                                                                    \
+    auto goblin_r_ = (expr);                                              \
     if (!goblin_r_) return std::unexpected(std::move(goblin_r_.error())); \
   } while (0)
 
 // Same, prefixing the error with context (GCC 12's std::expected has no transform_error).
-#define GOBLIN_RETURN_IF_ERROR_CTX(expr, context)                                \
-  do {                                                                           \
-    auto goblin_r_ = (expr);                                                     \
+#define GOBLIN_RETURN_IF_ERROR_CTX(expr, context)                                   \
+  do {                                                                              \
+    auto goblin_r_ = (expr);                                                        \
     if (!goblin_r_) return std::unexpected(goblin_r_.error().WithContext(context)); \
   } while (0)
 
@@ -101,8 +101,8 @@ inline VoidResult OkResult() { return {}; }
 #define GOBLIN_CONCAT_(a, b) GOBLIN_CONCAT_INNER_(a, b)
 #define GOBLIN_ASSIGN_OR_RETURN(lhs, expr) \
   GOBLIN_ASSIGN_OR_RETURN_IMPL_(GOBLIN_CONCAT_(goblin_r_, __LINE__), lhs, expr)
-#define GOBLIN_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)        \
-  auto tmp = (expr);                                         \
+#define GOBLIN_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)       \
+  auto tmp = (expr);                                        \
   if (!tmp) return std::unexpected(std::move(tmp.error())); \
   lhs = std::move(*tmp)
 

@@ -15,12 +15,12 @@ namespace goblin {
 
 struct NumaNode {
   int id = 0;
-  std::vector<int> cpus;          // online CPUs of this node
-  uint64_t mem_total_bytes = 0;   // from nodeN/meminfo (or /proc/meminfo without NUMA)
+  std::vector<int> cpus;         // online CPUs of this node
+  uint64_t mem_total_bytes = 0;  // from nodeN/meminfo (or /proc/meminfo without NUMA)
   uint64_t mem_free_bytes = 0;
   uint64_t hugepages_2m_total = 0;  // HugeTLB 2 MiB pages reserved on this node
   uint64_t hugepages_2m_free = 0;
-  std::vector<int> distances;     // SLIT distances to every node, in node order
+  std::vector<int> distances;  // SLIT distances to every node, in node order
 };
 
 struct Topology {

@@ -59,7 +59,9 @@ class RingChannel {
   int server_doorbell_fd() const { return server_bell_.fd(); }
   int client_doorbell_fd() const { return client_bell_.fd(); }
   // The eventfd this side sleeps on.
-  int my_doorbell_fd() const { return side_ == Side::kServer ? server_bell_.fd() : client_bell_.fd(); }
+  int my_doorbell_fd() const {
+    return side_ == Side::kServer ? server_bell_.fd() : client_bell_.fd();
+  }
 
   // Copies a whole message in as one record of `type` and publishes it.
   SendStatus TrySend(int32_t type, std::span<const uint8_t> msg) {

@@ -131,10 +131,10 @@ class RingServer {
   std::atomic<bool> stop_{false};
   int stop_fd_ = -1;
   uint64_t next_id_ = 1;
-  std::unordered_map<int, Pending> pending_;             // by socket fd
+  std::unordered_map<int, Pending> pending_;  // by socket fd
   std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
-  std::unordered_map<int, uint64_t> fd_to_session_;      // socket and doorbell fds
-  std::vector<Session*> active_;                         // iteration order for polling
+  std::unordered_map<int, uint64_t> fd_to_session_;  // socket and doorbell fds
+  std::vector<Session*> active_;                     // iteration order for polling
   std::vector<uint8_t> scratch_;
   ServerStats stats_;
 };

@@ -18,7 +18,9 @@ class SharedMemory {
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
   SharedMemory(SharedMemory&& o) noexcept
-      : fd_(std::move(o.fd_)), addr_(std::exchange(o.addr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : fd_(std::move(o.fd_)),
+        addr_(std::exchange(o.addr_, nullptr)),
+        size_(std::exchange(o.size_, 0)) {}
   SharedMemory& operator=(SharedMemory&& o) noexcept;
   ~SharedMemory();
 

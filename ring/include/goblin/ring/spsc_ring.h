@@ -46,7 +46,8 @@ struct RingControl {
   std::atomic<uint32_t> producer_waiting;  // producer is (about to be) asleep waiting for space
   uint8_t pad3_[120];
 };
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "shared-memory atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(offsetof(RingControl, tail) == 128);
 static_assert(offsetof(RingControl, head) == 256);
@@ -70,7 +71,10 @@ class RingProducer {
   RingProducer() = default;
   // `capacity` is what the creator set up (never re-read from shared memory).
   RingProducer(RingControl* ctl, uint8_t* data, uint32_t capacity)
-      : ctl_(ctl), data_(data), capacity_(capacity), mask_(capacity - 1),
+      : ctl_(ctl),
+        data_(data),
+        capacity_(capacity),
+        mask_(capacity - 1),
         tail_(ctl->tail.load(std::memory_order_relaxed)),
         head_cache_(ctl->head.load(std::memory_order_acquire)) {}
 
@@ -166,7 +170,10 @@ class RingConsumer {
   RingConsumer() = default;
   // `capacity` is what the creator set up (never re-read from shared memory).
   RingConsumer(RingControl* ctl, uint8_t* data, uint32_t capacity)
-      : ctl_(ctl), data_(data), capacity_(capacity), mask_(capacity - 1),
+      : ctl_(ctl),
+        data_(data),
+        capacity_(capacity),
+        mask_(capacity - 1),
         head_(ctl->head.load(std::memory_order_relaxed)) {}
 
   // True when at least one record (or padding) is published and not yet consumed.
@@ -195,7 +202,8 @@ class RingConsumer {
       std::memcpy(&type, data_ + offset + 4, 4);
       uint64_t left = tail - pos;
       uint32_t to_end = capacity_ - offset;
-      if (length < static_cast<int32_t>(kRecordHeaderSize) || static_cast<uint32_t>(length) > to_end) {
+      if (length < static_cast<int32_t>(kRecordHeaderSize) ||
+          static_cast<uint32_t>(length) > to_end) {
         r.corrupt = true;
         break;
       }

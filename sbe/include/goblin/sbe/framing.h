@@ -11,7 +11,9 @@ namespace goblin::sbe {
 
 inline constexpr size_t kFrameHeaderSize = 4;
 
-inline void WriteFrameHeader(uint8_t* p, uint32_t message_length) { Store<uint32_t>(p, message_length); }
+inline void WriteFrameHeader(uint8_t* p, uint32_t message_length) {
+  Store<uint32_t>(p, message_length);
+}
 
 struct FrameSplit {
   enum class Kind : uint8_t {

@@ -98,11 +98,11 @@ inline constexpr uint16_t kMaxSections = 16;
 
 enum class DecodeError : uint8_t {
   kNone = 0,
-  kTruncated,        // the buffer ends before the message does
-  kWrongSchema,      // schema id differs
-  kWrongTemplate,    // template id differs from the decoder's
-  kShortBlock,       // blockLength smaller than the fields of the acting version need
-  kTooDeep,          // nesting beyond kMaxNesting
+  kTruncated,      // the buffer ends before the message does
+  kWrongSchema,    // schema id differs
+  kWrongTemplate,  // template id differs from the decoder's
+  kShortBlock,     // blockLength smaller than the fields of the acting version need
+  kTooDeep,        // nesting beyond kMaxNesting
 };
 
 std::string_view DecodeErrorName(DecodeError e);
@@ -150,8 +150,9 @@ inline size_t WalkSections(const BlockDesc& desc, const uint8_t* buf, size_t siz
         *err = DecodeError::kTruncated;
         return SIZE_MAX;
       }
-      uint64_t len = ls == 1 ? Load<uint8_t>(buf + pos)
-                             : ls == 2 ? Load<uint16_t>(buf + pos) : Load<uint32_t>(buf + pos);
+      uint64_t len = ls == 1   ? Load<uint8_t>(buf + pos)
+                     : ls == 2 ? Load<uint16_t>(buf + pos)
+                               : Load<uint32_t>(buf + pos);
       pos += ls;
       if (size - pos < len) {
         *err = DecodeError::kTruncated;
@@ -167,8 +168,9 @@ inline size_t WalkSections(const BlockDesc& desc, const uint8_t* buf, size_t siz
 inline std::string_view ReadData(const uint8_t* buf, size_t pos, SectionKind kind) {
   if (pos == SIZE_MAX) return {};
   size_t ls = DataLengthSize(kind);
-  size_t len = ls == 1 ? Load<uint8_t>(buf + pos)
-                       : ls == 2 ? Load<uint16_t>(buf + pos) : Load<uint32_t>(buf + pos);
+  size_t len = ls == 1   ? Load<uint8_t>(buf + pos)
+               : ls == 2 ? Load<uint16_t>(buf + pos)
+                         : Load<uint32_t>(buf + pos);
   return {reinterpret_cast<const char*>(buf + pos + ls), len};
 }
 
@@ -306,12 +308,18 @@ inline void WriteData(EncoderState& st, SectionKind kind, const void* data, size
 
 inline std::string_view DecodeErrorName(DecodeError e) {
   switch (e) {
-    case DecodeError::kNone: return "none";
-    case DecodeError::kTruncated: return "truncated message";
-    case DecodeError::kWrongSchema: return "wrong schema id";
-    case DecodeError::kWrongTemplate: return "wrong template id";
-    case DecodeError::kShortBlock: return "block length too short for the acting version";
-    case DecodeError::kTooDeep: return "groups nested too deeply";
+    case DecodeError::kNone:
+      return "none";
+    case DecodeError::kTruncated:
+      return "truncated message";
+    case DecodeError::kWrongSchema:
+      return "wrong schema id";
+    case DecodeError::kWrongTemplate:
+      return "wrong template id";
+    case DecodeError::kShortBlock:
+      return "block length too short for the acting version";
+    case DecodeError::kTooDeep:
+      return "groups nested too deeply";
   }
   return "unknown decode error";
 }
@@ -319,7 +327,8 @@ inline std::string_view DecodeErrorName(DecodeError e) {
 // Trims a fixed-length char array at its first NUL.
 inline std::string_view FixedString(const uint8_t* p, size_t n) {
   const void* z = std::memchr(p, 0, n);
-  return {reinterpret_cast<const char*>(p), z ? static_cast<size_t>(static_cast<const uint8_t*>(z) - p) : n};
+  return {reinterpret_cast<const char*>(p),
+          z ? static_cast<size_t>(static_cast<const uint8_t*>(z) - p) : n};
 }
 
 }  // namespace goblin::sbe

@@ -1,0 +1,152 @@
+// goblin-core as a real process: the goblin CLI and libgoblin talk to it over the ring
+// plane; bad flags, unserved requests, client death and shutdown behave as documented.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+
+#include "goblin/client/connection.h"
+#include "goblin/ring/client.h"
+#include "goblin/wire/goblin_wire.h"
+#include "tests/system/process.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Process;
+using test::RunCommand;
+
+struct Core {
+  explicit Core(const std::string& tag, std::vector<std::string> extra = {})
+      : sock(fmt::format("{}/core-{}-{}.sock", test::TmpDir(), tag, getpid())),
+        log(fmt::format("{}/core-{}-{}.log", test::TmpDir(), tag, getpid())),
+        proc([&] {
+          std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock};
+          argv.insert(argv.end(), extra.begin(), extra.end());
+          return argv;
+        }(), log) {
+    EXPECT_TRUE(test::WaitForPath(sock, 10s)) << proc.Output();
+  }
+  std::string sock, log;
+  Process proc;
+};
+
+TEST(CoreSystem, CliPingsTheCore) {
+  Core core("cliping");
+  auto [rc, out] = RunCommand({GOBLIN_CLI_BIN, "--target", "unix:" + core.sock, "ping", "-c", "5",
+                               "-i", "1ms", "-s", "100"},
+                              core.log + ".cli");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("pong seq=5"), std::string::npos) << out;
+  EXPECT_NE(out.find("5 pings: min/avg/max"), std::string::npos) << out;
+  EXPECT_NE(out.find("100-byte payload"), std::string::npos) << out;
+}
+
+TEST(CoreSystem, LibgoblinPingsAndReportsOversize) {
+  Core core("lib");
+  auto c = client::Connection::Open("unix:" + core.sock);
+  ASSERT_TRUE(c) << c.error().ToString();
+  for (int i = 0; i < 100; ++i) {
+    auto rtt = (*c)->Ping("x");
+    ASSERT_TRUE(rtt) << rtt.error().ToString();
+    EXPECT_GT(rtt->count(), 0);
+  }
+  auto big = (*c)->Ping(std::string(5000, 'y'));  // cannot fit a 4 KiB ring
+  ASSERT_FALSE(big);
+  EXPECT_NE(big.error().message().find("does not fit"), std::string::npos);
+  EXPECT_TRUE((*c)->Ping("still fine"));
+  EXPECT_EQ((*c)->server_pid(), static_cast<uint32_t>(core.proc.pid()));
+}
+
+TEST(CoreSystem, UnservedRequestGetsAnErrorNamingIt) {
+  Core core("unserved");
+  auto c = ring::RingClient::Connect(core.sock, {});
+  ASSERT_TRUE(c);
+  uint8_t buf[256];
+  wire::ObjectGetEncoder get(buf, sizeof buf);
+  size_t n = get.set_correlation_id(42).set_key("k").Finish();
+  ASSERT_TRUE((*c)->Send({buf, n}, 5s));
+  ASSERT_TRUE((*c)->Wait(5s).value_or(false));
+  std::string text;
+  uint64_t corr = 0;
+  ASSERT_TRUE((*c)->Poll([&](std::span<const uint8_t> m) {
+    auto e = wire::ErrorDecoder::Decode(m);
+    ASSERT_TRUE(e);
+    text = std::string(e->text());
+    corr = e->correlation_id();
+    EXPECT_EQ(e->code(), wire::ErrorCode::kUnimplemented);
+  }));
+  EXPECT_EQ(corr, 42u);
+  EXPECT_NE(text.find("ObjectGet"), std::string::npos) << text;
+  // A message that is not SBE at all: an error, and the session survives.
+  uint8_t junk[16] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE((*c)->Send({junk, sizeof junk}, 5s));
+  ASSERT_TRUE((*c)->Wait(5s).value_or(false));
+  ASSERT_TRUE((*c)->Poll([&](std::span<const uint8_t> m) { EXPECT_TRUE(wire::ErrorDecoder::Decode(m)); }));
+  auto again = client::Connection::Open(core.sock);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE((*again)->Ping());
+}
+
+TEST(CoreSystem, KilledClientDoesNotDisturbTheCore) {
+  Core core("killclient");
+  for (int i = 0; i < 3; ++i) {
+    Process pinger({GOBLIN_CLI_BIN, "--target", core.sock, "ping", "-c", "1000", "-i", "1ms"},
+                   core.log + ".pinger");
+    std::this_thread::sleep_for(50ms);
+    pinger.Signal(SIGKILL);
+    EXPECT_EQ(pinger.Wait(5s), 128 + SIGKILL);
+  }
+  auto c = client::Connection::Open(core.sock);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE((*c)->Ping());
+  EXPECT_EQ(core.proc.Wait(10ms), -1);  // still running
+}
+
+TEST(CoreSystem, SigtermStopsCleanlyAndRemovesTheSocket) {
+  Core core("sigterm");
+  auto c = client::Connection::Open(core.sock);
+  ASSERT_TRUE(c);
+  core.proc.Signal(SIGTERM);
+  EXPECT_EQ(core.proc.Wait(10s), 0) << core.proc.Output();
+  EXPECT_NE(core.proc.Output().find("shutting down"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(core.sock));
+  auto r = (*c)->Ping();
+  ASSERT_FALSE(r);  // the client sees the core gone
+}
+
+TEST(CoreSystem, BadFlagsGiveOneClearMessage) {
+  std::string log = test::TmpDir() + "/badflags.log";
+  auto [rc1, out1] = RunCommand({GOBLIN_CORE_BIN, "--ring-bytes", "5000"}, log);
+  EXPECT_EQ(rc1, 1);
+  EXPECT_NE(out1.find("power of two"), std::string::npos) << out1;
+  auto [rc2, out2] = RunCommand({GOBLIN_CORE_BIN, "--ring-bytes", "12Q"}, log);
+  EXPECT_EQ(rc2, 2);
+  EXPECT_NE(out2.find("unknown unit"), std::string::npos) << out2;
+  auto [rc3, out3] = RunCommand({GOBLIN_CORE_BIN, "--no-such-flag"}, log);
+  EXPECT_EQ(rc3, 2);
+  EXPECT_NE(out3.find("--no-such-flag"), std::string::npos) << out3;
+  auto [rc4, out4] = RunCommand({GOBLIN_CORE_BIN, "--numa", "99", "--listen-unix", log + ".sock"}, log);
+  EXPECT_EQ(rc4, 1);
+  EXPECT_NE(out4.find("no such node"), std::string::npos) << out4;
+  auto [rc5, out5] = RunCommand({GOBLIN_CLI_BIN, "--target", "unix:/nonexistent/x.sock", "ping"}, log);
+  EXPECT_EQ(rc5, 1);
+  EXPECT_NE(out5.find("cannot connect"), std::string::npos) << out5;
+  auto [rc6, out6] = RunCommand({GOBLIN_CLI_BIN, "--target", "tcp:1.2.3.4", "ping"}, log);
+  EXPECT_EQ(rc6, 1);
+  EXPECT_NE(out6.find("neither unix:PATH"), std::string::npos) << out6;
+}
+
+TEST(CoreSystem, SecondCoreOnTheSameSocketIsRefused) {
+  Core core("twice");
+  auto [rc, out] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", core.sock}, core.log + ".2");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("already listening"), std::string::npos) << out;
+  auto c = client::Connection::Open(core.sock);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE((*c)->Ping());  // the first one was not disturbed
+}
+
+}  // namespace
+}  // namespace goblin

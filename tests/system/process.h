@@ -1,0 +1,99 @@
+// Test helper: runs the project's executables as child processes with captured output,
+// bounded waits, and a kill on destruction so nothing outlives a failing test.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace goblin::test {
+
+inline std::string TmpDir() {
+  const char* d = std::getenv("GOBLIN_TEST_TMPDIR");
+  std::string dir = d ? d : "/tmp";
+  return dir;
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class Process {
+ public:
+  // Starts argv[0] with stdout+stderr to `log_path`.
+  Process(std::vector<std::string> argv, std::string log_path) : log_(std::move(log_path)) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  Process(const Process&) = delete;
+  ~Process() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  void Signal(int sig) const { kill(pid_, sig); }
+  // Waits up to `timeout` for exit; returns the exit code, 128+signal, or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return -1;
+  }
+  std::string Output() const { return ReadAll(log_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string log_;
+};
+
+// Runs a command to completion (bounded) and returns {exit code, output}.
+inline std::pair<int, std::string> RunCommand(std::vector<std::string> argv, const std::string& log,
+                                              std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  Process p(std::move(argv), log);
+  int rc = p.Wait(timeout);
+  return {rc, p.Output()};
+}
+
+inline bool WaitForPath(const std::string& path, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  struct stat st {};
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (stat(path.c_str(), &st) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+}  // namespace goblin::test
