@@ -2,11 +2,12 @@
 #   Release  -O2 -march=${GOBLIN_ARCH}, assertions off
 #   Debug    -O0 -g
 #   Asan     -O1 -g, AddressSanitizer + UndefinedBehaviorSanitizer, every UB report fatal
+#   Tsan     -O1 -g, ThreadSanitizer (the threaded parts: rings, server loop)
 #   Fuzz     (with GOBLIN_FUZZ_ONLY, clang) libFuzzer + ASan + UBSan
 if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
 endif()
-set_property(CACHE CMAKE_BUILD_TYPE PROPERTY STRINGS Release Debug Asan Fuzz RelWithDebInfo)
+set_property(CACHE CMAKE_BUILD_TYPE PROPERTY STRINGS Release Debug Asan Tsan Fuzz RelWithDebInfo)
 
 find_program(GOBLIN_CCACHE ccache)
 if(GOBLIN_CCACHE)
@@ -23,12 +24,20 @@ set(CMAKE_EXE_LINKER_FLAGS_ASAN "${_san}")
 set(CMAKE_SHARED_LINKER_FLAGS_ASAN "${_san}")
 # clang 16 implements what libstdc++ 12's <expected> needs (P0848) but still advertises the
 # older __cpp_concepts value, which hides std::expected; raise it for the Fuzz build only.
+set(_tsan "-fsanitize=thread -fno-omit-frame-pointer")
+set(CMAKE_CXX_FLAGS_TSAN "-O1 -g ${_tsan}")
+set(CMAKE_C_FLAGS_TSAN "-O1 -g ${_tsan}")
+set(CMAKE_EXE_LINKER_FLAGS_TSAN "${_tsan}")
+set(CMAKE_SHARED_LINKER_FLAGS_TSAN "${_tsan}")
 set(CMAKE_CXX_FLAGS_FUZZ
     "-O1 -g ${_san} -fsanitize=fuzzer-no-link -D__cpp_concepts=202002L -Wno-macro-redefined")
 set(CMAKE_C_FLAGS_FUZZ "-O1 -g ${_san} -fsanitize=fuzzer-no-link")
 set(CMAKE_EXE_LINKER_FLAGS_FUZZ "${_san}")
 
 add_compile_options(-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+if(CMAKE_BUILD_TYPE STREQUAL "Tsan" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-Wno-tsan)  # TSan does not model fences; our data is ordered by acquire/release
+endif()
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # GCC 12's -Wmaybe-uninitialized is noisy on std::expected at -O1/-O2.
   add_compile_options(-Wno-maybe-uninitialized)

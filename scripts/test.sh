@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is needed, builds Release, the ASan+UBSan build
-# and the libFuzzer build, and runs the whole test suite in each. Exit status is non-zero
-# when anything fails. Build trees: build/release, build/asan, build/fuzz.
+# The README's test command: installs what is needed, builds Release, the ASan+UBSan build,
+# the ThreadSanitizer build and the libFuzzer build, and runs the test suite in each (the
+# TSan build runs the threaded parts: rings, server loop, system tests). Exit status is
+# non-zero when anything fails. Build trees: build/release, build/asan, build/tsan, build/fuzz.
 #   GOBLIN_TEST_SKIP_DEPS=1   do not call scripts/install-deps.sh
-#   GOBLIN_TEST_BUILDS="release asan fuzz"   which builds to make and test
+#   GOBLIN_TEST_BUILDS="release asan tsan fuzz"   which builds to make and test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 [[ ${GOBLIN_TEST_SKIP_DEPS:-0} == 1 ]] || ./scripts/install-deps.sh
-builds=${GOBLIN_TEST_BUILDS:-release asan fuzz}
+builds=${GOBLIN_TEST_BUILDS:-release asan tsan fuzz}
 jobs=$(nproc)
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 # Tests get their own scratch space (sockets, tier directories) under build/; cleaned first.
 export GOBLIN_TEST_TMPDIR=$root/build/test-tmp
 rm -rf "$GOBLIN_TEST_TMPDIR"; mkdir -p "$GOBLIN_TEST_TMPDIR"
@@ -52,6 +54,10 @@ for b in $builds; do
       configure build/asan -DCMAKE_BUILD_TYPE=Asan -DGOBLIN_BUILD_BENCH=OFF
       echo "== build (asan+ubsan)"; cmake --build build/asan -j"$jobs"
       run_ctest asan build/asan -LE slow ;;
+    tsan)
+      configure build/tsan -DCMAKE_BUILD_TYPE=Tsan -DGOBLIN_BUILD_BENCH=OFF
+      echo "== build (tsan)"; cmake --build build/tsan -j"$jobs"
+      run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem' ;;
     fuzz)
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
       echo "== build (libFuzzer)"; cmake --build build/fuzz -j"$jobs"

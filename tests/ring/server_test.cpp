@@ -66,7 +66,9 @@ struct ServerThread {
     server = std::move(*s);
     thread = std::thread([this] { EXPECT_TRUE(server->Run()); });
   }
-  ~ServerThread() {
+  ~ServerThread() { StopAndJoin(); }
+  void StopAndJoin() {
+    if (!thread.joinable()) return;
     server->Stop();
     thread.join();
   }
@@ -136,6 +138,7 @@ TEST(RingServer, BusyPollingClientWakesASleepingServer) {
     ASSERT_EQ(PingPong(**c, i), i);
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // let the server fall asleep
   }
+  st.StopAndJoin();  // the stats belong to the loop thread
   EXPECT_GT(st.server->stats().sleeps, 0u);
 }
 
@@ -297,6 +300,7 @@ TEST(RingServer, SlowClientFillsItsBoundedQueue) {
     ASSERT_TRUE(r);
     if (*r == 0 && !(*c)->Wait(20ms).value_or(false)) break;
   }
+  st.StopAndJoin();  // the outcomes belong to the loop thread
   int sent = 0, queued = 0, over = 0;
   for (auto oc : st.handler.outcomes) {
     sent += oc == SendOutcome::kSent;
