@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   # toolchain and build
   build-essential cmake ninja-build ccache pkg-config git python3
-  clang-16 libclang-rt-16-dev clang-format clang-tidy  # clang-16: the libFuzzer build
+  clang-16 libclang-rt-16-dev clang-tidy-16 clang-format  # clang-16: libFuzzer build, tidy
   # RDMA: rdma-core user space, Soft-RoCE provider, UCX
   libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers rdmacm-utils
   libucx-dev ucx-utils

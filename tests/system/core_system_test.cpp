@@ -21,11 +21,13 @@ struct Core {
   explicit Core(const std::string& tag, std::vector<std::string> extra = {})
       : sock(fmt::format("{}/core-{}-{}.sock", test::TmpDir(), tag, getpid())),
         log(fmt::format("{}/core-{}-{}.log", test::TmpDir(), tag, getpid())),
-        proc([&] {
-          std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock};
-          argv.insert(argv.end(), extra.begin(), extra.end());
-          return argv;
-        }(), log) {
+        proc(
+            [&] {
+              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock};
+              argv.insert(argv.end(), extra.begin(), extra.end());
+              return argv;
+            }(),
+            log) {
     EXPECT_TRUE(test::WaitForPath(sock, 10s)) << proc.Output();
   }
   std::string sock, log;
@@ -83,7 +85,8 @@ TEST(CoreSystem, UnservedRequestGetsAnErrorNamingIt) {
   uint8_t junk[16] = {1, 2, 3, 4, 5, 6, 7, 8};
   ASSERT_TRUE((*c)->Send({junk, sizeof junk}, 5s));
   ASSERT_TRUE((*c)->Wait(5s).value_or(false));
-  ASSERT_TRUE((*c)->Poll([&](std::span<const uint8_t> m) { EXPECT_TRUE(wire::ErrorDecoder::Decode(m)); }));
+  ASSERT_TRUE(
+      (*c)->Poll([&](std::span<const uint8_t> m) { EXPECT_TRUE(wire::ErrorDecoder::Decode(m)); }));
   auto again = client::Connection::Open(core.sock);
   ASSERT_TRUE(again);
   EXPECT_TRUE((*again)->Ping());
@@ -127,10 +130,12 @@ TEST(CoreSystem, BadFlagsGiveOneClearMessage) {
   auto [rc3, out3] = RunCommand({GOBLIN_CORE_BIN, "--no-such-flag"}, log);
   EXPECT_EQ(rc3, 2);
   EXPECT_NE(out3.find("--no-such-flag"), std::string::npos) << out3;
-  auto [rc4, out4] = RunCommand({GOBLIN_CORE_BIN, "--numa", "99", "--listen-unix", log + ".sock"}, log);
+  auto [rc4, out4] =
+      RunCommand({GOBLIN_CORE_BIN, "--numa", "99", "--listen-unix", log + ".sock"}, log);
   EXPECT_EQ(rc4, 1);
   EXPECT_NE(out4.find("no such node"), std::string::npos) << out4;
-  auto [rc5, out5] = RunCommand({GOBLIN_CLI_BIN, "--target", "unix:/nonexistent/x.sock", "ping"}, log);
+  auto [rc5, out5] =
+      RunCommand({GOBLIN_CLI_BIN, "--target", "unix:/nonexistent/x.sock", "ping"}, log);
   EXPECT_EQ(rc5, 1);
   EXPECT_NE(out5.find("cannot connect"), std::string::npos) << out5;
   auto [rc6, out6] = RunCommand({GOBLIN_CLI_BIN, "--target", "tcp:1.2.3.4", "ping"}, log);

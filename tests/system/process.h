@@ -79,8 +79,9 @@ class Process {
 };
 
 // Runs a command to completion (bounded) and returns {exit code, output}.
-inline std::pair<int, std::string> RunCommand(std::vector<std::string> argv, const std::string& log,
-                                              std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+inline std::pair<int, std::string> RunCommand(
+    std::vector<std::string> argv, const std::string& log,
+    std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   Process p(std::move(argv), log);
   int rc = p.Wait(timeout);
   return {rc, p.Output()};
