@@ -150,15 +150,7 @@ size_t RingServer::PollRings() {
     Session* s = active_[i];
     if (s->closing_) continue;
     if (s->queued_bytes() > 0) s->DrainOutput();
-    PollResult r = s->channel_.Poll(
-        [&](int32_t, std::span<const uint8_t> payload) {
-          if (s->closing_) return;
-          // Trust boundary: copy out of shared memory before parsing.
-          std::memcpy(scratch_.data(), payload.data(), payload.size());
-          ++stats_.messages;
-          handler_->OnMessage(*s, {scratch_.data(), payload.size()});
-        },
-        kPollBatch);
+    PollResult r = Deliver(*s, kPollBatch);
     if (r.corrupt) {
       ++stats_.corrupt;
       GOBLIN_LOG_WARN(kLog, "client {} ({}, pid {}) corrupted its ring; dropping it", s->id_,
@@ -168,6 +160,18 @@ size_t RingServer::PollRings() {
     total += r.records;
   }
   return total;
+}
+
+PollResult RingServer::Deliver(Session& s, size_t max) {
+  return s.channel_.Poll(
+      [&](int32_t, std::span<const uint8_t> payload) {
+        if (s.closing_) return;
+        // Trust boundary: copy out of shared memory before parsing.
+        std::memcpy(scratch_.data(), payload.data(), payload.size());
+        ++stats_.messages;
+        handler_->OnMessage(s, {scratch_.data(), payload.size()});
+      },
+      max);
 }
 
 void RingServer::HandleEvents(int timeout_ms) {
@@ -198,14 +202,8 @@ void RingServer::HandleEvents(int timeout_ms) {
       }
       if (!r && r.error().code() == StatusCode::kTimeout) continue;
       // Deliver what it published before it left, then drop it.
-      if (!s.closing_) {
-        s.channel_.Poll([&](int32_t, std::span<const uint8_t> payload) {
-          if (s.closing_) return;
-          std::memcpy(scratch_.data(), payload.data(), payload.size());
-          ++stats_.messages;
-          handler_->OnMessage(s, {scratch_.data(), payload.size()});
-        });
-      }
+      if (!s.closing_) Deliver(s, SIZE_MAX);
+
       s.closing_ = true;
     }
   }

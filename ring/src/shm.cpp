@@ -24,6 +24,16 @@ SharedMemory::~SharedMemory() {
   if (addr_ != nullptr) munmap(addr_, size_);
 }
 
+Result<SharedMemory> SharedMemory::MapShared(UniqueFd fd, size_t size) {
+  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  if (addr == MAP_FAILED) return ErrnoErr("mmap(memfd)", errno);
+  SharedMemory m;
+  m.fd_ = std::move(fd);
+  m.addr_ = addr;
+  m.size_ = size;
+  return m;
+}
+
 Result<SharedMemory> SharedMemory::Create(const char* name, size_t size) {
   UniqueFd fd(memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return ErrnoErr("memfd_create", errno);
@@ -33,13 +43,7 @@ Result<SharedMemory> SharedMemory::Create(const char* name, size_t size) {
   if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return ErrnoErr("fcntl(F_ADD_SEALS)", errno);
   }
-  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
-  if (addr == MAP_FAILED) return ErrnoErr("mmap(memfd)", errno);
-  SharedMemory m;
-  m.fd_ = std::move(fd);
-  m.addr_ = addr;
-  m.size_ = size;
-  return m;
+  return MapShared(std::move(fd), size);
 }
 
 Result<SharedMemory> SharedMemory::Map(UniqueFd fd, size_t size) {
@@ -53,13 +57,7 @@ Result<SharedMemory> SharedMemory::Map(UniqueFd fd, size_t size) {
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     return Err(StatusCode::kFailedPrecondition, "shared memory is not sealed against shrinking");
   }
-  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
-  if (addr == MAP_FAILED) return ErrnoErr("mmap(memfd)", errno);
-  SharedMemory m;
-  m.fd_ = std::move(fd);
-  m.addr_ = addr;
-  m.size_ = size;
-  return m;
+  return MapShared(std::move(fd), size);
 }
 
 Result<EventFd> EventFd::Create() {

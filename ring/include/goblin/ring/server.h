@@ -119,6 +119,9 @@ class RingServer {
   void ReadHandshake(int fd);
   void Reject(int sock, uint16_t code, std::string_view text);
   size_t PollRings();
+  // Hands up to `max` of the session's records to the handler, each copied out of shared
+  // memory first.
+  PollResult Deliver(Session& s, size_t max);
   void HandleEvents(int timeout_ms);
   void CloseSession(uint64_t id);
   void CloseMarked();

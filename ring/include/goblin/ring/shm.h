@@ -34,6 +34,8 @@ class SharedMemory {
   int fd() const { return fd_.get(); }
 
  private:
+  static Result<SharedMemory> MapShared(UniqueFd fd, size_t size);
+
   UniqueFd fd_;
   void* addr_ = nullptr;
   size_t size_ = 0;
