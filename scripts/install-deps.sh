@@ -16,7 +16,7 @@ PKGS=(
   # protocols and RPC
   libnghttp2-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   # libraries we choose
-  libfmt-dev libspdlog-dev libcli11-dev libssl-dev libxxhash-dev libcurl4-openssl-dev
+  libfmt-dev libspdlog-dev libcli11-dev libssl-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools varnish nginx curl wrk procps iproute2 python3-redis

@@ -12,6 +12,8 @@
 #include "goblin/common/units.h"
 #include "goblin/core/core_service.h"
 #include "goblin/ring/server.h"
+#include "goblin/store/head_pool.h"
+#include "goblin/store/tier_dir.h"
 
 namespace {
 
@@ -49,7 +51,30 @@ int main(int argc, char** argv) {
   app.add_option("--wake", wake, "spin (spin, then sleep on doorbells) or busy (never sleep)")
       ->check(CLI::IsMember({"spin", "busy"}))
       ->capture_default_str();
-  app.add_option("--numa", numa, "Run on this NUMA node's CPUs");
+  store::PoolOptions pool_opts;
+  pool_opts.memory = 256ull << 20;
+  pool_opts.block = 256 << 10;
+  uint64_t ram_head = 256 << 10;
+  std::string hugepages = "auto";
+  bool no_promotion = false;
+  std::string ssd_dir, hdd_dir, prepare_dir;
+  uint64_t ssd_prefix = 0;
+  AddSizeOption(app, "--memory", &pool_opts.memory, "Head pool size (RAM for object heads)");
+  AddSizeOption(app, "--block", &pool_opts.block, "Head pool allocation block (power of two)");
+  AddSizeOption(app, "--ram-head", &ram_head, "Bytes of each object kept in RAM (<= --block)");
+  app.add_option("--hugepages", hugepages,
+                 "auto (HugeTLB, else THP, else 4K), on (HugeTLB or fail), off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_flag("--no-numa-promotion", no_promotion,
+               "Keep head pages where they are: strict binding, no migration");
+  app.add_option("--ssd-dir", ssd_dir, "First disk tier (a directory made with --prepare)");
+  app.add_option("--hdd-dir", hdd_dir, "Second disk tier (a directory made with --prepare)");
+  AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
+                "With both tiers: bytes after the head that go to the first tier", true);
+  app.add_option("--prepare", prepare_dir,
+                 "Mark DIR (empty or new) as a Goblin disk tier, then exit");
+  app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3); overrides --numa");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -67,6 +92,33 @@ int main(int argc, char** argv) {
   if (ring_bytes > max_ring_bytes) {
     return Fail(
         Status(StatusCode::kInvalidArgument, "--ring-bytes is larger than --max-ring-bytes"));
+  }
+
+  if (!prepare_dir.empty()) {
+    auto id = store::PrepareTier(prepare_dir);
+    if (!id) return Fail(id.error());
+    std::printf("goblin-core: %s is a Goblin disk tier (id %s)\n", prepare_dir.c_str(),
+                id->IdString().c_str());
+    return 0;
+  }
+  if (ram_head > pool_opts.block) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       fmt::format("--ram-head {} is larger than --block {}", FormatSize(ram_head),
+                                   FormatSize(pool_opts.block))));
+  }
+  if (!hdd_dir.empty() && ssd_dir.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument, "--hdd-dir needs --ssd-dir (the first tier)"));
+  }
+  if (ssd_prefix > 0 && hdd_dir.empty()) {
+    return Fail(
+        Status(StatusCode::kInvalidArgument, "--ssd-prefix needs both --ssd-dir and --hdd-dir"));
+  }
+  std::vector<store::TierDir> tiers;
+  for (const std::string& dir : {ssd_dir, hdd_dir}) {
+    if (dir.empty()) continue;
+    auto t = store::TierDir::Open(dir);
+    if (!t) return Fail(t.error());
+    tiers.push_back(std::move(*t));
   }
 
   auto topo = ProbeTopology();
@@ -89,9 +141,26 @@ int main(int argc, char** argv) {
     if (auto r = PinCurrentThread(pin); !r) return Fail(r.error());
   }
 
+  pool_opts.numa_node = numa;
+  pool_opts.hugepages = *store::ParseHugePages(hugepages);
+  pool_opts.allow_promotion = !no_promotion;
+  auto pool = store::HeadPool::Create(pool_opts);
+  if (!pool) return Fail(pool.error().WithContext("head pool"));
+
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error());
 
+  GOBLIN_LOG_INFO(kLog, "head pool: {} ({} blocks of {}, heads up to {}), {}, {}, node {}",
+                  FormatSize((*pool)->size()), (*pool)->stats().blocks_total,
+                  FormatSize((*pool)->block_size()), FormatSize(ram_head),
+                  store::BackingName((*pool)->backing()),
+                  (*pool)->locked() ? "locked" : "not locked",
+                  numa >= 0 ? std::to_string(numa) : std::string("any"));
+  for (const auto& t : tiers) {
+    GOBLIN_LOG_INFO(kLog, "disk tier {} (id {}) opened", t.path(), t.identity().IdString());
+  }
+  GOBLIN_LOG_INFO(kLog,
+                  "objects are not served yet: the store's index and tail I/O are still to come");
   core::CoreService service;
   auto server = ring::RingServer::Listen(opts, &service);
   if (!server) return Fail(server.error());

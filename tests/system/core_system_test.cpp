@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "goblin/client/connection.h"
 #include "goblin/ring/client.h"
@@ -23,7 +24,9 @@ struct Core {
         log(fmt::format("{}/core-{}-{}.log", test::TmpDir(), tag, getpid())),
         proc(
             [&] {
-              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock};
+              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock,
+                                            "--memory",      "16M",           "--block",
+                                            "64K",           "--ram-head",    "64K"};
               argv.insert(argv.end(), extra.begin(), extra.end());
               return argv;
             }(),
@@ -143,9 +146,71 @@ TEST(CoreSystem, BadFlagsGiveOneClearMessage) {
   EXPECT_NE(out6.find("neither unix:PATH"), std::string::npos) << out6;
 }
 
+TEST(CoreSystem, TiersMustBePreparedAndAreNeverShared) {
+  std::string base = fmt::format("{}/tiers-{}", test::TmpDir(), getpid());
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/foreign");
+  { std::ofstream(base + "/foreign/keep.txt") << "not goblin's"; }
+  std::string log = base + ".log";
+  // A foreign directory is refused and left alone.
+  auto [rc1, out1] = RunCommand({GOBLIN_CORE_BIN, "--prepare", base + "/foreign"}, log);
+  EXPECT_EQ(rc1, 1);
+  EXPECT_NE(out1.find("not empty"), std::string::npos) << out1;
+  EXPECT_TRUE(std::filesystem::exists(base + "/foreign/keep.txt"));
+  // An unprepared tier is refused at start with the command that fixes it.
+  auto [rc2, out2] =
+      RunCommand({GOBLIN_CORE_BIN, "--listen-unix", base + "/x.sock", "--memory", "8M", "--block",
+                  "64K", "--ram-head", "64K", "--ssd-dir", base + "/ssd"},
+                 log);
+  EXPECT_EQ(rc2, 1);
+  EXPECT_NE(out2.find("No such file"), std::string::npos) << out2;
+  auto [rc3, out3] = RunCommand({GOBLIN_CORE_BIN, "--prepare", base + "/ssd"}, log);
+  EXPECT_EQ(rc3, 0) << out3;
+  EXPECT_NE(out3.find("is a Goblin disk tier"), std::string::npos) << out3;
+  // Prepared: the core starts, and a second core on the same tier is refused.
+  Core core("tier", {"--ssd-dir", base + "/ssd"});
+  EXPECT_NE(core.proc.Output().find("disk tier"), std::string::npos) << core.proc.Output();
+  auto [rc4, out4] =
+      RunCommand({GOBLIN_CORE_BIN, "--listen-unix", base + "/y.sock", "--memory", "8M", "--block",
+                  "64K", "--ram-head", "64K", "--ssd-dir", base + "/ssd"},
+                 log);
+  EXPECT_EQ(rc4, 1);
+  EXPECT_NE(out4.find("in use by another goblin-core"), std::string::npos) << out4;
+  core.proc.Signal(SIGTERM);
+  EXPECT_EQ(core.proc.Wait(10s), 0);
+  std::filesystem::remove_all(base);
+}
+
+TEST(CoreSystem, PoolFlagsAreCheckedUpFront) {
+  std::string log = test::TmpDir() + "/poolflags.log";
+  std::string sock = test::TmpDir() + "/poolflags.sock";
+  auto [rc1, out1] = RunCommand(
+      {GOBLIN_CORE_BIN, "--listen-unix", sock, "--block", "100K", "--ram-head", "64K"}, log);
+  EXPECT_EQ(rc1, 1);
+  EXPECT_NE(out1.find("power of two"), std::string::npos) << out1;
+  auto [rc2, out2] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", sock, "--memory", "1M",
+                                 "--block", "256K", "--ram-head", "512K"},
+                                log);
+  EXPECT_EQ(rc2, 1);
+  EXPECT_NE(out2.find("--ram-head 512K is larger than --block 256K"), std::string::npos) << out2;
+  auto [rc3, out3] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", sock, "--memory", "64G",
+                                 "--block", "32M", "--ram-head", "32M", "--hugepages", "on"},
+                                log);
+  EXPECT_EQ(rc3, 1);  // nobody reserved 32,768 HugeTLB pages on this machine
+  EXPECT_NE(out3.find("--hugepages on needs 32768 free 2 MiB HugeTLB pages"), std::string::npos)
+      << out3;
+  auto [rc4, out4] = RunCommand({GOBLIN_CORE_BIN, "--hdd-dir", "/tmp"}, log);
+  EXPECT_EQ(rc4, 1);
+  EXPECT_NE(out4.find("--hdd-dir needs --ssd-dir"), std::string::npos) << out4;
+  auto [rc5, out5] = RunCommand({GOBLIN_CORE_BIN, "--hugepages", "maybe"}, log);
+  EXPECT_EQ(rc5, 2);
+}
+
 TEST(CoreSystem, SecondCoreOnTheSameSocketIsRefused) {
   Core core("twice");
-  auto [rc, out] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", core.sock}, core.log + ".2");
+  auto [rc, out] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", core.sock, "--memory", "8M",
+                               "--block", "64K", "--ram-head", "64K"},
+                              core.log + ".2");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("already listening"), std::string::npos) << out;
   auto c = client::Connection::Open(core.sock);

@@ -1,0 +1,49 @@
+// Disk tier directories: a tier is a directory that `goblin-core --prepare DIR` marked with
+// an identity file (GOBLIN-TIER: magic, format version, random tier id, creation time,
+// CRC). The core only ever uses, fills or wipes a prepared directory: an empty or foreign
+// one (a typo, another program's data) is refused with a message saying what to do, and a
+// tier in use by another goblin-core (an exclusive flock on the identity file) is refused
+// too. Slow-path calls; thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "goblin/common/fd.h"
+#include "goblin/common/status.h"
+
+namespace goblin::store {
+
+inline constexpr const char* kTierIdentityFile = "GOBLIN-TIER";
+inline constexpr uint32_t kTierFormatVersion = 1;
+
+struct TierIdentity {
+  uint64_t id_hi = 0, id_lo = 0;  // random 128-bit tier id
+  uint64_t created_unix_ns = 0;
+  uint32_t format_version = 0;
+  std::string IdString() const;  // 32 hex digits
+};
+
+// Marks `dir` as a Goblin tier. Creates the directory if absent. Refuses a directory that
+// holds anything already (foreign data is never adopted); preparing a directory that is
+// already a Goblin tier is a no-op that returns its identity.
+Result<TierIdentity> PrepareTier(const std::string& dir);
+
+// An open tier: its identity, and the exclusive lock held for as long as this lives.
+class TierDir {
+ public:
+  // Errors: not a directory / missing (NotFound), no identity file (FailedPrecondition,
+  // "run goblin-core --prepare DIR"), a damaged identity (Corruption), a newer format
+  // (FailedPrecondition), in use by another process (Unavailable).
+  static Result<TierDir> Open(const std::string& dir);
+
+  const std::string& path() const { return path_; }
+  const TierIdentity& identity() const { return identity_; }
+
+ private:
+  std::string path_;
+  TierIdentity identity_;
+  UniqueFd lock_;
+};
+
+}  // namespace goblin::store

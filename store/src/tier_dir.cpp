@@ -1,0 +1,162 @@
+#include "goblin/store/tier_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace goblin::store {
+namespace {
+
+constexpr char kMagic[8] = {'G', 'O', 'B', 'T', 'I', 'E', 'R', '\n'};
+// Layout (little-endian): magic[8] version u32 reserved u32 id_hi u64 id_lo u64
+// created_ns u64 crc32 u32 (over everything before it) pad u32 = 48 bytes.
+constexpr size_t kRecordSize = 48;
+
+void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+uint32_t Crc(const uint8_t* p, size_t n) {
+  return static_cast<uint32_t>(crc32(0L, p, static_cast<uInt>(n)));
+}
+
+Result<bool> DirIsEmpty(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoErr(fmt::format("opendir({})", dir), errno);
+  bool empty = true;
+  while (dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      empty = false;
+      break;
+    }
+  }
+  closedir(d);
+  return empty;
+}
+
+Result<TierIdentity> ReadIdentity(int fd, const std::string& file) {
+  uint8_t buf[kRecordSize + 1];
+  ssize_t n = pread(fd, buf, sizeof buf, 0);
+  if (n < 0) return ErrnoErr(fmt::format("read({})", file), errno);
+  if (n != static_cast<ssize_t>(kRecordSize) || std::memcmp(buf, kMagic, 8) != 0 ||
+      Get32(buf + 40) != Crc(buf, 40)) {
+    return Err(StatusCode::kCorruption,
+               "{} is damaged or not a Goblin tier identity; refusing to use this directory", file);
+  }
+  TierIdentity id;
+  id.format_version = Get32(buf + 8);
+  id.id_hi = Get64(buf + 16);
+  id.id_lo = Get64(buf + 24);
+  id.created_unix_ns = Get64(buf + 32);
+  if (id.format_version > kTierFormatVersion) {
+    return Err(StatusCode::kFailedPrecondition,
+               "{} has tier format {}, newer than this goblin-core understands ({})", file,
+               id.format_version, kTierFormatVersion);
+  }
+  return id;
+}
+
+}  // namespace
+
+std::string TierIdentity::IdString() const { return fmt::format("{:016x}{:016x}", id_hi, id_lo); }
+
+Result<TierIdentity> PrepareTier(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoErr(fmt::format("mkdir({})", dir), errno);
+  }
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return ErrnoErr(fmt::format("stat({})", dir), errno);
+  if (!S_ISDIR(st.st_mode)) return Err(StatusCode::kInvalidArgument, "{} is not a directory", dir);
+  const std::string file = dir + "/" + kTierIdentityFile;
+  if (access(file.c_str(), F_OK) == 0) {
+    GOBLIN_ASSIGN_OR_RETURN(TierDir t, TierDir::Open(dir));
+    return t.identity();  // already prepared: nothing to do
+  }
+  GOBLIN_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dir));
+  if (!empty) {
+    return Err(StatusCode::kFailedPrecondition,
+               "{} is not empty and is not a Goblin tier; refusing to prepare it (choose an empty "
+               "directory: Goblin never adopts or erases data it did not write)",
+               dir);
+  }
+  TierIdentity id;
+  id.format_version = kTierFormatVersion;
+  if (getrandom(&id.id_hi, 8, 0) != 8 || getrandom(&id.id_lo, 8, 0) != 8) {
+    return ErrnoErr("getrandom", errno);
+  }
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  id.created_unix_ns =
+      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+  uint8_t buf[kRecordSize] = {};
+  std::memcpy(buf, kMagic, 8);
+  Put32(buf + 8, id.format_version);
+  Put64(buf + 16, id.id_hi);
+  Put64(buf + 24, id.id_lo);
+  Put64(buf + 32, id.created_unix_ns);
+  Put32(buf + 40, Crc(buf, 40));
+  // Write a temporary file, fsync it, rename it into place, fsync the directory: a crash
+  // leaves either no identity or a whole one.
+  const std::string tmp = file + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
+  if (!fd) return ErrnoErr(fmt::format("create({})", tmp), errno);
+  if (pwrite(fd.get(), buf, sizeof buf, 0) != static_cast<ssize_t>(sizeof buf) ||
+      fsync(fd.get()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoErr(fmt::format("write({})", tmp), err);
+  }
+  if (rename(tmp.c_str(), file.c_str()) != 0)
+    return ErrnoErr(fmt::format("rename({})", file), errno);
+  UniqueFd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd) fsync(dfd.get());
+  return id;
+}
+
+Result<TierDir> TierDir::Open(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return ErrnoErr(fmt::format("tier directory {}", dir), errno);
+  if (!S_ISDIR(st.st_mode)) return Err(StatusCode::kInvalidArgument, "{} is not a directory", dir);
+  const std::string file = dir + "/" + kTierIdentityFile;
+  UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) {
+      return Err(StatusCode::kFailedPrecondition,
+                 "{} is not a prepared Goblin tier (no {}); prepare it once with: goblin-core "
+                 "--prepare {}",
+                 dir, kTierIdentityFile, dir);
+    }
+    return ErrnoErr(fmt::format("open({})", file), errno);
+  }
+  GOBLIN_ASSIGN_OR_RETURN(TierIdentity id, ReadIdentity(fd.get(), file));
+  if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Err(StatusCode::kUnavailable, "tier {} is in use by another goblin-core", dir);
+    }
+    return ErrnoErr(fmt::format("flock({})", file), errno);
+  }
+  TierDir t;
+  t.path_ = dir;
+  t.identity_ = id;
+  t.lock_ = std::move(fd);
+  return t;
+}
+
+}  // namespace goblin::store
