@@ -1,0 +1,308 @@
+#include "goblin/store/index.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace goblin::store {
+namespace {
+
+constexpr uint16_t kPut = 1;
+constexpr uint16_t kDelete = 2;
+constexpr char kCheckpointMagic[8] = {'G', 'O', 'B', 'I', 'D', 'X', 'C', '1'};
+constexpr uint32_t kMaxExtents = 1u << 20;
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  }
+  void Bytes(std::string_view s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  std::vector<uint8_t> out;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool Bytes(std::string* s) {
+    uint32_t n;
+    if (!Get(&n) || in_.size() - pos_ < n) return false;
+    s->assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+  size_t pos() const { return pos_; }
+
+ private:
+  std::span<const uint8_t> in_;
+  size_t pos_ = 0;
+};
+
+std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+VoidResult WriteFileAtomically(const std::string& path, std::span<const uint8_t> data) {
+  std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return ErrnoErr(fmt::format("create({})", tmp), errno);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t w = write(fd, data.data() + done, data.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return ErrnoErr(fmt::format("write({})", tmp), err);
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (fsync(fd) != 0) {
+    int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return ErrnoErr(fmt::format("fsync({})", tmp), err);
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0)
+    return ErrnoErr(fmt::format("rename({})", path), errno);
+  std::string dir = path.substr(0, path.rfind('/'));
+  int dfd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return {};
+}
+
+}  // namespace
+
+KeyDigest KeyDigest::Of(std::string_view key) {
+  XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+  return {h.high64, h.low64};
+}
+
+std::vector<uint8_t> EncodeRecord(const ObjectRecord& r) {
+  Writer w;
+  w.Bytes(r.key);
+  w.Put(r.size);
+  w.Put(r.generation);
+  w.Put(r.created_unix_ns);
+  w.Put(r.expires_unix_ns);
+  w.Bytes(r.metadata);
+  w.Put<uint32_t>(static_cast<uint32_t>(r.extents.size()));
+  for (const Extent& e : r.extents) {
+    w.Put(e.tier);
+    w.Put(e.file);
+    w.Put(e.offset);
+    w.Put(e.length);
+    w.Put(e.checksum);
+  }
+  return std::move(w.out);
+}
+
+Result<ObjectRecord> DecodeRecord(std::span<const uint8_t> bytes) {
+  Reader r(bytes);
+  ObjectRecord o;
+  uint32_t n = 0;
+  if (!r.Bytes(&o.key) || !r.Get(&o.size) || !r.Get(&o.generation) || !r.Get(&o.created_unix_ns) ||
+      !r.Get(&o.expires_unix_ns) || !r.Bytes(&o.metadata) || !r.Get(&n)) {
+    return Err(StatusCode::kCorruption, "truncated object record");
+  }
+  // Each extent is 30 bytes: a count the rest of the record cannot hold is damage.
+  if (n > kMaxExtents || static_cast<uint64_t>(n) * 30 > bytes.size() - r.pos()) {
+    return Err(StatusCode::kCorruption, "object record claims {} extents", n);
+  }
+  o.extents.resize(n);
+  uint64_t total = 0;
+  for (Extent& e : o.extents) {
+    if (!r.Get(&e.tier) || !r.Get(&e.file) || !r.Get(&e.offset) || !r.Get(&e.length) ||
+        !r.Get(&e.checksum)) {
+      return Err(StatusCode::kCorruption, "truncated extent list");
+    }
+    total += e.length;
+  }
+  if (!r.done()) return Err(StatusCode::kCorruption, "trailing bytes after an object record");
+  if (total != o.size && !o.extents.empty()) {
+    return Err(StatusCode::kCorruption, "extents hold {} bytes of a {}-byte object", total, o.size);
+  }
+  return o;
+}
+
+Result<std::unique_ptr<Index>> Index::Open(const std::string& dir) {
+  const std::string cp_path = dir + "/index.checkpoint";
+  std::vector<ObjectRecord> loaded;
+  uint64_t cp_lsn = 0, cp_generation = 0;
+  bool have_cp = access(cp_path.c_str(), F_OK) == 0;
+  if (have_cp) {
+    int fd = open(cp_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoErr(fmt::format("open({})", cp_path), errno);
+    struct stat st {};
+    fstat(fd, &st);
+    std::vector<uint8_t> buf(static_cast<size_t>(st.st_size));
+    ssize_t got = pread(fd, buf.data(), buf.size(), 0);
+    close(fd);
+    // Layout: magic[8] last_lsn u64 next_generation u64 count u64, then [u32 len][record]...,
+    // then XXH3-64 of everything before it.
+    if (got != static_cast<ssize_t>(buf.size()) || buf.size() < 40 ||
+        std::memcmp(buf.data(), kCheckpointMagic, 8) != 0) {
+      return Err(StatusCode::kCorruption, "{} is damaged (bad header)", cp_path);
+    }
+    uint64_t want;
+    std::memcpy(&want, buf.data() + buf.size() - 8, 8);
+    if (XXH3_64bits(buf.data(), buf.size() - 8) != want) {
+      return Err(StatusCode::kCorruption, "{} is damaged (checksum mismatch)", cp_path);
+    }
+    Reader r(std::span<const uint8_t>(buf.data() + 8, buf.size() - 16));
+    uint64_t count = 0;
+    r.Get(&cp_lsn);
+    r.Get(&cp_generation);
+    r.Get(&count);
+    for (uint64_t i = 0; i < count; ++i) {
+      std::string rec;
+      if (!r.Bytes(&rec)) return Err(StatusCode::kCorruption, "{} is truncated", cp_path);
+      GOBLIN_ASSIGN_OR_RETURN(ObjectRecord o, DecodeRecord(AsBytes(rec)));
+      loaded.push_back(std::move(o));
+    }
+  }
+  GOBLIN_ASSIGN_OR_RETURN(Journal j, Journal::Open(dir + "/index.journal", cp_lsn + 1));
+  if (j.base_lsn() > cp_lsn + 1) {
+    return Err(
+        StatusCode::kCorruption,
+        "{}/index.journal starts at record {} but the checkpoint ends at {}: records are missing",
+        dir, j.base_lsn(), cp_lsn);
+  }
+  std::unique_ptr<Index> idx(new Index(std::move(j)));
+  idx->dir_ = dir;
+  idx->next_generation_ = std::max<uint64_t>(cp_generation, 1);
+  idx->recovery_.from_checkpoint = loaded.size();
+  for (auto& o : loaded) idx->Apply(std::move(o), nullptr);
+  idx->applied_lsn_ = cp_lsn;
+  Status bad;
+  GOBLIN_ASSIGN_OR_RETURN(ReplayStats rs, idx->journal_.Replay([&](uint64_t lsn, uint16_t type,
+                                                                   std::span<const uint8_t> p) {
+    if (lsn <= cp_lsn || !bad.ok()) return;  // already in the checkpoint
+    if (type == kPut) {
+      auto o = DecodeRecord(p);
+      if (!o) {
+        bad = o.error();
+        return;
+      }
+      idx->next_generation_ = std::max(idx->next_generation_, o->generation + 1);
+      idx->Apply(std::move(*o), nullptr);
+    } else if (type == kDelete) {
+      idx->Remove(std::string_view(reinterpret_cast<const char*>(p.data()), p.size()), nullptr);
+    } else {
+      bad = Status(StatusCode::kCorruption, fmt::format("unknown journal record type {}", type));
+      return;
+    }
+    idx->applied_lsn_ = lsn;
+    ++idx->recovery_.journal_records;
+  }));
+  if (!bad.ok()) return Err(bad.WithContext(dir + "/index.journal"));
+  idx->recovery_.discarded_bytes = rs.discarded_bytes;
+  return idx;
+}
+
+ObjectRecord* Index::FindMutable(std::string_view key) {
+  auto it = map_.find(KeyDigest::Of(key));
+  if (it == map_.end()) return nullptr;
+  for (ObjectRecord& r : it->second) {
+    if (r.key == key) return &r;
+  }
+  return nullptr;
+}
+
+const ObjectRecord* Index::Find(std::string_view key) const {
+  return const_cast<Index*>(this)->FindMutable(key);
+}
+
+void Index::Apply(ObjectRecord r, std::vector<Extent>* released) {
+  if (ObjectRecord* old = FindMutable(r.key)) {
+    if (released) released->insert(released->end(), old->extents.begin(), old->extents.end());
+    *old = std::move(r);
+    return;
+  }
+  map_[KeyDigest::Of(r.key)].push_back(std::move(r));
+  ++size_;
+}
+
+bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
+  auto it = map_.find(KeyDigest::Of(key));
+  if (it == map_.end()) return false;
+  auto& bucket = it->second;
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    if (bucket[i].key != key) continue;
+    if (released)
+      released->insert(released->end(), bucket[i].extents.begin(), bucket[i].extents.end());
+    bucket.erase(bucket.begin() + static_cast<long>(i));
+    if (bucket.empty()) map_.erase(it);
+    --size_;
+    return true;
+  }
+  return false;
+}
+
+Result<uint64_t> Index::Commit(ObjectRecord record, std::vector<Extent>* released) {
+  record.generation = next_generation_;
+  auto bytes = EncodeRecord(record);
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t lsn, journal_.Append(kPut, bytes));
+  GOBLIN_RETURN_IF_ERROR(journal_.Sync());  // durable before visible
+  ++next_generation_;
+  applied_lsn_ = lsn;
+  uint64_t gen = record.generation;
+  Apply(std::move(record), released);
+  return gen;
+}
+
+Result<bool> Index::Delete(std::string_view key, std::vector<Extent>* released) {
+  if (Find(key) == nullptr) return false;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t lsn, journal_.Append(kDelete, AsBytes(key)));
+  GOBLIN_RETURN_IF_ERROR(journal_.Sync());
+  applied_lsn_ = lsn;
+  return Remove(key, released);
+}
+
+void Index::ForEach(const std::function<void(const ObjectRecord&)>& fn) const {
+  for (const auto& [d, bucket] : map_) {
+    for (const ObjectRecord& r : bucket) fn(r);
+  }
+}
+
+VoidResult Index::Checkpoint() {
+  GOBLIN_RETURN_IF_ERROR(journal_.Sync());
+  Writer w;
+  w.out.insert(w.out.end(), kCheckpointMagic, kCheckpointMagic + 8);
+  w.Put<uint64_t>(applied_lsn_);
+  w.Put<uint64_t>(next_generation_);
+  w.Put<uint64_t>(size_);
+  ForEach([&](const ObjectRecord& r) {
+    auto rec = EncodeRecord(r);
+    w.Bytes(std::string_view(reinterpret_cast<const char*>(rec.data()), rec.size()));
+  });
+  w.Put<uint64_t>(XXH3_64bits(w.out.data(), w.out.size()));
+  GOBLIN_RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/index.checkpoint", w.out));
+  // A crash here leaves a journal whose records are all <= the checkpoint's LSN: Open()
+  // skips them. Then the journal restarts after the checkpoint.
+  return journal_.Restart(applied_lsn_ + 1);
+}
+
+}  // namespace goblin::store

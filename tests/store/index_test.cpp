@@ -1,0 +1,229 @@
+#include "goblin/store/index.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace goblin::store {
+namespace {
+
+namespace fs = std::filesystem;
+
+class IndexTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
+    dir_ = (fs::path(base ? base : "/tmp") /
+            ("index-" + std::to_string(getpid()) + "-" +
+             testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    SetJournalCrashAfterBytesForTest(-1);
+    fs::remove_all(dir_);
+  }
+  static ObjectRecord Obj(const std::string& key, uint64_t size, uint32_t file = 0) {
+    ObjectRecord r;
+    r.key = key;
+    r.size = size;
+    r.created_unix_ns = 1000;
+    r.metadata = "content-type: text/plain\netag: \"" + key + "\"";
+    uint64_t half = size / 2;
+    r.extents = {{0, file, 0, half, 0x1111}, {1, file + 1, 4096, size - half, 0x2222}};
+    return r;
+  }
+  static std::map<std::string, ObjectRecord> Snapshot(const Index& idx) {
+    std::map<std::string, ObjectRecord> m;
+    idx.ForEach([&](const ObjectRecord& r) { m[r.key] = r; });
+    return m;
+  }
+  std::unique_ptr<Index> OpenIndex() {
+    auto i = Index::Open(dir_);
+    EXPECT_TRUE(i) << i.error().ToString();
+    return i ? std::move(*i) : nullptr;
+  }
+  std::string dir_;
+};
+
+TEST_F(IndexTest, CommitFindReplaceDelete) {
+  auto idx = OpenIndex();
+  std::vector<Extent> released;
+  auto g1 = idx->Commit(Obj("/a", 100), &released);
+  ASSERT_TRUE(g1);
+  EXPECT_TRUE(released.empty());
+  auto g2 = idx->Commit(Obj("/b", 200), &released);
+  ASSERT_TRUE(g2);
+  EXPECT_GT(*g2, *g1);
+  const ObjectRecord* a = idx->Find("/a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->size, 100u);
+  EXPECT_EQ(a->generation, *g1);
+  EXPECT_EQ(idx->Find("/c"), nullptr);
+  // Replacing hands back the old extents.
+  ASSERT_TRUE(idx->Commit(Obj("/a", 300, 7), &released));
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_EQ(released[0].file, 0u);
+  EXPECT_EQ(idx->Find("/a")->size, 300u);
+  EXPECT_EQ(idx->size(), 2u);
+  released.clear();
+  EXPECT_TRUE(idx->Delete("/b", &released).value());
+  EXPECT_EQ(released.size(), 2u);
+  EXPECT_FALSE(idx->Delete("/b", &released).value());
+  EXPECT_EQ(idx->size(), 1u);
+}
+
+TEST_F(IndexTest, ReopenReplaysTheJournal) {
+  std::map<std::string, ObjectRecord> want;
+  {
+    auto idx = OpenIndex();
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE(idx->Commit(Obj("/k" + std::to_string(i), 1000 + i), nullptr));
+    for (int i = 0; i < 100; i += 3) ASSERT_TRUE(idx->Delete("/k" + std::to_string(i), nullptr));
+    ASSERT_TRUE(idx->Commit(Obj("/k1", 5), nullptr));
+    want = Snapshot(*idx);
+  }
+  auto idx = OpenIndex();
+  EXPECT_EQ(Snapshot(*idx), want);
+  EXPECT_EQ(idx->recovery().journal_records, 100u + 34u + 1u);
+  // Generations keep increasing after a restart.
+  auto g = idx->Commit(Obj("/new", 1), nullptr);
+  ASSERT_TRUE(g);
+  EXPECT_GT(*g, want.at("/k1").generation);
+}
+
+TEST_F(IndexTest, CheckpointThenJournal) {
+  std::map<std::string, ObjectRecord> want;
+  {
+    auto idx = OpenIndex();
+    for (int i = 0; i < 50; ++i)
+      ASSERT_TRUE(idx->Commit(Obj("/c" + std::to_string(i), 10), nullptr));
+    uint64_t before = idx->journal_bytes();
+    ASSERT_TRUE(idx->Checkpoint());
+    EXPECT_LT(idx->journal_bytes(), before);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(idx->Delete("/c" + std::to_string(i), nullptr));
+    ASSERT_TRUE(idx->Commit(Obj("/after", 10), nullptr));
+    want = Snapshot(*idx);
+  }
+  auto idx = OpenIndex();
+  EXPECT_EQ(Snapshot(*idx), want);
+  EXPECT_EQ(idx->recovery().from_checkpoint, 50u);
+  EXPECT_EQ(idx->recovery().journal_records, 6u);
+}
+
+// A crash after the checkpoint was renamed into place but before the journal restarted:
+// the old journal's records are all in the checkpoint and must not apply twice.
+TEST_F(IndexTest, CrashBetweenCheckpointAndJournalRestart) {
+  std::map<std::string, ObjectRecord> want;
+  {
+    auto idx = OpenIndex();
+    for (int i = 0; i < 20; ++i)
+      ASSERT_TRUE(idx->Commit(Obj("/x" + std::to_string(i), 10), nullptr));
+    ASSERT_TRUE(idx->Delete("/x3", nullptr));
+    fs::copy_file(dir_ + "/index.journal", dir_ + "/journal.before");
+    ASSERT_TRUE(idx->Checkpoint());
+    want = Snapshot(*idx);
+  }
+  fs::copy_file(dir_ + "/journal.before", dir_ + "/index.journal",
+                fs::copy_options::overwrite_existing);
+  auto idx = OpenIndex();
+  EXPECT_EQ(Snapshot(*idx), want);
+  EXPECT_EQ(idx->recovery().journal_records, 0u);
+  ASSERT_TRUE(idx->Commit(Obj("/x3", 1), nullptr));  // and it keeps working
+  auto again = OpenIndex();
+  EXPECT_EQ(again->size(), 20u);
+}
+
+// A crash at every byte of a commit's journal write: after a restart the object is either
+// absent (the record was cut) or present whole; what was committed before is untouched.
+TEST_F(IndexTest, CrashDuringCommitNeverShowsAPartialObject) {
+  {
+    auto idx = OpenIndex();
+    ASSERT_TRUE(idx->Commit(Obj("/kept", 10), nullptr));
+  }
+  size_t record_bytes = 24 + EncodeRecord(Obj("/torn", 1234)).size();
+  fs::copy_file(dir_ + "/index.journal", dir_ + "/base");
+  std::vector<size_t> cuts;
+  for (size_t c = 0; c < record_bytes; c += 7) cuts.push_back(c);
+  cuts.push_back(record_bytes - 1);
+  cuts.push_back(record_bytes);  // written whole, "crashed" before the acknowledgement
+  for (size_t cut : cuts) {
+    fs::copy_file(dir_ + "/base", dir_ + "/index.journal", fs::copy_options::overwrite_existing);
+    {
+      auto idx = OpenIndex();
+      SetJournalCrashAfterBytesForTest(static_cast<int64_t>(cut));
+      EXPECT_FALSE(idx->Commit(Obj("/torn", 1234), nullptr));
+      SetJournalCrashAfterBytesForTest(-1);
+    }
+    auto idx = OpenIndex();
+    ASSERT_NE(idx->Find("/kept"), nullptr) << cut;
+    const ObjectRecord* t = idx->Find("/torn");
+    if (cut < record_bytes) {
+      EXPECT_EQ(t, nullptr) << cut;
+    } else {
+      ASSERT_NE(t, nullptr);
+      EXPECT_EQ(t->size, 1234u);
+      EXPECT_EQ(t->extents.size(), 2u);
+    }
+  }
+}
+
+TEST_F(IndexTest, DamagedCheckpointRefusesToStart) {
+  {
+    auto idx = OpenIndex();
+    ASSERT_TRUE(idx->Commit(Obj("/a", 10), nullptr));
+    ASSERT_TRUE(idx->Checkpoint());
+  }
+  {
+    std::fstream f(dir_ + "/index.checkpoint", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x7f');
+  }
+  auto idx = Index::Open(dir_);
+  ASSERT_FALSE(idx);
+  EXPECT_EQ(idx.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(idx.error().message().find("checksum"), std::string::npos);
+}
+
+TEST_F(IndexTest, JournalThatSkipsRecordsIsCorruption) {
+  {
+    auto idx = OpenIndex();
+    ASSERT_TRUE(idx->Commit(Obj("/a", 10), nullptr));
+    ASSERT_TRUE(idx->Checkpoint());
+  }
+  fs::remove(dir_ + "/index.journal");
+  {
+    auto j = Journal::Open(dir_ + "/index.journal", 50);  // as if records 2..49 were lost
+    ASSERT_TRUE(j);
+  }
+  auto idx = Index::Open(dir_);
+  ASSERT_FALSE(idx);
+  EXPECT_NE(idx.error().message().find("records are missing"), std::string::npos);
+}
+
+TEST(IndexRecord, RoundTripAndHostileInput) {
+  ObjectRecord r;
+  r.key = "/path?q=1";
+  r.size = 30;
+  r.metadata = std::string("\0binary\xff", 8);
+  r.extents = {{0, 1, 2, 10, 3}, {1, 4, 5, 20, 6}};
+  auto bytes = EncodeRecord(r);
+  auto back = DecodeRecord(bytes);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, r);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_FALSE(DecodeRecord({bytes.data(), cut})) << cut;
+  }
+  auto extra = bytes;
+  extra.push_back(0);
+  EXPECT_FALSE(DecodeRecord(extra));
+  r.size = 31;  // extents do not add up
+  EXPECT_FALSE(DecodeRecord(EncodeRecord(r)));
+}
+
+}  // namespace
+}  // namespace goblin::store
