@@ -1,0 +1,87 @@
+// TierSpace: the space of one disk tier, as fixed-size extent slots in preallocated extent
+// files (`extent-NNNNNN.dat`, created and fallocated on demand up to a limit). An object's
+// bytes on a tier are a list of extents of at most `extent_bytes` each; each extent is the
+// unit of I/O buffers and of checksum verification, so a tail can be verified and served
+// buffer by buffer while the next one is read. Free slots are a stack: allocation and free
+// are O(1) with no system call except when a new extent file must be created.
+// Also: Place(), the arithmetic that splits an object between the RAM head and the tiers.
+// Threading: one owner thread (a core shard).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "goblin/common/status.h"
+#include "goblin/store/disk_io.h"
+#include "goblin/store/index.h"
+#include "goblin/store/tier_dir.h"
+
+namespace goblin::store {
+
+struct TierOptions {
+  uint64_t file_bytes = 1ull << 30;  // bytes per extent file (multiple of extent_bytes)
+  uint32_t extent_bytes = 4u << 20;  // slot size: multiple of 4 KiB
+  uint32_t max_files = 1u << 16;     // the tier's capacity = max_files * file_bytes
+  bool allow_buffered = false;       // tests on file systems without O_DIRECT
+};
+
+struct TierStats {
+  uint64_t files = 0;
+  uint64_t slots_total = 0;  // in files created so far
+  uint64_t slots_used = 0;
+  uint64_t allocation_failures = 0;
+};
+
+class TierSpace {
+ public:
+  static Result<std::unique_ptr<TierSpace>> Open(TierDir dir, uint16_t tier_no,
+                                                 const TierOptions& options);
+
+  uint16_t tier_no() const { return tier_no_; }
+  uint32_t extent_bytes() const { return options_.extent_bytes; }
+  const TierStats& stats() const { return stats_; }
+  const TierDir& dir() const { return dir_; }
+
+  // Slots for `bytes` of object data starting at that object's `object_offset` on this
+  // tier: extents of extent_bytes (the last one shorter), lengths set, checksums zero.
+  // ResourceExhausted (nothing kept) when the tier or the file system is full.
+  Result<std::vector<Extent>> Allocate(uint64_t bytes);
+  // Returns an extent's slot (an extent from Allocate or from a recovered record).
+  void Free(const Extent& e);
+  // Marks a recovered record's extent as in use (at start-up, from the index). False when
+  // it lies outside the tier or overlaps another: the record is damaged.
+  bool MarkUsed(const Extent& e);
+
+  // The O_DIRECT fd of extent file `file`; -1 if it does not exist.
+  int FileFd(uint32_t file) const;
+
+ private:
+  TierSpace(TierDir dir) : dir_(std::move(dir)) {}
+  VoidResult AddFile();
+  uint64_t SlotOf(const Extent& e) const;
+  void RebuildFree();
+
+  TierDir dir_;
+  uint16_t tier_no_ = 0;
+  TierOptions options_;
+  uint32_t slots_per_file_ = 0;
+  std::vector<ExtentFile> files_;
+  std::vector<uint8_t> used_;   // per slot
+  std::vector<uint64_t> free_;  // free slot numbers (a stack)
+  bool free_dirty_ = false;     // MarkUsed() ran since the stack was built
+  TierStats stats_;
+};
+
+// Where an object's bytes live: [0, head) in RAM, then [head, head + first) on tier 0, the
+// rest on tier 1 (when a second tier exists; otherwise all on tier 0). Every byte is also
+// on disk: disk_first_offset is 0 (the disk holds the whole object, head included).
+struct Placement {
+  uint64_t head_bytes = 0;   // bytes served from the RAM pool
+  uint64_t tier0_bytes = 0;  // object bytes [0, tier0_bytes) on the first tier
+  uint64_t tier1_bytes = 0;  // object bytes [tier0_bytes, size) on the second tier
+};
+Placement Place(uint64_t size, uint64_t ram_head, uint64_t ssd_prefix, bool has_second_tier);
+
+}  // namespace goblin::store

@@ -1,0 +1,220 @@
+#include "goblin/store/object_io.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+namespace goblin::store {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint32_t kExtent = 64 << 10;
+
+class ObjectIoTest : public testing::TestWithParam<IoChoice> {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
+    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');  // "Case/Sync" for parameterized tests
+    dir_ = (fs::path(base ? base : "/var/tmp") / ("objio-" + std::to_string(getpid()) + "-" + name))
+               .string();
+    fs::remove_all(dir_);
+    auto e = IoEngine::Create(GetParam(), 8);
+    if (!e) GTEST_SKIP() << "engine unavailable: " << e.error().ToString();
+    engine_ = std::move(*e);
+    buffers_ = std::move(*IoBufferPool::Create(6, kExtent));
+  }
+  void TearDown() override {
+    tier_.reset();
+    fs::remove_all(dir_);
+  }
+  void OpenTier(uint32_t max_files = 16, uint64_t file_bytes = 1 << 20) {
+    auto prepared = PrepareTier(dir_);
+    ASSERT_TRUE(prepared) << prepared.error().ToString();
+    auto d = TierDir::Open(dir_);
+    ASSERT_TRUE(d);
+    TierOptions o;
+    o.extent_bytes = kExtent;
+    o.file_bytes = file_bytes;
+    o.max_files = max_files;
+    auto t = TierSpace::Open(std::move(*d), 0, o);
+    ASSERT_TRUE(t) << t.error().ToString();
+    tier_ = std::move(*t);
+  }
+  static std::vector<uint8_t> Random(size_t n, uint32_t seed) {
+    std::vector<uint8_t> v(n);
+    std::mt19937 rng(seed);
+    for (auto& b : v) b = static_cast<uint8_t>(rng());
+    return v;
+  }
+  Result<std::vector<Extent>> Write(const std::vector<uint8_t>& data, size_t piece) {
+    ObjectWriter w(engine_.get(), buffers_.get(), tier_.get());
+    for (size_t off = 0; off < data.size(); off += piece) {
+      GOBLIN_RETURN_IF_ERROR(w.Append({data.data() + off, std::min(piece, data.size() - off)}));
+    }
+    return w.Finish();
+  }
+  Result<std::vector<uint8_t>> Read(std::vector<Extent> extents) {
+    ObjectReader r(engine_.get(), buffers_.get(), tier_.get(), std::move(extents), 4);
+    std::vector<uint8_t> out;
+    for (;;) {
+      GOBLIN_ASSIGN_OR_RETURN(auto c, r.Next());
+      if (!c) break;
+      EXPECT_EQ(c->object_offset, out.size());
+      const uint8_t* p = buffers_->Buffer(c->buffer);
+      out.insert(out.end(), p, p + c->length);
+      r.Release(*c);
+    }
+    return out;
+  }
+  std::string dir_;
+  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<IoBufferPool> buffers_;
+  std::unique_ptr<TierSpace> tier_;
+};
+
+TEST_P(ObjectIoTest, EverySizeClassRoundTrips) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  uint32_t seed = 1;
+  for (size_t size : {size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{kExtent - 1},
+                      size_t{kExtent}, size_t{kExtent + 1}, size_t{10 * kExtent + 123}}) {
+    auto data = Random(size, seed++);
+    for (size_t piece : {size_t{1000}, size_t{kExtent}, size}) {
+      if (piece == 1000 && size > 4 * kExtent) continue;
+      auto extents = Write(data, piece);
+      ASSERT_TRUE(extents) << extents.error().ToString();
+      EXPECT_EQ(extents->size(), (size + kExtent - 1) / kExtent);
+      uint64_t total = 0;
+      for (auto& e : *extents) total += e.length;
+      EXPECT_EQ(total, size);
+      auto back = Read(*extents);
+      ASSERT_TRUE(back) << back.error().ToString();
+      ASSERT_EQ(*back, data) << "size " << size << " piece " << piece;
+      for (auto& e : *extents) tier_->Free(e);
+    }
+  }
+  EXPECT_EQ(tier_->stats().slots_used, 0u);
+  EXPECT_EQ(buffers_->free_count(), buffers_->count());
+}
+
+TEST_P(ObjectIoTest, DamagedExtentIsDetectedAndNotServed) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  auto data = Random(3 * kExtent, 9);
+  auto extents = Write(data, kExtent);
+  ASSERT_TRUE(extents);
+  // Flip one byte inside the second extent, on disk.
+  const Extent& e = (*extents)[1];
+  std::string file = fmt::format("{}/extent-{:06}.dat", dir_, e.file);
+  int fd = open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b;
+  ASSERT_EQ(pread(fd, &b, 1, static_cast<off_t>(e.offset + 777)), 1);
+  b ^= 0x40;
+  ASSERT_EQ(pwrite(fd, &b, 1, static_cast<off_t>(e.offset + 777)), 1);
+  fsync(fd);
+  close(fd);
+  ObjectReader r(engine_.get(), buffers_.get(), tier_.get(), *extents, 4);
+  auto first = r.Next();
+  ASSERT_TRUE(first && *first);
+  r.Release(**first);
+  auto second = r.Next();
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(second.error().message().find("checksum mismatch"), std::string::npos);
+}
+
+TEST_P(ObjectIoTest, FullTierFailsCleanlyAndKeepsWhatWasStored) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier(/*max_files=*/1, /*file_bytes=*/8 * kExtent));
+  auto small = Random(3 * kExtent, 1);
+  auto kept = Write(small, kExtent);
+  ASSERT_TRUE(kept);
+  auto big = Random(6 * kExtent, 2);  // 3 + 6 > 8 slots
+  auto r = Write(big, 5000);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.error().message().find("no room"), std::string::npos) << r.error().ToString();
+  EXPECT_EQ(tier_->stats().slots_used, 3u);  // the failed write gave everything back
+  EXPECT_EQ(buffers_->free_count(), buffers_->count());
+  auto back = Read(*kept);  // and nothing stored before was touched
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, small);
+}
+
+TEST_P(ObjectIoTest, RecoveredExtentsAreNotHandedOutAgain) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier(/*max_files=*/1, /*file_bytes=*/4 * kExtent));
+  auto data = Random(2 * kExtent, 5);
+  auto extents = Write(data, kExtent);
+  ASSERT_TRUE(extents);
+  // "Restart": a fresh TierSpace on the same directory, told what the index holds.
+  tier_.reset();
+  auto d = TierDir::Open(dir_);
+  ASSERT_TRUE(d);
+  TierOptions o;
+  o.extent_bytes = kExtent;
+  o.file_bytes = 4 * kExtent;
+  o.max_files = 1;
+  tier_ = std::move(*TierSpace::Open(std::move(*d), 0, o));
+  for (auto& e : *extents) ASSERT_TRUE(tier_->MarkUsed(e));
+  EXPECT_FALSE(tier_->MarkUsed((*extents)[0]));  // overlapping records are damage
+  auto more = tier_->Allocate(2 * kExtent);
+  ASSERT_TRUE(more);
+  for (auto& m : *more) {
+    for (auto& e : *extents) EXPECT_FALSE(m.file == e.file && m.offset == e.offset);
+  }
+  EXPECT_FALSE(tier_->Allocate(1));  // full now
+  auto back = Read(*extents);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, data);
+}
+
+TEST_P(ObjectIoTest, FewBuffersStillStreamLargeObjects) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  buffers_ = std::move(*IoBufferPool::Create(2, kExtent));
+  auto data = Random(12 * kExtent + 5, 77);
+  auto extents = Write(data, 3 * kExtent);
+  ASSERT_TRUE(extents) << extents.error().ToString();
+  auto back = Read(*extents);
+  ASSERT_TRUE(back) << back.error().ToString();
+  EXPECT_EQ(*back, data);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ObjectIoTest,
+                         testing::Values(IoChoice::kIoUring, IoChoice::kSync),
+                         [](const testing::TestParamInfo<IoChoice>& i) {
+                           return std::string(i.param == IoChoice::kSync ? "Sync" : "IoUring");
+                         });
+
+TEST(Placement, SplitsHeadAndTiersForEverySizeClass) {
+  constexpr uint64_t kHead = 256 << 10, kPrefix = 1 << 20;
+  struct Case {
+    uint64_t size;
+    bool two;
+    Placement want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {0, false, {0, 0, 0}},
+           {1, false, {1, 1, 0}},
+           {kHead - 1, false, {kHead - 1, kHead - 1, 0}},
+           {kHead, false, {kHead, kHead, 0}},
+           {kHead + 1, false, {kHead, kHead + 1, 0}},
+           {5ull << 30, false, {kHead, 5ull << 30, 0}},
+           {1, true, {1, 1, 0}},
+           {kHead + kPrefix, true, {kHead, kHead + kPrefix, 0}},
+           {kHead + kPrefix + 1, true, {kHead, kHead + kPrefix, 1}},
+           {5ull << 30, true, {kHead, kHead + kPrefix, (5ull << 30) - kHead - kPrefix}},
+       }) {
+    Placement p = Place(c.size, kHead, kPrefix, c.two);
+    EXPECT_EQ(p.head_bytes, c.want.head_bytes) << c.size;
+    EXPECT_EQ(p.tier0_bytes, c.want.tier0_bytes) << c.size;
+    EXPECT_EQ(p.tier1_bytes, c.want.tier1_bytes) << c.size;
+    EXPECT_EQ(p.tier0_bytes + p.tier1_bytes, c.size);
+  }
+  Placement huge = Place(UINT64_MAX, UINT64_MAX - 1, 10, true);  // no overflow
+  EXPECT_EQ(huge.tier0_bytes + huge.tier1_bytes, UINT64_MAX);
+}
+
+}  // namespace
+}  // namespace goblin::store
