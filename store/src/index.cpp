@@ -290,7 +290,9 @@ void Index::ForEach(const std::function<void(const ObjectRecord&)>& fn) const {
 VoidResult Index::Checkpoint() {
   GOBLIN_RETURN_IF_ERROR(journal_.Sync());
   Writer w;
-  w.out.insert(w.out.end(), kCheckpointMagic, kCheckpointMagic + 8);
+  uint64_t magic;  // through an integer: GCC 12 misreports a vector insert of 8 chars here
+  std::memcpy(&magic, kCheckpointMagic, 8);
+  w.Put<uint64_t>(magic);
   w.Put<uint64_t>(applied_lsn_);
   w.Put<uint64_t>(next_generation_);
   w.Put<uint64_t>(size_);
