@@ -154,6 +154,7 @@ Result<ReplayStats> Journal::Replay(
 }
 
 Result<uint64_t> Journal::Append(uint16_t type, std::span<const uint8_t> payload) {
+  if (!broken_.ok()) return Err(broken_);
   if (!replayed_) return Err(StatusCode::kFailedPrecondition, "{}: replay before appending", path_);
   if (payload.size() > kJournalMaxPayload) {
     return Err(StatusCode::kInvalidArgument, "journal record of {} bytes is over the limit",
@@ -171,16 +172,27 @@ Result<uint64_t> Journal::Append(uint16_t type, std::span<const uint8_t> payload
 }
 
 VoidResult Journal::Sync() {
+  if (!broken_.ok()) return Err(broken_);
   if (pending_.empty()) return {};
   size_t n = pending_.size();
+  // After a failed write nobody knows what reached the disk: fail-stop. Replay after a
+  // restart decides (whole records survive, a torn one is cut).
+  auto fail = [&](Status s) {
+    broken_ = Status(s.code(),
+                     fmt::format("{} (the journal stops here; restart to recover)", s.message()));
+    return Err(broken_);
+  };
   if (g_crash_after >= 0) {
     size_t cut = std::min(n, static_cast<size_t>(g_crash_after));
-    GOBLIN_RETURN_IF_ERROR(WriteAll(fd_.get(), pending_.data(), cut, file_end_, path_));
+    (void)WriteAll(fd_.get(), pending_.data(), cut, file_end_, path_);
     fdatasync(fd_.get());
-    return Err(StatusCode::kAborted, "injected crash after {} of {} bytes", cut, n);
+    return fail(
+        Status(StatusCode::kAborted, fmt::format("injected crash after {} of {} bytes", cut, n)));
   }
-  GOBLIN_RETURN_IF_ERROR(WriteAll(fd_.get(), pending_.data(), n, file_end_, path_));
-  if (fdatasync(fd_.get()) != 0) return ErrnoErr(fmt::format("fdatasync({})", path_), errno);
+  if (auto r = WriteAll(fd_.get(), pending_.data(), n, file_end_, path_); !r)
+    return fail(r.error());
+  if (fdatasync(fd_.get()) != 0)
+    return fail(ErrnoStatus(fmt::format("fdatasync({})", path_), errno));
   file_end_ += n;
   pending_.clear();
   return {};

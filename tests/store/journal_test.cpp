@@ -188,6 +188,20 @@ TEST_F(JournalTest, RestartAfterACheckpoint) {
   EXPECT_EQ(ReplayAll().size(), 1u);
 }
 
+TEST_F(JournalTest, AFailedSyncStopsTheJournal) {
+  auto j = Journal::Open(path_);
+  ASSERT_TRUE(j->Replay([](auto, auto, auto) {}));
+  uint8_t b = 1;
+  ASSERT_TRUE(j->Append(1, {&b, 1}));
+  SetJournalCrashAfterBytesForTest(3);
+  EXPECT_FALSE(j->Sync());
+  SetJournalCrashAfterBytesForTest(-1);
+  EXPECT_FALSE(j->Append(1, {&b, 1}));
+  auto again = j->Sync();
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message().find("restart"), std::string::npos);
+}
+
 TEST_F(JournalTest, NotAJournal) {
   std::ofstream(path_) << "this is some other file, not ours";
   auto j = Journal::Open(path_);

@@ -4,9 +4,10 @@
 // record in order and stops at the first one that is torn or damaged (a crash mid-append),
 // truncating the file there so new records follow the last good one: a committed record
 // is never lost and a half-written one never appears. Append() buffers; Sync() writes and
-// fdatasyncs (call it before acknowledging a commit). A checkpoint that captured state up
-// to LSN n calls Restart(n + 1) to begin an empty journal atomically.
-// Threading: one owner thread.
+// fdatasyncs (call it before acknowledging a commit); after a failed Sync() the journal
+// refuses everything (fail-stop) until the process restarts and replays it. A checkpoint that
+// captured state up to LSN n calls Restart(n + 1) to begin an empty journal atomically. Threading:
+// one owner thread.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,7 @@ class Journal {
   uint64_t next_lsn_ = 1;
   uint64_t file_end_ = 0;  // bytes durable-or-written in the file
   bool replayed_ = false;
+  Status broken_;  // set by a failed Sync(): every later call fails with it
   std::vector<uint8_t> pending_;
 };
 
