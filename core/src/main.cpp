@@ -72,6 +72,15 @@ int main(int argc, char** argv) {
   app.add_option("--hdd-dir", hdd_dir, "Second disk tier (a directory made with --prepare)");
   AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
                 "With both tiers: bytes after the head that go to the first tier", true);
+  std::string io = "auto";
+  uint64_t extent_bytes = 4 << 20, tier_file_bytes = 1ull << 30;
+  app.add_option("--io", io, "Disk I/O: auto (io_uring, else pread/pwrite), uring, sync")
+      ->check(CLI::IsMember({"auto", "uring", "sync"}))
+      ->capture_default_str();
+  AddSizeOption(app, "--extent-size", &extent_bytes,
+                "Disk extent (I/O and checksum unit) size, a multiple of 4K");
+  AddSizeOption(app, "--tier-file-size", &tier_file_bytes,
+                "Size of each preallocated extent file in a tier");
   app.add_option("--prepare", prepare_dir,
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
   app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
@@ -113,14 +122,6 @@ int main(int argc, char** argv) {
     return Fail(
         Status(StatusCode::kInvalidArgument, "--ssd-prefix needs both --ssd-dir and --hdd-dir"));
   }
-  std::vector<store::TierDir> tiers;
-  for (const std::string& dir : {ssd_dir, hdd_dir}) {
-    if (dir.empty()) continue;
-    auto t = store::TierDir::Open(dir);
-    if (!t) return Fail(t.error());
-    tiers.push_back(std::move(*t));
-  }
-
   auto topo = ProbeTopology();
   if (!topo) return Fail(topo.error());
   std::vector<int> pin;
@@ -144,24 +145,46 @@ int main(int argc, char** argv) {
   pool_opts.numa_node = numa;
   pool_opts.hugepages = *store::ParseHugePages(hugepages);
   pool_opts.allow_promotion = !no_promotion;
-  auto pool = store::HeadPool::Create(pool_opts);
-  if (!pool) return Fail(pool.error().WithContext("head pool"));
+  // With a disk tier the store owns the head pool; without one the pool stands alone and
+  // object requests are refused.
+  std::unique_ptr<store::Store> object_store;
+  std::unique_ptr<store::HeadPool> lone_pool;
+  if (!ssd_dir.empty()) {
+    store::StoreOptions so;
+    so.pool = pool_opts;
+    so.ram_head = ram_head;
+    so.tier_dirs = {ssd_dir};
+    if (!hdd_dir.empty()) so.tier_dirs.push_back(hdd_dir);
+    so.ssd_prefix = ssd_prefix;
+    so.tier.extent_bytes = static_cast<uint32_t>(extent_bytes);
+    so.tier.file_bytes = tier_file_bytes;
+    so.io = *store::ParseIoChoice(io);
+    auto st = store::Store::Open(so);
+    if (!st) return Fail(st.error());
+    object_store = std::move(*st);
+  } else {
+    auto p = store::HeadPool::Create(pool_opts);
+    if (!p) return Fail(p.error().WithContext("head pool"));
+    lone_pool = std::move(*p);
+  }
+  const store::HeadPool& pool = object_store ? object_store->pool() : *lone_pool;
 
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error());
 
   GOBLIN_LOG_INFO(kLog, "head pool: {} ({} blocks of {}, heads up to {}), {}, {}, node {}",
-                  FormatSize((*pool)->size()), (*pool)->stats().blocks_total,
-                  FormatSize((*pool)->block_size()), FormatSize(ram_head),
-                  store::BackingName((*pool)->backing()),
-                  (*pool)->locked() ? "locked" : "not locked",
+                  FormatSize(pool.size()), pool.stats().blocks_total, FormatSize(pool.block_size()),
+                  FormatSize(ram_head), store::BackingName(pool.backing()),
+                  pool.locked() ? "locked" : "not locked",
                   numa >= 0 ? std::to_string(numa) : std::string("any"));
-  for (const auto& t : tiers) {
-    GOBLIN_LOG_INFO(kLog, "disk tier {} (id {}) opened", t.path(), t.identity().IdString());
+  if (object_store) {
+    GOBLIN_LOG_INFO(kLog, "disk tier {} (id {}): {} objects", ssd_dir,
+                    object_store->tier().dir().identity().IdString(),
+                    object_store->stats().objects);
+  } else {
+    GOBLIN_LOG_INFO(kLog, "no disk tier (--ssd-dir): objects are not served");
   }
-  GOBLIN_LOG_INFO(kLog,
-                  "objects are not served yet: the store's index and tail I/O are still to come");
-  core::CoreService service;
+  core::CoreService service(object_store.get());
   auto server = ring::RingServer::Listen(opts, &service);
   if (!server) return Fail(server.error());
   GOBLIN_LOG_INFO(kLog,

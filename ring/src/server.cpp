@@ -125,7 +125,7 @@ VoidResult RingServer::Run(int stop_fd) {
     }
     bool can_sleep = true;
     for (Session* s : active_) {
-      if (!s->channel_.PrepareSleep(s->queued_bytes() > 0)) can_sleep = false;
+      if (!s->channel_.PrepareSleep(s->queued_bytes() > 0 || s->want_writable_)) can_sleep = false;
     }
     if (can_sleep) {
       ++stats_.sleeps;
@@ -150,6 +150,11 @@ size_t RingServer::PollRings() {
     Session* s = active_[i];
     if (s->closing_) continue;
     if (s->queued_bytes() > 0) s->DrainOutput();
+    if (s->want_writable_ && s->queued_bytes() == 0 && !s->closing_) {
+      size_t before = s->out_.size();
+      handler_->OnWritable(*s);
+      if (s->out_.size() != before || s->want_writable_) ++total;  // streaming is work
+    }
     PollResult r = Deliver(*s, kPollBatch);
     if (r.corrupt) {
       ++stats_.corrupt;

@@ -301,6 +301,12 @@ void ObjectCases() {
     ObjectDeleteEncoder e(b.data(), b.size());
     e.set_correlation_id(1).set_key("gone");
     EXPECT_EQ(RoundTrip<ObjectDeleteDecoder>(b, e.Finish()).key(), "gone");
+    ObjectDataEncoder od(b.data(), b.size());
+    od.set_correlation_id(3).set_offset(4096).set_last(1).set_bytes(std::string_view("tail"));
+    auto odd = RoundTrip<ObjectDataDecoder>(b, od.Finish());
+    EXPECT_EQ(odd.offset(), 4096u);
+    EXPECT_EQ(odd.last(), 1);
+    EXPECT_EQ(odd.bytes(), "tail");
     DeleteAckEncoder a(b.data(), b.size());
     a.set_correlation_id(1).set_deleted(1);
     EXPECT_EQ(RoundTrip<DeleteAckDecoder>(b, a.Finish()).deleted(), 1);

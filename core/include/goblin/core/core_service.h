@@ -1,12 +1,18 @@
 // The request handler of goblin-core's ring plane: decodes each SBE request from a client
-// session and answers it. Today: session liveness (Ping -> Pong); every other message gets
-// an Error(unimplemented) naming it, until the object store and pub/sub engine plug in here.
+// session and answers it. Sessions: Ping -> Pong. Objects (when a disk tier is configured):
+// PutBegin/PutData/PutCommit/PutAbort fill the store; ObjectHead answers ObjectInfo;
+// ObjectGet answers ObjectInfo and then streams ObjectData at the pace the client reads;
+// ObjectDelete -> DeleteAck. Everything else gets an Error naming it.
+// A session that goes away aborts its fills and releases its loans.
 // Threading: called only from the ring server's loop thread.
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <vector>
 
 #include "goblin/ring/server.h"
+#include "goblin/store/store.h"
 
 namespace goblin::core {
 
@@ -16,22 +22,46 @@ struct CoreCounters {
   uint64_t malformed = 0;
   uint64_t sessions_opened = 0;
   uint64_t sessions_closed = 0;
+  uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
 };
 
 class CoreService : public ring::Handler {
  public:
+  // `store` may be null (no disk tier): object requests then get an error saying so.
+  explicit CoreService(store::Store* store = nullptr) : store_(store) {}
+
   void OnOpen(ring::Session& session) override;
   void OnMessage(ring::Session& session, std::span<const uint8_t> msg) override;
   void OnClose(ring::Session& session) override;
+  void OnWritable(ring::Session& session) override;
 
   const CoreCounters& counters() const { return counters_; }
 
  private:
+  struct Upload {
+    uint64_t session = 0;
+    uint64_t received = 0;
+  };
+  struct Download {
+    uint64_t correlation_id = 0;
+    store::Loan loan;
+    uint64_t next = 0, end = 0;
+    std::vector<uint8_t> window;  // bytes [window_start, window_start + window.size())
+    uint64_t window_start = 0;
+  };
+
   void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
+  void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
+  bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
+  void HandleObject(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
+                    uint16_t block_length, uint16_t version);
 
+  store::Store* store_;
   CoreCounters counters_;
-  uint8_t out_[1024];
+  std::vector<uint8_t> out_ = std::vector<uint8_t>(1 << 20);
+  std::unordered_map<uint64_t, Upload> uploads_;      // fill id -> owner
+  std::unordered_map<uint64_t, Download> downloads_;  // session id -> stream in progress
 };
 
 }  // namespace goblin::core

@@ -57,6 +57,10 @@ class Session {
   SendOutcome Send(std::span<const uint8_t> msg);
   // Drops the session after the current callback returns.
   void Close() { closing_ = true; }
+  // Asks for Handler::OnWritable whenever this session's output queue is empty (for
+  // streaming large responses at the pace the client reads them).
+  void WantWritable(bool want) { want_writable_ = want; }
+  bool wants_writable() const { return want_writable_; }
 
  private:
   friend class RingServer;
@@ -72,6 +76,7 @@ class Session {
   std::vector<uint8_t> out_;  // queued frames: [u32 length][message]
   size_t out_head_ = 0;
   bool closing_ = false;
+  bool want_writable_ = false;
 };
 
 class Handler {
@@ -82,6 +87,9 @@ class Handler {
   // could rewrite while we parse); it is valid during the call only.
   virtual void OnMessage(Session& session, std::span<const uint8_t> msg) = 0;
   virtual void OnClose(Session&) {}
+  // The session asked for it (WantWritable) and its output queue is empty: send more.
+  // Called from the loop after every poll round; send until Send() says kQueued.
+  virtual void OnWritable(Session&) {}
 };
 
 struct ServerStats {
