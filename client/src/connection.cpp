@@ -1,5 +1,8 @@
 #include "goblin/client/connection.h"
 
+#include <cstring>
+#include <thread>
+
 #include "goblin/common/clock.h"
 #include "goblin/ring/client.h"
 #include "goblin/wire/goblin_wire.h"
@@ -45,32 +48,235 @@ uint64_t Connection::client_id() const { return ring_->client_id(); }
 uint32_t Connection::server_pid() const { return ring_->server_pid(); }
 uint32_t Connection::max_message() const { return ring_->max_message(); }
 
-Result<std::vector<uint8_t>> Connection::AwaitReply(uint64_t correlation_id) {
-  const uint64_t deadline =
-      MonotonicNanos() + static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
-  std::vector<uint8_t> reply;
+namespace {
+
+Status ErrorReply(std::span<const uint8_t> m) {
+  auto e = wire::ErrorDecoder::Decode(m);
+  if (!e) return Status(StatusCode::kCorruption, "malformed Error reply");
+  auto code = static_cast<uint16_t>(e->code());
+  StatusCode sc =
+      code >= 1 && code <= 14 ? static_cast<StatusCode>(code) : StatusCode::kFailedPrecondition;
+  return Status(sc, fmt::format("goblin-core: {}", e->text()));
+}
+
+uint16_t TemplateOf(std::span<const uint8_t> m) { return sbe::Load<uint16_t>(m.data() + 2); }
+
+}  // namespace
+
+VoidResult Connection::Receive(uint64_t correlation_id,
+                               const std::function<bool(std::span<const uint8_t>)>& fn) {
+  // The timeout bounds silence, not the whole exchange: a large object may take longer.
+  const uint64_t patience = static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
+  uint64_t deadline = MonotonicNanos() + patience;
   bool done = false;
-  while (!done) {
+  Status error;
+  while (!done && error.ok()) {
     uint64_t now = MonotonicNanos();
     if (now >= deadline) return Err(StatusCode::kTimeout, "no reply from goblin-core in time");
     GOBLIN_ASSIGN_OR_RETURN(bool ready, ring_->Wait(std::chrono::nanoseconds(deadline - now)));
     if (!ready) continue;
-    GOBLIN_RETURN_IF_ERROR(ring_->Poll([&](std::span<const uint8_t> m) {
-      if (done || m.size() < 16) return;
-      if (sbe::Load<uint64_t>(m.data() + 8) != correlation_id) return;  // not ours: stale
-      reply.assign(m.begin(), m.end());
-      done = true;
+    GOBLIN_ASSIGN_OR_RETURN(size_t n, ring_->Poll([&](std::span<const uint8_t> m) {
+      if (done || !error.ok() || m.size() < 16) return;
+      uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
+      if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
+          (corr == correlation_id || corr == 0)) {
+        error = ErrorReply(m);
+        return;
+      }
+      if (corr != correlation_id) return;  // a late reply to something abandoned
+      done = fn(m);
     }));
+    if (n > 0) deadline = MonotonicNanos() + patience;
   }
-  sbe::MessageHeader h;
-  sbe::MessageHeader::Read(reply, &h);
-  if (h.template_id == wire::ErrorDecoder::kTemplateId) {
-    auto e = wire::ErrorDecoder::Decode(reply);
-    if (!e) return Err(StatusCode::kCorruption, "malformed Error reply");
-    return Err(StatusCode::kFailedPrecondition, "goblin-core: {} ({})", e->text(),
-               ToString(e->code()));
-  }
+  if (!error.ok()) return Err(error);
+  return {};
+}
+
+Result<std::vector<uint8_t>> Connection::AwaitReply(uint64_t correlation_id) {
+  std::vector<uint8_t> reply;
+  GOBLIN_RETURN_IF_ERROR(Receive(correlation_id, [&](std::span<const uint8_t> m) {
+    reply.assign(m.begin(), m.end());
+    return true;
+  }));
   return reply;
+}
+
+VoidResult Connection::SendEncoded(uint32_t max,
+                                   const std::function<size_t(uint8_t*, size_t)>& encode) {
+  const uint64_t deadline =
+      MonotonicNanos() + static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
+  for (;;) {
+    uint8_t* p = ring_->Reserve(max);
+    if (p != nullptr) {
+      size_t n = encode(p, max);
+      if (n == 0) return Err(StatusCode::kInternal, "message did not encode");
+      ring_->Commit(static_cast<uint32_t>(n));
+      return {};
+    }
+    if (max > ring_->max_message()) {
+      return Err(StatusCode::kInvalidArgument, "message of {} bytes exceeds the ring", max);
+    }
+    GOBLIN_RETURN_IF_ERROR(ring_->CheckAlive());
+    if (MonotonicNanos() >= deadline)
+      return Err(StatusCode::kTimeout, "the core did not drain the ring");
+    // Drain what the core says meanwhile (an error for this put ends it early).
+    Status early;
+    GOBLIN_RETURN_IF_ERROR(ring_->Poll([&](std::span<const uint8_t> m) {
+      if (m.size() >= 4 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId) early = ErrorReply(m);
+    }));
+    if (!early.ok()) return Err(early);
+    std::this_thread::yield();
+  }
+}
+
+Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
+                                 uint64_t ttl_ns, std::string_view metadata) {
+  uint64_t corr = next_correlation_++;
+  std::vector<uint8_t> buf(256 + key.size() + metadata.size());
+  wire::PutBeginEncoder b(buf.data(), buf.size());
+  size_t n = b.set_correlation_id(corr)
+                 .set_expected_size(size)
+                 .set_ttl_nanos(ttl_ns)
+                 .set_key(key)
+                 .set_metadata(metadata)
+                 .Finish();
+  if (n == 0 || n > ring_->max_message())
+    return Err(StatusCode::kInvalidArgument, "key or metadata too long");
+  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto lease_msg, AwaitReply(corr));
+  auto lease = wire::FillLeaseDecoder::Decode(lease_msg);
+  if (!lease) return Err(lease.error());
+  if (lease->state() != wire::LeaseState::kGranted) {
+    return Err(StatusCode::kAlreadyExists, "a fill of '{}' is already in progress", key);
+  }
+  uint64_t put_id = lease->put_id();
+  // PutData: as much as one ring record carries.
+  const uint32_t max = ring_->max_message();
+  const size_t chunk = max - 64;
+  std::vector<uint8_t> data(chunk);
+  uint64_t offset = 0;
+  for (;;) {
+    auto got = source(data);
+    if (!got) {
+      uint8_t ab[64];
+      wire::PutAbortEncoder a(ab, sizeof ab);
+      (void)ring_->Send({ab, a.set_correlation_id(corr).set_put_id(put_id).Finish()},
+                        options_.timeout);
+      return Err(got.error());
+    }
+    if (*got == 0) break;
+    std::span<const uint8_t> piece(data.data(), *got);
+    GOBLIN_RETURN_IF_ERROR(SendEncoded(max, [&](uint8_t* p, size_t cap) {
+      wire::PutDataEncoder d(p, cap);
+      return d.set_put_id(put_id).set_offset(offset).set_bytes(piece).Finish();
+    }));
+    offset += *got;
+  }
+  uint8_t cb[64];
+  wire::PutCommitEncoder c(cb, sizeof cb);
+  GOBLIN_RETURN_IF_ERROR(ring_->Send({cb, c.set_correlation_id(corr)
+                                              .set_put_id(put_id)
+                                              .set_total_size(size == UINT64_MAX ? offset : size)
+                                              .Finish()},
+                                     options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto result_msg, AwaitReply(corr));
+  auto result = wire::PutResultDecoder::Decode(result_msg);
+  if (!result) return Err(result.error());
+  return result->generation();
+}
+
+Result<uint64_t> Connection::Put(std::string_view key, std::span<const uint8_t> data,
+                                 uint64_t ttl_ns, std::string_view metadata) {
+  size_t pos = 0;
+  return Put(
+      key,
+      [&](std::span<uint8_t> out) -> Result<size_t> {
+        size_t n = std::min(out.size(), data.size() - pos);
+        std::memcpy(out.data(), data.data() + pos, n);
+        pos += n;
+        return n;
+      },
+      data.size(), ttl_ns, metadata);
+}
+
+Result<Connection::ObjectMeta> Connection::Head(std::string_view key) {
+  uint64_t corr = next_correlation_++;
+  std::vector<uint8_t> buf(64 + key.size());
+  wire::ObjectHeadEncoder h(buf.data(), buf.size());
+  size_t n = h.set_correlation_id(corr).set_key(key).Finish();
+  if (n == 0 || n > ring_->max_message()) return Err(StatusCode::kInvalidArgument, "key too long");
+  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  auto info = wire::ObjectInfoDecoder::Decode(reply);
+  if (!info) return Err(info.error());
+  ObjectMeta m;
+  m.found = info->status() == wire::LookupStatus::kHit;
+  if (m.found) {
+    m.size = info->object_size();
+    m.generation = info->generation();
+    m.created_unix_ns = info->created_nanos();
+    m.expires_unix_ns = info->expires_nanos();
+    m.metadata = std::string(info->metadata());
+  }
+  return m;
+}
+
+Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
+                                               uint64_t offset, uint64_t length) {
+  uint64_t corr = next_correlation_++;
+  std::vector<uint8_t> buf(64 + key.size());
+  wire::ObjectGetEncoder g(buf.data(), buf.size());
+  size_t n = g.set_correlation_id(corr).set_offset(offset).set_length(length).set_key(key).Finish();
+  if (n == 0 || n > ring_->max_message()) return Err(StatusCode::kInvalidArgument, "key too long");
+  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  ObjectMeta m;
+  bool have_info = false;
+  Status sink_error;
+  GOBLIN_RETURN_IF_ERROR(Receive(corr, [&](std::span<const uint8_t> msg) {
+    uint16_t t = TemplateOf(msg);
+    if (!have_info) {
+      auto info = wire::ObjectInfoDecoder::Decode(msg);
+      if (!info) {
+        sink_error = info.error();
+        return true;
+      }
+      have_info = true;
+      m.found = info->status() == wire::LookupStatus::kHit;
+      if (!m.found) return true;
+      m.size = info->object_size();
+      m.generation = info->generation();
+      m.created_unix_ns = info->created_nanos();
+      m.expires_unix_ns = info->expires_nanos();
+      m.metadata = std::string(info->metadata());
+      return false;
+    }
+    if (t != wire::ObjectDataDecoder::kTemplateId) return false;
+    auto d = wire::ObjectDataDecoder::Decode(msg);
+    if (!d) {
+      sink_error = d.error();
+      return true;
+    }
+    if (auto r = sink(d->offset(), d->bytes_bytes()); !r) {
+      sink_error = r.error();
+      return true;
+    }
+    return d->last() != 0;
+  }));
+  if (!sink_error.ok()) return Err(sink_error);
+  return m;
+}
+
+Result<bool> Connection::Delete(std::string_view key) {
+  uint64_t corr = next_correlation_++;
+  std::vector<uint8_t> buf(64 + key.size());
+  wire::ObjectDeleteEncoder d(buf.data(), buf.size());
+  size_t n = d.set_correlation_id(corr).set_key(key).Finish();
+  if (n == 0 || n > ring_->max_message()) return Err(StatusCode::kInvalidArgument, "key too long");
+  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  auto ack = wire::DeleteAckDecoder::Decode(reply);
+  if (!ack) return Err(ack.error());
+  return ack->deleted() != 0;
 }
 
 Result<std::chrono::nanoseconds> Connection::Ping(std::string_view payload) {
@@ -85,6 +291,10 @@ Result<std::chrono::nanoseconds> Connection::Ping(std::string_view payload) {
   GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(id));
   uint64_t end = MonotonicNanos();
+  if (TemplateOf(reply) != wire::PongDecoder::kTemplateId) {
+    return Err(StatusCode::kCorruption, "expected Pong, got {}",
+               wire::TemplateName(TemplateOf(reply)));
+  }
   auto pong = wire::PongDecoder::Decode(reply);
   if (!pong) return Err(pong.error());
   if (pong->payload() != payload)

@@ -1,5 +1,7 @@
 #include "goblin/core/core_service.h"
 
+#include <algorithm>
+
 #include "goblin/common/log.h"
 #include "goblin/wire/goblin_wire.h"
 
@@ -310,7 +312,7 @@ void CoreService::OnWritable(ring::Session& session) {
       }
       window_end = d.window_start + d.window.size();
     }
-    uint64_t n = std::min(chunk_max, d.end - d.next);
+    uint64_t n = std::min({chunk_max, d.end - d.next, window_end - d.next});
     bool last = d.next + n == d.end;
     wire::ObjectDataEncoder od(out_.data(), out_.size());
     od.set_correlation_id(d.correlation_id).set_offset(d.next).set_last(last ? 1 : 0);

@@ -1,15 +1,75 @@
 // goblin: command-line client of goblin-core (libgoblin underneath).
 //   goblin --target unix:PATH ping [-c COUNT] [-s SIZE] [-i INTERVAL]
+//   goblin --target unix:PATH put KEY FILE|-  [--ttl DURATION] [--meta TEXT]
+//   goblin --target unix:PATH get KEY [-o FILE]
+//   goblin --target unix:PATH head KEY
+//   goblin --target unix:PATH del KEY
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "goblin/client/connection.h"
 #include "goblin/common/cli.h"
+#include "goblin/common/clock.h"
 #include "goblin/common/config.h"
+#include "goblin/common/fd.h"
 #include "goblin/common/units.h"
 
+namespace {
+
+using namespace goblin;
+
+// Progress on a terminal only, at most ten updates a second.
+class Progress {
+ public:
+  Progress(const char* verb, uint64_t total) : verb_(verb), total_(total), tty_(isatty(2) != 0) {}
+  void Update(uint64_t done) {
+    if (!tty_) return;
+    uint64_t now = MonotonicNanos();
+    if (now - last_ < 100'000'000 && done != total_) return;
+    last_ = now;
+    double secs = static_cast<double>(now - start_) / 1e9;
+    double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+    std::fprintf(stderr, "\r%s %s / %s (%.0f%%) %s/s   ", verb_, HumanSize(done).c_str(),
+                 HumanSize(total_).c_str(),
+                 total_ ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0,
+                 HumanSize(static_cast<uint64_t>(rate)).c_str());
+  }
+  void Done() {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  const char* verb_;
+  uint64_t total_;
+  bool tty_;
+  uint64_t start_ = MonotonicNanos();
+  uint64_t last_ = 0;
+};
+
+int Fail(const char* what, const Status& s) {
+  std::fprintf(stderr, "goblin: %s: %s\n", what, s.ToString().c_str());
+  return 1;
+}
+
+VoidResult WriteAll(int fd, std::span<const uint8_t> data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoErr("write", errno);
+    data = data.subspan(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace goblin;
   CLI::App app("goblin: command-line client of goblin-core", "goblin");
   app.set_version_flag("--version", GOBLIN_VERSION);
   std::string target = "unix:/run/goblin/core.sock";
@@ -25,6 +85,21 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   AddSizeOption(*ping, "-s,--size", &size, "Payload bytes", /*allow_zero=*/true);
   AddDurationOption(*ping, "-i,--interval", &interval, "Pause between pings");
+
+  std::string key, file, out = "-", meta;
+  std::chrono::nanoseconds ttl{0};
+  auto* put = app.add_subcommand("put", "Store FILE (or - for stdin) under KEY");
+  put->add_option("key", key, "Object key")->required();
+  put->add_option("file", file, "File to store, - for standard input")->required();
+  AddDurationOption(*put, "--ttl", &ttl, "Expire after this long (0: never)");
+  put->add_option("--meta", meta, "Opaque metadata stored with the object");
+  auto* get = app.add_subcommand("get", "Fetch KEY into FILE (default: standard output)");
+  get->add_option("key", key, "Object key")->required();
+  get->add_option("-o,--output", out, "Output file, - for standard output")->capture_default_str();
+  auto* head = app.add_subcommand("head", "Show KEY's size, generation, times and metadata");
+  head->add_option("key", key, "Object key")->required();
+  auto* del = app.add_subcommand("del", "Delete KEY");
+  del->add_option("key", key, "Object key")->required();
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -34,14 +109,14 @@ int main(int argc, char** argv) {
                  conn.error().ToString().c_str());
     return 1;
   }
+  client::Connection& c = **conn;
   if (ping->parsed()) {
     std::string payload(size, 'g');
     std::printf("PING %s: %zu-byte payload, client %llu of core pid %u\n", target.c_str(),
-                payload.size(), static_cast<unsigned long long>((*conn)->client_id()),
-                (*conn)->server_pid());
+                payload.size(), static_cast<unsigned long long>(c.client_id()), c.server_pid());
     double min = 1e300, max = 0, sum = 0;
     for (int i = 0; i < count; ++i) {
-      auto rtt = (*conn)->Ping(payload);
+      auto rtt = c.Ping(payload);
       if (!rtt) {
         std::fprintf(stderr, "goblin: ping %d: %s\n", i + 1, rtt.error().ToString().c_str());
         return 1;
@@ -55,6 +130,87 @@ int main(int argc, char** argv) {
       if (i + 1 < count) std::this_thread::sleep_for(interval);
     }
     std::printf("%d pings: min/avg/max = %.2f/%.2f/%.2f us\n", count, min, sum / count, max);
+    return 0;
+  }
+  if (put->parsed()) {
+    UniqueFd fd(file == "-" ? dup(0) : open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return Fail(file.c_str(), ErrnoStatus("open", errno));
+    struct stat st {};
+    uint64_t total = UINT64_MAX;
+    if (fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) total = static_cast<uint64_t>(st.st_size);
+    Progress progress("put", total == UINT64_MAX ? 0 : total);
+    uint64_t sent = 0;
+    auto gen = c.Put(
+        key,
+        [&](std::span<uint8_t> buf) -> Result<size_t> {
+          for (;;) {
+            ssize_t n = read(fd.get(), buf.data(), buf.size());
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return ErrnoErr(fmt::format("read({})", file), errno);
+            sent += static_cast<uint64_t>(n);
+            progress.Update(sent);
+            return static_cast<size_t>(n);
+          }
+        },
+        total, static_cast<uint64_t>(ttl.count()), meta);
+    progress.Done();
+    if (!gen) return Fail(fmt::format("put {}", key).c_str(), gen.error());
+    std::printf("stored %s: %llu bytes, generation %llu\n", key.c_str(),
+                static_cast<unsigned long long>(sent), static_cast<unsigned long long>(*gen));
+    return 0;
+  }
+  if (get->parsed()) {
+    UniqueFd fd(out == "-" ? dup(1)
+                           : open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) return Fail(out.c_str(), ErrnoStatus("open", errno));
+    uint64_t total = 0;
+    std::optional<Progress> progress;
+    uint64_t expect = 0;
+    auto meta_r = c.Get(key, [&](uint64_t offset, std::span<const uint8_t> data) -> VoidResult {
+      if (offset != expect) return Err(StatusCode::kCorruption, "data out of order at {}", offset);
+      GOBLIN_RETURN_IF_ERROR(WriteAll(fd.get(), data));
+      expect += data.size();
+      if (!progress) progress.emplace("get", total);
+      progress->Update(expect);
+      return {};
+    });
+    if (progress) progress->Done();
+    if (!meta_r) {
+      if (out != "-") unlink(out.c_str());
+      return Fail(fmt::format("get {}", key).c_str(), meta_r.error());
+    }
+    if (!meta_r->found) {
+      if (out != "-") unlink(out.c_str());
+      std::fprintf(stderr, "goblin: %s: not found\n", key.c_str());
+      return 2;
+    }
+    if (expect != meta_r->size) {
+      return Fail(key.c_str(), Status(StatusCode::kIoError, fmt::format("received {} of {} bytes",
+                                                                        expect, meta_r->size)));
+    }
+    return 0;
+  }
+  if (head->parsed()) {
+    auto m = c.Head(key);
+    if (!m) return Fail(fmt::format("head {}", key).c_str(), m.error());
+    if (!m->found) {
+      std::fprintf(stderr, "goblin: %s: not found\n", key.c_str());
+      return 2;
+    }
+    std::printf(
+        "key: %s\nsize: %llu\ngeneration: %llu\ncreated_unix_ns: %llu\nexpires_unix_ns: "
+        "%llu\nmetadata: %s\n",
+        key.c_str(), static_cast<unsigned long long>(m->size),
+        static_cast<unsigned long long>(m->generation),
+        static_cast<unsigned long long>(m->created_unix_ns),
+        static_cast<unsigned long long>(m->expires_unix_ns), m->metadata.c_str());
+    return 0;
+  }
+  if (del->parsed()) {
+    auto d = c.Delete(key);
+    if (!d) return Fail(fmt::format("del {}", key).c_str(), d.error());
+    std::printf("%s %s\n", *d ? "deleted" : "not found:", key.c_str());
+    return *d ? 0 : 2;
   }
   return 0;
 }

@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,10 +49,40 @@ class Connection {
   // Round trip of a Ping carrying `payload`; returns the measured time.
   Result<std::chrono::nanoseconds> Ping(std::string_view payload = {});
 
+  struct ObjectMeta {
+    bool found = false;
+    uint64_t size = 0;
+    uint64_t generation = 0;
+    uint64_t created_unix_ns = 0;
+    uint64_t expires_unix_ns = 0;  // 0: never
+    std::string metadata;
+  };
+  // Fills `key` from `source`, which writes up to span.size() bytes and returns how many
+  // (0 = end). `size` is announced when known (UINT64_MAX otherwise) and checked by the core.
+  // Returns the new generation. AlreadyExists: another fill of the key is in progress.
+  using Source = std::function<Result<size_t>(std::span<uint8_t>)>;
+  Result<uint64_t> Put(std::string_view key, const Source& source, uint64_t size = UINT64_MAX,
+                       uint64_t ttl_ns = 0, std::string_view metadata = {});
+  Result<uint64_t> Put(std::string_view key, std::span<const uint8_t> data, uint64_t ttl_ns = 0,
+                       std::string_view metadata = {});
+  Result<ObjectMeta> Head(std::string_view key);
+  // Streams object bytes [offset, offset + length) to `sink` in order. A miss returns
+  // found = false without calling the sink.
+  using Sink = std::function<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
+  Result<ObjectMeta> Get(std::string_view key, const Sink& sink, uint64_t offset = 0,
+                         uint64_t length = UINT64_MAX);
+  Result<bool> Delete(std::string_view key);
+
  private:
   Connection() = default;
-  // Waits for the reply with this correlation id, turning an Error reply into a Status.
+  // Calls fn for each received message carrying this correlation id until it returns true;
+  // an Error with this id (or with id 0, a session-level error) ends it as a Status.
+  VoidResult Receive(uint64_t correlation_id,
+                     const std::function<bool(std::span<const uint8_t>)>& fn);
+  // Waits for the single reply with this correlation id and copies it out.
   Result<std::vector<uint8_t>> AwaitReply(uint64_t correlation_id);
+  // Encodes a message of at most `max` bytes straight into the ring and sends it.
+  VoidResult SendEncoded(uint32_t max, const std::function<size_t(uint8_t*, size_t)>& encode);
 
   std::unique_ptr<ring::RingClient> ring_;
   ConnectOptions options_;
