@@ -1,6 +1,7 @@
 # goblin_add_test(NAME n SOURCES ... [LIBS ...] LABELS unit|system|fuzz|rdma|slow [TIMEOUT s]
-#                 [ENVIRONMENT K=V ...])
+#                 [ENVIRONMENT K=V ...] [SLOW_TESTS gtest-pattern])
 #   Builds a GoogleTest binary and registers each of its test cases with ctest, labelled.
+#   Cases matching SLOW_TESTS get the label "slow" instead (the sanitizer runs skip them).
 # goblin_add_fuzz(NAME n SOURCES ... [LIBS ...] [SECONDS s] [CORPUS dir])
 #   Builds a fuzz target exporting LLVMFuzzerTestOneInput. Under the Fuzz build type it links
 #   clang's libFuzzer and ctest runs it for SECONDS; in every other build it links
@@ -9,16 +10,31 @@
 include(GoogleTest)
 
 function(goblin_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ENVIRONMENT" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT;SLOW_TESTS" "SOURCES;LIBS;LABELS;ENVIRONMENT" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
-  gtest_discover_tests(${T_NAME}
-    DISCOVERY_MODE PRE_TEST
-    DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENVIRONMENT}")
+  if(T_SLOW_TESTS)
+    # gtest_discover_tests cannot pass a list in PROPERTIES (it is split into pairs), so the
+    # slow cases carry the single label "slow".
+    gtest_discover_tests(${T_NAME}
+      DISCOVERY_MODE PRE_TEST
+      DISCOVERY_TIMEOUT 60
+      TEST_FILTER "-${T_SLOW_TESTS}"
+      PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENVIRONMENT}")
+    gtest_discover_tests(${T_NAME}
+      DISCOVERY_MODE PRE_TEST
+      DISCOVERY_TIMEOUT 60
+      TEST_FILTER "${T_SLOW_TESTS}"
+      PROPERTIES LABELS slow TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENVIRONMENT}")
+  else()
+    gtest_discover_tests(${T_NAME}
+      DISCOVERY_MODE PRE_TEST
+      DISCOVERY_TIMEOUT 60
+      PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENVIRONMENT}")
+  endif()
 endfunction()
 
 function(goblin_add_fuzz)

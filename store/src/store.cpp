@@ -120,8 +120,8 @@ Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
   Fill& f = it->second;
   uint64_t size = f.writer->bytes();
   if (expected_size != UINT64_MAX && expected_size != size) {
-    auto err = Err(StatusCode::kInvalidArgument, "fill of '{}' received {} bytes, announced {}", f.key,
-                   size, expected_size);
+    auto err = Err(StatusCode::kInvalidArgument, "fill of '{}' received {} bytes, announced {}",
+                   f.key, size, expected_size);
     Abort(id);  // destroys `f`
     return err;
   }

@@ -92,7 +92,7 @@ TEST(SpscRing, LargestRecordFillsTheWholeRing) {
   EXPECT_FALSE(p.TryWrite(2, big));  // needs the whole ring: wait for the consumer
   p.Publish();                       // the padding written to the end must be seen
   c.Poll([](int32_t, std::span<const uint8_t>) {});
-  ASSERT_TRUE(p.TryWrite(2, big));  // padding to the end, then the record at offset 0
+  ASSERT_TRUE(p.TryWrite(2, big));  // the record at offset 0
   p.Publish();
   size_t len = 0;
   c.Poll([&](int32_t t, std::span<const uint8_t> m) {
@@ -100,6 +100,25 @@ TEST(SpscRing, LargestRecordFillsTheWholeRing) {
     len = m.size();
   });
   EXPECT_EQ(len, 4088u);
+}
+
+// A poll that consumes nothing but a padding record still frees space and must say so:
+// the channel wakes a waiting producer on `advanced`, not on `records` (once a lost wake-up).
+TEST(SpscRing, PaddingOnlyPollReportsFreedSpace) {
+  LocalRing r(4096);
+  auto p = r.Producer();
+  auto c = r.Consumer();
+  std::vector<uint8_t> small(10, 1), big(4088, 2);
+  ASSERT_TRUE(p.TryWrite(1, small));
+  p.Publish();
+  EXPECT_EQ(c.Poll([](int32_t, std::span<const uint8_t>) {}).records, 1u);
+  EXPECT_FALSE(p.TryWrite(2, big));  // pads to the end, then finds no room
+  p.Publish();
+  PollResult pad_only = c.Poll([](int32_t, std::span<const uint8_t>) { FAIL(); });
+  EXPECT_EQ(pad_only.records, 0u);
+  EXPECT_TRUE(pad_only.advanced);
+  EXPECT_FALSE(c.Poll([](int32_t, std::span<const uint8_t>) {}).advanced);
+  ASSERT_TRUE(p.TryWrite(2, big));
 }
 
 TEST(SpscRing, ReserveCompleteWithShorterLength) {

@@ -89,7 +89,8 @@ class RingChannel {
   template <typename Fn>
   PollResult Poll(Fn&& fn, size_t max = SIZE_MAX) {
     PollResult r = rx_.Poll(std::forward<Fn>(fn), max);
-    if (r.records > 0 && peer_sleeps_ && rx_.ProducerWaiting()) {
+    // Any freed space counts: a producer may wait for room behind a lone padding record.
+    if (r.advanced && peer_sleeps_ && rx_.ProducerWaiting()) {
       peer_bell().Notify();
     }
     return r;

@@ -161,8 +161,9 @@ class RingProducer {
 };
 
 struct PollResult {
-  size_t records = 0;    // records handed to the callback (padding not counted)
-  bool corrupt = false;  // the shared state broke an invariant: stop using this ring
+  size_t records = 0;     // records handed to the callback (padding not counted)
+  bool advanced = false;  // space was freed (records or padding consumed)
+  bool corrupt = false;   // the shared state broke an invariant: stop using this ring
 };
 
 class RingConsumer {
@@ -219,6 +220,7 @@ class RingConsumer {
       }
       pos += record;
     }
+    r.advanced = pos != head_;
     head_ = pos;
     ctl_->head.store(head_, std::memory_order_release);
     return r;
