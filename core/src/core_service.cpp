@@ -9,7 +9,7 @@ namespace goblin::core {
 
 namespace {
 constexpr std::string_view kLog = "core";
-constexpr uint64_t kStreamWindow = 1 << 20;  // bytes read from the store per refill
+constexpr uint64_t kMinStreamWindow = 1 << 20;  // bytes read from the store per refill
 
 wire::ErrorCode ToWire(StatusCode c) {
   // The wire enum mirrors StatusCode for 1..14.
@@ -300,7 +300,11 @@ void CoreService::OnWritable(ring::Session& session) {
   for (int burst = 0; burst < 64; ++burst) {
     uint64_t window_end = d.window_start + d.window.size();
     if (d.next >= window_end && d.next < d.end) {
-      uint64_t n = std::min(kStreamWindow, d.end - d.next);
+      // Whole extents per refill: a window smaller than an extent would read it repeatedly.
+      uint64_t ext = store_->tier().extent_bytes();
+      uint64_t window = std::max<uint64_t>(kMinStreamWindow, ext);
+      uint64_t aligned = d.next / ext * ext;  // start on an extent boundary
+      uint64_t n = std::min(window - (d.next - aligned), d.end - d.next);
       d.window.resize(n);
       d.window_start = d.next;
       if (auto r = store_->Read(d.loan, d.next, d.window); !r) {
