@@ -122,7 +122,9 @@ VoidResult Connection::SendEncoded(uint32_t max,
     // Drain what the core says meanwhile (an error for this put ends it early).
     Status early;
     GOBLIN_RETURN_IF_ERROR(ring_->Poll([&](std::span<const uint8_t> m) {
-      if (m.size() >= 4 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId) early = ErrorReply(m);
+      if (early.ok() && m.size() >= 4 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId) {
+        early = ErrorReply(m);  // the first error is the cause; later ones are echoes
+      }
     }));
     if (!early.ok()) return Err(early);
     std::this_thread::yield();

@@ -28,7 +28,7 @@ void CoreService::OnClose(ring::Session& session) {
   if (store_ != nullptr) {
     for (auto it = uploads_.begin(); it != uploads_.end();) {
       if (it->second.session == session.id()) {
-        store_->Abort(it->first);
+        if (it->second.failed.ok()) store_->Abort(it->first);
         it = uploads_.erase(it);
       } else {
         ++it;
@@ -162,20 +162,22 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
         return SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kNotFound),
                          fmt::format("PutData for unknown put {}", d.put_id()));
       }
-      if (uint64_t received = it->second.received; d.offset() != received) {
+      Upload& up = it->second;
+      if (!up.failed.ok()) return;  // already failed and reported: drop the rest quietly
+      if (d.offset() != up.received) {
         store_->Abort(d.put_id());
-        uploads_.erase(it);
-        return SendError(
-            session, 0, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
-            fmt::format("PutData at offset {} but {} bytes were received: fill aborted", d.offset(),
-                        received));
+        up.failed =
+            Status(StatusCode::kInvalidArgument,
+                   fmt::format("PutData at offset {} but {} bytes were received: fill aborted",
+                               d.offset(), up.received));
+        return SendStatusError(session, 0, up.failed);
       }
       auto bytes = d.bytes_bytes();
       if (auto r = store_->Append(d.put_id(), bytes); !r) {
-        uploads_.erase(it);  // the store aborted the fill
-        return SendStatusError(session, 0, r.error());
+        up.failed = r.error();  // the store aborted the fill
+        return SendStatusError(session, 0, up.failed);
       }
-      it->second.received += bytes.size();
+      up.received += bytes.size();
       counters_.bytes_in += bytes.size();
       return;
     }
@@ -189,7 +191,9 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
                          static_cast<uint16_t>(wire::ErrorCode::kNotFound),
                          fmt::format("PutCommit for unknown put {}", d.put_id()));
       }
+      Status failed = it->second.failed;
       uploads_.erase(it);
+      if (!failed.ok()) return SendStatusError(session, d.correlation_id(), failed);
       auto gen = store_->Commit(d.put_id(), d.total_size());
       wire::PutResultEncoder p(out_.data(), out_.size());
       p.set_correlation_id(d.correlation_id()).set_put_id(d.put_id());

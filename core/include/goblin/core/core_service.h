@@ -41,6 +41,7 @@ class CoreService : public ring::Handler {
   struct Upload {
     uint64_t session = 0;
     uint64_t received = 0;
+    Status failed;  // set once the fill failed: later PutData is dropped, PutCommit gets it
   };
   struct Download {
     uint64_t correlation_id = 0;
