@@ -304,11 +304,17 @@ void CoreService::OnWritable(ring::Session& session) {
   for (int burst = 0; burst < 64; ++burst) {
     uint64_t window_end = d.window_start + d.window.size();
     if (d.next >= window_end && d.next < d.end) {
-      // Whole extents per refill: a window smaller than an extent would read it repeatedly.
-      uint64_t ext = store_->tier().extent_bytes();
-      uint64_t window = std::max<uint64_t>(kMinStreamWindow, ext);
-      uint64_t aligned = d.next / ext * ext;  // start on an extent boundary
-      uint64_t n = std::min(window - (d.next - aligned), d.end - d.next);
+      uint64_t n;
+      if (d.loan.head && d.next < d.loan.head_bytes) {
+        // Head first: the RAM head goes out at once, before any disk read.
+        n = std::min(d.loan.head_bytes, d.end) - d.next;
+      } else {
+        // Then whole extents per refill: a smaller window would read an extent repeatedly.
+        uint64_t ext = store_->tier().extent_bytes();
+        uint64_t window = std::max<uint64_t>(kMinStreamWindow, ext);
+        uint64_t aligned = d.next / ext * ext;  // start on an extent boundary
+        n = std::min(window - (d.next - aligned), d.end - d.next);
+      }
       d.window.resize(n);
       d.window_start = d.next;
       if (auto r = store_->Read(d.loan, d.next, d.window); !r) {
