@@ -1,4 +1,5 @@
 #include "goblin/store/disk_io.h"
+#include "tests/support/scratch.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -13,14 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path TestDir(const std::string& tag) {
-  const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
-  fs::path d =
-      fs::path(base ? base : "/var/tmp") / ("diskio-" + std::to_string(getpid()) + "-" + tag);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path TestDir(const std::string& tag) { return test::ScratchDir("diskio-" + tag); }
 
 // Every engine must pass the same tests.
 class DiskIoTest : public testing::TestWithParam<IoChoice> {

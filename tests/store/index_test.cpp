@@ -1,4 +1,5 @@
 #include "goblin/store/index.h"
+#include "tests/support/scratch.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,15 +15,7 @@ namespace fs = std::filesystem;
 
 class IndexTest : public testing::Test {
  protected:
-  void SetUp() override {
-    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
-    dir_ = (fs::path(base ? base : "/tmp") /
-            ("index-" + std::to_string(getpid()) + "-" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::ScratchDir("index").string(); }
   void TearDown() override {
     SetJournalCrashAfterBytesForTest(-1);
     fs::remove_all(dir_);

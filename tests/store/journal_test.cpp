@@ -1,4 +1,5 @@
 #include "goblin/store/journal.h"
+#include "tests/support/scratch.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -23,12 +24,7 @@ struct Rec {
 class JournalTest : public testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
-    dir_ = fs::path(base ? base : "/tmp") /
-           ("journal-" + std::to_string(getpid()) + "-" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::ScratchDir("journal");
     path_ = (dir_ / "index.journal").string();
   }
   void TearDown() override {

@@ -1,4 +1,5 @@
 #include "goblin/store/object_io.h"
+#include "tests/support/scratch.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,12 +17,7 @@ constexpr uint32_t kExtent = 64 << 10;
 class ObjectIoTest : public testing::TestWithParam<IoChoice> {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
-    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');  // "Case/Sync" for parameterized tests
-    dir_ = (fs::path(base ? base : "/var/tmp") / ("objio-" + std::to_string(getpid()) + "-" + name))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = test::ScratchDir("objio", /*create=*/false).string();
     auto e = IoEngine::Create(GetParam(), 8);
     if (!e) GTEST_SKIP() << "engine unavailable: " << e.error().ToString();
     engine_ = std::move(*e);

@@ -1,4 +1,5 @@
 #include "goblin/store/store.h"
+#include "tests/support/scratch.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -19,12 +20,7 @@ constexpr uint64_t kHead = 64 << 10;
 class StoreTest : public testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
-    dir_ = (fs::path(base ? base : "/var/tmp") /
-            ("store-" + std::to_string(getpid()) + "-" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = test::ScratchDir("store", /*create=*/false).string();
     ASSERT_TRUE(PrepareTier(dir_));
     opts_.pool.memory = 8 << 20;
     opts_.pool.block = 64 << 10;

@@ -1,4 +1,5 @@
 #include "goblin/store/tier_dir.h"
+#include "tests/support/scratch.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,14 +14,7 @@ namespace fs = std::filesystem;
 
 class TierDirTest : public testing::Test {
  protected:
-  void SetUp() override {
-    const char* base = std::getenv("GOBLIN_TEST_TMPDIR");
-    root_ = fs::path(base ? base : "/tmp") /
-            ("tier-" + std::to_string(getpid()) + "-" +
-             testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
+  void SetUp() override { root_ = test::ScratchDir("tier"); }
   void TearDown() override { fs::remove_all(root_); }
   fs::path root_;
 };
