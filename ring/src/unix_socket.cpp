@@ -73,12 +73,26 @@ Result<UniqueFd> ListenUnix(const std::string& path, int backlog) {
     }
     unlink(path.c_str());  // stale: its server is gone
   }
+  // Bind and listen under a temporary name, then rename into place: whoever sees the path
+  // can connect at once (no window between bind and listen where connect is refused).
+  std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
+  GOBLIN_ASSIGN_OR_RETURN(sockaddr_un tmp_addr, MakeAddress(tmp));
+  unlink(tmp.c_str());
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return ErrnoErr("socket(AF_UNIX)", errno);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    return ErrnoErr(fmt::format("bind({})", path), errno);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&tmp_addr), sizeof tmp_addr) != 0) {
+    return ErrnoErr(fmt::format("bind({})", tmp), errno);
   }
-  if (listen(fd.get(), backlog) != 0) return ErrnoErr(fmt::format("listen({})", path), errno);
+  if (listen(fd.get(), backlog) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoErr(fmt::format("listen({})", path), err);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoErr(fmt::format("rename({} -> {})", tmp, path), err);
+  }
   return fd;
 }
 

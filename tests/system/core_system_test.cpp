@@ -20,7 +20,7 @@ using test::RunCommand;
 
 struct Core {
   explicit Core(const std::string& tag, std::vector<std::string> extra = {})
-      : sock(fmt::format("{}/core-{}-{}.sock", test::TmpDir(), tag, getpid())),
+      : sock(test::SocketPath(tag)),
         log(fmt::format("{}/core-{}-{}.log", test::TmpDir(), tag, getpid())),
         proc(
             [&] {
@@ -32,6 +32,10 @@ struct Core {
             }(),
             log) {
     EXPECT_TRUE(test::WaitForPath(sock, 10s)) << proc.Output();
+  }
+  ~Core() {
+    proc.Signal(SIGKILL);  // ~Process reaps it
+    std::filesystem::remove(sock);
   }
   std::string sock, log;
   Process proc;

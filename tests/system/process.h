@@ -25,6 +25,14 @@ inline std::string TmpDir() {
   return dir;
 }
 
+// A short unix socket path for a test: sun_path holds 107 bytes, and scratch directories
+// under a deep checkout can be longer than that. The server removes it when it stops.
+inline std::string SocketPath(const std::string& tag) {
+  static int counter = 0;
+  return "/tmp/gbt-" + tag.substr(0, 24) + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(counter++) + ".sock";
+}
+
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

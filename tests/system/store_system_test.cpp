@@ -31,10 +31,11 @@ class StoreSystem : public testing::Test {
     fs::remove_all(base_);
     fs::create_directories(base_);
     tier_ = base_ + "/tier";
-    sock_ = base_ + "/core.sock";
+    sock_ = test::SocketPath("store");
   }
   void TearDown() override {
     core_.reset();
+    fs::remove(sock_);
     umount(tier_.c_str());  // if a test mounted one
     fs::remove_all(base_);
   }

@@ -15,9 +15,10 @@
 
 namespace goblin::ring {
 
-// Binds and listens on `path` (non-blocking, close-on-exec). A stale socket file left by a
-// dead server is replaced; a path where a server still answers, or that is not a socket, is
-// an error.
+// Binds and listens on `path` (non-blocking, close-on-exec). The socket appears at `path`
+// already listening (bound under a temporary name, then renamed), so "wait for the file,
+// then connect" never races. A stale socket file left by a dead server is replaced; a path
+// where a server still answers, or that is not a socket, is an error.
 Result<UniqueFd> ListenUnix(const std::string& path, int backlog = 128);
 
 // Connects to `path`; the returned socket is blocking.
