@@ -131,20 +131,47 @@ VoidResult Connection::SendEncoded(uint32_t max,
   }
 }
 
+Result<uint64_t> Connection::SendRequest(
+    size_t variable_bytes, const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode) {
+  uint64_t corr = next_correlation_++;
+  std::vector<uint8_t> buf(256 + variable_bytes);
+  size_t n = encode(buf.data(), buf.size(), corr);
+  if (n == 0 || n > ring_->max_message()) {
+    return Err(StatusCode::kInvalidArgument,
+               "request does not fit a {}-byte ring message (key or metadata too long)",
+               ring_->max_message());
+  }
+  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  return corr;
+}
+
+namespace {
+Connection::ObjectMeta MetaOf(const wire::ObjectInfoDecoder& info) {
+  Connection::ObjectMeta m;
+  m.found = info.status() == wire::LookupStatus::kHit;
+  if (m.found) {
+    m.size = info.object_size();
+    m.generation = info.generation();
+    m.created_unix_ns = info.created_nanos();
+    m.expires_unix_ns = info.expires_nanos();
+    m.metadata = std::string(info.metadata());
+  }
+  return m;
+}
+}  // namespace
+
 Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
                                  uint64_t ttl_ns, std::string_view metadata) {
-  uint64_t corr = next_correlation_++;
-  std::vector<uint8_t> buf(256 + key.size() + metadata.size());
-  wire::PutBeginEncoder b(buf.data(), buf.size());
-  size_t n = b.set_correlation_id(corr)
-                 .set_expected_size(size)
-                 .set_ttl_nanos(ttl_ns)
-                 .set_key(key)
-                 .set_metadata(metadata)
-                 .Finish();
-  if (n == 0 || n > ring_->max_message())
-    return Err(StatusCode::kInvalidArgument, "key or metadata too long");
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(key.size() + metadata.size(),
+                                                     [&](uint8_t* b, size_t cap, uint64_t id) {
+                                                       wire::PutBeginEncoder e(b, cap);
+                                                       return e.set_correlation_id(id)
+                                                           .set_expected_size(size)
+                                                           .set_ttl_nanos(ttl_ns)
+                                                           .set_key(key)
+                                                           .set_metadata(metadata)
+                                                           .Finish();
+                                                     }));
   GOBLIN_ASSIGN_OR_RETURN(auto lease_msg, AwaitReply(corr));
   auto lease = wire::FillLeaseDecoder::Decode(lease_msg);
   if (!lease) return Err(lease.error());
@@ -202,35 +229,27 @@ Result<uint64_t> Connection::Put(std::string_view key, std::span<const uint8_t> 
 }
 
 Result<Connection::ObjectMeta> Connection::Head(std::string_view key) {
-  uint64_t corr = next_correlation_++;
-  std::vector<uint8_t> buf(64 + key.size());
-  wire::ObjectHeadEncoder h(buf.data(), buf.size());
-  size_t n = h.set_correlation_id(corr).set_key(key).Finish();
-  if (n == 0 || n > ring_->max_message()) return Err(StatusCode::kInvalidArgument, "key too long");
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(
+      uint64_t corr, SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+        return wire::ObjectHeadEncoder(b, cap).set_correlation_id(id).set_key(key).Finish();
+      }));
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
   auto info = wire::ObjectInfoDecoder::Decode(reply);
   if (!info) return Err(info.error());
-  ObjectMeta m;
-  m.found = info->status() == wire::LookupStatus::kHit;
-  if (m.found) {
-    m.size = info->object_size();
-    m.generation = info->generation();
-    m.created_unix_ns = info->created_nanos();
-    m.expires_unix_ns = info->expires_nanos();
-    m.metadata = std::string(info->metadata());
-  }
-  return m;
+  return MetaOf(*info);
 }
 
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
                                                uint64_t offset, uint64_t length) {
-  uint64_t corr = next_correlation_++;
-  std::vector<uint8_t> buf(64 + key.size());
-  wire::ObjectGetEncoder g(buf.data(), buf.size());
-  size_t n = g.set_correlation_id(corr).set_offset(offset).set_length(length).set_key(key).Finish();
-  if (n == 0 || n > ring_->max_message()) return Err(StatusCode::kInvalidArgument, "key too long");
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
+                          SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+                            return wire::ObjectGetEncoder(b, cap)
+                                .set_correlation_id(id)
+                                .set_offset(offset)
+                                .set_length(length)
+                                .set_key(key)
+                                .Finish();
+                          }));
   ObjectMeta m;
   bool have_info = false;
   Status sink_error;
@@ -243,14 +262,8 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
         return true;
       }
       have_info = true;
-      m.found = info->status() == wire::LookupStatus::kHit;
-      if (!m.found) return true;
-      m.size = info->object_size();
-      m.generation = info->generation();
-      m.created_unix_ns = info->created_nanos();
-      m.expires_unix_ns = info->expires_nanos();
-      m.metadata = std::string(info->metadata());
-      return false;
+      m = MetaOf(*info);
+      return !m.found;  // a miss ends the exchange; a hit is followed by ObjectData
     }
     if (t != wire::ObjectDataDecoder::kTemplateId) return false;
     auto d = wire::ObjectDataDecoder::Decode(msg);
@@ -269,12 +282,10 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
 }
 
 Result<bool> Connection::Delete(std::string_view key) {
-  uint64_t corr = next_correlation_++;
-  std::vector<uint8_t> buf(64 + key.size());
-  wire::ObjectDeleteEncoder d(buf.data(), buf.size());
-  size_t n = d.set_correlation_id(corr).set_key(key).Finish();
-  if (n == 0 || n > ring_->max_message()) return Err(StatusCode::kInvalidArgument, "key too long");
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(
+      uint64_t corr, SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+        return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(id).set_key(key).Finish();
+      }));
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
   auto ack = wire::DeleteAckDecoder::Decode(reply);
   if (!ack) return Err(ack.error());

@@ -81,6 +81,10 @@ class Connection {
                      const std::function<bool(std::span<const uint8_t>)>& fn);
   // Waits for the single reply with this correlation id and copies it out.
   Result<std::vector<uint8_t>> AwaitReply(uint64_t correlation_id);
+  // Encodes a request (encode(buffer, capacity, correlation_id) -> length, 0 if it did not
+  // fit) into a buffer sized for `variable_bytes` of key/metadata, sends it, returns its id.
+  Result<uint64_t> SendRequest(size_t variable_bytes,
+                               const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode);
   // Encodes a message of at most `max` bytes straight into the ring and sends it.
   VoidResult SendEncoded(uint32_t max, const std::function<size_t(uint8_t*, size_t)>& encode);
 
