@@ -11,11 +11,7 @@ namespace goblin::ring {
 
 Result<RingChannel> RingChannel::Create(uint32_t capacity, WakeMode mode, WakeMode peer_mode) {
   GOBLIN_RETURN_IF_ERROR(ValidateCapacity(capacity));
-  RingChannel c;
-  c.side_ = Side::kServer;
-  c.mode_ = mode;
-  c.peer_sleeps_ = peer_mode == WakeMode::kSpinThenSleep;
-  c.capacity_ = capacity;
+  RingChannel c(Side::kServer, capacity, mode, peer_mode);
   GOBLIN_ASSIGN_OR_RETURN(c.shm_, SharedMemory::Create("goblin-ring", ChannelBytes(capacity)));
   GOBLIN_ASSIGN_OR_RETURN(c.server_bell_, EventFd::Create());
   GOBLIN_ASSIGN_OR_RETURN(c.client_bell_, EventFd::Create());
@@ -29,11 +25,7 @@ Result<RingChannel> RingChannel::Attach(UniqueFd memfd, UniqueFd server_doorbell
                                         UniqueFd client_doorbell, uint32_t capacity, WakeMode mode,
                                         WakeMode peer_mode) {
   GOBLIN_RETURN_IF_ERROR(ValidateCapacity(capacity));
-  RingChannel c;
-  c.side_ = Side::kClient;
-  c.mode_ = mode;
-  c.peer_sleeps_ = peer_mode == WakeMode::kSpinThenSleep;
-  c.capacity_ = capacity;
+  RingChannel c(Side::kClient, capacity, mode, peer_mode);
   GOBLIN_ASSIGN_OR_RETURN(c.shm_, SharedMemory::Map(std::move(memfd), ChannelBytes(capacity)));
   for (size_t off : {kClientToServerControl, kServerToClientControl}) {
     auto* ctl = reinterpret_cast<RingControl*>(c.shm_.data() + off);

@@ -113,6 +113,11 @@ class RingChannel {
   RingConsumer& consumer() { return rx_; }
 
  private:
+  RingChannel(Side side, uint32_t capacity, WakeMode mode, WakeMode peer_mode)
+      : side_(side),
+        mode_(mode),
+        peer_sleeps_(peer_mode == WakeMode::kSpinThenSleep),
+        capacity_(capacity) {}
   const EventFd& peer_bell() const { return side_ == Side::kServer ? client_bell_ : server_bell_; }
   const EventFd& my_bell() const { return side_ == Side::kServer ? server_bell_ : client_bell_; }
   void Bind();
