@@ -5,6 +5,7 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/ring/client.h"
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 
 namespace goblin::client {
@@ -148,7 +149,8 @@ Result<uint64_t> Connection::SendRequest(
 namespace {
 Connection::ObjectMeta MetaOf(const wire::ObjectInfoDecoder& info) {
   Connection::ObjectMeta m;
-  m.found = info.status() == wire::LookupStatus::kHit;
+  m.found = info.status() != wire::LookupStatus::kMiss;
+  m.filling = info.status() == wire::LookupStatus::kFilling;
   if (m.found) {
     m.size = info.object_size();
     m.generation = info.generation();
@@ -240,13 +242,14 @@ Result<Connection::ObjectMeta> Connection::Head(std::string_view key) {
 }
 
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
-                                               uint64_t offset, uint64_t length) {
+                                               uint64_t offset, uint64_t length, bool follow_fill) {
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
                           SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
                             return wire::ObjectGetEncoder(b, cap)
                                 .set_correlation_id(id)
                                 .set_offset(offset)
                                 .set_length(length)
+                                .set_flags(follow_fill ? wire::kGetFollowFill : 0)
                                 .set_key(key)
                                 .Finish();
                           }));

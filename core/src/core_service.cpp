@@ -3,13 +3,13 @@
 #include <algorithm>
 
 #include "goblin/common/log.h"
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 
 namespace goblin::core {
 
 namespace {
 constexpr std::string_view kLog = "core";
-constexpr uint64_t kMinStreamWindow = 1 << 20;  // bytes read from the store per refill
 
 wire::ErrorCode ToWire(StatusCode c) {
   // The wire enum mirrors StatusCode for 1..14.
@@ -34,10 +34,7 @@ void CoreService::OnClose(ring::Session& session) {
         ++it;
       }
     }
-    if (auto d = downloads_.find(session.id()); d != downloads_.end()) {
-      store_->Release(d->second.loan);
-      downloads_.erase(d);
-    }
+    downloads_.erase(session.id());  // the stream releases what it holds
   }
   GOBLIN_LOG_INFO(kLog, "client {} disconnected", session.id());
 }
@@ -142,7 +139,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::PutBeginDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutBegin", e);
-      auto r = store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata());
+      auto r = store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       wire::FillLeaseEncoder f(out_.data(), out_.size());
       bool granted = r->first == store::Store::FillStart::kGranted;
@@ -219,6 +216,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       bool get = template_id == wire::ObjectGetDecoder::kTemplateId;
       std::string key;
       uint64_t offset = 0, length = UINT64_MAX;
+      uint32_t flags = 0;
       if (get) {
         wire::ObjectGetDecoder d;
         if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
@@ -226,6 +224,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
         key = std::string(d.key());
         offset = d.offset();
         length = d.length();
+        flags = d.flags();
       } else {
         wire::ObjectHeadDecoder d;
         if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
@@ -236,21 +235,26 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
         return SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kFailedPrecondition),
                          "one ObjectGet at a time per session");
       }
-      std::optional<store::Loan> loan;
+      wire::LookupStatus status = wire::LookupStatus::kMiss;
       std::optional<store::ObjectInfo> info;
+      std::unique_ptr<store::Store::Stream> stream;
       if (get) {
-        auto r = store_->Get(key);
+        auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0);
         if (!r) return SendStatusError(session, corr, r.error());
-        loan = std::move(*r);
-        if (loan) info = loan->info;
+        if (r->status != store::Store::Lookup::kMiss) {
+          status = r->status == store::Store::Lookup::kHit ? wire::LookupStatus::kHit
+                                                           : wire::LookupStatus::kFilling;
+          info = std::move(r->info);
+          stream = std::move(r->stream);
+        }
       } else {
         auto r = store_->Head(key);
         if (!r) return SendStatusError(session, corr, r.error());
         info = std::move(*r);
+        if (info) status = wire::LookupStatus::kHit;
       }
       wire::ObjectInfoEncoder oi(out_.data(), out_.size());
-      oi.set_correlation_id(corr).set_status(info ? wire::LookupStatus::kHit
-                                                  : wire::LookupStatus::kMiss);
+      oi.set_correlation_id(corr).set_status(status);
       if (info) {
         oi.set_object_size(info->size)
             .set_generation(info->generation)
@@ -258,21 +262,11 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
             .set_expires_nanos(info->expires_unix_ns)
             .set_metadata(info->metadata.substr(0, session.max_message() / 2));
       }
-      if (!Send(session, oi.Finish()) || !loan) {
-        if (loan) store_->Release(*loan);
-        return;
-      }
+      if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
-      uint64_t size = loan->info.size;
-      if (offset > size) offset = size;
-      uint64_t end = length == UINT64_MAX || length > size - offset ? size : offset + length;
-      Download dl;
-      dl.correlation_id = corr;
-      dl.loan = std::move(*loan);
-      dl.next = offset;
-      dl.end = end;
-      dl.window_start = offset;
-      downloads_[session.id()] = std::move(dl);
+      ring::Session* s = &session;
+      stream->SetReadyCallback([s] { s->WantWritable(true); });
+      downloads_[session.id()] = Download{corr, std::move(stream)};
       session.WantWritable(true);
       return;
     }
@@ -292,6 +286,17 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
   }
 }
 
+size_t CoreService::OnPoll() {
+  if (store_ == nullptr) return 0;
+  if (auto r = store_->Poll(); !r) GOBLIN_LOG_ERROR(kLog, "store: {}", r.error());
+  return 0;
+}
+
+void CoreService::EndDownload(ring::Session& session) {
+  downloads_.erase(session.id());
+  session.WantWritable(false);
+}
+
 void CoreService::OnWritable(ring::Session& session) {
   auto it = downloads_.find(session.id());
   if (it == downloads_.end()) {
@@ -299,51 +304,37 @@ void CoreService::OnWritable(ring::Session& session) {
     return;
   }
   Download& d = it->second;
+  store::Store::Stream& st = *d.stream;
   // Room for one record: the ring's largest message less the ObjectData framing.
   const uint64_t chunk_max = session.max_message() - 64;
   for (int burst = 0; burst < 64; ++burst) {
-    uint64_t window_end = d.window_start + d.window.size();
-    if (d.next >= window_end && d.next < d.end) {
-      uint64_t n;
-      if (d.loan.head && d.next < d.loan.head_bytes) {
-        // Head first: the RAM head goes out at once, before any disk read.
-        n = std::min(d.loan.head_bytes, d.end) - d.next;
-      } else {
-        // Then whole extents per refill: a smaller window would read an extent repeatedly.
-        uint64_t ext = store_->tier().extent_bytes();
-        uint64_t window = std::max<uint64_t>(kMinStreamWindow, ext);
-        uint64_t aligned = d.next / ext * ext;  // start on an extent boundary
-        n = std::min(window - (d.next - aligned), d.end - d.next);
-      }
-      d.window.resize(n);
-      d.window_start = d.next;
-      if (auto r = store_->Read(d.loan, d.next, d.window); !r) {
-        SendStatusError(session, d.correlation_id, r.error());
-        store_->Release(d.loan);
-        downloads_.erase(it);
-        session.WantWritable(false);
-        return;
-      }
-      window_end = d.window_start + d.window.size();
+    std::span<const uint8_t> bytes;
+    auto step = st.Peek(&bytes);
+    if (!step) {
+      SendStatusError(session, d.correlation_id, step.error());
+      return EndDownload(session);
     }
-    uint64_t n = std::min({chunk_max, d.end - d.next, window_end - d.next});
-    bool last = d.next + n == d.end;
+    if (*step == store::Store::Stream::Step::kWait) {
+      session.WantWritable(false);  // the stream's ready callback turns it back on
+      return;
+    }
+    uint64_t n = 0;
+    bool last = true;
+    if (*step == store::Store::Stream::Step::kData) {
+      n = std::min<uint64_t>(chunk_max, bytes.size());
+      last = st.end() != UINT64_MAX && st.position() + n == st.end();
+    }
     wire::ObjectDataEncoder od(out_.data(), out_.size());
-    od.set_correlation_id(d.correlation_id).set_offset(d.next).set_last(last ? 1 : 0);
-    od.set_bytes(std::span<const uint8_t>(d.window.data() + (d.next - d.window_start), n));
+    od.set_correlation_id(d.correlation_id).set_offset(st.position()).set_last(last ? 1 : 0);
+    od.set_bytes(bytes.first(n));
     ring::SendOutcome outcome = session.Send({out_.data(), od.Finish()});
     if (outcome == ring::SendOutcome::kTooLarge || outcome == ring::SendOutcome::kOverLimit) {
       session.Close();
       return;
     }
-    d.next += n;
+    st.Consume(n);
     counters_.bytes_out += n;
-    if (last) {
-      store_->Release(d.loan);
-      downloads_.erase(it);
-      session.WantWritable(false);
-      return;
-    }
+    if (last) return EndDownload(session);
     if (outcome == ring::SendOutcome::kQueued) return;  // the ring is full: wait for the reader
   }
 }

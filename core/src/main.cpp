@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
   app.add_option("--hdd-dir", hdd_dir, "Second disk tier (a directory made with --prepare)");
   AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
                 "With both tiers: bytes after the head that go to the first tier", true);
+  uint64_t ssd_size = 0, hdd_size = 0;
+  AddSizeOption(app, "--ssd-size", &ssd_size,
+                "Capacity of the first tier; objects are evicted beyond it (default: 95% of "
+                "the file system's free space)",
+                true);
+  AddSizeOption(app, "--hdd-size", &hdd_size, "Capacity of the second tier (same default)", true);
   std::string io = "auto";
   uint64_t extent_bytes = 4 << 20, tier_file_bytes = 1ull << 30;
   app.add_option("--io", io, "Disk I/O: auto (io_uring, else pread/pwrite), uring, sync")
@@ -81,6 +87,20 @@ int main(int argc, char** argv) {
                 "Disk extent (I/O and checksum unit) size, a multiple of 4K");
   AddSizeOption(app, "--tier-file-size", &tier_file_bytes,
                 "Size of each preallocated extent file in a tier");
+  store::StoreOptions so;
+  app.add_option("--io-depth", so.io_depth, "Disk requests in flight (all streams together)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--io-buffers", so.io_buffers,
+                 "I/O buffers of --extent-size each, shared by every stream (bounds disk memory)")
+      ->check(CLI::Range(4, 65536))
+      ->capture_default_str();
+  app.add_option("--read-ahead", so.read_ahead, "Extents read ahead per streamed object")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--max-objects", so.max_objects,
+                 "Evict beyond this many objects (0: only when a tier is full)")
+      ->capture_default_str();
   app.add_option("--prepare", prepare_dir,
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
   app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
@@ -118,6 +138,9 @@ int main(int argc, char** argv) {
   if (!hdd_dir.empty() && ssd_dir.empty()) {
     return Fail(Status(StatusCode::kInvalidArgument, "--hdd-dir needs --ssd-dir (the first tier)"));
   }
+  if (hdd_size > 0 && hdd_dir.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument, "--hdd-size needs --hdd-dir"));
+  }
   if (ssd_prefix > 0 && hdd_dir.empty()) {
     return Fail(
         Status(StatusCode::kInvalidArgument, "--ssd-prefix needs both --ssd-dir and --hdd-dir"));
@@ -150,12 +173,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<store::Store> object_store;
   std::unique_ptr<store::HeadPool> lone_pool;
   if (!ssd_dir.empty()) {
-    store::StoreOptions so;
     so.pool = pool_opts;
     so.ram_head = ram_head;
     so.tier_dirs = {ssd_dir};
     if (!hdd_dir.empty()) so.tier_dirs.push_back(hdd_dir);
     so.ssd_prefix = ssd_prefix;
+    so.tier_capacity = {ssd_size, hdd_size};
     so.tier.extent_bytes = static_cast<uint32_t>(extent_bytes);
     so.tier.file_bytes = tier_file_bytes;
     so.io = *store::ParseIoChoice(io);
@@ -178,15 +201,22 @@ int main(int argc, char** argv) {
                   pool.locked() ? "locked" : "not locked",
                   numa >= 0 ? std::to_string(numa) : std::string("any"));
   if (object_store) {
-    GOBLIN_LOG_INFO(kLog, "disk tier {} (id {}): {} objects", ssd_dir,
-                    object_store->tier().dir().identity().IdString(),
-                    object_store->stats().objects);
+    for (size_t i = 0; i < object_store->tier_count(); ++i) {
+      GOBLIN_LOG_INFO(kLog, "disk tier {} {} (id {})", i, object_store->tier(i).dir().path(),
+                      object_store->tier(i).dir().identity().IdString());
+    }
+    GOBLIN_LOG_INFO(kLog, "{} objects; I/O: depth {}, {} buffers of {}, read-ahead {}",
+                    object_store->stats().objects, so.io_depth, so.io_buffers,
+                    FormatSize(extent_bytes), so.read_ahead);
   } else {
     GOBLIN_LOG_INFO(kLog, "no disk tier (--ssd-dir): objects are not served");
   }
   core::CoreService service(object_store.get());
   auto server = ring::RingServer::Listen(opts, &service);
   if (!server) return Fail(server.error());
+  if (object_store) {
+    if (auto r = (*server)->AddWakeFd(object_store->event_fd()); !r) return Fail(r.error());
+  }
   GOBLIN_LOG_INFO(kLog,
                   "goblin-core {} pid {} serving the ring plane on unix:{} (ring {} per direction, "
                   "{}, busy-poll {})",

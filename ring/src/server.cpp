@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "goblin/common/clock.h"
@@ -102,6 +103,12 @@ void RingServer::Stop() {
   wake_.Notify();
 }
 
+VoidResult RingServer::AddWakeFd(int fd) {
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, EPOLLIN));
+  wake_fds_.push_back(fd);
+  return {};
+}
+
 VoidResult RingServer::Run(int stop_fd) {
   stop_fd_ = stop_fd;
   if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, EPOLLIN));
@@ -145,7 +152,7 @@ VoidResult RingServer::Run(int stop_fd) {
 }
 
 size_t RingServer::PollRings() {
-  size_t total = 0;
+  size_t total = handler_->OnPoll();
   for (size_t i = 0; i < active_.size(); ++i) {
     Session* s = active_[i];
     if (s->closing_) continue;
@@ -192,6 +199,9 @@ void RingServer::HandleEvents(int timeout_ms) {
       Accept();
     } else if (fd == wake_.fd() || fd == stop_fd_) {
       stop_.store(true, std::memory_order_release);
+    } else if (std::find(wake_fds_.begin(), wake_fds_.end(), fd) != wake_fds_.end()) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = read(fd, &v, sizeof v);  // OnPoll does the work
     } else if (pending_.count(fd)) {
       ReadHandshake(fd);
     } else if (auto it = fd_to_session_.find(fd); it != fd_to_session_.end()) {

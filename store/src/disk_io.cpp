@@ -1,6 +1,7 @@
 #include "goblin/store/disk_io.h"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,6 +52,7 @@ class SyncEngine final : public IoEngine {
       } while (n < 0 && errno == EINTR);
       done_.push_back({r.user_data, n < 0 ? -errno : static_cast<int32_t>(n)});
     }
+    if (!done_.empty()) SignalEvents();
     queued_.clear();
     return {};
   }
@@ -83,6 +85,9 @@ class UringEngine final : public IoEngine {
     int rc = io_uring_queue_init(depth, &e->ring_, 0);
     if (rc < 0) return Err(ErrnoStatus("io_uring_queue_init", -rc));
     e->ready_ = true;
+    GOBLIN_RETURN_IF_ERROR(e->InitEventFd());
+    rc = io_uring_register_eventfd(&e->ring_, e->event_fd());
+    if (rc < 0) return Err(ErrnoStatus("io_uring_register_eventfd", -rc));
     return e;
   }
   IoBackend backend() const override { return IoBackend::kIoUring; }
@@ -92,6 +97,7 @@ class UringEngine final : public IoEngine {
     if (!Aligned(r)) {
       ++in_flight_;
       rejected_.push_back({r.user_data, -EINVAL});
+      SignalEvents();
       return true;
     }
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -177,7 +183,25 @@ Result<std::unique_ptr<IoEngine>> IoEngine::Create(IoChoice choice, uint32_t dep
     }
 #endif
   }
-  return std::unique_ptr<IoEngine>(std::make_unique<SyncEngine>(depth));
+  auto sync = std::make_unique<SyncEngine>(depth);
+  GOBLIN_RETURN_IF_ERROR(sync->InitEventFd());
+  return std::unique_ptr<IoEngine>(std::move(sync));
+}
+
+VoidResult IoEngine::InitEventFd() {
+  event_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!event_fd_) return ErrnoErr("eventfd(io completions)", errno);
+  return {};
+}
+
+void IoEngine::SignalEvents() const {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(event_fd_.get(), &one, sizeof one);
+}
+
+void IoEngine::DrainEvents() const {
+  uint64_t v;
+  [[maybe_unused]] ssize_t n = read(event_fd_.get(), &v, sizeof v);
 }
 
 Result<std::unique_ptr<IoBufferPool>> IoBufferPool::Create(uint32_t count, uint32_t buffer_bytes) {

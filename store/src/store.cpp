@@ -11,7 +11,9 @@
 namespace goblin::store {
 namespace {
 constexpr std::string_view kLog = "store";
-}
+constexpr int kMaxDemotionsPerAllocation = 64;
+constexpr size_t kExpiriesPerPoll = 16;
+}  // namespace
 
 uint64_t Store::NowNs() const {
   timespec ts{};
@@ -22,9 +24,8 @@ uint64_t Store::NowNs() const {
 Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   if (o.tier_dirs.empty())
     return Err(StatusCode::kInvalidArgument, "the store needs a disk tier (--ssd-dir)");
-  if (o.tier_dirs.size() > 1) {
-    return Err(StatusCode::kUnimplemented,
-               "a second disk tier (--hdd-dir) is not supported by this store yet");
+  if (o.tier_dirs.size() > 2) {
+    return Err(StatusCode::kInvalidArgument, "at most two disk tiers (--ssd-dir, --hdd-dir)");
   }
   if (o.ram_head == 0 || o.ram_head > o.pool.block) {
     return Err(StatusCode::kInvalidArgument, "--ram-head {} must be between 1 and --block {}",
@@ -32,59 +33,106 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   }
   std::unique_ptr<Store> s(new Store());
   s->options_ = o;
-  GOBLIN_ASSIGN_OR_RETURN(TierDir dir, TierDir::Open(o.tier_dirs[0]));
-  GOBLIN_ASSIGN_OR_RETURN(s->tier_, TierSpace::Open(std::move(dir), 0, o.tier));
+  for (size_t i = 0; i < o.tier_dirs.size(); ++i) {
+    GOBLIN_ASSIGN_OR_RETURN(TierDir dir, TierDir::Open(o.tier_dirs[i]));
+    TierOptions to = o.tier;
+    if (i < o.tier_capacity.size()) to.capacity_bytes = o.tier_capacity[i];
+    GOBLIN_ASSIGN_OR_RETURN(auto t, TierSpace::Open(std::move(dir), static_cast<uint16_t>(i), to));
+    s->tier_ptrs_.push_back(t.get());
+    s->tiers_.push_back(std::move(t));
+  }
   GOBLIN_ASSIGN_OR_RETURN(s->index_, Index::Open(o.tier_dirs[0]));
-  // Rebuild the tier's free space from the index; a record that does not fit the tier is
-  // damaged and dropped (counted and logged), never served.
+  // Rebuild each tier's free space from the index; a record that does not fit its tier is
+  // damaged and dropped (counted and logged), never served. A record on a tier that is not
+  // configured now is a configuration error, not damage: refuse to start rather than drop.
   std::vector<std::string> damaged;
+  uint64_t missing_tier = 0;
   s->index_->ForEach([&](const ObjectRecord& r) {
     for (const Extent& e : r.extents) {
-      if (!s->tier_->MarkUsed(e)) {
+      if (e.tier >= s->tiers_.size()) {
+        ++missing_tier;
+        return;
+      }
+      if (!s->tiers_[e.tier]->MarkUsed(e)) {
         damaged.push_back(r.key);
         return;
       }
     }
   });
+  if (missing_tier > 0) {
+    return Err(StatusCode::kFailedPrecondition,
+               "{} objects in {} have bytes on a second tier: start with the same --hdd-dir",
+               missing_tier, o.tier_dirs[0]);
+  }
   for (const auto& key : damaged) {
     GOBLIN_LOG_WARN(kLog, "dropping '{}': its extents do not fit the tier", key);
     GOBLIN_RETURN_IF_ERROR(s->index_->Delete(key, nullptr));
     ++s->stats_.corrupt_dropped;
   }
+  // Oldest first into the eviction order; TTLs into the expiry queue.
+  std::vector<std::pair<uint64_t, std::string>> by_generation;
+  s->index_->ForEach([&](const ObjectRecord& r) {
+    by_generation.emplace_back(r.generation, r.key);
+    if (r.expires_unix_ns != 0) s->expiries_.emplace(r.expires_unix_ns, r.key);
+  });
+  std::sort(by_generation.begin(), by_generation.end());
+  for (const auto& [gen, key] : by_generation) s->policy_.Insert(key);
+
   GOBLIN_ASSIGN_OR_RETURN(s->pool_, HeadPool::Create(o.pool));
   GOBLIN_ASSIGN_OR_RETURN(s->engine_, IoEngine::Create(o.io, o.io_depth));
   GOBLIN_ASSIGN_OR_RETURN(s->buffers_, IoBufferPool::Create(o.io_buffers, o.tier.extent_bytes));
+  s->io_ = std::make_unique<IoRouter>(s->engine_.get(), s->buffers_.get());
   s->stats_.objects = s->index_->size();
   const auto& rec = s->index_->recovery();
   GOBLIN_LOG_INFO(
       kLog,
       "store: {} objects ({} from the checkpoint, {} journal records, {} torn bytes cut), "
-      "I/O via {}",
+      "{} tier(s), I/O via {}",
       s->stats_.objects, rec.from_checkpoint, rec.journal_records, rec.discarded_bytes,
-      IoBackendName(s->engine_->backend()));
+      s->tiers_.size(), IoBackendName(s->engine_->backend()));
   return s;
 }
 
 Store::~Store() {
   for (auto& [id, f] : fills_) {
+    for (Stream* st : f.followers) st->fill_ = 0;
     if (f.writer) f.writer->Abort();
   }
 }
 
 Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_view key,
                                                                     uint64_t ttl_ns,
-                                                                    std::string_view metadata) {
+                                                                    std::string_view metadata,
+                                                                    uint64_t expected_size) {
   if (key.empty()) return Err(StatusCode::kInvalidArgument, "empty object key");
   if (auto it = filling_.find(std::string(key)); it != filling_.end()) {
     ++stats_.fills_refused;
     return std::pair{FillStart::kInProgress, it->second};
   }
+  if (expected_size != UINT64_MAX) {
+    // An object larger than a tier could never be stored: refuse it before evicting anything.
+    Placement p = Place(expected_size, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
+    for (size_t i = 0; i < tiers_.size(); ++i) {
+      uint64_t bytes = i == 0 ? p.tier0_bytes : p.tier1_bytes;
+      if (tiers_[i]->SlotsFor(bytes) > tiers_[i]->capacity_slots()) {
+        ++stats_.fills_refused;
+        return Err(StatusCode::kResourceExhausted,
+                   "'{}' ({}) does not fit disk tier {} ({} capacity)", key,
+                   FormatSize(expected_size), tiers_[i]->dir().path(),
+                   FormatSize(tiers_[i]->capacity_bytes()));
+      }
+    }
+  }
   FillId id = next_fill_++;
   Fill f;
   f.key = std::string(key);
   f.ttl_ns = ttl_ns;
+  f.expected_size = expected_size;
   f.metadata = std::string(metadata);
-  f.writer = std::make_unique<ObjectWriter>(engine_.get(), buffers_.get(), tier_.get());
+  f.started_unix_ns = NowNs();
+  Placement place = Place(UINT64_MAX, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
+  f.writer = std::make_unique<ObjectWriter>(io_.get(), tiers(), place.tier0_bytes);
+  f.writer->SetMakeRoom([this](uint16_t tier) { return EvictOne(tier); });
   filling_[f.key] = id;
   fills_.emplace(id, std::move(f));
   ++stats_.fills_started;
@@ -97,8 +145,8 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
   Fill& f = it->second;
   // The head goes to RAM as it arrives (and to disk with the rest).
   if (f.head_len < options_.ram_head && !data.empty()) {
-    if (!f.head) {
-      f.head = pool_->Allocate(options_.ram_head);
+    if (!f.head && f.head_len == 0) {
+      f.head = AllocateHead(options_.ram_head);
       if (!f.head) ++stats_.heads_not_cached;
     }
     if (f.head) {
@@ -111,6 +159,7 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
     Abort(id);
     return r;
   }
+  for (Stream* s : f.followers) s->Wake();
   return {};
 }
 
@@ -142,7 +191,7 @@ Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
   std::vector<Extent> released;
   auto gen = index_->Commit(std::move(rec), &released);
   if (!gen) {
-    for (const Extent& e : *extents) tier_->Free(e);
+    for (const Extent& e : *extents) tiers_[e.tier]->Free(e);
     Abort(id);
     return Err(gen.error());
   }
@@ -162,16 +211,24 @@ Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
     }
   }
   if (head && size > 0) {
-    heads_[f.key] = Resident{*gen, *head, std::min(size, options_.ram_head), head_alloc};
-    ++stats_.heads_in_ram;
+    AddResident(f.key, Resident{*gen, *head, std::min(size, options_.ram_head), head_alloc});
   } else if (head) {
     pool_->Free(*head, head_alloc);
   }
+  const ObjectRecord* committed = index_->Find(f.key);
+  policy_.Insert(f.key);
+  if (committed->expires_unix_ns != 0) expiries_.emplace(committed->expires_unix_ns, f.key);
+  std::vector<Stream*> followers = std::move(f.followers);
   filling_.erase(f.key);
   fills_.erase(it);
   ++stats_.fills_committed;
+  for (Stream* s : followers) s->FillEnded(committed);
+  uint64_t generation = *gen;
+  while (options_.max_objects != 0 && index_->size() > options_.max_objects) {
+    if (!EvictOne(-1)) break;
+  }
   stats_.objects = index_->size();
-  return *gen;
+  return generation;
 }
 
 void Store::Abort(FillId id) {
@@ -180,9 +237,24 @@ void Store::Abort(FillId id) {
   Fill& f = it->second;
   f.writer->Abort();
   if (f.head) pool_->Free(*f.head, options_.ram_head);
+  std::vector<Stream*> followers = std::move(f.followers);
   filling_.erase(f.key);
   fills_.erase(it);
   ++stats_.fills_aborted;
+  for (Stream* s : followers) s->FillEnded(nullptr);
+}
+
+void Store::AddResident(const std::string& key, Resident r) {
+  heads_[key] = r;
+  head_clock_.push_back(key);
+  ++stats_.heads_in_ram;
+  if (head_clock_.size() > 2 * heads_.size() + 64) {  // drop stale entries
+    std::deque<std::string> live;
+    for (auto& k : head_clock_) {
+      if (heads_.count(k)) live.push_back(std::move(k));
+    }
+    head_clock_ = std::move(live);
+  }
 }
 
 void Store::Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents) {
@@ -200,8 +272,58 @@ void Store::Retire(const std::string& key, uint64_t generation, std::vector<Exte
     l->second.head_len = head_len;
     return;
   }
-  for (const Extent& e : extents) tier_->Free(e);
+  for (const Extent& e : extents) tiers_[e.tier]->Free(e);
   if (head) FreeHead(*head, head_len);
+}
+
+std::optional<PoolSlot> Store::AllocateHead(uint64_t len) {
+  auto slot = pool_->Allocate(len);
+  for (int i = 0; !slot && i < kMaxDemotionsPerAllocation && DemoteOneHead(); ++i) {
+    slot = pool_->Allocate(len);
+  }
+  return slot;
+}
+
+bool Store::DemoteOneHead() {
+  // CLOCK: a head read since the hand last passed gets another round; heads with loans stay.
+  for (size_t budget = 2 * head_clock_.size() + 1; budget > 0 && !head_clock_.empty(); --budget) {
+    std::string key = std::move(head_clock_.front());
+    head_clock_.pop_front();
+    auto h = heads_.find(key);
+    if (h == heads_.end()) continue;  // stale
+    if (h->second.referenced || loaned_.count(h->second.generation)) {
+      h->second.referenced = false;
+      head_clock_.push_back(std::move(key));
+      continue;
+    }
+    FreeHead(h->second.slot, h->second.alloc_len);
+    heads_.erase(h);
+    ++stats_.heads_demoted;
+    return true;
+  }
+  return false;
+}
+
+bool Store::EvictOne(int tier) {
+  auto victim = policy_.Evict([&](const std::string& key) {
+    const ObjectRecord* r = index_->Find(key);
+    if (r == nullptr) return true;  // stale: nothing to keep
+    if (loaned_.count(r->generation)) return false;
+    if (tier < 0) return true;
+    return std::any_of(r->extents.begin(), r->extents.end(),
+                       [&](const Extent& e) { return e.tier == tier; });
+  });
+  if (!victim) {
+    ++stats_.eviction_failures;
+    return false;
+  }
+  auto removed = Delete(*victim);
+  if (!removed) {
+    GOBLIN_LOG_ERROR(kLog, "evicting '{}': {}", *victim, removed.error());
+    return false;
+  }
+  if (*removed) ++stats_.evicted;
+  return true;
 }
 
 Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
@@ -210,7 +332,7 @@ Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
     ++stats_.misses;
     return std::optional<ObjectInfo>();
   }
-  if (r->expires_unix_ns != 0 && NowNs() >= r->expires_unix_ns) {
+  if (Expired(*r, NowNs())) {
     ++stats_.expired;
     ++stats_.misses;
     GOBLIN_RETURN_IF_ERROR(Delete(key));
@@ -223,47 +345,64 @@ Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
 
 Result<Store::Resident> Store::RefillHead(const ObjectRecord& rec) {
   uint64_t len = std::min(rec.size, options_.ram_head);
-  auto slot = pool_->Allocate(std::max<uint64_t>(len, 1));
+  uint64_t alloc = std::max<uint64_t>(len, 1);
+  auto slot = AllocateHead(alloc);
   if (!slot) return Err(StatusCode::kResourceExhausted, "head pool full");
   std::span<uint8_t> out(pool_->At(slot->offset), len);
   if (auto r = ReadRange(rec.extents, 0, out); !r) {
-    pool_->Free(*slot, std::max<uint64_t>(len, 1));
+    pool_->Free(*slot, alloc);
     return Err(r.error());
   }
   ++stats_.head_refills;
-  ++stats_.heads_in_ram;
-  return Resident{rec.generation, *slot, len, std::max<uint64_t>(len, 1)};
+  return Resident{rec.generation, *slot, len, alloc};
+}
+
+void Store::AdoptHead(Loan& loan, std::span<const uint8_t> data) {
+  uint64_t len = std::min(loan.info.size, options_.ram_head);
+  if (loan.head || len == 0 || data.size() < len) return;
+  const ObjectRecord* cur = index_->Find(loan.info.key);
+  if (cur == nullptr || cur->generation != loan.info.generation) return;
+  if (heads_.count(loan.info.key)) return;
+  auto slot = AllocateHead(len);
+  if (!slot) return;
+  std::memcpy(pool_->At(slot->offset), data.data(), len);
+  ++stats_.head_refills;
+  AddResident(loan.info.key, Resident{loan.info.generation, *slot, len, len});
+}
+
+Loan Store::MakeLoan(const ObjectRecord& rec) {
+  Loan loan;
+  loan.info = ObjectInfo{
+      rec.key, rec.size, rec.generation, rec.created_unix_ns, rec.expires_unix_ns, rec.metadata};
+  loan.extents = rec.extents;
+  if (auto h = heads_.find(rec.key); h != heads_.end() && h->second.generation == rec.generation) {
+    h->second.referenced = true;
+    loan.head = h->second.slot;
+    loan.head_bytes = h->second.length;
+  }
+  loan.id = next_loan_++;
+  ++loaned_[rec.generation].count;
+  loan_generation_[loan.id] = rec.generation;
+  ++stats_.loans_out;
+  return loan;
 }
 
 Result<std::optional<Loan>> Store::Get(std::string_view key) {
   GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
   if (!info) return std::optional<Loan>();
   const ObjectRecord* rec = index_->Find(key);
-  Loan loan;
-  loan.info = std::move(*info);
-  loan.extents = rec->extents;
-  auto h = heads_.find(loan.info.key);
-  if (h == heads_.end() && rec->size > 0) {
+  policy_.Touch(key);
+  if (!heads_.count(rec->key) && rec->size > 0) {
     auto refilled = RefillHead(*rec);
     if (refilled) {
-      h = heads_.emplace(loan.info.key, *refilled).first;
+      AddResident(rec->key, *refilled);
     } else if (refilled.error().code() == StatusCode::kCorruption) {
-      ++stats_.corrupt_dropped;
-      GOBLIN_LOG_WARN(kLog, "dropping '{}': {}", loan.info.key, refilled.error());
-      (void)Delete(loan.info.key);
+      DropCorrupt(rec->key, rec->generation, refilled.error());
       return Err(refilled.error());
     }
     // else: pool full, the head is read from disk like the tail
   }
-  if (h != heads_.end()) {
-    loan.head = h->second.slot;
-    loan.head_bytes = h->second.length;
-  }
-  loan.id = next_loan_++;
-  ++loaned_[loan.info.generation].count;
-  loan_generation_[loan.id] = loan.info.generation;
-  ++stats_.loans_out;
-  return std::optional<Loan>(std::move(loan));
+  return std::optional<Loan>(MakeLoan(*index_->Find(key)));
 }
 
 void Store::Release(const Loan& loan) {
@@ -275,10 +414,18 @@ void Store::Release(const Loan& loan) {
   auto it = loaned_.find(gen);
   if (it == loaned_.end() || --it->second.count > 0) return;
   if (it->second.retired) {
-    for (const Extent& e : it->second.extents) tier_->Free(e);
+    for (const Extent& e : it->second.extents) tiers_[e.tier]->Free(e);
     if (it->second.head) FreeHead(*it->second.head, it->second.head_len);
   }
   loaned_.erase(it);
+}
+
+void Store::DropCorrupt(const std::string& key, uint64_t generation, const Status& why) {
+  const ObjectRecord* cur = index_->Find(key);
+  if (cur == nullptr || cur->generation != generation) return;
+  ++stats_.corrupt_dropped;
+  GOBLIN_LOG_WARN(kLog, "dropping '{}': {}", key, why);
+  (void)Delete(key);
 }
 
 VoidResult Store::ReadRange(const std::vector<Extent>& extents, uint64_t offset,
@@ -295,15 +442,14 @@ VoidResult Store::ReadRange(const std::vector<Extent>& extents, uint64_t offset,
     pos = end;
   }
   if (offset + out.size() > pos) return Err(StatusCode::kOutOfRange, "read beyond the object");
-  ObjectReader reader(engine_.get(), buffers_.get(), tier_.get(), std::move(need), 4);
-  uint64_t at = first_start;
+  ExtentReader reader(io_.get(), tiers(), std::move(need), first_start, options_.read_ahead);
   for (;;) {
     GOBLIN_ASSIGN_OR_RETURN(auto chunk, reader.Next());
     if (!chunk) break;
+    uint64_t at = chunk->object_offset;
     uint64_t lo = std::max(at, offset), hi = std::min(at + chunk->length, offset + out.size());
     if (hi > lo)
       std::memcpy(out.data() + (lo - offset), buffers_->Buffer(chunk->buffer) + (lo - at), hi - lo);
-    at += chunk->length;
     reader.Release(*chunk);
   }
   return {};
@@ -321,14 +467,8 @@ VoidResult Store::Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out
   }
   if (done == out.size()) return {};
   auto r = ReadRange(loan.extents, offset + done, out.subspan(done));
-  if (!r && r.error().code() == StatusCode::kCorruption) {
-    const ObjectRecord* cur = index_->Find(loan.info.key);
-    if (cur && cur->generation == loan.info.generation) {
-      ++stats_.corrupt_dropped;
-      GOBLIN_LOG_WARN(kLog, "dropping '{}': {}", loan.info.key, r.error());
-      (void)Delete(loan.info.key);
-    }
-  }
+  if (!r && r.error().code() == StatusCode::kCorruption)
+    DropCorrupt(loan.info.key, loan.info.generation, r.error());
   return r;
 }
 
@@ -338,9 +478,210 @@ Result<bool> Store::Delete(std::string_view key) {
   uint64_t gen = r->generation;
   std::vector<Extent> released;
   GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released));
-  if (removed) Retire(std::string(key), gen, std::move(released));
+  if (removed) {
+    policy_.Remove(key);
+    Retire(std::string(key), gen, std::move(released));
+  }
   stats_.objects = index_->size();
   return removed;
+}
+
+Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, uint64_t length,
+                                        bool follow_fill) {
+  Opened o;
+  if (follow_fill) {
+    if (auto f = filling_.find(std::string(key)); f != filling_.end()) {
+      Fill& fill = fills_.at(f->second);
+      o.status = Lookup::kFilling;
+      o.info = ObjectInfo{fill.key, fill.expected_size, 0, fill.started_unix_ns, 0, fill.metadata};
+      std::unique_ptr<Stream> s(new Stream(this));
+      s->fill_ = f->second;
+      s->loan_.info = o.info;
+      s->pos_ = offset;
+      s->end_ = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
+      if (fill.expected_size != UINT64_MAX) {
+        s->end_ = std::min(s->end_, fill.expected_size);
+        s->pos_ = std::min(s->pos_, s->end_);
+      }
+      fill.followers.push_back(s.get());
+      ++stats_.streams_open;
+      ++stats_.fill_followers;
+      o.stream = std::move(s);
+      return o;
+    }
+  }
+  GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
+  if (!info) return o;
+  const ObjectRecord* rec = index_->Find(key);
+  policy_.Touch(key);
+  o.status = Lookup::kHit;
+  o.info = std::move(*info);
+  std::unique_ptr<Stream> s(new Stream(this));
+  s->loan_ = MakeLoan(*rec);
+  uint64_t size = rec->size;
+  s->pos_ = std::min(offset, size);
+  s->end_ = length > size - s->pos_ ? size : s->pos_ + length;
+  ++stats_.streams_open;
+  o.stream = std::move(s);
+  return o;
+}
+
+void Store::ExpireDue(uint64_t now, size_t max) {
+  while (max-- > 0 && !expiries_.empty() && expiries_.top().first <= now) {
+    Due due = expiries_.top();
+    expiries_.pop();
+    const ObjectRecord* r = index_->Find(due.second);
+    if (r == nullptr || r->expires_unix_ns != due.first) continue;  // replaced or deleted
+    ++stats_.expired;
+    if (auto d = Delete(due.second); !d) {
+      GOBLIN_LOG_ERROR(kLog, "expiring '{}': {}", due.second, d.error());
+      return;
+    }
+  }
+}
+
+VoidResult Store::Poll() {
+  if (io_->in_flight() > 0) GOBLIN_RETURN_IF_ERROR(io_->Poll(0));
+  if (!starved_.empty() && buffers_->free_count() > 0) {
+    std::vector<Stream*> wake;
+    wake.swap(starved_);
+    for (Stream* s : wake) s->Wake();
+  }
+  if (!expiries_.empty()) ExpireDue(NowNs(), kExpiriesPerPoll);
+  return {};
+}
+
+// ---- Stream ----
+
+Store::Stream::~Stream() {
+  DropReader();
+  auto& starved = store_->starved_;
+  starved.erase(std::remove(starved.begin(), starved.end(), this), starved.end());
+  if (fill_ != 0) {
+    if (auto f = store_->fills_.find(fill_); f != store_->fills_.end()) {
+      auto& v = f->second.followers;
+      v.erase(std::remove(v.begin(), v.end(), this), v.end());
+    }
+  } else if (loan_.id != 0) {
+    store_->Release(loan_);
+  }
+  --store_->stats_.streams_open;
+}
+
+void Store::Stream::DropReader() {
+  if (chunk_) {
+    store_->buffers_->Release(chunk_->buffer);
+    chunk_.reset();
+  }
+  reader_.reset();
+}
+
+void Store::Stream::FillEnded(const ObjectRecord* rec) {
+  fill_ = 0;
+  if (rec == nullptr) {
+    failed_ =
+        Status(StatusCode::kAborted, fmt::format("the fill of '{}' was abandoned", loan_.info.key));
+    DropReader();
+  } else {
+    // Continue on the committed object; its extents are the ones the fill wrote, so a
+    // reader in progress stays valid.
+    loan_ = store_->MakeLoan(*rec);
+    end_ = std::min(end_, rec->size);
+    pos_ = std::min(pos_, end_);
+  }
+  Wake();
+}
+
+void Store::Stream::Consume(uint64_t n) {
+  pos_ += n;
+  if (chunk_ && pos_ >= chunk_->object_offset + chunk_->length) {
+    store_->buffers_->Release(chunk_->buffer);
+    chunk_.reset();
+  }
+}
+
+Result<Store::Stream::Step> Store::Stream::PeekDisk(const std::vector<Extent>& extents,
+                                                    size_t durable_end,
+                                                    std::span<const uint8_t>* out) {
+  auto from_chunk = [&] {
+    const uint8_t* b = store_->buffers_->Buffer(chunk_->buffer);
+    uint64_t chunk_end = chunk_->object_offset + chunk_->length;
+    *out = {b + (pos_ - chunk_->object_offset), std::min(chunk_end, end_) - pos_};
+  };
+  if (chunk_ && pos_ >= chunk_->object_offset && pos_ < chunk_->object_offset + chunk_->length) {
+    from_chunk();
+    return Step::kData;
+  }
+  if (chunk_) {
+    store_->buffers_->Release(chunk_->buffer);
+    chunk_.reset();
+  }
+  // The extent holding pos_.
+  size_t i = 0;
+  uint64_t start = 0;
+  while (i < extents.size() && start + extents[i].length <= pos_) start += extents[i++].length;
+  if (i >= durable_end) return Err(StatusCode::kInternal, "stream position beyond the extents");
+  if (!reader_ || reader_->next_offset() != start || reader_->remaining_extents() == 0) {
+    reader_.reset();
+    std::vector<Extent> todo(extents.begin() + static_cast<ptrdiff_t>(i),
+                             extents.begin() + static_cast<ptrdiff_t>(durable_end));
+    // Readers leave a quarter of the buffers for writers.
+    reader_ =
+        std::make_unique<ExtentReader>(store_->io_.get(), store_->tiers(), std::move(todo), start,
+                                       store_->options_.read_ahead, store_->buffers_->count() / 4);
+    reader_->SetReadyCallback([this] { Wake(); });
+    reader_first_ = i;
+  }
+  ExtentReader::Chunk c;
+  auto step = reader_->TryNext(&c);
+  if (!step) {
+    if (step.error().code() == StatusCode::kCorruption && fill_ == 0) {
+      store_->DropCorrupt(loan_.info.key, loan_.info.generation, step.error());
+    }
+    failed_ = step.error();
+    DropReader();
+    return Err(failed_);
+  }
+  if (*step == ExtentReader::Step::kWait) {
+    if (reader_->starved()) store_->starved_.push_back(this);
+    return Step::kWait;
+  }
+  if (*step == ExtentReader::Step::kEnd)
+    return Err(StatusCode::kInternal, "stream reader ended early");
+  chunk_ = c;
+  if (c.object_offset == 0 && fill_ == 0) {
+    store_->AdoptHead(loan_, {store_->buffers_->Buffer(c.buffer), c.length});
+  }
+  from_chunk();
+  return Step::kData;
+}
+
+Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
+  if (!failed_.ok()) return Err(failed_);
+  if (pos_ >= end_) return Step::kEnd;
+  if (fill_ != 0) {
+    Fill& f = store_->fills_.at(fill_);
+    if (f.head && pos_ < f.head_len) {
+      *out = {store_->pool_->At(f.head->offset + pos_), std::min(f.head_len, end_) - pos_};
+      return Step::kData;
+    }
+    if (chunk_ && pos_ >= chunk_->object_offset && pos_ < chunk_->object_offset + chunk_->length)
+      return PeekDisk(f.writer->extents(), f.writer->extents().size(), out);
+    if (pos_ >= f.writer->bytes()) return Step::kWait;  // Append, Commit or Abort wakes us
+    ObjectWriter::Location loc = f.writer->Locate(pos_);
+    if (!loc.memory.empty()) {
+      *out = loc.memory.first(std::min<uint64_t>(loc.memory.size(), end_ - pos_));
+      return Step::kData;
+    }
+    size_t durable = loc.extent + 1;
+    while (durable < f.writer->extents().size() && f.writer->extent_on_disk(durable)) ++durable;
+    return PeekDisk(f.writer->extents(), durable, out);
+  }
+  if (loan_.head && pos_ < loan_.head_bytes) {
+    *out = {store_->pool_->At(loan_.head->offset + pos_), std::min(loan_.head_bytes, end_) - pos_};
+    return Step::kData;
+  }
+  return PeekDisk(loan_.extents, loan_.extents.size(), out);
 }
 
 }  // namespace goblin::store

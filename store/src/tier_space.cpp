@@ -1,5 +1,6 @@
 #include "goblin/store/tier_space.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,20 +38,35 @@ Result<std::unique_ptr<TierSpace>> TierSpace::Open(TierDir dir, uint16_t tier_no
   t->tier_no_ = tier_no;
   t->options_ = o;
   t->slots_per_file_ = static_cast<uint32_t>(o.file_bytes / o.extent_bytes);
-  // Reopen the extent files that exist, in order; stop at the first gap.
-  for (uint32_t f = 0; f < o.max_files; ++f) {
-    std::string path = fmt::format("{}/extent-{:06}.dat", t->dir_.path(), f);
+  // Reopen the extent files that exist, in order; stop at the first gap. Files beyond a
+  // (now smaller) capacity are kept: objects in them are still served.
+  uint32_t existing = 0;
+  for (;; ++existing) {
+    std::string path = fmt::format("{}/extent-{:06}.dat", t->dir_.path(), existing);
     if (access(path.c_str(), F_OK) != 0) break;
-    GOBLIN_RETURN_IF_ERROR(t->AddFile());
   }
+  uint64_t capacity = o.capacity_bytes;
+  if (capacity == 0) {
+    struct statvfs vfs {};
+    if (statvfs(t->dir_.path().c_str(), &vfs) != 0)
+      return ErrnoErr(fmt::format("statvfs({})", t->dir_.path()), errno);
+    uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    capacity = uint64_t{existing} * o.file_bytes + free_bytes / 100 * 95;
+  } else if (capacity < o.file_bytes) {
+    return Err(StatusCode::kInvalidArgument, "tier {}: capacity {} is less than one {} file",
+               t->dir_.path(), FormatSize(capacity), FormatSize(o.file_bytes));
+  }
+  t->max_files_ =
+      static_cast<uint32_t>(std::clamp<uint64_t>(capacity / o.file_bytes, 1, o.max_files));
+  for (uint32_t f = 0; f < existing; ++f) GOBLIN_RETURN_IF_ERROR(t->AddFile(/*reopen=*/true));
   return t;
 }
 
-VoidResult TierSpace::AddFile() {
+VoidResult TierSpace::AddFile(bool reopen) {
   uint32_t f = static_cast<uint32_t>(files_.size());
-  if (f >= options_.max_files) {
+  if (f >= max_files_ && !reopen) {
     return Err(StatusCode::kResourceExhausted, "tier {} is full ({} files of {})", dir_.path(),
-               options_.max_files, FormatSize(options_.file_bytes));
+               max_files_, FormatSize(options_.file_bytes));
   }
   std::string path = fmt::format("{}/extent-{:06}.dat", dir_.path(), f);
   GOBLIN_ASSIGN_OR_RETURN(ExtentFile file,

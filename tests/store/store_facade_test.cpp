@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -68,9 +70,31 @@ class StoreTest : public testing::Test {
     if (!r) return Err(r.error());
     return out;
   }
+  // Drains a stream (polling the store while it waits, for at most 10 s).
+  Result<std::vector<uint8_t>> Drain(Store::Stream& st, const std::function<void()>& on_wait = {}) {
+    std::vector<uint8_t> out;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      std::span<const uint8_t> bytes;
+      GOBLIN_ASSIGN_OR_RETURN(auto step, st.Peek(&bytes));
+      if (step == Store::Stream::Step::kEnd) return out;
+      if (step == Store::Stream::Step::kData) {
+        EXPECT_EQ(st.position(), out.size() + first_offset_);
+        size_t n = std::min<size_t>(bytes.size(), 3000);  // consume in odd pieces
+        out.insert(out.end(), bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(n));
+        st.Consume(n);
+        continue;
+      }
+      if (on_wait) on_wait();
+      GOBLIN_RETURN_IF_ERROR(store_->Poll());
+      if (std::chrono::steady_clock::now() > deadline)
+        return Err(StatusCode::kTimeout, "stream stuck at {}", st.position());
+    }
+  }
   std::string dir_;
   StoreOptions opts_;
   std::unique_ptr<Store> store_;
+  uint64_t first_offset_ = 0;
 };
 
 TEST_F(StoreTest, EverySizeClassRoundTripsWithItsHeadInRam) {
@@ -200,18 +224,192 @@ TEST_F(StoreTest, DamagedDiskDataIsDetectedAndTheObjectDropped) {
   EXPECT_EQ(store_->stats().corrupt_dropped, 1u);
 }
 
-TEST_F(StoreTest, FullTierRefusesTheFillAndKeepsWhatIsStored) {
+TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
+  opts_.tier.max_files = 1;
+  opts_.tier.file_bytes = 16 * kExtent;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto cold = Data(6 * kExtent, 5), hot = Data(6 * kExtent, 6);
+  ASSERT_TRUE(Put("/cold", cold));
+  ASSERT_TRUE(Put("/hot", hot));
+  ASSERT_TRUE(GetAll("/hot"));  // read again: S3-FIFO keeps it over the one-hit wonder
+  auto next = Data(6 * kExtent, 7);
+  ASSERT_TRUE(Put("/next", next));  // 18 extents > 16: something must go
+  EXPECT_FALSE(store_->Head("/cold").value());
+  EXPECT_EQ(GetAll("/hot").value(), hot);
+  EXPECT_EQ(GetAll("/next").value(), next);
+  EXPECT_EQ(store_->stats().evicted, 1u);
+  EXPECT_EQ(store_->eviction().stats().evicted_small, 1u);
+}
+
+TEST_F(StoreTest, AnObjectLargerThanTheTierIsRefusedAndEvictsNothing) {
   opts_.tier.max_files = 1;
   opts_.tier.file_bytes = 16 * kExtent;
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto keep = Data(10 * kExtent, 5);
   ASSERT_TRUE(Put("/keep", keep));
-  auto r = Put("/big", Data(10 * kExtent, 6));
+  auto r = store_->BeginFill("/big", 0, "", 17 * kExtent);  // announced size: refused at once
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), StatusCode::kResourceExhausted);
-  EXPECT_FALSE(store_->Head("/big").value());
+  EXPECT_NE(r.error().message().find("does not fit"), std::string::npos) << r.error().ToString();
   EXPECT_EQ(GetAll("/keep").value(), keep);
-  EXPECT_TRUE(Put("/small", Data(3 * kExtent, 7)));  // what fits still goes in
+  // Unknown size: the fill evicts as it goes and fails once nothing more can go; the space
+  // comes back and what fits still goes in.
+  auto big = Data(17 * kExtent, 6);
+  auto start = store_->BeginFill("/big", 0, "");
+  ASSERT_TRUE(start);
+  auto a = store_->Append(start->second, big);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(store_->Head("/big").value());
+  EXPECT_EQ(store_->tier().stats().slots_used, 0u);
+  EXPECT_TRUE(Put("/small", Data(3 * kExtent, 7)));
+}
+
+TEST_F(StoreTest, MaxObjectsEvictsInFifoOrderForObjectsReadOnce) {
+  opts_.max_objects = 3;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Put("/o" + std::to_string(i), Data(100, i)));
+  EXPECT_EQ(store_->stats().objects, 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(store_->Head("/o" + std::to_string(i)).value()) << i;
+  for (int i = 3; i < 6; ++i) EXPECT_TRUE(store_->Head("/o" + std::to_string(i)).value()) << i;
+  // An evicted key that comes back goes to the main queue (its digest is in the ghost).
+  ASSERT_TRUE(Put("/o0", Data(100, 0)));
+  EXPECT_EQ(store_->eviction().stats().ghost_hits, 1u);
+}
+
+TEST_F(StoreTest, RamPressureDemotesColdHeadsAndKeepsTheObjects) {
+  opts_.pool.memory = 1 << 20;  // 16 heads of 64 KiB
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  std::vector<std::vector<uint8_t>> data;
+  for (int i = 0; i < 40; ++i) {
+    data.push_back(Data(2 * kHead, i));
+    ASSERT_TRUE(Put("/h" + std::to_string(i), data.back()));
+  }
+  EXPECT_GT(store_->stats().heads_demoted, 0u);
+  EXPECT_EQ(store_->stats().objects, 40u);
+  EXPECT_LE(store_->stats().heads_in_ram, 16u);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(GetAll("/h" + std::to_string(i)).value(), data[i]) << i;
+}
+
+TEST_F(StoreTest, StreamsServeHeadAndTailWithoutCopiesAndRanges) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(5 * kExtent + 77, 3);
+  ASSERT_TRUE(Put("/s", data));
+  auto whole = store_->OpenStream("/s");
+  ASSERT_TRUE(whole && whole->status == Store::Lookup::kHit);
+  EXPECT_EQ(Drain(*whole->stream).value(), data);
+  for (auto [off, len] : {std::pair<uint64_t, uint64_t>{kHead - 5, 10},
+                          {kExtent * 2 + 3, kExtent},
+                          {data.size() - 1, 100},
+                          {0, 1},
+                          {data.size(), 5}}) {
+    first_offset_ = off;
+    auto part = store_->OpenStream("/s", off, len);
+    ASSERT_TRUE(part && part->stream);
+    auto got = Drain(*part->stream);
+    ASSERT_TRUE(got) << got.error().ToString();
+    uint64_t n = std::min<uint64_t>(len, data.size() - off);
+    EXPECT_EQ(*got, std::vector<uint8_t>(data.begin() + static_cast<ptrdiff_t>(off),
+                                         data.begin() + static_cast<ptrdiff_t>(off + n)))
+        << off;
+  }
+  first_offset_ = 0;
+  auto miss = store_->OpenStream("/nope");
+  ASSERT_TRUE(miss);
+  EXPECT_EQ(miss->status, Store::Lookup::kMiss);
+  EXPECT_FALSE(miss->stream);
+  whole->stream.reset();
+  EXPECT_EQ(store_->stats().loans_out, 0u);
+  EXPECT_EQ(store_->buffers().free_count(), store_->buffers().count());
+}
+
+TEST_F(StoreTest, AReaderFollowsAFillToItsCommit) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(6 * kExtent + 5, 4);
+  auto start = store_->BeginFill("/f", 0, "meta", data.size());
+  ASSERT_TRUE(start);
+  Store::FillId id = start->second;
+  auto opened = store_->OpenStream("/f", 0, UINT64_MAX, /*follow_fill=*/true);
+  ASSERT_TRUE(opened);
+  ASSERT_EQ(opened->status, Store::Lookup::kFilling);
+  EXPECT_EQ(opened->info.size, data.size());
+  EXPECT_EQ(opened->info.metadata, "meta");
+  int woken = 0;
+  opened->stream->SetReadyCallback([&] { ++woken; });
+  // Feed the fill a piece each time the reader catches up, commit at the end.
+  size_t fed = 0;
+  auto feed = [&] {
+    if (fed < data.size()) {
+      size_t n = std::min<size_t>(data.size() - fed, 50000);
+      ASSERT_TRUE(store_->Append(id, {data.data() + fed, n}));
+      fed += n;
+    } else if (store_->stats().fills_committed == 0) {
+      ASSERT_TRUE(store_->Commit(id, data.size()));
+    }
+  };
+  auto got = Drain(*opened->stream, feed);
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(*got, data);  // the announced size ends the stream, even before the commit
+  EXPECT_GT(woken, 0);
+  if (store_->stats().fills_committed == 0) {
+    ASSERT_TRUE(store_->Commit(id, data.size()));
+  }
+  EXPECT_FALSE(opened->stream->following_fill());
+  opened->stream.reset();
+  EXPECT_EQ(store_->stats().loans_out, 0u);
+  EXPECT_EQ(GetAll("/f").value(), data);
+}
+
+TEST_F(StoreTest, AReaderOfAFillOfUnknownSizeEndsAtTheCommit) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(3 * kExtent + 1, 8);
+  auto start = store_->BeginFill("/u", 0, "");
+  ASSERT_TRUE(start);
+  // A late joiner: part of the fill is already on disk, the rest arrives while it reads.
+  ASSERT_TRUE(store_->Append(start->second, {data.data(), 2 * kExtent}));
+  auto opened = store_->OpenStream("/u", 0, UINT64_MAX, true);
+  ASSERT_TRUE(opened && opened->stream);
+  EXPECT_EQ(opened->stream->end(), UINT64_MAX);
+  bool fed = false;
+  auto got = Drain(*opened->stream, [&] {
+    if (fed) return;
+    fed = true;
+    ASSERT_TRUE(
+        store_->Append(start->second, {data.data() + 2 * kExtent, data.size() - 2 * kExtent}));
+    ASSERT_TRUE(store_->Commit(start->second));
+  });
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(*got, data);
+  EXPECT_EQ(opened->stream->end(), data.size());
+}
+
+TEST_F(StoreTest, AReaderOfAnAbandonedFillGetsAborted) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto start = store_->BeginFill("/gone", 0, "");
+  ASSERT_TRUE(start);
+  ASSERT_TRUE(store_->Append(start->second, Data(3 * kExtent, 1)));
+  auto opened = store_->OpenStream("/gone", 0, UINT64_MAX, true);
+  ASSERT_TRUE(opened && opened->stream);
+  EXPECT_EQ(opened->info.size, UINT64_MAX);
+  store_->Abort(start->second);
+  auto got = Drain(*opened->stream);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code(), StatusCode::kAborted);
+  // Without follow_fill an uncommitted key is a miss.
+  auto again = store_->BeginFill("/gone", 0, "");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(store_->OpenStream("/gone").value().status, Store::Lookup::kMiss);
+  store_->Abort(again->second);
+}
+
+TEST_F(StoreTest, ExpiredObjectsAreRemovedInTheBackground) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/short", Data(10, 1), /*ttl=*/1'000'000));  // 1 ms
+  ASSERT_TRUE(Put("/long", Data(10, 2), /*ttl=*/3600ull * 1'000'000'000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(store_->Poll());
+  EXPECT_EQ(store_->stats().objects, 1u);  // gone without anyone asking for it
+  EXPECT_EQ(store_->stats().expired, 1u);
 }
 
 TEST_F(StoreTest, ExpiredObjectsAreMisses) {
@@ -253,11 +451,44 @@ TEST_F(StoreTest, CrashMidFillLeavesNoVisibleObject) {
   ASSERT_TRUE(Put("/torn", Data(2 << 20, 3)));
 }
 
-TEST_F(StoreTest, SecondTierIsRefusedForNow) {
-  opts_.tier_dirs.push_back(dir_ + "-hdd");
+TEST_F(StoreTest, TwoTiersSplitObjectsAndSurviveARestart) {
+  std::string hdd = dir_ + "-hdd";
+  ASSERT_TRUE(PrepareTier(hdd));
+  opts_.tier_dirs.push_back(hdd);
+  opts_.ssd_prefix = 2 * kExtent;
+  auto big = Data(10 * kExtent + 9, 1), small = Data(kHead + 10, 2);
+  {
+    ASSERT_NO_FATAL_FAILURE(OpenStore());
+    ASSERT_EQ(store_->tier_count(), 2u);
+    ASSERT_TRUE(Put("/big", big));
+    ASSERT_TRUE(Put("/small", small));
+    // Head + prefix (3 extents of /big, 2 of /small) on the first tier, the rest on the second.
+    EXPECT_EQ(store_->tier(0).stats().slots_used, 3u + 2u);
+    EXPECT_EQ(store_->tier(1).stats().slots_used, 8u);
+    EXPECT_EQ(GetAll("/big").value(), big);
+    auto st = store_->OpenStream("/big", kHead + 2 * kExtent - 100, 300);  // across the split
+    ASSERT_TRUE(st && st->stream);
+    first_offset_ = kHead + 2 * kExtent - 100;
+    EXPECT_EQ(Drain(*st->stream).value(),
+              std::vector<uint8_t>(big.begin() + static_cast<ptrdiff_t>(first_offset_),
+                                   big.begin() + static_cast<ptrdiff_t>(first_offset_ + 300)));
+    first_offset_ = 0;
+  }
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(GetAll("/big").value(), big);
+  EXPECT_EQ(GetAll("/small").value(), small);
+  store_.reset();
+  // Forgetting --hdd-dir is refused, not taken as damage.
+  opts_.tier_dirs.pop_back();
   auto s = Store::Open(opts_);
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.error().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.error().code(), StatusCode::kFailedPrecondition);
+  opts_.tier_dirs.push_back(hdd);
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(GetAll("/big").value(), big);
+  store_.reset();
+  fs::remove_all(hdd);
 }
 
 }  // namespace

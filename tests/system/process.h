@@ -42,13 +42,15 @@ inline std::string ReadAll(const std::string& path) {
 
 class Process {
  public:
-  // Starts argv[0] with stdout+stderr to `log_path`.
+  // Starts argv[0] with stdout+stderr to `log_path`, stdin from /dev/null, no other fds.
   Process(std::vector<std::string> argv, std::string log_path) : log_(std::move(log_path)) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    // Nothing else of the test's (a FIFO's write end would keep a reader from seeing EOF).
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -43,14 +44,26 @@ class StoreSystem : public testing::Test {
     auto [rc, out] = RunCommand({GOBLIN_CORE_BIN, "--prepare", tier_}, base_ + "/prepare.log");
     ASSERT_EQ(rc, 0) << out;
   }
-  void StartCore() {
+  void StartCore(std::vector<std::string> extra = {}) {
     core_.reset();
     fs::remove(sock_);
-    core_ = std::make_unique<Process>(
-        std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", sock_, "--ssd-dir", tier_,
-                                 "--memory", "32M", "--block", "256K", "--ram-head", "256K",
-                                 "--extent-size", "1M", "--tier-file-size", "64M"},
-        base_ + "/core.log");
+    std::vector<std::string> argv{GOBLIN_CORE_BIN,
+                                  "--listen-unix",
+                                  sock_,
+                                  "--ssd-dir",
+                                  tier_,
+                                  "--memory",
+                                  "32M",
+                                  "--block",
+                                  "256K",
+                                  "--ram-head",
+                                  "256K",
+                                  "--extent-size",
+                                  "1M",
+                                  "--tier-file-size",
+                                  "64M"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    core_ = std::make_unique<Process>(argv, base_ + "/core.log");
     ASSERT_TRUE(test::WaitForPath(sock_, 20s)) << core_->Output();
   }
   std::pair<int, std::string> Cli(std::vector<std::string> args) {
@@ -196,6 +209,9 @@ TEST_F(StoreSystem, CorruptedExtentIsNotServed) {
   EXPECT_EQ(Cli({"head", "/victim"}).first, 2);  // dropped, never served
 }
 
+// A disk tier on a 200 MiB file system: an object larger than the tier is refused before
+// anything is evicted, and a file system filled by someone else is a clear error; what was
+// stored stays readable in both cases.
 TEST_F(StoreSystem, FullDiskIsAClearErrorAndLosesNothing) {
   fs::create_directories(tier_);
   if (mount("goblin-test", tier_.c_str(), "tmpfs", 0, "size=200m") != 0) {
@@ -208,11 +224,85 @@ TEST_F(StoreSystem, FullDiskIsAClearErrorAndLosesNothing) {
   std::string big = MakeFile("big", 300 << 20, 7);
   auto [rc, out] = Cli({"put", "/big", big});
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(out.find("resource exhausted"), std::string::npos) << out;
+  EXPECT_NE(out.find("does not fit"), std::string::npos) << out;
   EXPECT_EQ(Cli({"head", "/big"}).first, 2);
+  // Someone else fills the file system: the tier cannot grow to its capacity.
+  {
+    std::ofstream ballast(tier_ + "/../tier/ballast", std::ios::binary);
+    std::vector<char> mb(1 << 20, 'b');
+    for (int i = 0; i < 120; ++i) ballast.write(mb.data(), static_cast<std::streamsize>(mb.size()));
+  }
+  std::string mid = MakeFile("mid", 80 << 20, 8);
+  auto [rc2, out2] = Cli({"put", "/mid", mid});
+  EXPECT_EQ(rc2, 1);
+  EXPECT_NE(out2.find("resource exhausted"), std::string::npos) << out2;
+  EXPECT_EQ(Cli({"head", "/mid"}).first, 2);
   ASSERT_EQ(Cli({"get", "/small", "-o", small + ".back"}).first, 0);
   EXPECT_TRUE(SameFiles(small, small + ".back"));
   core_.reset();
+}
+
+// A tier with a capacity: old objects make room for new ones, and every get is either a
+// miss or the exact bytes.
+TEST_F(StoreSystem, AFullTierEvictsOldObjects) {
+  ASSERT_NO_FATAL_FAILURE(Prepare());
+  ASSERT_NO_FATAL_FAILURE(StartCore({"--ssd-size", "64M"}));
+  std::vector<std::string> files;
+  for (int i = 0; i < 5; ++i) {
+    files.push_back(MakeFile("e" + std::to_string(i), 20 << 20, 20 + i));
+    auto [rc, out] = Cli({"put", "/e" + std::to_string(i), files.back()});
+    ASSERT_EQ(rc, 0) << out;
+  }
+  int present = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::string back = files[i] + ".back";
+    auto [rc, out] = Cli({"get", "/e" + std::to_string(i), "-o", back});
+    ASSERT_TRUE(rc == 0 || rc == 2) << out;
+    if (rc == 0) {
+      ++present;
+      EXPECT_TRUE(SameFiles(files[i], back)) << i;
+    }
+  }
+  EXPECT_EQ(Cli({"head", "/e0"}).first, 2);  // the oldest went first
+  EXPECT_EQ(Cli({"head", "/e4"}).first, 0);  // the newest is there
+  EXPECT_GE(present, 2);
+  EXPECT_LE(present, 3);
+}
+
+// A reader that asks for a key while it is being stored streams the fill as it arrives
+// (the mirror's request coalescing) and gets the whole object byte-exactly.
+TEST_F(StoreSystem, AGetFollowsAPutInProgress) {
+  ASSERT_NO_FATAL_FAILURE(Prepare());
+  ASSERT_NO_FATAL_FAILURE(StartCore());
+  std::string data = MakeFile("live", 40 << 20, 9);
+  std::string fifo = base_ + "/live-feed";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  Process put({GOBLIN_CLI_BIN, "--target", "unix:" + sock_, "put", "/live", fifo},
+              base_ + "/put.log");
+  std::string back = base_ + "/live.back";
+  std::unique_ptr<Process> get;
+  {
+    std::ofstream feed(fifo, std::ios::binary);
+    std::ifstream src(data, std::ios::binary);
+    std::vector<char> chunk(1 << 20);
+    for (int i = 0; i < 40; ++i) {
+      src.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      feed.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      feed.flush();  // a pipe write returns once the put client has taken most of it
+      if (i == 10) {
+        get = std::make_unique<Process>(
+            std::vector<std::string>{GOBLIN_CLI_BIN, "--target", "unix:" + sock_, "get", "/live",
+                                     "--follow", "-o", back},
+            base_ + "/get.log");
+        std::this_thread::sleep_for(200ms);
+      }
+    }
+  }
+  EXPECT_EQ(put.Wait(60s), 0) << put.Output();
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->Wait(60s), 0) << get->Output();
+  EXPECT_NE(get->Output().find("fill in progress"), std::string::npos) << get->Output();
+  EXPECT_TRUE(SameFiles(data, back));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // goblin: command-line client of goblin-core (libgoblin underneath).
 //   goblin --target unix:PATH ping [-c COUNT] [-s SIZE] [-i INTERVAL]
 //   goblin --target unix:PATH put KEY FILE|-  [--ttl DURATION] [--meta TEXT]
-//   goblin --target unix:PATH get KEY [-o FILE]
+//   goblin --target unix:PATH get KEY [-o FILE] [--follow]
 //   goblin --target unix:PATH head KEY
 //   goblin --target unix:PATH del KEY
 #include <fcntl.h>
@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   auto* get = app.add_subcommand("get", "Fetch KEY into FILE (default: standard output)");
   get->add_option("key", key, "Object key")->required();
   get->add_option("-o,--output", out, "Output file, - for standard output")->capture_default_str();
+  bool follow = false;
+  get->add_flag("--follow", follow, "If KEY is being stored right now, stream it as it arrives");
   auto* head = app.add_subcommand("head", "Show KEY's size, generation, times and metadata");
   head->add_option("key", key, "Object key")->required();
   auto* del = app.add_subcommand("del", "Delete KEY");
@@ -166,14 +168,18 @@ int main(int argc, char** argv) {
     uint64_t total = 0;
     std::optional<Progress> progress;
     uint64_t expect = 0;
-    auto meta_r = c.Get(key, [&](uint64_t offset, std::span<const uint8_t> data) -> VoidResult {
-      if (offset != expect) return Err(StatusCode::kCorruption, "data out of order at {}", offset);
-      GOBLIN_RETURN_IF_ERROR(WriteAll(fd.get(), data));
-      expect += data.size();
-      if (!progress) progress.emplace("get", total);
-      progress->Update(expect);
-      return {};
-    });
+    auto meta_r = c.Get(
+        key,
+        [&](uint64_t offset, std::span<const uint8_t> data) -> VoidResult {
+          if (offset != expect)
+            return Err(StatusCode::kCorruption, "data out of order at {}", offset);
+          GOBLIN_RETURN_IF_ERROR(WriteAll(fd.get(), data));
+          expect += data.size();
+          if (!progress) progress.emplace("get", total);
+          progress->Update(expect);
+          return {};
+        },
+        0, UINT64_MAX, follow);
     if (progress) progress->Done();
     if (!meta_r) {
       if (out != "-") unlink(out.c_str());
@@ -184,7 +190,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "goblin: %s: not found\n", key.c_str());
       return 2;
     }
-    if (expect != meta_r->size) {
+    if (meta_r->filling) {
+      std::fprintf(stderr, "goblin: %s: streamed from a fill in progress (%llu bytes)\n",
+                   key.c_str(), static_cast<unsigned long long>(expect));
+    }
+    if (meta_r->size != UINT64_MAX && expect != meta_r->size) {
       return Fail(key.c_str(), Status(StatusCode::kIoError, fmt::format("received {} of {} bytes",
                                                                         expect, meta_r->size)));
     }

@@ -51,7 +51,8 @@ class Connection {
 
   struct ObjectMeta {
     bool found = false;
-    uint64_t size = 0;
+    bool filling = false;  // found as an in-progress fill (Get with follow_fill)
+    uint64_t size = 0;     // UINT64_MAX: a fill of unknown size
     uint64_t generation = 0;
     uint64_t created_unix_ns = 0;
     uint64_t expires_unix_ns = 0;  // 0: never
@@ -67,10 +68,11 @@ class Connection {
                        std::string_view metadata = {});
   Result<ObjectMeta> Head(std::string_view key);
   // Streams object bytes [offset, offset + length) to `sink` in order. A miss returns
-  // found = false without calling the sink.
+  // found = false without calling the sink. With `follow_fill`, a key being filled is
+  // streamed as the fill grows (filling = true); Aborted if that fill is abandoned.
   using Sink = std::function<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
   Result<ObjectMeta> Get(std::string_view key, const Sink& sink, uint64_t offset = 0,
-                         uint64_t length = UINT64_MAX);
+                         uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
 
  private:

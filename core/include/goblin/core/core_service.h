@@ -1,13 +1,16 @@
 // The request handler of goblin-core's ring plane: decodes each SBE request from a client
 // session and answers it. Sessions: Ping -> Pong. Objects (when a disk tier is configured):
 // PutBegin/PutData/PutCommit/PutAbort fill the store; ObjectHead answers ObjectInfo;
-// ObjectGet answers ObjectInfo and then streams ObjectData at the pace the client reads;
+// ObjectGet answers ObjectInfo and then streams ObjectData at the pace the client reads,
+// straight from the head pool and the I/O buffers the store reads ahead (with
+// kGetFollowFill, a key being filled answers `filling` and streams the fill as it grows);
 // ObjectDelete -> DeleteAck. Everything else gets an Error naming it.
 // A session that goes away aborts its fills and releases its loans.
 // Threading: called only from the ring server's loop thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +37,7 @@ class CoreService : public ring::Handler {
   void OnMessage(ring::Session& session, std::span<const uint8_t> msg) override;
   void OnClose(ring::Session& session) override;
   void OnWritable(ring::Session& session) override;
+  size_t OnPoll() override;
 
   const CoreCounters& counters() const { return counters_; }
 
@@ -45,16 +49,14 @@ class CoreService : public ring::Handler {
   };
   struct Download {
     uint64_t correlation_id = 0;
-    store::Loan loan;
-    uint64_t next = 0, end = 0;
-    std::vector<uint8_t> window;  // bytes [window_start, window_start + window.size())
-    uint64_t window_start = 0;
+    std::unique_ptr<store::Store::Stream> stream;
   };
 
   void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
   void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
   bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
+  void EndDownload(ring::Session& session);
   void HandleObject(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
 

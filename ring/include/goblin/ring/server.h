@@ -90,6 +90,9 @@ class Handler {
   // The session asked for it (WantWritable) and its output queue is empty: send more.
   // Called from the loop after every poll round; send until Send() says kQueued.
   virtual void OnWritable(Session&) {}
+  // Called once per loop round (and after every wake-up) for the handler's own work, such
+  // as disk completions; returns the units of work done (0 lets the loop go idle).
+  virtual size_t OnPoll() { return 0; }
 };
 
 struct ServerStats {
@@ -111,6 +114,9 @@ class RingServer {
   // (OnClose) and removes the socket file before returning.
   VoidResult Run(int stop_fd = -1);
   void Stop();
+  // Also wakes the sleeping loop when `fd` becomes readable (the handler's event source);
+  // the loop drains it (an eventfd) and calls Handler::OnPoll. Before Run().
+  VoidResult AddWakeFd(int fd);
 
   size_t session_count() const { return sessions_.size(); }
   const ServerStats& stats() const { return stats_; }
@@ -145,6 +151,7 @@ class RingServer {
   std::unordered_map<int, Pending> pending_;  // by socket fd
   std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
   std::unordered_map<int, uint64_t> fd_to_session_;  // socket and doorbell fds
+  std::vector<int> wake_fds_;                        // the handler's eventfds
   std::vector<Session*> active_;                     // iteration order for polling
   std::vector<uint8_t> scratch_;
   ServerStats stats_;

@@ -62,9 +62,17 @@ class IoEngine {
   // what is in flight) have arrived.
   virtual Result<size_t> Reap(std::span<IoCompletion> out, uint32_t min_complete) = 0;
 
+  // An eventfd that becomes readable when completions are waiting (for an event loop's
+  // epoll); the loop clears it (DrainEvents) when epoll reports it, then reaps.
+  int event_fd() const { return event_fd_.get(); }
+  void DrainEvents() const;
+
  protected:
+  VoidResult InitEventFd();
+  void SignalEvents() const;  // engines that complete in user space (sync) call this
   uint32_t depth_ = 0;
   uint32_t in_flight_ = 0;
+  UniqueFd event_fd_;
 };
 
 // A bounded pool of `count` buffers of `buffer_bytes` (a multiple of 4 KiB) in one memfd.

@@ -1,19 +1,21 @@
-// Streaming object data to and from a disk tier. ObjectWriter takes an object's bytes in
+// Streaming object data to and from the disk tiers. ObjectWriter takes an object's bytes in
 // any pieces, fills one I/O buffer per extent, checksums it (XXH3-64) and writes it with
-// O_DIRECT through the IoEngine, several extents in flight; Finish() returns the extents
-// for the index record. ObjectReader reads an object's extents back with `read_ahead`
-// extents in flight, verifies each checksum before handing the buffer out, and reports a
-// mismatch as Corruption (the caller drops the object; a damaged byte is never served).
-// Both wait for the engine when buffers or queue slots run out (bounded memory), and both
-// release everything they hold on every path.
-// Limitation for now: a writer or reader uses the engine alone while it has I/O in flight
-// (completions are matched by their user_data); the store's completion router that lets
-// many streams share one engine is still to come.
-// Threading: the owner thread of the engine, the buffer pool and the tier.
+// O_DIRECT, several extents in flight; object bytes [0, tier0_bytes) go to the first tier
+// and the rest to the second (an extent never straddles the two). Finish() returns the
+// extents for the index record. While it runs, Locate() tells a reader following the fill
+// where a byte is now: in a buffer in memory (not yet on disk) or in an extent on disk.
+// ExtentReader reads extents back with `read_ahead` extents in flight, verifies each
+// checksum before handing the buffer out, and reports a mismatch as Corruption (the caller
+// drops the object; a damaged byte is never served). It has a non-blocking TryNext() for
+// event loops and a blocking Next().
+// Both share the engine with every other stream through the IoRouter, keep memory bounded
+// (a reader leaves `keep_free` buffers for writers) and release what they hold on every path.
+// Threading: the owner thread of the router, the buffer pool and the tiers.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -21,14 +23,19 @@
 #include "goblin/common/status.h"
 #include "goblin/store/disk_io.h"
 #include "goblin/store/index.h"
+#include "goblin/store/io_router.h"
 #include "goblin/store/tier_space.h"
 
 namespace goblin::store {
 
-class ObjectWriter {
+// The tiers of a store, indexed by Extent::tier.
+using Tiers = std::span<TierSpace* const>;
+
+class ObjectWriter final : public IoClient {
  public:
-  // Buffers must be at least the tier's extent size.
-  ObjectWriter(IoEngine* engine, IoBufferPool* buffers, TierSpace* tier);
+  // Buffers must be at least the tiers' extent size. `tier0_bytes`: object bytes on the first
+  // tier (UINT64_MAX: all of them).
+  ObjectWriter(IoRouter* io, Tiers tiers, uint64_t tier0_bytes = UINT64_MAX);
   ~ObjectWriter();  // aborts an unfinished write
   ObjectWriter(const ObjectWriter&) = delete;
   ObjectWriter& operator=(const ObjectWriter&) = delete;
@@ -40,60 +47,97 @@ class ObjectWriter {
   void Abort();
   uint64_t bytes() const { return bytes_; }
 
+  // Where object byte `offset` (< bytes()) is now: in memory (`memory` holds the bytes from
+  // `offset` to the end of what that buffer holds; valid until the next call into the
+  // writer or the router) or on disk in extent `extent` (its write has completed).
+  struct Location {
+    std::span<const uint8_t> memory;
+    size_t extent = SIZE_MAX;
+  };
+  Location Locate(uint64_t offset) const;
+  const std::vector<Extent>& extents() const { return extents_; }
+  uint64_t extent_start(size_t i) const { return starts_[i]; }
+  bool extent_on_disk(size_t i) const { return in_buffer_[i] == IoRouter::kNoBuffer; }
+  // Called when a tier is full: frees space on tier `tier` (evicting) and returns true, or
+  // false when nothing more can be freed (the write then fails with ResourceExhausted).
+  void SetMakeRoom(std::function<bool(uint16_t tier)> fn) { make_room_ = std::move(fn); }
+
+  void OnIoComplete(uint32_t tag, int32_t result) override;
+
  private:
   VoidResult SubmitCurrent();
   VoidResult WaitFor(uint32_t max_in_flight);
+  uint32_t CurrentLimit() const;  // bytes the current buffer may take before it is written
 
-  IoEngine* engine_;
+  IoRouter* io_;
   IoBufferPool* buffers_;
-  TierSpace* tier_;
+  std::vector<TierSpace*> tiers_;
+  uint64_t tier0_bytes_;
+  uint64_t client_ = 0;
   std::vector<Extent> extents_;
-  std::vector<uint32_t> buffer_of_;  // per submitted-not-completed request: buffer index
+  std::vector<uint64_t> starts_;     // object offset of each extent
+  std::vector<uint32_t> in_buffer_;  // per extent: its buffer while the write is in flight
   std::optional<uint32_t> cur_buf_;
   uint32_t cur_len_ = 0;
+  uint64_t cur_start_ = 0;  // object offset of the current buffer's first byte
   uint64_t bytes_ = 0;
   uint32_t in_flight_ = 0;
   bool failed_ = false;
   bool done_ = false;
   Status error_;
+  std::function<bool(uint16_t)> make_room_;
 };
 
-class ObjectReader {
+class ExtentReader final : public IoClient {
  public:
-  ObjectReader(IoEngine* engine, IoBufferPool* buffers, const TierSpace* tier,
-               std::vector<Extent> extents, uint32_t read_ahead);
-  ~ObjectReader();
-  ObjectReader(const ObjectReader&) = delete;
-  ObjectReader& operator=(const ObjectReader&) = delete;
+  // Reads `extents` in order; the first holds object bytes from `first_offset`.
+  ExtentReader(IoRouter* io, Tiers tiers, std::vector<Extent> extents, uint64_t first_offset,
+               uint32_t read_ahead, uint32_t keep_free = 0);
+  ~ExtentReader();
+  ExtentReader(const ExtentReader&) = delete;
+  ExtentReader& operator=(const ExtentReader&) = delete;
 
   struct Chunk {
     uint32_t buffer;  // IoBufferPool index; Release() it when done
     uint32_t length;  // object bytes in it
     uint64_t object_offset;
   };
-  // The next verified chunk in object order; nullopt after the last. Corruption when an
-  // extent's checksum does not match, IoError when the read failed or came back short.
+  enum class Step { kChunk, kWait, kEnd };
+  // The next verified chunk in object order if its read has landed (kWait: not yet, the
+  // ready callback runs when it does; kEnd: after the last). Corruption when an extent's
+  // checksum does not match, IoError when the read failed or came back short.
+  Result<Step> TryNext(Chunk* out);
+  // Blocking form: polls the router until the next chunk lands; nullopt after the last.
   Result<std::optional<Chunk>> Next();
   void Release(const Chunk& c) { buffers_->Release(c.buffer); }
+  // Starts reads for free buffers (after buffers were released elsewhere).
+  void Fill();
+  // Runs when the read at the front lands (from inside IoRouter::Poll).
+  void SetReadyCallback(std::function<void()> cb) { ready_ = std::move(cb); }
+  bool starved() const { return window_.empty() && next_submit_ < extents_.size(); }
+  uint64_t next_offset() const { return offset_; }
+  size_t remaining_extents() const { return extents_.size() - next_deliver_; }
+
+  void OnIoComplete(uint32_t tag, int32_t result) override;
 
  private:
-  void Fill();
-
-  IoEngine* engine_;
+  IoRouter* io_;
   IoBufferPool* buffers_;
-  const TierSpace* tier_;
+  std::vector<TierSpace*> tiers_;
   std::vector<Extent> extents_;
   uint32_t read_ahead_;
+  uint32_t keep_free_;
+  uint64_t client_ = 0;
   size_t next_submit_ = 0;
   size_t next_deliver_ = 0;
   uint64_t offset_ = 0;
   struct Slot {
     uint32_t buffer = 0;
-    bool submitted = false;
     bool done = false;
     int32_t result = 0;
   };
   std::deque<Slot> window_;  // extents next_deliver_ .. next_submit_-1
+  std::function<void()> ready_;
 };
 
 }  // namespace goblin::store

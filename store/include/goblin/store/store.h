@@ -1,19 +1,28 @@
-// Store: positional caching for one core shard. An object is stored whole on the disk tier
+// Store: positional caching for one core shard. An object is stored whole on disk
 // (checksummed extents, recorded in the durable Index) and its first `ram_head` bytes are
 // also kept in the HeadPool, so a read starts from RAM while the tail is read from disk.
-// Fills are exclusive per key (a second writer is told a fill is in progress) and become
-// visible only at Commit. After a restart every committed object is still there; its head
-// is copied back into RAM on its first read. Reads are loans: descriptors of the head slot
-// in the pool and of the tail extents; every loan is released.
-// Limits of this version: one disk tier (a second one is refused at Open), no eviction yet
-// (a full pool means heads are served from disk; a full tier is a ResourceExhausted fill),
-// no readers attached to in-progress fills.
+// With two tiers, object bytes [0, ram_head + ssd_prefix) go to the first and the rest to
+// the second. Fills are exclusive per key (a second writer is told a fill is in progress)
+// and become visible only at Commit; a reader may follow an in-progress fill (OpenStream
+// with follow_fill) and continues on the committed object, or fails if the fill is
+// abandoned. After a restart every committed object is still there; its head is copied back
+// into RAM on its first read.
+// Reads: Get() lends a Loan (descriptors of the head slot and the extents; every loan is
+// released); OpenStream() gives a Stream that hands out the bytes in order without copying
+// them (head from the pool, tail from I/O buffers read ahead asynchronously) for event
+// loops: Poll() dispatches disk completions (wake on event_fd()).
+// Space: S3-FIFO over whole objects evicts when a tier is full or there are more than
+// max_objects; a full head pool first demotes cold heads (the object stays on disk). TTLs
+// expire lazily on lookup and actively in Poll().
 // Threading: one owner thread (a core shard).
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,8 +31,10 @@
 
 #include "goblin/common/status.h"
 #include "goblin/store/disk_io.h"
+#include "goblin/store/eviction.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/index.h"
+#include "goblin/store/io_router.h"
 #include "goblin/store/object_io.h"
 #include "goblin/store/tier_space.h"
 
@@ -32,27 +43,32 @@ namespace goblin::store {
 struct StoreOptions {
   PoolOptions pool;
   uint64_t ram_head = 256 << 10;
-  std::vector<std::string> tier_dirs;  // prepared directories; the index lives in the first
-  uint64_t ssd_prefix = 0;
+  std::vector<std::string> tier_dirs;   // prepared directories (1 or 2); the index is in the first
+  uint64_t ssd_prefix = 0;              // with two tiers: bytes after the head on the first
+  std::vector<uint64_t> tier_capacity;  // per tier dir (0 or missing: from the file system)
   TierOptions tier;
   IoChoice io = IoChoice::kAuto;
-  uint32_t io_depth = 16;
+  uint32_t io_depth = 32;
   uint32_t io_buffers = 32;  // each tier.extent_bytes large
+  uint32_t read_ahead = 4;   // extents in flight per stream
+  uint64_t max_objects = 0;  // 0: no limit but space
 };
 
 struct StoreStats {
   uint64_t objects = 0;
   uint64_t fills_started = 0, fills_committed = 0, fills_aborted = 0, fills_refused = 0;
   uint64_t hits = 0, misses = 0, expired = 0;
-  uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0;
+  uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0, heads_demoted = 0;
+  uint64_t evicted = 0, eviction_failures = 0;
   uint64_t corrupt_dropped = 0;
   uint64_t loans_out = 0;
+  uint64_t streams_open = 0, fill_followers = 0;
 };
 
 // What a lookup returns: enough to answer HEAD and to plan a read.
 struct ObjectInfo {
   std::string key;
-  uint64_t size = 0;
+  uint64_t size = 0;  // UINT64_MAX: an in-progress fill of unknown size
   uint64_t generation = 0;
   uint64_t created_unix_ns = 0;
   uint64_t expires_unix_ns = 0;
@@ -75,10 +91,12 @@ class Store {
 
   using FillId = uint64_t;
   enum class FillStart { kGranted, kInProgress };
-  // Starts a fill of `key`. kInProgress: another fill of the key runs (try again later or
-  // read the committed version). ttl_ns 0: no expiry.
+  // Starts a fill of `key`. kInProgress: another fill of the key runs (follow it, try again
+  // later, or read the committed version). ttl_ns 0: no expiry. `expected_size` (UINT64_MAX
+  // if unknown) is what followers are told.
   Result<std::pair<FillStart, FillId>> BeginFill(std::string_view key, uint64_t ttl_ns,
-                                                 std::string_view metadata);
+                                                 std::string_view metadata,
+                                                 uint64_t expected_size = UINT64_MAX);
   VoidResult Append(FillId fill, std::span<const uint8_t> data);
   // Makes the object durable and visible (replacing an older version); returns its generation.
   // `expected_size` (if not UINT64_MAX) must equal what was appended.
@@ -90,31 +108,55 @@ class Store {
   // A loan on the object, its head in RAM when possible (refilled from disk if needed).
   Result<std::optional<Loan>> Get(std::string_view key);
   void Release(const Loan& loan);
-  // Copies object bytes [offset, offset + out.size()) through a loan: head bytes from the
-  // pool, the rest from disk with checksums verified. A damaged extent drops the object
-  // and returns Corruption.
+  // Copies object bytes [offset, offset + out.size()) through a loan (blocking): head bytes
+  // from the pool, the rest from disk with checksums verified. A damaged extent drops the
+  // object and returns Corruption.
   VoidResult Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out);
   Result<bool> Delete(std::string_view key);
 
+  class Stream;
+  enum class Lookup { kHit, kMiss, kFilling };
+  struct Opened {
+    Lookup status = Lookup::kMiss;
+    ObjectInfo info;
+    std::unique_ptr<Stream> stream;  // for kHit and kFilling
+  };
+  // A stream of object bytes [offset, offset + length) (clamped to the object). With
+  // `follow_fill`, a key being filled (and not yet committed) streams that fill.
+  Result<Opened> OpenStream(std::string_view key, uint64_t offset = 0, uint64_t length = UINT64_MAX,
+                            bool follow_fill = false);
+
+  // Dispatches disk completions and does due background work (TTL expiry). Never blocks.
+  VoidResult Poll();
+  int event_fd() const { return io_->event_fd(); }
+
   const StoreStats& stats() const { return stats_; }
   const HeadPool& pool() const { return *pool_; }
-  const TierSpace& tier() const { return *tier_; }
+  const TierSpace& tier(size_t i = 0) const { return *tiers_[i]; }
+  size_t tier_count() const { return tiers_.size(); }
+  const IoBufferPool& buffers() const { return *buffers_; }
+  const S3Fifo& eviction() const { return policy_; }
   VoidResult Checkpoint() { return index_->Checkpoint(); }
 
  private:
+  friend class Stream;
   struct Fill {
     std::string key;
     uint64_t ttl_ns = 0;
+    uint64_t expected_size = UINT64_MAX;
     std::string metadata;
     std::unique_ptr<ObjectWriter> writer;
     std::optional<PoolSlot> head;
     uint64_t head_len = 0;  // bytes copied into the head slot so far
+    uint64_t started_unix_ns = 0;
+    std::vector<Stream*> followers;
   };
   struct Resident {  // in-memory only: the head slot of the current version of a key
     uint64_t generation = 0;
     PoolSlot slot;
     uint64_t length = 0;     // object bytes in the slot
     uint64_t alloc_len = 0;  // the length the slot was allocated for (pool accounting)
+    bool referenced = true;  // CLOCK bit for head demotion
   };
   struct Loaned {  // per generation with loans out
     uint32_t count = 0;
@@ -131,23 +173,96 @@ class Store {
     pool_->Free(slot, len);
     --stats_.heads_in_ram;
   }
+  // A pool slot of `len` bytes, demoting cold heads to make room; nullopt if none can be.
+  std::optional<PoolSlot> AllocateHead(uint64_t len);
+  bool DemoteOneHead();
+  // Evicts one object (S3-FIFO order; not one with readers; with `tier` >= 0 one that has
+  // bytes on that tier); false if none could go.
+  bool EvictOne(int tier);
   Result<Resident> RefillHead(const ObjectRecord& rec);
+  // Pins `rec`'s generation for a new loan (Get and streams).
+  Loan MakeLoan(const ObjectRecord& rec);
+  void AddResident(const std::string& key, Resident r);
+  // A stream read object bytes [0, data.size()) of `loan`'s object from disk: keep them as
+  // its head if it has none in RAM (a restart's lazy refill, without an extra read).
+  void AdoptHead(Loan& loan, std::span<const uint8_t> data);
+  void DropCorrupt(const std::string& key, uint64_t generation, const Status& why);
   VoidResult ReadRange(const std::vector<Extent>& extents, uint64_t offset, std::span<uint8_t> out);
+  bool Expired(const ObjectRecord& r, uint64_t now) const {
+    return r.expires_unix_ns != 0 && now >= r.expires_unix_ns;
+  }
+  void ExpireDue(uint64_t now, size_t max);
   uint64_t NowNs() const;
+  Tiers tiers() const { return {tier_ptrs_.data(), tier_ptrs_.size()}; }
 
   StoreOptions options_;
   std::unique_ptr<HeadPool> pool_;
-  std::unique_ptr<TierSpace> tier_;
+  std::vector<std::unique_ptr<TierSpace>> tiers_;
+  std::vector<TierSpace*> tier_ptrs_;
   std::unique_ptr<Index> index_;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<IoBufferPool> buffers_;
+  std::unique_ptr<IoRouter> io_;
   std::unordered_map<FillId, Fill> fills_;
   std::unordered_map<std::string, FillId> filling_;  // key -> fill
   std::unordered_map<std::string, Resident> heads_;
   std::unordered_map<uint64_t, Loaned> loaned_;             // generation -> loans
   std::unordered_map<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
+  std::vector<Stream*> starved_;                            // streams waiting for a buffer
+  std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
+  S3Fifo policy_;
+  // Objects with a TTL: (expiry, key), earliest first; entries are checked against the index.
+  using Due = std::pair<uint64_t, std::string>;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> expiries_;
   uint64_t next_fill_ = 1, next_loan_ = 1;
   StoreStats stats_;
+};
+
+// The bytes of one object in order, without copies: a span into the head pool, into a
+// fill's buffer, or into an I/O buffer read ahead from disk. Created by Store::OpenStream,
+// destroyed by its owner (which releases what it holds), never outliving the store.
+class Store::Stream {
+ public:
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  enum class Step { kData, kWait, kEnd };
+  // kData: `*out` holds the bytes at position() (valid until the next call into the stream
+  // or the store). kWait: nothing yet; the ready callback runs when there is. kEnd: done.
+  // Errors: Corruption (the object was dropped), Aborted (the followed fill was abandoned),
+  // IoError.
+  Result<Step> Peek(std::span<const uint8_t>* out);
+  void Consume(uint64_t n);
+
+  uint64_t position() const { return pos_; }
+  uint64_t end() const { return end_; }  // UINT64_MAX: following a fill of unknown size
+  bool following_fill() const { return fill_ != 0; }
+  const ObjectInfo& info() const { return loan_.info; }
+  // Called (from inside Store calls) when a kWait stream may have data.
+  void SetReadyCallback(std::function<void()> cb) { ready_ = std::move(cb); }
+
+ private:
+  friend class Store;
+  explicit Stream(Store* store) : store_(store) {}
+  void Wake() {
+    if (ready_) ready_();
+  }
+  // The fill committed as `rec` (switch to the object) or was abandoned (`rec` null).
+  void FillEnded(const ObjectRecord* rec);
+  Result<Step> PeekDisk(const std::vector<Extent>& extents, size_t first_durable_end,
+                        std::span<const uint8_t>* out);
+  void DropReader();
+
+  Store* store_;
+  Loan loan_;               // valid once the stream is on a committed object
+  Store::FillId fill_ = 0;  // nonzero while following a fill
+  uint64_t pos_ = 0, end_ = 0;
+  Status failed_;
+  std::unique_ptr<ExtentReader> reader_;
+  size_t reader_first_ = 0;  // index in the extent list of the reader's first extent
+  std::optional<ExtentReader::Chunk> chunk_;  // the chunk being consumed
+  std::function<void()> ready_;
 };
 
 }  // namespace goblin::store

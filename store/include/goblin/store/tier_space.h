@@ -23,8 +23,12 @@ namespace goblin::store {
 struct TierOptions {
   uint64_t file_bytes = 1ull << 30;  // bytes per extent file (multiple of extent_bytes)
   uint32_t extent_bytes = 4u << 20;  // slot size: multiple of 4 KiB
-  uint32_t max_files = 1u << 16;     // the tier's capacity = max_files * file_bytes
-  bool allow_buffered = false;       // tests on file systems without O_DIRECT
+  uint32_t max_files = 1u << 16;     // upper bound on extent files
+  // The tier's capacity (rounded down to whole files): 0 = 95% of what the file system has
+  // free at start plus the extent files already there. Reaching it is the store's signal to
+  // evict; the file system running out before it is an error (someone else filled the disk).
+  uint64_t capacity_bytes = 0;
+  bool allow_buffered = false;  // tests on file systems without O_DIRECT
 };
 
 struct TierStats {
@@ -43,6 +47,15 @@ class TierSpace {
   uint32_t extent_bytes() const { return options_.extent_bytes; }
   const TierStats& stats() const { return stats_; }
   const TierDir& dir() const { return dir_; }
+  uint64_t capacity_bytes() const { return uint64_t{max_files_} * options_.file_bytes; }
+  uint64_t used_bytes() const { return stats_.slots_used * options_.extent_bytes; }
+  // No free slot and no file may be added within the capacity: make room by evicting.
+  bool at_capacity() const { return files_.size() >= max_files_ && free_.empty() && !free_dirty_; }
+  // Slots a `bytes`-long object needs (for "does it fit at all" checks).
+  uint64_t SlotsFor(uint64_t bytes) const {
+    return (bytes + options_.extent_bytes - 1) / options_.extent_bytes;
+  }
+  uint64_t capacity_slots() const { return uint64_t{max_files_} * slots_per_file_; }
 
   // Slots for `bytes` of object data starting at that object's `object_offset` on this
   // tier: extents of extent_bytes (the last one shorter), lengths set, checksums zero.
@@ -59,7 +72,7 @@ class TierSpace {
 
  private:
   TierSpace(TierDir dir) : dir_(std::move(dir)) {}
-  VoidResult AddFile();
+  VoidResult AddFile(bool reopen = false);
   uint64_t SlotOf(const Extent& e) const;
   void RebuildFree();
 
@@ -67,6 +80,7 @@ class TierSpace {
   uint16_t tier_no_ = 0;
   TierOptions options_;
   uint32_t slots_per_file_ = 0;
+  uint32_t max_files_ = 0;  // from the capacity (files beyond it, from a larger past, stay)
   std::vector<ExtentFile> files_;
   std::vector<uint8_t> used_;   // per slot
   std::vector<uint64_t> free_;  // free slot numbers (a stack)

@@ -1,0 +1,12 @@
+// Bit values of the schema's `flags` fields, shared by the core and its clients.
+// Threading: constants only.
+#pragma once
+
+#include <cstdint>
+
+namespace goblin::wire {
+
+// ObjectGet.flags
+inline constexpr uint32_t kGetFollowFill = 1u << 0;  // stream an in-progress fill of the key
+
+}  // namespace goblin::wire
