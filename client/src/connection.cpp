@@ -1,5 +1,7 @@
 #include "goblin/client/connection.h"
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <thread>
 
@@ -25,7 +27,11 @@ Result<Target> ParseTarget(std::string_view text) {
   return Target{Target::Kind::kUnix, std::string(text)};
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  for (Mapping* m : {&head_pool_, &io_pool_}) {
+    if (m->base != nullptr) munmap(m->base, m->bytes);
+  }
+}
 
 Result<std::unique_ptr<Connection>> Connection::Open(std::string_view target_text,
                                                      const ConnectOptions& options) {
@@ -77,8 +83,15 @@ VoidResult Connection::Receive(uint64_t correlation_id,
     GOBLIN_ASSIGN_OR_RETURN(bool ready, ring_->Wait(std::chrono::nanoseconds(deadline - now)));
     if (!ready) continue;
     GOBLIN_ASSIGN_OR_RETURN(size_t n, ring_->Poll([&](std::span<const uint8_t> m) {
-      if (done || !error.ok() || m.size() < 16) return;
+      if (m.size() < 16) return;
       uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
+      bool mine = corr == correlation_id && !done && error.ok();
+      if (!mine && TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
+        // A loan nobody will read (an abandoned or failed request): give it back at once.
+        if (auto l = wire::LoanDecoder::Decode(m)) ReleaseLoan(l->loan_id());
+        return;
+      }
+      if (done || !error.ok()) return;
       if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
           (corr == correlation_id || corr == 0)) {
         error = ErrorReply(m);
@@ -241,15 +254,52 @@ Result<Connection::ObjectMeta> Connection::Head(std::string_view key) {
   return MetaOf(*info);
 }
 
+void Connection::ReleaseLoan(uint64_t loan_id) {
+  uint8_t b[32];
+  size_t n = wire::LoanReleaseEncoder(b, sizeof b).set_loan_id(loan_id).Finish();
+  (void)ring_->Send({b, n}, options_.timeout);  // a dead core frees everything anyway
+}
+
+VoidResult Connection::MapPools() {
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(0, [&](uint8_t* b, size_t cap, uint64_t id) {
+                            return wire::MapPoolsEncoder(b, cap).set_correlation_id(id).Finish();
+                          }));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  std::vector<uint8_t> side;
+  std::vector<UniqueFd> fds;
+  GOBLIN_RETURN_IF_ERROR(ring_->ReceiveSideFrame(&side, &fds, options_.timeout));
+  auto map = wire::PoolMapDecoder::Decode(side);
+  if (!map) return Err(map.error());
+  size_t i = 0;
+  for (auto p : map->pools()) {
+    if (i >= fds.size()) return Err(StatusCode::kCorruption, "PoolMap names more pools than fds");
+    Mapping* m = p.pool() == wire::PoolKind::kHead ? &head_pool_ : &io_pool_;
+    void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fds[i].get(), 0);
+    if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(goblin-core pool)", errno));
+    if (m->base != nullptr) munmap(m->base, m->bytes);
+    m->base = static_cast<uint8_t*>(a);
+    m->bytes = p.bytes();
+    ++i;
+  }
+  if (head_pool_.base == nullptr || io_pool_.base == nullptr)
+    return Err(StatusCode::kCorruption, "PoolMap without both pools");
+  return {};
+}
+
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
                                                uint64_t offset, uint64_t length, bool follow_fill) {
+  if (options_.zero_copy && !pools_mapped() && !map_failed_) {
+    if (auto r = MapPools(); !r) map_failed_ = true;  // copies through the ring instead
+  }
+  uint32_t flags =
+      (follow_fill ? wire::kGetFollowFill : 0) | (pools_mapped() ? wire::kGetLoans : 0);
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
                           SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
                             return wire::ObjectGetEncoder(b, cap)
                                 .set_correlation_id(id)
                                 .set_offset(offset)
                                 .set_length(length)
-                                .set_flags(follow_fill ? wire::kGetFollowFill : 0)
+                                .set_flags(flags)
                                 .set_key(key)
                                 .Finish();
                           }));
@@ -268,12 +318,37 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
       m = MetaOf(*info);
       return !m.found;  // a miss ends the exchange; a hit is followed by ObjectData
     }
+    if (t == wire::LoanDecoder::kTemplateId) {
+      auto l = wire::LoanDecoder::Decode(msg);
+      if (!l) {
+        sink_error = l.error();
+        return true;
+      }
+      bool last = l->last() != 0;
+      for (auto seg : l->segments()) {
+        const Mapping& m = seg.pool() == wire::PoolKind::kHead ? head_pool_ : io_pool_;
+        if (m.base == nullptr || seg.pool_offset() > m.bytes ||
+            seg.length() > m.bytes - seg.pool_offset()) {
+          sink_error = Status(StatusCode::kCorruption, "a loan outside the mapped pools");
+          break;
+        }
+        stats_.bytes_lent += seg.length();
+        if (auto r = sink(seg.object_offset(), {m.base + seg.pool_offset(), seg.length()}); !r) {
+          sink_error = r.error();
+          break;
+        }
+      }
+      ++stats_.loans;
+      ReleaseLoan(l->loan_id());
+      return last || !sink_error.ok();
+    }
     if (t != wire::ObjectDataDecoder::kTemplateId) return false;
     auto d = wire::ObjectDataDecoder::Decode(msg);
     if (!d) {
       sink_error = d.error();
       return true;
     }
+    stats_.bytes_copied += d->bytes_bytes().size();
     if (auto r = sink(d->offset(), d->bytes_bytes()); !r) {
       sink_error = r.error();
       return true;

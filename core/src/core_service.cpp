@@ -1,5 +1,7 @@
 #include "goblin/core/core_service.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 
 #include "goblin/common/log.h"
@@ -35,6 +37,10 @@ void CoreService::OnClose(ring::Session& session) {
       }
     }
     downloads_.erase(session.id());  // the stream releases what it holds
+    if (auto l = lenders_.find(session.id()); l != lenders_.end()) {
+      for (auto& [id, lent] : l->second.loans) ReleaseLent(lent);
+      lenders_.erase(l);
+    }
   }
   GOBLIN_LOG_INFO(kLog, "client {} disconnected", session.id());
 }
@@ -107,6 +113,8 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
     case wire::ObjectHeadDecoder::kTemplateId:
     case wire::ObjectGetDecoder::kTemplateId:
     case wire::ObjectDeleteDecoder::kTemplateId:
+    case wire::MapPoolsDecoder::kTemplateId:
+    case wire::LoanReleaseDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
     default: {
@@ -266,9 +274,22 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       ++counters_.gets;
       ring::Session* s = &session;
       stream->SetReadyCallback([s] { s->WantWritable(true); });
-      downloads_[session.id()] = Download{corr, std::move(stream)};
+      bool lend = (flags & wire::kGetLoans) != 0 && lenders_.count(session.id()) != 0;
+      downloads_[session.id()] = Download{corr, std::move(stream), lend};
       session.WantWritable(true);
       return;
+    }
+    case wire::MapPoolsDecoder::kTemplateId: {
+      wire::MapPoolsDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("MapPools", e);
+      return HandleMapPools(session, d.correlation_id());
+    }
+    case wire::LoanReleaseDecoder::kTemplateId: {
+      wire::LoanReleaseDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("LoanRelease", e);
+      return HandleLoanRelease(session, d.loan_id());
     }
     case wire::ObjectDeleteDecoder::kTemplateId: {
       wire::ObjectDeleteDecoder d;
@@ -284,6 +305,101 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
     default:
       return;
   }
+}
+
+namespace {
+// A read-only fd of the same memory (a client cannot map it writable).
+Result<UniqueFd> ReopenReadOnly(int fd) {
+  std::string path = fmt::format("/proc/self/fd/{}", fd);
+  int ro = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ro < 0) return Err(ErrnoStatus(fmt::format("reopen {} read-only", path), errno));
+  return UniqueFd(ro);
+}
+}  // namespace
+
+void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id) {
+  if (!ro_pool_fd_) {
+    auto p = ReopenReadOnly(store_->pool().fd());
+    auto b = ReopenReadOnly(store_->buffers().fd());
+    if (!p || !b) return SendStatusError(session, correlation_id, !p ? p.error() : b.error());
+    ro_pool_fd_ = std::move(*p);
+    ro_io_fd_ = std::move(*b);
+  }
+  wire::PoolMapEncoder m(out_.data(), out_.size());
+  m.set_correlation_id(correlation_id);
+  auto g = m.BeginPools();
+  g.Next().set_pool(wire::PoolKind::kHead).set_bytes(store_->pool().size());
+  g.Next()
+      .set_pool(wire::PoolKind::kIo)
+      .set_bytes(uint64_t{store_->buffers().count()} * store_->buffers().buffer_bytes());
+  size_t n = m.Finish();
+  int fds[2] = {ro_pool_fd_.get(), ro_io_fd_.get()};
+  // The fds travel on the session socket first; the ring reply tells the client to read them.
+  if (auto r = session.SendSideFrame({out_.data(), n}, fds); !r) {
+    return SendStatusError(session, correlation_id, r.error());
+  }
+  lenders_.try_emplace(session.id());
+  Send(session, n);
+}
+
+void CoreService::ReleaseLent(const Lent& l) {
+  if (l.buffer != UINT32_MAX) {
+    store_->ReleaseBuffer(l.buffer);
+  } else {
+    store_->Release(l.pin);
+  }
+}
+
+void CoreService::HandleLoanRelease(ring::Session& session, uint64_t loan_id) {
+  auto l = lenders_.find(session.id());
+  if (l == lenders_.end()) return;
+  auto it = l->second.loans.find(loan_id);
+  if (it == l->second.loans.end()) return;  // unknown or released twice: ignore
+  ReleaseLent(it->second);
+  l->second.loans.erase(it);
+  if (l->second.waiting) {
+    l->second.waiting = false;
+    session.WantWritable(true);
+  }
+}
+
+bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes) {
+  Lender& lender = lenders_.at(session.id());
+  if (lender.loans.size() >= kMaxLoansPerSession) {
+    lender.waiting = true;
+    return false;
+  }
+  store::Store::Stream& st = *d.stream;
+  bool head = st.where() == store::Store::Stream::Where::kHeadPool;
+  const uint8_t* base = head ? store_->pool().data() : store_->buffers().Buffer(0);
+  uint64_t pool_offset = static_cast<uint64_t>(bytes.data() - base);
+  uint64_t loan_id = next_loan_id_++;
+  Lent lent;
+  if (head) {
+    lent.pin = store_->Retain(st.loan());
+  } else {
+    lent.buffer = st.DetachChunk();
+  }
+  lender.loans.emplace(loan_id, std::move(lent));
+  bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
+  wire::LoanEncoder e(out_.data(), out_.size());
+  e.set_correlation_id(d.correlation_id)
+      .set_loan_id(loan_id)
+      .set_generation(st.info().generation)
+      .set_object_size(st.end() == UINT64_MAX ? UINT64_MAX : st.info().size)
+      .set_last(last ? 1 : 0);
+  e.BeginSegments()
+      .Next()
+      .set_pool(head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
+      .set_pool_offset(pool_offset)
+      .set_object_offset(st.position())
+      .set_length(static_cast<uint32_t>(bytes.size()))
+      .set_checksum(0);
+  st.Consume(bytes.size());
+  ++counters_.loans;
+  counters_.bytes_lent += bytes.size();
+  Send(session, e.Finish());
+  return true;
 }
 
 size_t CoreService::OnPoll() {
@@ -317,6 +433,17 @@ void CoreService::OnWritable(ring::Session& session) {
     if (*step == store::Store::Stream::Step::kWait) {
       session.WantWritable(false);  // the stream's ready callback turns it back on
       return;
+    }
+    if (*step == store::Store::Stream::Step::kData && d.lend &&
+        st.where() != store::Store::Stream::Where::kPrivate) {
+      bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
+      if (!Lend(session, d, bytes)) {
+        session.WantWritable(false);  // a LoanRelease resumes it
+        return;
+      }
+      if (session.queued_bytes() > 0 && !last) return;
+      if (last) return EndDownload(session);
+      continue;
     }
     uint64_t n = 0;
     bool last = true;

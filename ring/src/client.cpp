@@ -1,6 +1,9 @@
 #include "goblin/ring/client.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "goblin/common/clock.h"
 #include "goblin/ring/unix_socket.h"
@@ -105,13 +108,21 @@ Result<bool> RingClient::Wait(std::chrono::nanoseconds timeout) {
 }
 
 VoidResult RingClient::CheckAlive() {
-  uint8_t b[64];
-  auto n = ReadSome(sock_.get(), b, nullptr);
-  if (n && *n == 0) return Err(StatusCode::kUnavailable, "the core closed the connection");
-  if (!n && n.error().code() != StatusCode::kTimeout) {
-    return Err(n.error().WithContext("liveness socket"));
+  uint8_t b;
+  ssize_t n;
+  do {
+    n = recv(sock_.get(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return Err(StatusCode::kUnavailable, "the core closed the connection");
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    return Err(ErrnoStatus("liveness socket", errno));
   }
   return {};
+}
+
+VoidResult RingClient::ReceiveSideFrame(std::vector<uint8_t>* msg, std::vector<UniqueFd>* fds,
+                                        std::chrono::milliseconds timeout) {
+  return RecvFrame(sock_.get(), 64 * 1024, timeout, msg, fds);
 }
 
 }  // namespace goblin::ring

@@ -103,6 +103,10 @@ void RingServer::Stop() {
   wake_.Notify();
 }
 
+VoidResult Session::SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds) {
+  return SendFrame(sock_.get(), msg, fds);
+}
+
 VoidResult RingServer::AddWakeFd(int fd) {
   GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, EPOLLIN));
   wake_fds_.push_back(fd);

@@ -420,6 +420,15 @@ void Store::Release(const Loan& loan) {
   loaned_.erase(it);
 }
 
+Loan Store::Retain(const Loan& loan) {
+  Loan copy = loan;
+  copy.id = next_loan_++;
+  ++loaned_[loan.info.generation].count;
+  loan_generation_[copy.id] = loan.info.generation;
+  ++stats_.loans_out;
+  return copy;
+}
+
 void Store::DropCorrupt(const std::string& key, uint64_t generation, const Status& why) {
   const ObjectRecord* cur = index_->Find(key);
   if (cur == nullptr || cur->generation != generation) return;
@@ -592,6 +601,13 @@ void Store::Stream::FillEnded(const ObjectRecord* rec) {
   Wake();
 }
 
+uint32_t Store::Stream::DetachChunk() {
+  uint32_t b = chunk_->buffer;
+  chunk_.reset();
+  where_ = Where::kPrivate;
+  return b;
+}
+
 void Store::Stream::Consume(uint64_t n) {
   pos_ += n;
   if (chunk_ && pos_ >= chunk_->object_offset + chunk_->length) {
@@ -604,6 +620,7 @@ Result<Store::Stream::Step> Store::Stream::PeekDisk(const std::vector<Extent>& e
                                                     size_t durable_end,
                                                     std::span<const uint8_t>* out) {
   auto from_chunk = [&] {
+    where_ = Where::kIoBuffer;
     const uint8_t* b = store_->buffers_->Buffer(chunk_->buffer);
     uint64_t chunk_end = chunk_->object_offset + chunk_->length;
     *out = {b + (pos_ - chunk_->object_offset), std::min(chunk_end, end_) - pos_};
@@ -662,6 +679,7 @@ Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
   if (fill_ != 0) {
     Fill& f = store_->fills_.at(fill_);
     if (f.head && pos_ < f.head_len) {
+      where_ = Where::kPrivate;  // the fill's slot may move at its commit
       *out = {store_->pool_->At(f.head->offset + pos_), std::min(f.head_len, end_) - pos_};
       return Step::kData;
     }
@@ -670,6 +688,7 @@ Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
     if (pos_ >= f.writer->bytes()) return Step::kWait;  // Append, Commit or Abort wakes us
     ObjectWriter::Location loc = f.writer->Locate(pos_);
     if (!loc.memory.empty()) {
+      where_ = Where::kPrivate;
       *out = loc.memory.first(std::min<uint64_t>(loc.memory.size(), end_ - pos_));
       return Step::kData;
     }
@@ -678,6 +697,7 @@ Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
     return PeekDisk(f.writer->extents(), durable, out);
   }
   if (loan_.head && pos_ < loan_.head_bytes) {
+    where_ = Where::kHeadPool;
     *out = {store_->pool_->At(loan_.head->offset + pos_), std::min(loan_.head_bytes, end_) - pos_};
     return Step::kData;
   }

@@ -248,6 +248,21 @@ void ObjectCases() {
     EXPECT_EQ(RoundTrip<LoanReleaseDecoder>(b, e.Finish()).loan_id(), 77u);
   }
   {
+    MapPoolsEncoder e(b.data(), b.size());
+    e.set_correlation_id(12);
+    EXPECT_EQ(RoundTrip<MapPoolsDecoder>(b, e.Finish()).correlation_id(), 12u);
+    PoolMapEncoder m(b.data(), b.size());
+    m.set_correlation_id(12);
+    auto g = m.BeginPools();
+    g.Next().set_pool(PoolKind::kHead).set_bytes(64ull << 30);
+    g.Next().set_pool(PoolKind::kIo).set_bytes(128ull << 20);
+    auto d = RoundTrip<PoolMapDecoder>(b, m.Finish());
+    std::vector<std::pair<PoolKind, uint64_t>> got;
+    for (auto p : d.pools()) got.emplace_back(p.pool(), p.bytes());
+    EXPECT_EQ(got, (std::vector<std::pair<PoolKind, uint64_t>>{{PoolKind::kHead, 64ull << 30},
+                                                               {PoolKind::kIo, 128ull << 20}}));
+  }
+  {
     PutBeginEncoder e(b.data(), b.size());
     e.set_correlation_id(5)
         .set_expected_size(UINT64_MAX)

@@ -2,12 +2,15 @@
 // plane; bad flags, unserved requests, client death and shutdown behave as documented.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "goblin/client/connection.h"
 #include "goblin/ring/client.h"
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 #include "tests/system/process.h"
 
@@ -104,6 +107,121 @@ TEST(CoreSystem, UnservedRequestGetsAnErrorNamingIt) {
   auto again = client::Connection::Open(core.sock);
   ASSERT_TRUE(again);
   EXPECT_TRUE((*again)->Ping());
+}
+
+// A core with a small disk tier (1 MiB extents, so objects span several I/O buffers).
+struct StoreCore {
+  explicit StoreCore(const std::string& tag)
+      : tier(fmt::format("{}/tier-{}-{}", test::TmpDir(), tag, getpid())) {
+    std::filesystem::remove_all(tier);
+    auto [rc, out] = RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log");
+    EXPECT_EQ(rc, 0) << out;
+    core.emplace(tag, std::vector<std::string>{"--ssd-dir", tier, "--extent-size", "1M",
+                                               "--tier-file-size", "64M", "--io-buffers", "16"});
+  }
+  ~StoreCore() {
+    core.reset();
+    std::filesystem::remove_all(tier);
+    std::filesystem::remove(tier + ".log");
+  }
+  std::string tier;
+  std::optional<Core> core;
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed + (i >> 12));
+  return v;
+}
+
+Result<std::vector<uint8_t>> GetAll(client::Connection& c, const std::string& key) {
+  std::vector<uint8_t> out;
+  GOBLIN_ASSIGN_OR_RETURN(auto meta, c.Get(key, [&](uint64_t off, std::span<const uint8_t> b) {
+    if (off != out.size()) return VoidResult(Err(StatusCode::kCorruption, "out of order"));
+    out.insert(out.end(), b.begin(), b.end());
+    return VoidResult();
+  }));
+  if (!meta.found) return Err(StatusCode::kNotFound, "miss");
+  return out;
+}
+
+TEST(CoreSystem, ZeroCopyGetReadsTheCoresMemoryInPlace) {
+  StoreCore sc("zc");
+  auto c = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(c) << c.error().ToString();
+  auto data = Pattern((5 << 20) + 123, 1);
+  ASSERT_TRUE((*c)->Put("/zc", data));
+  auto got = GetAll(**c, "/zc");
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(*got, data);
+  EXPECT_TRUE((*c)->pools_mapped());
+  EXPECT_EQ((*c)->stats().bytes_lent, data.size());  // head from the pool, tail from I/O buffers
+  EXPECT_EQ((*c)->stats().bytes_copied, 0u);
+  // The same through copies, for a client that does not map.
+  auto copy = client::Connection::Open("unix:" + sc.core->sock, {.zero_copy = false});
+  ASSERT_TRUE(copy);
+  EXPECT_EQ(GetAll(**copy, "/zc").value(), data);
+  EXPECT_EQ((*copy)->stats().bytes_copied, data.size());
+  // Many gets in a row: every loan came back (else the core would run out of buffers).
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(GetAll(**c, "/zc").value(), data) << i;
+}
+
+// The fds a client receives cannot be mapped writable, and a client that keeps its loans
+// stalls only itself: at the per-session limit the core stops lending, and everything it
+// held comes back when it goes away.
+TEST(CoreSystem, LoansAreReadOnlyBoundedAndReturnedWhenTheClientLeaves) {
+  StoreCore sc("loans");
+  auto c = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(c);
+  auto data = Pattern(12 << 20, 2);
+  ASSERT_TRUE((*c)->Put("/held", data));
+
+  auto raw = ring::RingClient::Connect(sc.core->sock, {});
+  ASSERT_TRUE(raw);
+  uint8_t buf[256];
+  ASSERT_TRUE((*raw)->Send(
+      {buf, wire::MapPoolsEncoder(buf, sizeof buf).set_correlation_id(1).Finish()}, 5s));
+  // (Wait may return early: the side frame makes the socket readable before the reply.)
+  for (int i = 0; i < 100 && !(*raw)->Wait(50ms).value_or(false);) ++i;
+  ASSERT_TRUE((*raw)->Poll(
+      [](std::span<const uint8_t> m) { EXPECT_TRUE(wire::PoolMapDecoder::Decode(m)); }));
+  std::vector<uint8_t> side;
+  std::vector<UniqueFd> fds;
+  ASSERT_TRUE((*raw)->ReceiveSideFrame(&side, &fds, 5s));
+  ASSERT_EQ(fds.size(), 2u);
+  for (auto& fd : fds) {
+    void* w = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    EXPECT_EQ(w, MAP_FAILED);
+    EXPECT_EQ(errno, EACCES);
+    void* r = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd.get(), 0);
+    ASSERT_NE(r, MAP_FAILED);
+    EXPECT_NE(mprotect(r, 4096, PROT_READ | PROT_WRITE), 0);
+    munmap(r, 4096);
+  }
+  // Ask for loans and never release them.
+  wire::ObjectGetEncoder get(buf, sizeof buf);
+  size_t n = get.set_correlation_id(2)
+                 .set_length(UINT64_MAX)
+                 .set_flags(wire::kGetLoans)
+                 .set_key("/held")
+                 .Finish();
+  ASSERT_TRUE((*raw)->Send({buf, n}, 5s));
+  int loans = 0;
+  auto poll = [&] {
+    ASSERT_TRUE((*raw)->Poll([&](std::span<const uint8_t> m) {
+      if (wire::LoanDecoder::Decode(m)) ++loans;
+    }));
+  };
+  for (int i = 0; i < 100 && loans < 6; ++i) {
+    if ((*raw)->Wait(100ms).value_or(false)) poll();
+  }
+  (*raw)->Wait(300ms).value_or(false);  // nothing more comes
+  poll();
+  EXPECT_EQ(loans, static_cast<int>(6));  // CoreService::kMaxLoansPerSession, then it waits
+  // Other clients are served meanwhile, byte-exactly.
+  EXPECT_EQ(GetAll(**c, "/held").value(), data);
+  raw->reset();  // leaves holding its loans: the core takes them back
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(GetAll(**c, "/held").value(), data) << i;
 }
 
 TEST(CoreSystem, KilledClientDoesNotDisturbTheCore) {

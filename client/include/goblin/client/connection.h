@@ -34,6 +34,9 @@ struct ConnectOptions {
   std::string name = "libgoblin";
   uint32_t ring_bytes = 4096;
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
+  // Map the core's head pool and I/O buffers read-only and read object bytes in place
+  // (the sink sees spans into that memory); false: every byte is copied through the ring.
+  bool zero_copy = true;
 };
 
 class Connection {
@@ -75,8 +78,23 @@ class Connection {
                          uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
 
+  struct Stats {
+    uint64_t bytes_lent = 0;    // received in place (zero-copy)
+    uint64_t bytes_copied = 0;  // received through the ring
+    uint64_t loans = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  bool pools_mapped() const { return head_pool_.base != nullptr; }
+
  private:
+  struct Mapping {
+    uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+  };
   Connection() = default;
+  // Asks the core for read-only fds of its pools and maps them (once).
+  VoidResult MapPools();
+  void ReleaseLoan(uint64_t loan_id);
   // Calls fn for each received message carrying this correlation id until it returns true;
   // an Error with this id (or with id 0, a session-level error) ends it as a Status.
   VoidResult Receive(uint64_t correlation_id,
@@ -93,6 +111,9 @@ class Connection {
   std::unique_ptr<ring::RingClient> ring_;
   ConnectOptions options_;
   uint64_t next_correlation_ = 1;
+  Mapping head_pool_, io_pool_;
+  bool map_failed_ = false;
+  Stats stats_;
 };
 
 }  // namespace goblin::client

@@ -3,7 +3,10 @@
 // PutBegin/PutData/PutCommit/PutAbort fill the store; ObjectHead answers ObjectInfo;
 // ObjectGet answers ObjectInfo and then streams ObjectData at the pace the client reads,
 // straight from the head pool and the I/O buffers the store reads ahead (with
-// kGetFollowFill, a key being filled answers `filling` and streams the fill as it grows);
+// kGetFollowFill, a key being filled answers `filling` and streams the fill as it grows;
+// with kGetLoans, a client that mapped the pools (MapPools: read-only fds over the session
+// socket) is lent the bytes in place as Loan messages, at most kMaxLoansPerSession
+// outstanding, each given back with LoanRelease or when the session ends);
 // ObjectDelete -> DeleteAck. Everything else gets an Error naming it.
 // A session that goes away aborts its fills and releases its loans.
 // Threading: called only from the ring server's loop thread.
@@ -14,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/fd.h"
 #include "goblin/ring/server.h"
 #include "goblin/store/store.h"
 
@@ -26,10 +30,13 @@ struct CoreCounters {
   uint64_t sessions_opened = 0;
   uint64_t sessions_closed = 0;
   uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
+  uint64_t bytes_lent = 0, loans = 0;
 };
 
 class CoreService : public ring::Handler {
  public:
+  static constexpr size_t kMaxLoansPerSession = 6;
+
   // `store` may be null (no disk tier): object requests then get an error saying so.
   explicit CoreService(store::Store* store = nullptr) : store_(store) {}
 
@@ -50,6 +57,15 @@ class CoreService : public ring::Handler {
   struct Download {
     uint64_t correlation_id = 0;
     std::unique_ptr<store::Store::Stream> stream;
+    bool lend = false;  // kGetLoans on a session that mapped the pools
+  };
+  struct Lent {
+    uint32_t buffer = UINT32_MAX;  // an I/O buffer, or
+    store::Loan pin;               // a pin on an object version (head pool bytes)
+  };
+  struct Lender {  // per session that mapped the pools
+    std::unordered_map<uint64_t, Lent> loans;
+    bool waiting = false;  // its download paused at the loan limit
   };
 
   void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
@@ -57,6 +73,11 @@ class CoreService : public ring::Handler {
   void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
   bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
   void EndDownload(ring::Session& session);
+  void HandleMapPools(ring::Session& session, uint64_t correlation_id);
+  void HandleLoanRelease(ring::Session& session, uint64_t loan_id);
+  // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
+  bool Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes);
+  void ReleaseLent(const Lent& l);
   void HandleObject(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
 
@@ -65,6 +86,9 @@ class CoreService : public ring::Handler {
   std::vector<uint8_t> out_ = std::vector<uint8_t>(1 << 20);
   std::unordered_map<uint64_t, Upload> uploads_;      // fill id -> owner
   std::unordered_map<uint64_t, Download> downloads_;  // session id -> stream in progress
+  std::unordered_map<uint64_t, Lender> lenders_;      // session id -> loans out
+  UniqueFd ro_pool_fd_, ro_io_fd_;                    // read-only fds of the pools
+  uint64_t next_loan_id_ = 1;
 };
 
 }  // namespace goblin::core

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "goblin/common/fd.h"
 #include "goblin/common/status.h"
@@ -67,8 +68,12 @@ class RingClient {
   // the core has gone away.
   Result<bool> Wait(std::chrono::nanoseconds timeout);
 
-  // Checks the liveness socket without blocking.
+  // Checks the liveness socket without blocking (and without consuming a side frame).
   VoidResult CheckAlive();
+  // Receives a frame the core sent on the session socket (e.g. shared-memory fds for
+  // zero-copy reads, announced by a ring message first).
+  VoidResult ReceiveSideFrame(std::vector<uint8_t>* msg, std::vector<UniqueFd>* fds,
+                              std::chrono::milliseconds timeout);
 
  private:
   RingClient() = default;

@@ -57,6 +57,9 @@ class Session {
   SendOutcome Send(std::span<const uint8_t> msg);
   // Drops the session after the current callback returns.
   void Close() { closing_ = true; }
+  // Sends a frame with `fds` on the session's socket (not the ring): shared-memory fds for
+  // zero-copy reads. Announce it with a ring message; the client then reads it.
+  VoidResult SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds);
   // Asks for Handler::OnWritable whenever this session's output queue is empty (for
   // streaming large responses at the pace the client reads them).
   void WantWritable(bool want) { want_writable_ = want; }

@@ -8,5 +8,8 @@ namespace goblin::wire {
 
 // ObjectGet.flags
 inline constexpr uint32_t kGetFollowFill = 1u << 0;  // stream an in-progress fill of the key
+// Lend bytes in the pools the client mapped (MapPools) as Loan messages, each released with
+// LoanRelease; bytes that cannot be lent still come as ObjectData.
+inline constexpr uint32_t kGetLoans = 1u << 1;
 
 }  // namespace goblin::wire

@@ -108,6 +108,10 @@ class Store {
   // A loan on the object, its head in RAM when possible (refilled from disk if needed).
   Result<std::optional<Loan>> Get(std::string_view key);
   void Release(const Loan& loan);
+  // A second loan on the same object version (its own id; released separately).
+  Loan Retain(const Loan& loan);
+  // Returns an I/O buffer a stream handed out (Stream::DetachChunk).
+  void ReleaseBuffer(uint32_t buffer) { buffers_->Release(buffer); }
   // Copies object bytes [offset, offset + out.size()) through a loan (blocking): head bytes
   // from the pool, the rest from disk with checksums verified. A damaged extent drops the
   // object and returns Corruption.
@@ -235,6 +239,16 @@ class Store::Stream {
   Result<Step> Peek(std::span<const uint8_t>* out);
   void Consume(uint64_t n);
 
+  // Where the bytes of the last kData Peek live, so another process that maps the pools
+  // can be lent them instead of sent a copy.
+  enum class Where : uint8_t { kHeadPool, kIoBuffer, kPrivate };
+  Where where() const { return where_; }
+  // For kIoBuffer: gives the I/O buffer under the last Peek to the caller, who returns it
+  // with Store::ReleaseBuffer; Consume() the peeked bytes next.
+  uint32_t DetachChunk();
+  // The loan the stream holds on a committed object (id 0 while following a fill).
+  const Loan& loan() const { return loan_; }
+
   uint64_t position() const { return pos_; }
   uint64_t end() const { return end_; }  // UINT64_MAX: following a fill of unknown size
   bool following_fill() const { return fill_ != 0; }
@@ -262,6 +276,7 @@ class Store::Stream {
   std::unique_ptr<ExtentReader> reader_;
   size_t reader_first_ = 0;  // index in the extent list of the reader's first extent
   std::optional<ExtentReader::Chunk> chunk_;  // the chunk being consumed
+  Where where_ = Where::kPrivate;
   std::function<void()> ready_;
 };
 
