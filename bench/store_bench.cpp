@@ -5,6 +5,10 @@
 //   3. Whole-object GET throughput (RAM head + O_DIRECT tail) against the ceiling measured
 //      in the same run: sequential O_DIRECT reads of the tier's extent file with io_uring at
 //      the same I/O size and depth.
+//   Each for zero-copy loans (libgoblin's default: the client maps the core's pools) and for
+//   copies through the ring; and the first-byte latency of hits while --streams other
+//   clients stream whole objects from disk at the same time (the core's loop never waits
+//   for the disk).
 // It starts its own goblin-core (given by --core) on a private socket and tier directory.
 #include <fcntl.h>
 #include <signal.h>
@@ -13,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -93,7 +98,7 @@ int main(int argc, char** argv) {
                "store_bench");
   std::string core_bin, dir = "/var/tmp/goblin-store-bench";
   uint64_t object_bytes = 256ull << 20, ram_head = 256 << 10, extent = 4 << 20;
-  int objects = 8, rounds = 50;
+  int objects = 8, rounds = 50, streams = 2;
   app.add_option("--core", core_bin, "Path of goblin-core")->required();
   app.add_option("--dir", dir, "Scratch directory on the disk to measure (emptied)")
       ->capture_default_str();
@@ -102,6 +107,8 @@ int main(int argc, char** argv) {
   AddSizeOption(app, "--extent-size", &extent, "--extent-size of the core (I/O size)");
   app.add_option("--objects", objects, "Objects stored")->capture_default_str();
   app.add_option("--rounds", rounds, "First-byte samples per object")->capture_default_str();
+  app.add_option("--streams", streams, "Concurrent whole-object readers in the last phase")
+      ->capture_default_str();
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
   fs::remove_all(dir);
@@ -163,18 +170,58 @@ int main(int argc, char** argv) {
   }
   fmt::print("# store_bench: {} objects of {}, ram head {}, extent {}, dir {}\n", objects,
              FormatSize(object_bytes), FormatSize(ram_head), FormatSize(extent), dir);
+  auto connect = [&](bool zero_copy) {
+    auto c = client::Connection::Open(
+        "unix:" + sock, {.timeout = std::chrono::seconds(60), .zero_copy = zero_copy});
+    if (!c) {
+      fmt::print(stderr, "store_bench: {}\n", c.error());
+      std::exit(1);
+    }
+    return std::move(*c);
+  };
+  auto copy_conn = connect(false);
   auto warm = bench::Summarize(FirstByte(**conn, keys, rounds, ram_head));
+  auto warm_copy = bench::Summarize(FirstByte(*copy_conn, keys, rounds, ram_head));
 
   // Throughput of whole-object GETs.
-  uint64_t t0 = MonotonicNanos(), bytes = 0;
-  for (const auto& k : keys) {
-    auto m = (*conn)->Get(k, [&](uint64_t, std::span<const uint8_t> d) -> VoidResult {
-      bytes += d.size();
-      return {};
+  auto get_all = [&](client::Connection& c, uint64_t* bytes) {
+    uint64_t t0 = MonotonicNanos();
+    for (const auto& k : keys) {
+      auto m = c.Get(k, [&](uint64_t, std::span<const uint8_t> d) -> VoidResult {
+        *bytes += d.size();
+        return {};
+      });
+      if (!m) std::exit(1);
+    }
+    return static_cast<double>(MonotonicNanos() - t0) / 1e9;
+  };
+  uint64_t bytes = 0, copy_bytes = 0;
+  double get_secs = get_all(**conn, &bytes);
+  double copy_secs = get_all(*copy_conn, &copy_bytes);
+  copy_conn.reset();
+
+  // First byte of hits while other clients stream whole objects from disk.
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> streamed{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < streams; ++t) {
+    readers.emplace_back([&, t] {
+      auto c = connect(true);
+      for (size_t i = static_cast<size_t>(t); !stop.load(); ++i) {
+        (void)c->Get(keys[i % keys.size()], [&](uint64_t, std::span<const uint8_t> d) {
+          streamed += d.size();
+          return stop.load() ? VoidResult(Err(StatusCode::kAborted, "stop")) : VoidResult();
+        });
+      }
     });
-    if (!m) return 1;
   }
-  double get_secs = static_cast<double>(MonotonicNanos() - t0) / 1e9;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  uint64_t s0 = streamed.load(), b0 = MonotonicNanos();
+  auto busy = bench::Summarize(FirstByte(**conn, keys, rounds, ram_head));
+  double busy_secs = static_cast<double>(MonotonicNanos() - b0) / 1e9;
+  uint64_t busy_bytes = streamed.load() - s0;
+  stop = true;
+  for (auto& r : readers) r.join();
 
   // Restart: heads come back from disk on their first read.
   conn->reset();
@@ -216,17 +263,27 @@ int main(int argc, char** argv) {
   auto us = [](double ns) { return ns / 1000.0; };
   fmt::print("{:<34} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "first body byte (us)", "samples", "p50",
              "p90", "p99", "p99.9");
-  fmt::print("{:<34} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n", "head in RAM", warm.count,
-             us(warm.p50), us(warm.p90), us(warm.p99), us(warm.p999));
+  auto row = [&](const char* name, const bench::Summary& x) {
+    fmt::print("{:<34} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n", name, x.count, us(x.p50),
+               us(x.p90), us(x.p99), us(x.p999));
+  };
+  row("head in RAM (zero-copy loan)", warm);
+  row("head in RAM (copied through ring)", warm_copy);
+  std::string busy_name = fmt::format("head in RAM, {} streams running", streams);
+  row(busy_name.c_str(), busy);
   fmt::print("{:<34} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f}\n", "after restart (head from disk)",
              cold.count, us(cold.p50), us(cold.p90), us(cold.p99), us(cold.p999));
   double get_mbs = static_cast<double>(bytes) / get_secs / 1e6;
   double ceil_mbs = static_cast<double>(read) / ceiling_secs / 1e6;
-  fmt::print("whole-object GET through the ring: {:.0f} MB/s ({} in {:.3f} s)\n", get_mbs,
+  fmt::print("whole-object GET, zero-copy loans:  {:.0f} MB/s ({} in {:.3f} s)\n", get_mbs,
              HumanSize(bytes), get_secs);
+  fmt::print("whole-object GET, copies via ring:  {:.0f} MB/s ({} in {:.3f} s)\n",
+             static_cast<double>(copy_bytes) / copy_secs / 1e6, HumanSize(copy_bytes), copy_secs);
+  fmt::print("{} concurrent streams meanwhile:      {:.0f} MB/s together\n", streams,
+             static_cast<double>(busy_bytes) / busy_secs / 1e6);
   fmt::print("O_DIRECT ceiling ({} reads, depth 4): {:.0f} MB/s ({} in {:.3f} s)\n",
              FormatSize(extent), ceil_mbs, HumanSize(read), ceiling_secs);
-  fmt::print("GET / ceiling: {:.0f}%\n", 100.0 * get_mbs / ceil_mbs);
+  fmt::print("GET (zero-copy) / ceiling: {:.0f}%\n", 100.0 * get_mbs / ceil_mbs);
   fs::remove_all(dir);
   return 0;
 }

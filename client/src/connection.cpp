@@ -83,6 +83,7 @@ VoidResult Connection::Receive(uint64_t correlation_id,
     GOBLIN_ASSIGN_OR_RETURN(bool ready, ring_->Wait(std::chrono::nanoseconds(deadline - now)));
     if (!ready) continue;
     GOBLIN_ASSIGN_OR_RETURN(size_t n, ring_->Poll([&](std::span<const uint8_t> m) {
+      if (TakeDelivery(m)) return;
       if (m.size() < 16) return;
       uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
       bool mine = corr == correlation_id && !done && error.ok();
@@ -252,6 +253,126 @@ Result<Connection::ObjectMeta> Connection::Head(std::string_view key) {
   auto info = wire::ObjectInfoDecoder::Decode(reply);
   if (!info) return Err(info.error());
   return MetaOf(*info);
+}
+
+bool Connection::TakeDelivery(std::span<const uint8_t> m) {
+  if (TemplateOf(m) != wire::DeliveryDecoder::kTemplateId) return false;
+  auto d = wire::DeliveryDecoder::Decode(m);
+  if (!d) return true;  // malformed: dropped
+  Message msg;
+  msg.kind = static_cast<SubKind>(d->kind());
+  for (auto s : d->sessions()) msg.session_ids.push_back(s.session_id());
+  msg.pattern = std::string(d->pattern());
+  msg.channel = std::string(d->channel());
+  msg.payload = std::string(d->payload());
+  inbox_.push_back(std::move(msg));
+  return true;
+}
+
+Result<uint64_t> Connection::Publish(std::string_view channel, std::string_view payload,
+                                     bool sharded) {
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(channel.size() + payload.size(),
+                                                     [&](uint8_t* b, size_t cap, uint64_t id) {
+                                                       return wire::PublishEncoder(b, cap)
+                                                           .set_correlation_id(id)
+                                                           .set_sharded(sharded ? 1 : 0)
+                                                           .set_channel(channel)
+                                                           .set_payload(payload)
+                                                           .Finish();
+                                                     }));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  auto ack = wire::PublishAckDecoder::Decode(reply);
+  if (!ack) return Err(ack.error());
+  return ack->receivers();
+}
+
+Result<std::vector<Connection::Confirmation>> Connection::Subscribe(
+    SubKind kind, std::span<const std::string> names, bool unsubscribe, uint64_t session_id) {
+  size_t bytes = 0;
+  for (const auto& n : names) bytes += n.size() + 4;
+  GOBLIN_ASSIGN_OR_RETURN(
+      uint64_t corr, SendRequest(bytes, [&](uint8_t* b, size_t cap, uint64_t id) {
+        wire::SubscribeEncoder e(b, cap);
+        e.set_correlation_id(id)
+            .set_kind(static_cast<wire::SubKind>(kind))
+            .set_action(unsubscribe ? wire::SubAction::kUnsubscribe : wire::SubAction::kSubscribe)
+            .set_session_id(session_id);
+        auto g = e.BeginNames();
+        for (const auto& n : names) g.Next().set_name(n);
+        return e.Finish();
+      }));
+  // Named requests get one confirmation per name; unsubscribe-all ends with an empty ack.
+  const bool all = unsubscribe && names.empty();
+  std::vector<Confirmation> out;
+  Status bad;
+  GOBLIN_RETURN_IF_ERROR(Receive(corr, [&](std::span<const uint8_t> m) {
+    auto a = wire::SubscribeAckDecoder::Decode(m);
+    if (!a) {
+      bad = a.error();
+      return true;
+    }
+    size_t before = out.size();
+    for (auto c : a->confirmations()) {
+      Confirmation x;
+      if (!c.name_is_nil()) x.name = std::string(c.name());
+      x.count = c.count();
+      out.push_back(std::move(x));
+    }
+    return all ? out.size() == before : out.size() >= names.size();
+  }));
+  if (!bad.ok()) return Err(bad);
+  return out;
+}
+
+Result<std::optional<Connection::Message>> Connection::NextMessage(
+    std::chrono::nanoseconds timeout) {
+  uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  for (;;) {
+    GOBLIN_RETURN_IF_ERROR(ring_->Poll([&](std::span<const uint8_t> m) {
+      if (TakeDelivery(m)) return;
+      if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {  // a loan nobody waits for
+        if (auto l = wire::LoanDecoder::Decode(m)) ReleaseLoan(l->loan_id());
+      }
+    }));
+    if (!inbox_.empty()) break;
+    uint64_t now = MonotonicNanos();
+    if (now >= deadline) {
+      GOBLIN_RETURN_IF_ERROR(ring_->CheckAlive());
+      return std::optional<Message>();
+    }
+    GOBLIN_RETURN_IF_ERROR(ring_->Wait(std::chrono::nanoseconds(deadline - now)));
+  }
+  Message m = std::move(inbox_.front());
+  inbox_.pop_front();
+  return std::optional<Message>(std::move(m));
+}
+
+Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
+                                                        std::span<const std::string> args) {
+  size_t bytes = 0;
+  for (const auto& a : args) bytes += a.size() + 4;
+  GOBLIN_ASSIGN_OR_RETURN(
+      uint64_t corr, SendRequest(bytes, [&](uint8_t* b, size_t cap, uint64_t id) {
+        wire::PubsubQueryEncoder e(b, cap);
+        e.set_correlation_id(id).set_query(static_cast<wire::PubsubQueryKind>(q));
+        auto g = e.BeginArgs();
+        for (const auto& a : args) g.Next().set_arg(a);
+        return e.Finish();
+      }));
+  QueryResult out;
+  Status bad;
+  GOBLIN_RETURN_IF_ERROR(Receive(corr, [&](std::span<const uint8_t> m) {
+    auto r = wire::PubsubReplyDecoder::Decode(m);
+    if (!r) {
+      bad = r.error();
+      return true;
+    }
+    out.number = r->number();
+    for (auto e : r->entries()) out.entries.emplace_back(std::string(e.name()), e.count());
+    return q == Query::kNumPat || out.entries.size() >= static_cast<size_t>(out.number);
+  }));
+  if (!bad.ok()) return Err(bad);
+  return out;
 }
 
 void Connection::ReleaseLoan(uint64_t loan_id) {

@@ -27,6 +27,7 @@ void CoreService::OnOpen(ring::Session& session) {
 
 void CoreService::OnClose(ring::Session& session) {
   ++counters_.sessions_closed;
+  DropSubscribers(session);
   if (store_ != nullptr) {
     for (auto it = uploads_.begin(); it != uploads_.end();) {
       if (it->second.session == session.id()) {
@@ -106,6 +107,11 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
     return;
   }
   switch (h.template_id) {
+    case wire::SubscribeDecoder::kTemplateId:
+    case wire::PublishDecoder::kTemplateId:
+    case wire::PubsubQueryDecoder::kTemplateId:
+      HandlePubsub(session, h.template_id, msg, h.block_length, h.version);
+      return;
     case wire::PutBeginDecoder::kTemplateId:
     case wire::PutDataDecoder::kTemplateId:
     case wire::PutCommitDecoder::kTemplateId:

@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
   ring::ServerOptions opts;
   opts.socket_path = "/run/goblin/core.sock";
   uint64_t ring_bytes = opts.default_ring_bytes, max_ring_bytes = opts.max_ring_bytes;
-  uint64_t output_limit = opts.output_limit;
+  // Redis's pub/sub client limits: 32 MiB hard, 8 MiB soft for 60 s.
+  uint64_t output_limit = 32ull << 20, output_soft_limit = 8ull << 20;
+  std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
   std::chrono::nanoseconds busy_poll = opts.busy_poll;
   std::string wake = "spin";
   int numa = -1;
@@ -44,7 +46,12 @@ int main(int argc, char** argv) {
                 "Default ring size per direction (power of two, >= 4K); clients may ask for more");
   AddSizeOption(app, "--max-ring-bytes", &max_ring_bytes, "Largest ring a client may ask for");
   AddSizeOption(app, "--client-output-limit", &output_limit,
-                "Bytes queued for a client whose ring is full before it counts as too slow");
+                "Bytes queued for a client whose ring is full before it is dropped (hard limit)");
+  AddSizeOption(app, "--client-output-soft-limit", &output_soft_limit,
+                "Queued bytes a client may stay above for --client-output-soft-time (0: none)",
+                true);
+  AddDurationOption(app, "--client-output-soft-time", &output_soft_time,
+                    "How long a client may stay above the soft limit");
   app.add_option("--max-clients", opts.max_clients, "Concurrent clients")->capture_default_str();
   AddDurationOption(app, "--busy-poll", &busy_poll,
                     "Busy-poll this long after the last work before sleeping");
@@ -111,6 +118,8 @@ int main(int argc, char** argv) {
   opts.default_ring_bytes = static_cast<uint32_t>(ring_bytes);
   opts.max_ring_bytes = static_cast<uint32_t>(max_ring_bytes);
   opts.output_limit = output_limit;
+  opts.output_soft_limit = output_soft_limit;
+  opts.output_soft_time = output_soft_time;
   opts.busy_poll = busy_poll;
   opts.wake = wake == "busy" ? ring::WakeMode::kBusyPoll : ring::WakeMode::kSpinThenSleep;
   if (auto v = ring::ValidateCapacity(ring_bytes); !v)
@@ -231,6 +240,19 @@ int main(int argc, char** argv) {
   GOBLIN_LOG_INFO(
       kLog, "shutting down: {} clients served, {} messages, {} pings, {} refused, {} corrupt rings",
       st.accepted, st.messages, service.counters().pings, st.rejected, st.corrupt);
+  if (object_store) {
+    const auto& ss = object_store->stats();
+    const auto& ps = object_store->pool().stats();
+    GOBLIN_LOG_INFO(kLog,
+                    "store: {} objects, {} hits, {} misses, {} fills ({} aborted), {} evicted, "
+                    "{} expired, {} heads demoted, {} corrupt dropped; pool {} of {} in use, "
+                    "fragmentation {:.1f}%; {} bytes lent, {} copied",
+                    ss.objects, ss.hits, ss.misses, ss.fills_committed, ss.fills_aborted,
+                    ss.evicted, ss.expired, ss.heads_demoted, ss.corrupt_dropped,
+                    HumanSize(ps.bytes_reserved), HumanSize(ps.pool_bytes),
+                    100.0 * ps.Fragmentation(), HumanSize(service.counters().bytes_lent),
+                    HumanSize(service.counters().bytes_out));
+  }
   server->reset();
   return 0;
 }

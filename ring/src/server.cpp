@@ -42,6 +42,14 @@ SendOutcome Session::Send(std::span<const uint8_t> msg) {
     if (channel_.TrySend(h.template_id, msg) == SendStatus::kOk) return SendOutcome::kSent;
   }
   if (queued_bytes() + 4 + msg.size() > output_limit_) return SendOutcome::kOverLimit;
+  if (soft_limit_ != 0 && queued_bytes() + 4 + msg.size() > soft_limit_) {
+    uint64_t now = MonotonicNanos();
+    if (soft_since_ == 0) {
+      soft_since_ = now;
+    } else if (now - soft_since_ > soft_ns_) {
+      return SendOutcome::kOverLimit;
+    }
+  }
   uint32_t len = static_cast<uint32_t>(msg.size());
   const auto* lp = reinterpret_cast<const uint8_t*>(&len);
   out_.insert(out_.end(), lp, lp + 4);
@@ -63,6 +71,7 @@ bool Session::DrainOutput() {
     moved = true;
   }
   if (moved) channel_.Flush();
+  if (queued_bytes() <= soft_limit_) soft_since_ = 0;
   if (out_head_ == out_.size()) {
     out_.clear();  // keeps its capacity: no allocation next time
     out_head_ = 0;
@@ -332,6 +341,8 @@ void RingServer::ReadHandshake(int fd) {
   s->name_ = std::string(hello->client_name());
   s->channel_ = std::move(*channel);
   s->output_limit_ = options_.output_limit;
+  s->soft_limit_ = options_.output_soft_limit;
+  s->soft_ns_ = static_cast<uint64_t>(options_.output_soft_time.count());
 
   uint8_t buf[512];
   wire::WelcomeEncoder w(buf, sizeof buf);

@@ -91,9 +91,9 @@ TEST(CoreSystem, UnservedRequestGetsAnErrorNamingIt) {
     EXPECT_EQ(corr, 42u);
     EXPECT_NE(text.find(want_text), std::string::npos) << text;
   };
-  wire::PublishEncoder pub(buf, sizeof buf);
-  ask(pub.set_correlation_id(42).set_channel("c").Finish(), wire::ErrorCode::kUnimplemented,
-      "Publish");
+  // A reply type sent as a request.
+  wire::PutResultEncoder pr(buf, sizeof buf);
+  ask(pr.set_correlation_id(42).Finish(), wire::ErrorCode::kUnimplemented, "PutResult");
   // Without --ssd-dir the core says why objects are not served.
   wire::ObjectGetEncoder get(buf, sizeof buf);
   ask(get.set_correlation_id(42).set_key("k").Finish(), wire::ErrorCode::kFailedPrecondition,
@@ -273,6 +273,22 @@ TEST(CoreSystem, BadFlagsGiveOneClearMessage) {
   auto [rc6, out6] = RunCommand({GOBLIN_CLI_BIN, "--target", "tcp:1.2.3.4", "ping"}, log);
   EXPECT_EQ(rc6, 1);
   EXPECT_NE(out6.find("neither unix:PATH"), std::string::npos) << out6;
+  // Tier flags: sizes, pairings and capacities are checked before anything is opened.
+  std::string tier = test::TmpDir() + "/badflags-tier";
+  std::filesystem::remove_all(tier);
+  ASSERT_EQ(RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, log).first, 0);
+  auto [rc7, out7] = RunCommand({GOBLIN_CORE_BIN, "--ssd-dir", tier, "--hdd-size", "1G"}, log);
+  EXPECT_EQ(rc7, 1);
+  EXPECT_NE(out7.find("--hdd-size needs --hdd-dir"), std::string::npos) << out7;
+  auto [rc8, out8] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", log + ".sock", "--ssd-dir", tier,
+                                 "--ssd-size", "10M", "--memory", "16M"},
+                                log);
+  EXPECT_EQ(rc8, 1);
+  EXPECT_NE(out8.find("less than one"), std::string::npos) << out8;
+  auto [rc9, out9] = RunCommand({GOBLIN_CORE_BIN, "--ssd-dir", tier, "--io-depth", "0"}, log);
+  EXPECT_EQ(rc9, 2);
+  EXPECT_NE(out9.find("--io-depth"), std::string::npos) << out9;
+  std::filesystem::remove_all(tier);
 }
 
 TEST(CoreSystem, TiersMustBePreparedAndAreNeverShared) {

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,6 +80,42 @@ class Connection {
                          uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
 
+  // ---- Pub/sub (Redis semantics; see pubsub/) ----
+  enum class SubKind : uint8_t { kChannel = 0, kPattern = 1, kShard = 2 };
+  // PUBLISH (or SPUBLISH with sharded): the number of receivers.
+  Result<uint64_t> Publish(std::string_view channel, std::string_view payload,
+                           bool sharded = false);
+  struct Confirmation {
+    std::optional<std::string> name;  // nullopt: unsubscribe-all while subscribed to none
+    uint32_t count = 0;               // subscriptions of that family after this one
+  };
+  // (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE `names` (unsubscribe with no names: all) for
+  // `session_id` (one connection may carry several subscribers, as a gateway does).
+  Result<std::vector<Confirmation>> Subscribe(SubKind kind, std::span<const std::string> names,
+                                              bool unsubscribe = false, uint64_t session_id = 0);
+  struct Message {
+    SubKind kind = SubKind::kChannel;
+    std::string pattern;  // kPattern: the pattern that matched
+    std::string channel;
+    std::string payload;
+    std::vector<uint64_t> session_ids;  // the subscribers on this connection it is for
+  };
+  // The next delivered message (kept in arrival order while other replies were awaited);
+  // nullopt when none arrives within `timeout`.
+  Result<std::optional<Message>> NextMessage(std::chrono::nanoseconds timeout);
+  enum class Query : uint8_t {
+    kChannels = 0,
+    kNumSub = 1,
+    kNumPat = 2,
+    kShardChannels = 3,
+    kShardNumSub = 4
+  };
+  struct QueryResult {
+    int64_t number = 0;                                    // NUMPAT, or the entry count
+    std::vector<std::pair<std::string, int64_t>> entries;  // name (and count for NUMSUB)
+  };
+  Result<QueryResult> PubsubQuery(Query q, std::span<const std::string> args = {});
+
   struct Stats {
     uint64_t bytes_lent = 0;    // received in place (zero-copy)
     uint64_t bytes_copied = 0;  // received through the ring
@@ -95,6 +133,8 @@ class Connection {
   // Asks the core for read-only fds of its pools and maps them (once).
   VoidResult MapPools();
   void ReleaseLoan(uint64_t loan_id);
+  // Keeps a Delivery for NextMessage; false if `m` is not one.
+  bool TakeDelivery(std::span<const uint8_t> m);
   // Calls fn for each received message carrying this correlation id until it returns true;
   // an Error with this id (or with id 0, a session-level error) ends it as a Status.
   VoidResult Receive(uint64_t correlation_id,
@@ -113,6 +153,7 @@ class Connection {
   uint64_t next_correlation_ = 1;
   Mapping head_pool_, io_pool_;
   bool map_failed_ = false;
+  std::deque<Message> inbox_;  // deliveries received while awaiting replies
   Stats stats_;
 };
 

@@ -8,7 +8,14 @@
 // socket) is lent the bytes in place as Loan messages, at most kMaxLoansPerSession
 // outstanding, each given back with LoanRelease or when the session ends);
 // ObjectDelete -> DeleteAck. Everything else gets an Error naming it.
-// A session that goes away aborts its fills and releases its loans.
+// Pub/sub (pubsub::Engine): Subscribe (any kind, subscribe or unsubscribe, names or all)
+// -> SubscribeAck(s) with Redis's per-name confirmations and counts; Publish -> the
+// deliveries, then PublishAck(receivers); each receiving ring session gets one Delivery per
+// (kind, pattern) naming all of its subscribers (a gateway's clients) with the payload once;
+// PubsubQuery -> PubsubReply(s) (`number` is the total, entries may span several replies).
+// A subscriber is (ring session, sessionId); a ring session that falls behind its output
+// limits (hard, or soft for too long) is dropped and logged, the publisher is not slowed.
+// A session that goes away aborts its fills, releases its loans and its subscriptions.
 // Threading: called only from the ring server's loop thread.
 #pragma once
 
@@ -18,6 +25,7 @@
 #include <vector>
 
 #include "goblin/common/fd.h"
+#include "goblin/pubsub/engine.h"
 #include "goblin/ring/server.h"
 #include "goblin/store/store.h"
 
@@ -31,6 +39,7 @@ struct CoreCounters {
   uint64_t sessions_closed = 0;
   uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
   uint64_t bytes_lent = 0, loans = 0;
+  uint64_t publishes = 0, deliveries_sent = 0, slow_subscribers_dropped = 0;
 };
 
 class CoreService : public ring::Handler {
@@ -73,6 +82,12 @@ class CoreService : public ring::Handler {
   void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
   bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
   void EndDownload(ring::Session& session);
+  void HandlePubsub(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
+                    uint16_t block_length, uint16_t version);
+  pubsub::SubscriberId SubscriberOf(ring::Session& session, uint64_t session_id, bool create);
+  void DropSubscribers(ring::Session& session);
+  // Sends a pub/sub message; a subscriber that cannot take it is dropped.
+  void SendPubsub(ring::Session& session, size_t n);
   void HandleMapPools(ring::Session& session, uint64_t correlation_id);
   void HandleLoanRelease(ring::Session& session, uint64_t loan_id);
   // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
@@ -89,6 +104,22 @@ class CoreService : public ring::Handler {
   std::unordered_map<uint64_t, Lender> lenders_;      // session id -> loans out
   UniqueFd ro_pool_fd_, ro_io_fd_;                    // read-only fds of the pools
   uint64_t next_loan_id_ = 1;
+
+  pubsub::Engine pubsub_;
+  struct Subscriber {
+    ring::Session* session = nullptr;
+    uint64_t session_id = 0;
+  };
+  std::unordered_map<pubsub::SubscriberId, Subscriber> subscribers_;
+  // ring session -> (its sessionId -> subscriber)
+  std::unordered_map<uint64_t, std::unordered_map<uint64_t, pubsub::SubscriberId>> sub_ids_;
+  pubsub::SubscriberId next_subscriber_ = 1;
+  struct FanOut {  // per ring session, reused across publishes (no allocation when warm)
+    ring::Session* session = nullptr;
+    std::vector<uint64_t> session_ids;
+  };
+  std::unordered_map<uint64_t, FanOut> fan_out_;
+  std::vector<FanOut*> touched_;
 };
 
 }  // namespace goblin::core

@@ -29,8 +29,12 @@ struct ServerOptions {
   uint32_t default_ring_bytes = kDefaultCapacity;
   uint32_t max_ring_bytes = 1u << 20;
   uint32_t max_clients = 1024;
-  // Bytes of messages queued for a client whose ring is full before Send() says kOverLimit.
+  // Bytes of messages queued for a client whose ring is full before Send() says kOverLimit
+  // (Redis's hard limit), and the soft limit: over `output_soft_limit` (0: none) for longer
+  // than `output_soft_time`, Send() says kOverLimit too.
   size_t output_limit = 8 * 1024;
+  size_t output_soft_limit = 0;
+  std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
   WakeMode wake = WakeMode::kSpinThenSleep;
 };
@@ -57,6 +61,7 @@ class Session {
   SendOutcome Send(std::span<const uint8_t> msg);
   // Drops the session after the current callback returns.
   void Close() { closing_ = true; }
+  bool closing() const { return closing_; }
   // Sends a frame with `fds` on the session's socket (not the ring): shared-memory fds for
   // zero-copy reads. Announce it with a ring message; the client then reads it.
   VoidResult SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds);
@@ -76,6 +81,9 @@ class Session {
   UniqueFd sock_;
   RingChannel channel_;
   size_t output_limit_ = 0;
+  size_t soft_limit_ = 0;
+  uint64_t soft_ns_ = 0;
+  uint64_t soft_since_ = 0;   // when the queue went over the soft limit (0: it is not)
   std::vector<uint8_t> out_;  // queued frames: [u32 length][message]
   size_t out_head_ = 0;
   bool closing_ = false;
