@@ -200,7 +200,10 @@ void ExtentReader::OnIoComplete(uint32_t tag, int32_t result) {
 
 void ExtentReader::Fill() {
   bool submitted = false;
-  while (next_submit_ < extents_.size() && window_.size() < read_ahead_ &&
+  // Until the first extent has arrived, only it is in flight: the first byte (a head read
+  // back from disk) does not share the disk with the read-ahead behind it.
+  const size_t depth = next_deliver_ == 0 ? 1 : read_ahead_;
+  while (next_submit_ < extents_.size() && window_.size() < depth &&
          (window_.empty() || buffers_->free_count() > keep_free_)) {
     auto b = buffers_->Acquire();
     if (!b) break;
