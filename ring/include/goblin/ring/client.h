@@ -68,6 +68,14 @@ class RingClient {
   // the core has gone away.
   Result<bool> Wait(std::chrono::nanoseconds timeout);
 
+  // For an event loop that sleeps in its own epoll: the fds to watch (doorbell: messages or
+  // space; socket: the core went away) and the sleep protocol (PrepareSleep false: do not
+  // sleep, there is work; FinishSleep after waking).
+  int doorbell_fd() const { return channel_.my_doorbell_fd(); }
+  int socket_fd() const { return sock_.get(); }
+  bool PrepareSleep(bool want_space) { return channel_.PrepareSleep(want_space); }
+  void FinishSleep() { channel_.FinishSleep(); }
+
   // Checks the liveness socket without blocking (and without consuming a side frame).
   VoidResult CheckAlive();
   // Receives a frame the core sent on the session socket (e.g. shared-memory fds for

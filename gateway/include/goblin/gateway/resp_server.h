@@ -1,0 +1,57 @@
+// The RESP2/RESP3 front of goblin-gateway: accepts Redis clients on TCP and/or a unix
+// socket and serves Redis 7 pub/sub and connection commands, forwarding pub/sub to
+// goblin-core over one ring connection (each client is a core `sessionId`; one Delivery
+// from the core carries all of this gateway's receivers, the payload formatted once per
+// protocol). Replies keep command order per client even when some come from the core;
+// a client's commands after a (P|S)(UN)SUBSCRIBE wait until the core confirmed it (so
+// subscribed-mode checks are exact). Pub/sub output limits per client (Redis's defaults:
+// 32 MiB hard, 8 MiB soft for 60 s) drop a client that does not read.
+// Threading: one event loop thread (epoll); Run() until the stop fd is readable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "goblin/common/status.h"
+
+namespace goblin::gateway {
+
+struct RespServerOptions {
+  std::string core_socket;  // goblin-core's ring socket
+  std::string listen_address = "127.0.0.1";
+  int port = 6379;          // TCP (0: no TCP listener)
+  std::string unix_path;    // also listen here (empty: no)
+  std::string requirepass;  // AUTH required when set
+  size_t output_hard_limit = 32ull << 20;
+  size_t output_soft_limit = 8ull << 20;
+  std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
+  uint32_t core_ring_bytes = 1u << 20;
+  size_t max_clients = 10000;
+  std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
+};
+
+struct RespStats {
+  uint64_t accepted = 0, closed = 0, commands = 0, protocol_errors = 0;
+  uint64_t dropped_for_output_limit = 0, messages_out = 0;
+};
+
+class RespServer {
+ public:
+  // Connects to the core and binds the listeners (the unix socket appears once it listens).
+  static Result<std::unique_ptr<RespServer>> Start(const RespServerOptions& options);
+  ~RespServer();
+  // Serves until `stop_fd` becomes readable or the core goes away (an Unavailable error).
+  VoidResult Run(int stop_fd);
+  const RespStats& stats() const;
+  int port() const;  // the TCP port bound (useful with port 0... which disables TCP: use -1
+                     // for "any free port")
+
+ private:
+  class Impl;
+  explicit RespServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace goblin::gateway

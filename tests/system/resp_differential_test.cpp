@@ -1,0 +1,463 @@
+// Differential tests: goblin-gateway + goblin-core against Debian's redis-server, side by
+// side, byte for byte. Generated command sequences from several clients (subscribe and
+// unsubscribe churn, patterns, shard channels, publishes, PUBSUB queries, subscribed-mode
+// errors, unknown commands, wrong arities, RESET, QUIT, HELLO 2/3, inline commands) are
+// replayed on both; after every step each client is synchronised with a PING carrying a
+// marker and its output compared. Where Redis's order is a hash order (unsubscribe-all
+// confirmations, PUBSUB CHANNELS, pmessages of several patterns for one publish) the
+// comparison is by set. The seed is printed; GOBLIN_DIFF_SEED=N replays one.
+// A glob differential compares PUBSUB CHANNELS <pattern> for thousands of (pattern,
+// channel) pairs with bracket, range, escape and high-byte edge cases.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tests/system/process.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// ---- a RESP value reader for the test ----
+struct Value {
+  char type = 0;  // + - : $ * % > _ (and '$'/'*' with null = true)
+  bool null = false;
+  std::string str;  // + - $ and : (as text)
+  std::vector<Value> items;
+  bool operator==(const Value&) const = default;
+  bool operator<(const Value& o) const { return Dump() < o.Dump(); }
+  std::string Dump() const {
+    std::string s(1, type);
+    if (null) return s + "null";
+    if (!items.empty() || type == '*' || type == '%' || type == '>') {
+      s += "[";
+      for (const auto& i : items) s += i.Dump() + ",";
+      return s + "]";
+    }
+    return s + str;
+  }
+};
+
+// Parses one value at `pos`; nullopt if incomplete.
+std::optional<Value> ParseValue(const std::string& b, size_t* pos) {
+  if (*pos >= b.size()) return std::nullopt;
+  size_t eol = b.find("\r\n", *pos);
+  if (eol == std::string::npos) return std::nullopt;
+  Value v;
+  v.type = b[*pos];
+  std::string line = b.substr(*pos + 1, eol - *pos - 1);
+  size_t p = eol + 2;
+  switch (v.type) {
+    case '+':
+    case '-':
+    case ':':
+      v.str = line;
+      break;
+    case '_':
+      v.null = true;
+      break;
+    case '$': {
+      long n = std::stol(line);
+      if (n < 0) {
+        v.null = true;
+        break;
+      }
+      if (b.size() < p + static_cast<size_t>(n) + 2) return std::nullopt;
+      v.str = b.substr(p, static_cast<size_t>(n));
+      p += static_cast<size_t>(n) + 2;
+      break;
+    }
+    case '*':
+    case '%':
+    case '>': {
+      long n = std::stol(line);
+      if (n < 0) {
+        v.null = true;
+        break;
+      }
+      if (v.type == '%') n *= 2;
+      for (long i = 0; i < n; ++i) {
+        auto item = ParseValue(b, &p);
+        if (!item) return std::nullopt;
+        v.items.push_back(std::move(*item));
+      }
+      break;
+    }
+    default:
+      ADD_FAILURE() << "unexpected RESP type byte " << int(v.type);
+      return std::nullopt;
+  }
+  *pos = p;
+  return v;
+}
+
+std::string Encode(const std::vector<std::string>& args) {
+  std::string s = "*" + std::to_string(args.size()) + "\r\n";
+  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  return s;
+}
+
+class Conn {
+ public:
+  explicit Conn(const std::string& path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Conn() { close(fd_); }
+  bool ok() const { return ok_; }
+  void Send(const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+  // Reads values until `done(value)` is true (that value is not returned), EOF, or 5 s.
+  // Returns the values and whether the connection closed.
+  std::pair<std::vector<Value>, bool> ReadUntil(const std::function<bool(const Value&)>& done) {
+    std::vector<Value> out;
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    for (;;) {
+      while (auto v = ParseValue(buf_, &pos_)) {
+        if (done(*v)) return {out, false};
+        out.push_back(std::move(*v));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "timed out waiting for a reply";
+        return {out, false};
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char tmp[65536];
+      ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
+      if (n <= 0) return {out, true};
+      buf_.append(tmp, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+  std::string buf_;
+  size_t pos_ = 0;
+};
+
+// One side: redis-server, or goblin-core + goblin-gateway.
+struct Side {
+  std::string sock;
+  std::vector<std::unique_ptr<test::Process>> procs;
+};
+
+class RespDifferential : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fmt::format("{}/respdiff-{}", test::TmpDir(), getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    redis_.sock = test::SocketPath("redis");
+    // Parity: no persistence, Redis's default pub/sub output limits (the gateway's too).
+    redis_.procs.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{"/usr/bin/redis-server", "--port", "0", "--unixsocket",
+                                 redis_.sock, "--save", "", "--appendonly", "no", "--dir", dir_,
+                                 "--client-output-buffer-limit", "pubsub 32mb 8mb 60"},
+        dir_ + "/redis.log"));
+    std::string core_sock = test::SocketPath("rcore");
+    goblin_.sock = test::SocketPath("rgw");
+    goblin_.procs.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", core_sock, "--memory", "16M",
+                                 "--block", "64K", "--ram-head", "64K"},
+        dir_ + "/core.log"));
+    ASSERT_TRUE(test::WaitForPath(core_sock, 10s)) << goblin_.procs[0]->Output();
+    goblin_.procs.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", "unix:" + core_sock, "--resp-port",
+                                 "0", "--resp-unix", goblin_.sock},
+        dir_ + "/gateway.log"));
+    if (!fs::exists("/usr/bin/redis-server")) GTEST_SKIP() << "redis-server is not installed";
+    ASSERT_TRUE(test::WaitForPath(redis_.sock, 10s)) << redis_.procs[0]->Output();
+    ASSERT_TRUE(test::WaitForPath(goblin_.sock, 10s)) << goblin_.procs[1]->Output();
+    core_sock_ = core_sock;
+  }
+  void TearDown() override {
+    redis_.procs.clear();
+    goblin_.procs.clear();
+    fs::remove(redis_.sock);
+    fs::remove(goblin_.sock);
+    fs::remove(core_sock_);
+    fs::remove_all(dir_);
+  }
+  std::string dir_, core_sock_;
+  Side redis_, goblin_;
+};
+
+// ---- normalisation of hash-ordered replies ----
+
+bool IsPush(const Value& v, std::string_view kind) {
+  return (v.type == '*' || v.type == '>') && !v.items.empty() && v.items[0].str == kind;
+}
+
+// Unsubscribe-all: names as a set, counts in order (they fall by one whatever the order).
+void NormalizeUnsubscribeAll(std::vector<Value>* vs) {
+  std::vector<Value> names;
+  for (Value& v : *vs) {
+    if (v.items.size() == 3 &&
+        (v.items[0].str == "unsubscribe" || v.items[0].str == "punsubscribe" ||
+         v.items[0].str == "sunsubscribe")) {
+      names.push_back(v.items[1]);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  size_t k = 0;
+  for (Value& v : *vs) {
+    if (v.items.size() == 3 &&
+        (v.items[0].str == "unsubscribe" || v.items[0].str == "punsubscribe" ||
+         v.items[0].str == "sunsubscribe")) {
+      v.items[1] = names[k++];
+    }
+  }
+}
+
+void Normalize(std::vector<Value>* vs, const std::vector<std::string>& cmd) {
+  std::string name;
+  for (char c : cmd.empty() ? std::string() : cmd[0])
+    name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Runs of pmessages (one publish matching several patterns): set order.
+  for (size_t i = 0; i < vs->size();) {
+    size_t j = i;
+    while (j < vs->size() && IsPush((*vs)[j], "pmessage")) ++j;
+    std::sort(vs->begin() + static_cast<ptrdiff_t>(i), vs->begin() + static_cast<ptrdiff_t>(j));
+    i = j == i ? i + 1 : j;
+  }
+  if ((name == "unsubscribe" || name == "punsubscribe" || name == "sunsubscribe" ||
+       name == "reset") &&
+      cmd.size() == 1) {
+    NormalizeUnsubscribeAll(vs);
+  }
+  if (name == "pubsub" && cmd.size() >= 2) {
+    for (Value& v : *vs) {
+      if (v.type == '*') std::sort(v.items.begin(), v.items.end());
+    }
+  }
+  if (name == "hello") {
+    for (Value& v : *vs) {
+      for (size_t i = 0; i + 1 < v.items.size(); i += 2) {
+        if (v.items[i].str == "server" || v.items[i].str == "id")
+          v.items[i + 1] = Value{'+', false, "masked", {}};
+      }
+    }
+  }
+}
+
+// ---- the generator ----
+
+struct Gen {
+  std::mt19937_64 rng;
+  const std::vector<std::string> channels{"a", "b", "news.1", "news.2", "x", "n", "[a]"};
+  const std::vector<std::string> patterns{"*", "news.*", "a*", "?", "[ab]", "n*s*", "\\*", "x"};
+  size_t R(size_t n) { return static_cast<size_t>(rng() % n); }
+  const std::string& Ch() { return channels[R(channels.size())]; }
+  const std::string& Pat() { return patterns[R(patterns.size())]; }
+  std::vector<std::string> Names(bool patterns_too, size_t min) {
+    std::vector<std::string> v;
+    size_t n = min + R(3);
+    for (size_t i = 0; i < n; ++i) v.push_back(patterns_too ? Pat() : Ch());
+    return v;
+  }
+  // A command; `raw` is set for inline or malformed input instead of argv.
+  std::vector<std::string> Next(std::string* raw) {
+    raw->clear();
+    auto with = [](std::vector<std::string> head, std::vector<std::string> tail) {
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    switch (R(30)) {
+      case 0:
+      case 1:
+      case 2:
+        return with({"SUBSCRIBE"}, Names(false, 1));
+      case 3:
+      case 4:
+        return with({"UNSUBSCRIBE"}, Names(false, 0));
+      case 5:
+      case 6:
+        return with({"PSUBSCRIBE"}, Names(true, 1));
+      case 7:
+        return with({"PUNSUBSCRIBE"}, Names(true, 0));
+      case 8:
+        return with({"SSUBSCRIBE"}, Names(false, 1));
+      case 9:
+        return with({"SUNSUBSCRIBE"}, Names(false, 0));
+      case 10:
+      case 11:
+      case 12:
+      case 13:
+        return {"PUBLISH", Ch(), "p" + std::to_string(R(100))};
+      case 14:
+        return {"SPUBLISH", Ch(), "s" + std::to_string(R(100))};
+      case 15:
+        return R(2) ? std::vector<std::string>{"PUBSUB", "CHANNELS"}
+                    : std::vector<std::string>{"PUBSUB", "CHANNELS", Pat()};
+      case 16:
+        return with({"PUBSUB", "NUMSUB"}, Names(false, 0));
+      case 17:
+        return {"PUBSUB", "NUMPAT"};
+      case 18:
+        return R(2) ? std::vector<std::string>{"PUBSUB", "SHARDCHANNELS"}
+                    : with({"PUBSUB", "SHARDNUMSUB"}, Names(false, 0));
+      case 19:
+        return R(2) ? std::vector<std::string>{"PING"} : std::vector<std::string>{"PING", "hi"};
+      case 20:
+        return {"ECHO", "e" + std::to_string(R(10))};
+      case 21:
+        return {"NOSUCHCMD", "x", "y"};
+      case 22:
+        return R(2) ? std::vector<std::string>{"PUBLISH", "a"}
+                    : std::vector<std::string>{"PUBSUB", "NUMPAT", "extra"};
+      case 23:
+        return R(3) == 0 ? std::vector<std::string>{"RESET"}
+                         : std::vector<std::string>{"PUBSUB", "nosuch"};
+      case 24:
+        return {"HELLO", R(2) ? "3" : "2"};
+      case 25:
+        *raw = "PING inline\r\n";
+        return {"PING", "inline"};
+      case 26:
+        return {"PUBSUB", "CHANNELS", "a", "b"};
+      case 27:
+        return R(4) == 0 ? std::vector<std::string>{"QUIT"}
+                         : std::vector<std::string>{"SELECT", "0"};
+      case 28:
+        return {"CLIENT", "GETNAME"};
+      default:
+        return {"PUBLISH", "news." + std::to_string(1 + R(2)), "n"};
+    }
+  }
+};
+
+TEST_F(RespDifferential, GeneratedSequencesMatchRedisByteForByte) {
+  uint64_t seed = std::random_device{}();
+  if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
+  std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
+  Gen gen{std::mt19937_64(seed)};
+  constexpr int kClients = 4, kSteps = 2000;
+  std::vector<std::unique_ptr<Conn>> r(kClients), g(kClients);
+  auto connect = [&](int i) {
+    r[i] = std::make_unique<Conn>(redis_.sock);
+    g[i] = std::make_unique<Conn>(goblin_.sock);
+    ASSERT_TRUE(r[i]->ok() && g[i]->ok());
+  };
+  for (int i = 0; i < kClients; ++i) ASSERT_NO_FATAL_FAILURE(connect(i));
+  uint64_t marker = 0, values = 0, deliveries = 0, errors = 0;
+  auto sync = [&](Conn& c) {
+    std::string m = "sync-" + std::to_string(++marker);
+    c.Send(Encode({"PING", m}));
+    return c.ReadUntil([&](const Value& v) {
+      return (v.type == '$' && v.str == m) || (v.type == '*' && v.items.size() == 2 &&
+                                               v.items[0].str == "pong" && v.items[1].str == m);
+    });
+  };
+  for (int step = 0; step < kSteps; ++step) {
+    int who = static_cast<int>(gen.R(kClients));
+    std::string raw;
+    auto cmd = gen.Next(&raw);
+    std::string bytes = raw.empty() ? Encode(cmd) : raw;
+    r[who]->Send(bytes);
+    g[who]->Send(bytes);
+    // The actor first (its command's effects on others are complete once it has its reply),
+    // then everyone else.
+    for (int k = 0; k < kClients; ++k) {
+      int i = (who + k) % kClients;
+      auto [rv, rclosed] = sync(*r[i]);
+      auto [gv, gclosed] = sync(*g[i]);
+      ASSERT_EQ(rclosed, gclosed) << "seed " << seed << " step " << step;
+      if (i == who) {
+        Normalize(&rv, cmd);
+        Normalize(&gv, cmd);
+      } else {
+        Normalize(&rv, {});
+        Normalize(&gv, {});
+      }
+      std::string rd, gd;
+      for (auto& v : rv) {
+        rd += v.Dump() + "\n";
+        ++values;
+        deliveries += IsPush(v, "message") || IsPush(v, "pmessage") || IsPush(v, "smessage");
+        errors += v.type == '-';
+      }
+      for (auto& v : gv) gd += v.Dump() + "\n";
+      ASSERT_EQ(rd, gd) << "seed " << seed << " step " << step << " client " << i << " after "
+                        << fmt::format("{}", fmt::join(cmd, " ")) << " (by client " << who << ")";
+      if (rclosed) {
+        ASSERT_NO_FATAL_FAILURE(connect(i));
+      }
+    }
+  }
+  std::cout << values << " replies compared, " << deliveries << " deliveries, " << errors
+            << " errors\n";
+  EXPECT_GT(values, 2000u);  // the sequence did exercise the servers
+  EXPECT_GT(deliveries, 50u);
+  EXPECT_GT(errors, 20u);
+}
+
+TEST_F(RespDifferential, GlobMatchingMatchesRedisViaPubsubChannels) {
+  uint64_t seed = std::random_device{}();
+  if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
+  std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
+  std::mt19937_64 rng(seed);
+  const std::string alphabet = std::string("ab?*[]^-\\x") + "\x80\xff";
+  auto word = [&](size_t max) {
+    std::string s(1 + rng() % max, ' ');
+    for (char& c : s) c = alphabet[rng() % alphabet.size()];
+    return s;
+  };
+  Conn rsub(redis_.sock), gsub(goblin_.sock), rq(redis_.sock), gq(goblin_.sock);
+  std::set<std::string> chans;
+  while (chans.size() < 300) chans.insert(word(6));
+  std::vector<std::string> sub{"SUBSCRIBE"};
+  sub.insert(sub.end(), chans.begin(), chans.end());
+  rsub.Send(Encode(sub));
+  gsub.Send(Encode(sub));
+  auto last = [&](const Value& v) { return v.items.size() == 3 && v.items[2].str == "300"; };
+  rsub.ReadUntil(last);
+  gsub.ReadUntil(last);
+  size_t pairs = 0, matches = 0;
+  for (int i = 0; i < 60; ++i) {
+    std::string pat = word(7);
+    std::vector<std::string> q{"PUBSUB", "CHANNELS", pat};
+    rq.Send(Encode(q) + Encode({"PING", "end"}));
+    gq.Send(Encode(q) + Encode({"PING", "end"}));
+    auto end = [](const Value& v) { return v.type == '$' && v.str == "end"; };
+    auto [rv, rc] = rq.ReadUntil(end);
+    auto [gv, gc] = gq.ReadUntil(end);
+    ASSERT_EQ(rv.size(), 1u);
+    ASSERT_EQ(gv.size(), 1u);
+    std::set<std::string> rs, gs;
+    for (auto& v : rv[0].items) rs.insert(v.str);
+    for (auto& v : gv[0].items) gs.insert(v.str);
+    ASSERT_EQ(rs, gs) << "seed " << seed << " pattern '" << pat << "'";
+    pairs += chans.size();
+    matches += rs.size();
+  }
+  EXPECT_EQ(pairs, 18000u);
+  EXPECT_GT(matches, 0u);
+}
+
+}  // namespace
+}  // namespace goblin
