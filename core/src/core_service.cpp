@@ -245,9 +245,10 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
           return bad("ObjectHead", e);
         key = std::string(d.key());
       }
-      if (get && downloads_.count(session.id())) {
-        return SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kFailedPrecondition),
-                         "one ObjectGet at a time per session");
+      if (get && downloads_[session.id()].size() >= kMaxDownloadsPerSession) {
+        return SendError(
+            session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
+            fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
       }
       wire::LookupStatus status = wire::LookupStatus::kMiss;
       std::optional<store::ObjectInfo> info;
@@ -279,9 +280,14 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
       ring::Session* s = &session;
-      stream->SetReadyCallback([s] { s->WantWritable(true); });
       bool lend = (flags & wire::kGetLoans) != 0 && lenders_.count(session.id()) != 0;
-      downloads_[session.id()] = Download{corr, std::move(stream), lend};
+      Downloads& list = downloads_[session.id()];
+      list.push_back(Download{corr, std::move(stream), lend});
+      Download* d = &list.back();
+      d->stream->SetReadyCallback([s, d] {
+        d->ready = true;
+        s->WantWritable(true);
+      });
       session.WantWritable(true);
       return;
     }
@@ -344,7 +350,11 @@ void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id
   if (auto r = session.SendSideFrame({out_.data(), n}, fds); !r) {
     return SendStatusError(session, correlation_id, r.error());
   }
-  lenders_.try_emplace(session.id());
+  auto [lit, inserted] = lenders_.try_emplace(session.id());
+  bool gateway = session.peer_kind() == static_cast<uint8_t>(wire::PeerKind::kGateway);
+  lit->second.max_loans = gateway ? kMaxLoansPerGateway : kMaxLoansPerSession;
+  lit->second.max_buffers =
+      gateway ? std::max<size_t>(1, store_->buffers().count() / 2) : kMaxLoansPerSession;
   Send(session, n);
 }
 
@@ -361,22 +371,26 @@ void CoreService::HandleLoanRelease(ring::Session& session, uint64_t loan_id) {
   if (l == lenders_.end()) return;
   auto it = l->second.loans.find(loan_id);
   if (it == l->second.loans.end()) return;  // unknown or released twice: ignore
+  if (it->second.buffer != UINT32_MAX) --l->second.buffers;
   ReleaseLent(it->second);
   l->second.loans.erase(it);
   if (l->second.waiting) {
     l->second.waiting = false;
+    if (auto d = downloads_.find(session.id()); d != downloads_.end()) {
+      for (Download& dl : d->second) dl.ready = true;
+    }
     session.WantWritable(true);
   }
 }
 
 bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes) {
   Lender& lender = lenders_.at(session.id());
-  if (lender.loans.size() >= kMaxLoansPerSession) {
+  store::Store::Stream& st = *d.stream;
+  bool head = st.where() == store::Store::Stream::Where::kHeadPool;
+  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers)) {
     lender.waiting = true;
     return false;
   }
-  store::Store::Stream& st = *d.stream;
-  bool head = st.where() == store::Store::Stream::Where::kHeadPool;
   const uint8_t* base = head ? store_->pool().data() : store_->buffers().Buffer(0);
   uint64_t pool_offset = static_cast<uint64_t>(bytes.data() - base);
   uint64_t loan_id = next_loan_id_++;
@@ -385,6 +399,7 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
     lent.pin = store_->Retain(st.loan());
   } else {
     lent.buffer = st.DetachChunk();
+    ++lender.buffers;
   }
   lender.loans.emplace(loan_id, std::move(lent));
   bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
@@ -414,18 +429,29 @@ size_t CoreService::OnPoll() {
   return 0;
 }
 
-void CoreService::EndDownload(ring::Session& session) {
-  downloads_.erase(session.id());
-  session.WantWritable(false);
-}
-
 void CoreService::OnWritable(ring::Session& session) {
   auto it = downloads_.find(session.id());
-  if (it == downloads_.end()) {
+  if (it == downloads_.end() || it->second.empty()) {
     session.WantWritable(false);
     return;
   }
-  Download& d = it->second;
+  // Each ready stream gets a turn; streams with nothing to send wait for their callback.
+  bool any_ready = false;
+  for (auto d = it->second.begin(); d != it->second.end();) {
+    if (session.closing()) return;
+    if (d->ready && !Pump(session, *d)) {
+      d = it->second.erase(d);
+      continue;
+    }
+    any_ready |= d->ready;
+    if (session.queued_bytes() > 0) return;  // the ring is full: wait for the reader
+    ++d;
+  }
+  if (it->second.empty()) downloads_.erase(it);
+  if (!any_ready) session.WantWritable(false);
+}
+
+bool CoreService::Pump(ring::Session& session, Download& d) {
   store::Store::Stream& st = *d.stream;
   // Room for one record: the ring's largest message less the ObjectData framing.
   const uint64_t chunk_max = session.max_message() - 64;
@@ -434,21 +460,21 @@ void CoreService::OnWritable(ring::Session& session) {
     auto step = st.Peek(&bytes);
     if (!step) {
       SendStatusError(session, d.correlation_id, step.error());
-      return EndDownload(session);
+      return false;
     }
     if (*step == store::Store::Stream::Step::kWait) {
-      session.WantWritable(false);  // the stream's ready callback turns it back on
-      return;
+      d.ready = false;  // the stream's ready callback turns it back on
+      return true;
     }
     if (*step == store::Store::Stream::Step::kData && d.lend &&
         st.where() != store::Store::Stream::Where::kPrivate) {
       bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
       if (!Lend(session, d, bytes)) {
-        session.WantWritable(false);  // a LoanRelease resumes it
-        return;
+        d.ready = false;  // a LoanRelease resumes it
+        return true;
       }
-      if (session.queued_bytes() > 0 && !last) return;
-      if (last) return EndDownload(session);
+      if (last) return false;
+      if (session.queued_bytes() > 0) return true;
       continue;
     }
     uint64_t n = 0;
@@ -463,13 +489,14 @@ void CoreService::OnWritable(ring::Session& session) {
     ring::SendOutcome outcome = session.Send({out_.data(), od.Finish()});
     if (outcome == ring::SendOutcome::kTooLarge || outcome == ring::SendOutcome::kOverLimit) {
       session.Close();
-      return;
+      return false;
     }
     st.Consume(n);
     counters_.bytes_out += n;
-    if (last) return EndDownload(session);
-    if (outcome == ring::SendOutcome::kQueued) return;  // the ring is full: wait for the reader
+    if (last) return false;
+    if (outcome == ring::SendOutcome::kQueued) return true;  // the ring is full
   }
+  return true;
 }
 
 }  // namespace goblin::core

@@ -189,6 +189,7 @@ class RespServer::Impl {
   std::vector<std::vector<uint8_t>> core_queue_;  // requests waiting for ring space
   std::vector<Client*> dirty_;                    // clients with output to write
   std::vector<uint8_t> encode_buf_;
+  std::string delivery_fmt_[2];
   RespParser parser_;
   std::vector<std::string_view> argv_;
   std::string err_;
@@ -1111,7 +1112,11 @@ void RespServer::Impl::OnCoreMessage(std::span<const uint8_t> m) {
 }
 
 void RespServer::Impl::OnDelivery(const wire::DeliveryDecoder& d) {
-  std::string formatted[2];  // RESP2, RESP3: each built once, on first use
+  // RESP2 and RESP3 forms, each built once on first use (member buffers: no allocation
+  // per delivery once they have grown).
+  std::string* formatted = delivery_fmt_;
+  formatted[0].clear();
+  formatted[1].clear();
   auto kind = d.kind();
   std::string_view pattern = d.pattern(), channel = d.channel(), payload = d.payload();
   for (auto s : d.sessions()) {

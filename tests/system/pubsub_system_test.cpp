@@ -183,7 +183,7 @@ TEST(PubSubSystem, TheSoftLimitDropsASubscriberThatStaysBehind) {
                     "--client-output-soft-time", "200ms"});
   auto slow = core.Connect(), pub = core.Connect();
   ASSERT_TRUE(slow->Subscribe(Kind::kChannel, V({"c"})));
-  uint64_t rss_before = RssKib(core.proc.pid());
+  [[maybe_unused]] uint64_t rss_before = RssKib(core.proc.pid());
   std::string payload(2000, 'q');
   bool dropped = false;
   auto t0 = std::chrono::steady_clock::now();
@@ -194,8 +194,10 @@ TEST(PubSubSystem, TheSoftLimitDropsASubscriberThatStaysBehind) {
     std::this_thread::sleep_for(1ms);  // ~2 MB/s: far from the hard limit within the soft time
   }
   EXPECT_TRUE(dropped);
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);     // not before the soft time
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);  // not before the soft time
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   EXPECT_LT(RssKib(core.proc.pid()), rss_before + 16 * 1024);  // nowhere near unbounded
+#endif
   EXPECT_NE(core.proc.Output().find("fell behind its output limits"), std::string::npos);
 }
 

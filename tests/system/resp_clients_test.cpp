@@ -151,16 +151,15 @@ TEST_F(RespClients, ASubscriberThatStopsReadingIsDroppedAtTheOutputLimit) {
   ASSERT_EQ(send(slow, sub.data(), sub.size(), 0), static_cast<ssize_t>(sub.size()));
   test::Process fast({"/usr/bin/redis-cli", "-s", sock_, "subscribe", "feed"}, dir_ + "/fast.log");
   ASSERT_TRUE(WaitFor(fast, "subscribe"));
-  // Publish ~8 MiB at the channel through redis-cli's pipe mode... simpler: one connection.
   int pub = Connect(sock_);
   ASSERT_GE(pub, 0);
-  uint64_t rss_before = RssKib(gateway_->pid());
+  [[maybe_unused]] uint64_t rss_before = RssKib(gateway_->pid());
   std::string payload(8000, 'z');
   std::string cmd =
       fmt::format("*3\r\n$7\r\nPUBLISH\r\n$4\r\nfeed\r\n${}\r\n{}\r\n", payload.size(), payload);
   std::string replies;
   char buf[4096];
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < 8000; ++i) {
     ASSERT_EQ(send(pub, cmd.data(), cmd.size(), MSG_NOSIGNAL), static_cast<ssize_t>(cmd.size()));
     ssize_t n = recv(pub, buf, sizeof buf, 0);  // one reply per publish: ":2" then ":1"
     ASSERT_GT(n, 0);
@@ -168,7 +167,11 @@ TEST_F(RespClients, ASubscriberThatStopsReadingIsDroppedAtTheOutputLimit) {
   }
   EXPECT_NE(replies.find(":2\r\n"), std::string::npos);
   EXPECT_EQ(replies.substr(replies.size() - 4), ":1\r\n");  // the slow one is gone
-  EXPECT_LT(RssKib(gateway_->pid()), rss_before + 16 * 1024);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // 64 MB were published at the stalled reader; the gateway kept at most its 1 MiB limit.
+  // (Sanitizer builds keep freed memory in quarantine, so RSS says nothing there.)
+  EXPECT_LT(RssKib(gateway_->pid()), rss_before + 32 * 1024);
+#endif
   EXPECT_TRUE(WaitFor(*gateway_, "over the output hard limit")) << gateway_->Output();
   close(slow);
   close(pub);

@@ -6,7 +6,9 @@
 // kGetFollowFill, a key being filled answers `filling` and streams the fill as it grows;
 // with kGetLoans, a client that mapped the pools (MapPools: read-only fds over the session
 // socket) is lent the bytes in place as Loan messages, at most kMaxLoansPerSession
-// outstanding, each given back with LoanRelease or when the session ends);
+// outstanding (a gateway: kMaxLoansPerGateway, and half the I/O buffers), each given back
+// with LoanRelease or when the session ends). A session may have many ObjectGets streaming
+// at once (a gateway serving many clients); they take turns.
 // ObjectDelete -> DeleteAck. Everything else gets an Error naming it.
 // Pub/sub (pubsub::Engine): Subscribe (any kind, subscribe or unsubscribe, names or all)
 // -> SubscribeAck(s) with Redis's per-name confirmations and counts; Publish -> the
@@ -20,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -45,6 +48,9 @@ struct CoreCounters {
 class CoreService : public ring::Handler {
  public:
   static constexpr size_t kMaxLoansPerSession = 6;
+  // A gateway carries many clients' reads on one session: more streams and loans at once.
+  static constexpr size_t kMaxLoansPerGateway = 4096;
+  static constexpr size_t kMaxDownloadsPerSession = 4096;
 
   // `store` may be null (no disk tier): object requests then get an error saying so.
   explicit CoreService(store::Store* store = nullptr) : store_(store) {}
@@ -67,21 +73,27 @@ class CoreService : public ring::Handler {
     uint64_t correlation_id = 0;
     std::unique_ptr<store::Store::Stream> stream;
     bool lend = false;  // kGetLoans on a session that mapped the pools
+    bool ready = true;  // may have bytes to send (the stream's callback sets it)
+    bool done = false;
   };
+  using Downloads = std::list<Download>;  // a session's streams (stable addresses)
   struct Lent {
     uint32_t buffer = UINT32_MAX;  // an I/O buffer, or
     store::Loan pin;               // a pin on an object version (head pool bytes)
   };
   struct Lender {  // per session that mapped the pools
     std::unordered_map<uint64_t, Lent> loans;
-    bool waiting = false;  // its download paused at the loan limit
+    size_t buffers = 0;  // loans holding an I/O buffer
+    size_t max_loans = 0, max_buffers = 0;
+    bool waiting = false;  // a download paused at a limit
   };
 
   void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
   void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
   bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
-  void EndDownload(ring::Session& session);
+  // Sends what one download can send now; false when it is finished (or failed).
+  bool Pump(ring::Session& session, Download& d);
   void HandlePubsub(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
   pubsub::SubscriberId SubscriberOf(ring::Session& session, uint64_t session_id, bool create);
@@ -99,10 +111,10 @@ class CoreService : public ring::Handler {
   store::Store* store_;
   CoreCounters counters_;
   std::vector<uint8_t> out_ = std::vector<uint8_t>(1 << 20);
-  std::unordered_map<uint64_t, Upload> uploads_;      // fill id -> owner
-  std::unordered_map<uint64_t, Download> downloads_;  // session id -> stream in progress
-  std::unordered_map<uint64_t, Lender> lenders_;      // session id -> loans out
-  UniqueFd ro_pool_fd_, ro_io_fd_;                    // read-only fds of the pools
+  std::unordered_map<uint64_t, Upload> uploads_;       // fill id -> owner
+  std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
+  std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out
+  UniqueFd ro_pool_fd_, ro_io_fd_;                     // read-only fds of the pools
   uint64_t next_loan_id_ = 1;
 
   pubsub::Engine pubsub_;
