@@ -359,6 +359,7 @@ void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id
 }
 
 void CoreService::ReleaseLent(const Lent& l) {
+  if (l.download_loans) --*l.download_loans;
   if (l.buffer != UINT32_MAX) {
     store_->ReleaseBuffer(l.buffer);
   } else {
@@ -387,7 +388,8 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
   Lender& lender = lenders_.at(session.id());
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
-  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers)) {
+  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers) ||
+      *d.loans_out >= kMaxLoansPerDownload) {
     lender.waiting = true;
     return false;
   }
@@ -395,6 +397,8 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
   uint64_t pool_offset = static_cast<uint64_t>(bytes.data() - base);
   uint64_t loan_id = next_loan_id_++;
   Lent lent;
+  lent.download_loans = d.loans_out;
+  ++*d.loans_out;
   if (head) {
     lent.pin = store_->Retain(st.loan());
   } else {

@@ -1,13 +1,19 @@
-// goblin-gateway: Redis clients (RESP2/RESP3 over TCP or a unix socket) into goblin-core's
-// pub/sub. (The HTTP/1.1 mirror front joins this process with its own flags.)
+// goblin-gateway: the client-protocol fronts of goblin-core.
+//   HTTP/1.1 reverse cache (mirror mode):  --mirror http://ORIGIN --http-port 8080
+//   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
+// Each front runs its own event loop thread with its own ring connection to the core.
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
+#include <sstream>
+#include <thread>
 
 #include "goblin/common/cli.h"
 #include "goblin/common/log.h"
 #include "goblin/common/signals.h"
 #include "goblin/common/units.h"
+#include "goblin/gateway/http_server.h"
 #include "goblin/gateway/resp_server.h"
 
 using namespace goblin;
@@ -21,47 +27,132 @@ int Fail(const Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("goblin-gateway: RESP (Redis protocol) front end of goblin-core", "goblin-gateway");
-  gateway::RespServerOptions o;
+  CLI::App app("goblin-gateway: HTTP/1.1 mirror cache and Redis pub/sub fronts of goblin-core",
+               "goblin-gateway");
   std::string core = "unix:/run/goblin/core.sock";
+  std::string listen_address = "127.0.0.1";
   app.add_option("--core", core, "goblin-core's ring socket (unix:PATH)")->capture_default_str();
-  app.add_option("--listen-address", o.listen_address, "Address of the TCP listeners")
+  app.add_option("--listen-address", listen_address, "Address of the TCP listeners")
       ->capture_default_str();
-  app.add_option("--resp-port", o.port, "RESP TCP port (0: none)")->capture_default_str();
-  app.add_option("--resp-unix", o.unix_path, "Also serve RESP on this unix socket");
-  app.add_option("--requirepass", o.requirepass, "Password clients must AUTH with");
-  AddSizeOption(app, "--pubsub-output-limit", &o.output_hard_limit,
+  // HTTP
+  gateway::HttpServerOptions h;
+  std::string net = "sync", purge_allow = "127.0.0.1";
+  std::chrono::nanoseconds default_ttl = std::chrono::seconds(120);
+  app.add_option("--mirror", h.mirror,
+                 "Origin to mirror (http://HOST[:PORT][/PREFIX]); enables HTTP");
+  app.add_option("--http-port", h.port, "HTTP port")->capture_default_str();
+  app.add_option("--net", net, "Network I/O: sync (epoll) or async (io_uring)")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
+  AddDurationOption(app, "--default-ttl", &default_ttl,
+                    "TTL of cacheable responses without max-age/s-maxage/Expires");
+  app.add_option("--purge-allow", purge_allow, "Comma-separated addresses allowed to PURGE")
+      ->capture_default_str();
+  app.add_option("--purge-token", h.purge_token, "PURGE also allowed with X-Purge-Token: TOKEN");
+  std::chrono::nanoseconds origin_timeout = std::chrono::seconds(30),
+                           idle = std::chrono::seconds(60);
+  AddDurationOption(app, "--origin-timeout", &origin_timeout,
+                    "Silence from the origin after which a fetch fails (504, or a cut body)");
+  AddDurationOption(app, "--idle-timeout", &idle, "Idle client connections close after this");
+  // RESP
+  gateway::RespServerOptions r;
+  r.port = 0;
+  app.add_option("--resp-port", r.port, "RESP TCP port (0: none)")->capture_default_str();
+  app.add_option("--resp-unix", r.unix_path, "Serve RESP on this unix socket");
+  app.add_option("--requirepass", r.requirepass, "Password Redis clients must AUTH with");
+  AddSizeOption(app, "--pubsub-output-limit", &r.output_hard_limit,
                 "Output a client may have pending before it is dropped (0: none)", true);
-  AddSizeOption(app, "--pubsub-output-soft-limit", &o.output_soft_limit,
+  AddSizeOption(app, "--pubsub-output-soft-limit", &r.output_soft_limit,
                 "Output a client may stay above for --pubsub-output-soft-time (0: none)", true);
-  AddDurationOption(app, "--pubsub-output-soft-time", &o.output_soft_time,
+  AddDurationOption(app, "--pubsub-output-soft-time", &r.output_soft_time,
                     "How long a client may stay above the soft limit");
-  uint64_t ring = o.core_ring_bytes;
+  uint64_t ring = r.core_ring_bytes;
   AddSizeOption(app, "--core-ring-bytes", &ring, "Ring size towards goblin-core (per direction)");
-  app.add_option("--max-clients", o.max_clients, "Concurrent RESP clients")->capture_default_str();
+  app.add_option("--max-clients", r.max_clients, "Concurrent clients per front")
+      ->capture_default_str();
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
-  o.core_socket = core.starts_with("unix:") ? core.substr(5) : core;
-  o.core_ring_bytes = static_cast<uint32_t>(ring);
-  if (o.port == 0 && o.unix_path.empty()) {
-    return Fail(
-        Status(StatusCode::kInvalidArgument, "nothing to serve: give --resp-port or --resp-unix"));
+
+  std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
+  bool http = !h.mirror.empty();
+  bool resp = r.port != 0 || !r.unix_path.empty();
+  if (!http && !resp) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       "nothing to serve: give --mirror (HTTP) and/or --resp-port/--resp-unix"));
+  }
+  if (net == "async") {
+    return Fail(Status(StatusCode::kUnimplemented,
+                       "--net async (io_uring sockets) is not built yet; use --net sync"));
+  }
+  h.core_socket = r.core_socket = core_socket;
+  h.listen_address = r.listen_address = listen_address;
+  h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);
+  h.max_clients = r.max_clients;
+  h.default_ttl = std::chrono::duration_cast<std::chrono::seconds>(default_ttl);
+  h.origin_timeout = std::max(std::chrono::seconds(1),
+                              std::chrono::duration_cast<std::chrono::seconds>(origin_timeout));
+  h.idle_timeout =
+      std::max(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::seconds>(idle));
+  h.purge_allow.clear();
+  std::stringstream ss(purge_allow);
+  for (std::string a; std::getline(ss, a, ',');) {
+    if (!a.empty()) h.purge_allow.push_back(a);
   }
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error());
-  auto server = gateway::RespServer::Start(o);
-  if (!server) return Fail(server.error());
-  GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}: RESP on {}{}{}; core {}", getpid(),
-                  o.port != 0 ? fmt::format("{}:{}", o.listen_address, (*server)->port()) : "",
-                  o.port != 0 && !o.unix_path.empty() ? " and " : "",
-                  o.unix_path.empty() ? "" : "unix:" + o.unix_path, core);
-  auto r = (*server)->Run((*signals)->fd());
-  const auto& st = (*server)->stats();
-  GOBLIN_LOG_INFO(kLog,
-                  "shutting down: {} clients, {} commands, {} messages out, {} dropped "
-                  "for output limits, {} protocol errors",
-                  st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
-                  st.protocol_errors);
-  if (!r) return Fail(r.error());
+
+  std::unique_ptr<gateway::HttpServer> hs;
+  std::unique_ptr<gateway::RespServer> rs;
+  if (http) {
+    auto s = gateway::HttpServer::Start(h);
+    if (!s) return Fail(s.error().WithContext("HTTP"));
+    hs = std::move(*s);
+    GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {})", h.mirror, listen_address,
+                    hs->port(), net);
+  }
+  if (resp) {
+    auto s = gateway::RespServer::Start(r);
+    if (!s) return Fail(s.error().WithContext("RESP"));
+    rs = std::move(*s);
+    GOBLIN_LOG_INFO(kLog, "RESP on {}{}{}",
+                    r.port != 0 ? fmt::format("{}:{}", listen_address, rs->port()) : "",
+                    r.port != 0 && !r.unix_path.empty() ? " and " : "",
+                    r.unix_path.empty() ? "" : "unix:" + r.unix_path);
+  }
+  GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core unix:{}", getpid(), core_socket);
+  std::optional<Status> http_result;
+  std::thread http_thread;
+  if (hs) {
+    http_thread = std::thread([&] {
+      auto res = hs->Run((*signals)->fd());
+      http_result = res ? Status() : res.error();
+      (*signals)->Request();  // one front ending ends the process
+    });
+  }
+  Status resp_result;
+  if (rs) {
+    auto res = rs->Run((*signals)->fd());
+    if (!res) resp_result = res.error();
+    (*signals)->Request();
+  }
+  if (http_thread.joinable()) http_thread.join();
+  if (hs) {
+    const auto& st = hs->stats();
+    GOBLIN_LOG_INFO(kLog,
+                    "HTTP: {} requests, {} hits, {} misses ({} coalesced), {} passes, {} origin "
+                    "requests ({} errors), {} fills ({} aborted), {} purges, {} bad requests",
+                    st.requests, st.hits, st.misses, st.coalesced, st.passes, st.origin_requests,
+                    st.origin_errors, st.fills, st.fills_aborted, st.purges, st.bad_requests);
+  }
+  if (rs) {
+    const auto& st = rs->stats();
+    GOBLIN_LOG_INFO(kLog,
+                    "RESP: {} clients, {} commands, {} messages out, {} dropped for output "
+                    "limits, {} protocol errors",
+                    st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
+                    st.protocol_errors);
+  }
+  if (http_result && !http_result->ok()) return Fail(*http_result);
+  if (!resp_result.ok()) return Fail(resp_result);
   return 0;
 }

@@ -51,6 +51,8 @@ class CoreService : public ring::Handler {
   // A gateway carries many clients' reads on one session: more streams and loans at once.
   static constexpr size_t kMaxLoansPerGateway = 4096;
   static constexpr size_t kMaxDownloadsPerSession = 4096;
+  // Loans one stream may have out (a slow reader behind a gateway holds only these).
+  static constexpr uint32_t kMaxLoansPerDownload = 8;
 
   // `store` may be null (no disk tier): object requests then get an error saying so.
   explicit CoreService(store::Store* store = nullptr) : store_(store) {}
@@ -75,11 +77,13 @@ class CoreService : public ring::Handler {
     bool lend = false;  // kGetLoans on a session that mapped the pools
     bool ready = true;  // may have bytes to send (the stream's callback sets it)
     bool done = false;
+    std::shared_ptr<uint32_t> loans_out = std::make_shared<uint32_t>(0);
   };
   using Downloads = std::list<Download>;  // a session's streams (stable addresses)
   struct Lent {
-    uint32_t buffer = UINT32_MAX;  // an I/O buffer, or
-    store::Loan pin;               // a pin on an object version (head pool bytes)
+    uint32_t buffer = UINT32_MAX;              // an I/O buffer, or
+    store::Loan pin;                           // a pin on an object version (head pool bytes)
+    std::shared_ptr<uint32_t> download_loans;  // its stream's count (the stream may be gone)
   };
   struct Lender {  // per session that mapped the pools
     std::unordered_map<uint64_t, Lent> loans;

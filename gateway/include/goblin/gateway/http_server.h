@@ -1,0 +1,64 @@
+// The HTTP/1.1 front of goblin-gateway: a reverse cache in front of an origin (mirror
+// mode) that keeps no cache state of its own: objects live in goblin-core.
+// - GET/HEAD: a hit is answered from the core (the RAM head first; the body lent in place
+//   from the core's pools, which this process maps read-only, and written to the socket
+//   from there); 206 for one range, multipart/byteranges for several, 416, 304 for
+//   If-None-Match / If-Modified-Since; Age, Via and X-Cache: HIT|MISS.
+// - A miss is fetched from the origin once: streamed to the client while it is written to
+//   the core as a fill; other requests for the same key meanwhile follow that fill through
+//   the core (one origin request per object). Uncacheable answers (no-store, private,
+//   non-200, Set-Cookie) pass through and are never stored. A range request on a miss is
+//   answered by a ranged origin request at once while the whole object fills behind it.
+// - Freshness: s-maxage, max-age, Expires, else --default-ttl.
+// - PURGE of one URL from --purge-allow addresses or with the X-Purge-Token header.
+// - Limits: 400 for malformed requests, 414, 431; idle connections close.
+// Threading: one event loop thread (epoll); Run() until the stop fd is readable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "goblin/common/status.h"
+#include "goblin/gateway/http.h"
+
+namespace goblin::gateway {
+
+struct HttpServerOptions {
+  std::string core_socket;
+  std::string listen_address = "127.0.0.1";
+  int port = 8080;     // -1: any free port (see port())
+  std::string mirror;  // http://host:port[/prefix]
+  std::chrono::seconds default_ttl{120};
+  std::vector<std::string> purge_allow = {"127.0.0.1"};
+  std::string purge_token;
+  http::Limits limits;
+  std::chrono::seconds idle_timeout{60};
+  std::chrono::seconds origin_timeout{30};
+  uint32_t core_ring_bytes = 1u << 20;
+  size_t max_clients = 10000;
+};
+
+struct HttpStats {
+  uint64_t accepted = 0, requests = 0, hits = 0, misses = 0, passes = 0, coalesced = 0;
+  uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
+  uint64_t purges = 0, bad_requests = 0, bytes_lent = 0;
+};
+
+class HttpServer {
+ public:
+  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options);
+  ~HttpServer();
+  VoidResult Run(int stop_fd);
+  const HttpStats& stats() const;
+  int port() const;
+
+ private:
+  class Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace goblin::gateway

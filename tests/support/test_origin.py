@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The project's test origin for the HTTP mirror: deterministic objects, ETag,
+Last-Modified, single byte ranges, Cache-Control chosen by the test, faults on demand,
+and an access log with one line per request (method, path, range) so tests can count
+origin requests.
+
+    test_origin.py --port 0 --port-file F --log FILE [--files DIR]
+
+Paths:
+  /gen/<size>[/<name>]   <size> bytes (K/M/G suffixes) of a pattern seeded by the path
+  /files/<name>          a file under --files
+Query parameters (any path):
+  cc=<value>             Cache-Control header (default: max-age=3600)
+  fault=500|reset|truncate|hang|slow|cookie
+      500: status 500; reset: close the connection after half the body; truncate: declare
+      the full length, send half and close; hang: never answer; slow: 64 KiB every 50 ms;
+      cookie: add Set-Cookie (uncacheable)
+  chunked=1              send the body chunked (no Content-Length)
+"""
+import argparse
+import hashlib
+import http.server
+import os
+import socketserver
+import sys
+import threading
+import time
+import urllib.parse
+
+LOG_LOCK = threading.Lock()
+ARGS = None
+BOOT = time.time()
+
+
+def parse_size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if text and text[-1].upper() in mult:
+        return int(text[:-1]) * mult[text[-1].upper()]
+    return int(text)
+
+
+def pattern(path, start, length):
+    """Bytes [start, start+length) of the object at `path`: blocks of sha256(path, block)."""
+    out = bytearray()
+    block = start // 32
+    skip = start % 32
+    while len(out) < length + skip:
+        out += hashlib.sha256(f"{path}:{block}".encode()).digest()
+        block += 1
+    return bytes(out[skip:skip + length])
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _log(self):
+        with LOG_LOCK:
+            with open(ARGS.log, "a") as f:
+                f.write(f"{self.command} {self.path} {self.headers.get('Range', '-')}\n")
+
+    def do_HEAD(self):
+        self._serve(head=True)
+
+    def do_GET(self):
+        self._serve(head=False)
+
+    def do_POST(self):
+        self._log()
+        n = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(n)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _serve(self, head):
+        self._log()
+        url = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(url.query))
+        fault = q.get("fault", "")
+        if fault == "hang":
+            time.sleep(3600)
+            return
+        if fault == "500":
+            body = b"origin error\n"
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+            return
+        parts = url.path.split("/")
+        if len(parts) >= 3 and parts[1] == "gen":
+            size = parse_size(parts[2])
+            content = None
+        elif len(parts) >= 3 and parts[1] == "files" and ARGS.files:
+            p = os.path.join(ARGS.files, "/".join(parts[2:]))
+            if not os.path.isfile(p):
+                self.send_error(404)
+                return
+            with open(p, "rb") as f:
+                content = f.read()
+            size = len(content)
+        else:
+            self.send_error(404)
+            return
+        etag = '"' + hashlib.sha1(url.path.encode()).hexdigest()[:16] + '"'
+        start, end, status = 0, size - 1, 200
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes=") and "," not in rng:
+            a, _, b = rng[6:].partition("-")
+            if a == "":
+                start, end = max(0, size - int(b)), size - 1
+            else:
+                start = int(a)
+                end = min(int(b), size - 1) if b else size - 1
+            if start >= size:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            status = 206
+        length = end - start + 1 if size > 0 else 0
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("ETag", etag)
+        self.send_header("Last-Modified", self.date_time_string(BOOT))
+        self.send_header("Cache-Control", q.get("cc", "max-age=3600"))
+        if fault == "cookie":
+            self.send_header("Set-Cookie", "session=1")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        chunked = q.get("chunked") == "1"
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if head:
+            return
+        sent = 0
+        step = 1 << 20
+        limit = length // 2 if fault in ("reset", "truncate") else length
+        while sent < limit:
+            n = min(step if fault != "slow" else 65536, limit - sent)
+            data = content[start + sent:start + sent + n] if content is not None else pattern(url.path, start + sent, n)
+            if chunked:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            else:
+                self.wfile.write(data)
+            sent += n
+            if fault == "slow":
+                time.sleep(0.05)
+        if fault in ("reset", "truncate"):
+            self.wfile.flush()
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
+        if chunked:
+            self.wfile.write(b"0\r\n\r\n")
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--files")
+    ARGS = ap.parse_args()
+    srv = Server(("127.0.0.1", ARGS.port), Handler)
+    if ARGS.port_file:
+        tmp = ARGS.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(srv.server_address[1]))
+        os.rename(tmp, ARGS.port_file)
+    print(f"test origin on 127.0.0.1:{srv.server_address[1]}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

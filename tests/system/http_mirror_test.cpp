@@ -1,0 +1,334 @@
+// The HTTP mirror end to end: goblin-core (with a disk tier) + goblin-gateway --mirror in
+// front of the project's test origin (tests/support/test_origin.py, which logs every
+// request), driven by curl and raw sockets. Byte-exact bodies, MISS then HIT, ranges at and
+// across the RAM-head boundary, multipart ranges, 416, 304, HEAD, coalescing (one origin
+// request for parallel clients), a range on a miss answered at once, uncacheable answers,
+// origin faults (500, reset, hang, down), PURGE allowed and refused, request limits,
+// pipelining, and a client leaving mid-body.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "tests/system/process.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string ReadFile(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+class HttpMirror : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
+      GTEST_SKIP() << "curl and python3 are needed";
+    }
+    dir_ = fmt::format("{}/httpmirror-{}-{}", test::TmpDir(), getpid(),
+                       testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    tier_ = dir_ + "/tier";
+    core_sock_ = test::SocketPath("hcore");
+    ASSERT_EQ(test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier_}, dir_ + "/prep.log").first, 0);
+    core_ = std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", core_sock_, "--ssd-dir", tier_,
+                                 "--memory", "64M", "--block", "64K", "--ram-head", "64K",
+                                 "--extent-size", "1M", "--tier-file-size", "256M"},
+        dir_ + "/core.log");
+    ASSERT_TRUE(test::WaitForPath(core_sock_, 10s)) << core_->Output();
+    origin_ = std::make_unique<test::Process>(
+        std::vector<std::string>{
+            "/usr/bin/python3", std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
+            "--port-file", dir_ + "/origin.port", "--log", dir_ + "/access.log"},
+        dir_ + "/origin.log");
+    ASSERT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s)) << origin_->Output();
+    origin_port_ = ReadFile(dir_ + "/origin.port");
+  }
+  void StartGateway(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{GOBLIN_GATEWAY_BIN,
+                                  "--core",
+                                  "unix:" + core_sock_,
+                                  "--mirror",
+                                  "http://127.0.0.1:" + origin_port_,
+                                  "--http-port=-1",
+                                  "--origin-timeout",
+                                  "2s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    gateway_ = std::make_unique<test::Process>(argv, dir_ + "/gateway.log");
+    for (int i = 0; i < 500 && port_.empty(); ++i) {
+      std::string log = gateway_->Output();
+      size_t at = log.find("on 127.0.0.1:");
+      if (at != std::string::npos) {
+        size_t end = log.find(' ', at + 13);
+        port_ = log.substr(at + 13, end - at - 13);
+      } else {
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+    ASSERT_FALSE(port_.empty()) << gateway_->Output();
+    base_ = "http://127.0.0.1:" + port_;
+  }
+  void TearDown() override {
+    gateway_.reset();
+    origin_.reset();
+    core_.reset();
+    fs::remove(core_sock_);
+    fs::remove_all(dir_);
+  }
+  struct Reply {
+    int code = 0;
+    std::string headers, body;
+  };
+  Reply Curl(const std::string& path, std::vector<std::string> args = {}) {
+    std::vector<std::string> argv{"/usr/bin/curl", "-s",         "-D", dir_ + "/h", "-o",
+                                  dir_ + "/b",     "--max-time", "20"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(base_ + path);
+    test::RunCommand(argv, dir_ + "/curl.log", 30s);
+    Reply r;
+    r.headers = ReadFile(dir_ + "/h");
+    r.body = ReadFile(dir_ + "/b");
+    if (r.headers.size() > 12) r.code = std::stoi(r.headers.substr(9, 3));
+    fs::remove(dir_ + "/h");
+    fs::remove(dir_ + "/b");
+    return r;
+  }
+  std::string Origin(const std::string& path, std::vector<std::string> args = {}) {
+    std::vector<std::string> argv{"/usr/bin/curl", "-s", "-o", dir_ + "/ob"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("http://127.0.0.1:" + origin_port_ + path);
+    test::RunCommand(argv, dir_ + "/curl.log", 30s);
+    std::string b = ReadFile(dir_ + "/ob");
+    fs::remove(dir_ + "/ob");
+    return b;
+  }
+  // Origin requests for `path` so far (GETs and HEADs, ranged or not).
+  int OriginHits(const std::string& path) {
+    std::ifstream f(dir_ + "/access.log");
+    int n = 0;
+    for (std::string line; std::getline(f, line);) {
+      if (line.find(" " + path + " ") != std::string::npos) ++n;
+    }
+    return n;
+  }
+  static bool HasHeader(const std::string& headers, const std::string& line) {
+    return headers.find(line + "\r\n") != std::string::npos;
+  }
+  std::string dir_, tier_, core_sock_, origin_port_, port_, base_;
+  std::unique_ptr<test::Process> core_, origin_, gateway_;
+};
+
+TEST_F(HttpMirror, MissThenHitByteExactWithCacheHeaders) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::string want = Origin("/gen/3M/a");
+  ASSERT_EQ(want.size(), 3u << 20);
+  auto miss = Curl("/gen/3M/a");
+  EXPECT_EQ(miss.code, 200);
+  EXPECT_TRUE(HasHeader(miss.headers, "X-Cache: MISS")) << miss.headers;
+  EXPECT_EQ(miss.body, want);
+  auto hit = Curl("/gen/3M/a");
+  EXPECT_EQ(hit.code, 200);
+  EXPECT_TRUE(HasHeader(hit.headers, "X-Cache: HIT")) << hit.headers;
+  EXPECT_TRUE(HasHeader(hit.headers, "Via: 1.1 goblin"));
+  EXPECT_TRUE(HasHeader(hit.headers, "Accept-Ranges: bytes"));
+  EXPECT_TRUE(HasHeader(hit.headers, "Content-Length: 3145728"));
+  EXPECT_NE(hit.headers.find("ETag: \""), std::string::npos);
+  EXPECT_NE(hit.headers.find("\r\nAge: "), std::string::npos);
+  EXPECT_EQ(hit.body, want);
+  EXPECT_EQ(OriginHits("/gen/3M/a"), 2);  // ours above, and the gateway's one fetch
+}
+
+TEST_F(HttpMirror, RangesConditionalsAndHead) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::string want = Origin("/gen/2M/r");
+  ASSERT_EQ(Curl("/gen/2M/r").code, 200);
+  // Across the 64 KiB RAM head into the disk tail, at the start, the suffix.
+  for (auto [first, last] : {std::pair<uint64_t, uint64_t>{65530, 65545},
+                             {0, 0},
+                             {65536, 1048600},
+                             {2097150, 2097151}}) {
+    auto r = Curl("/gen/2M/r", {"-r", fmt::format("{}-{}", first, last)});
+    EXPECT_EQ(r.code, 206) << first;
+    EXPECT_TRUE(
+        HasHeader(r.headers, fmt::format("Content-Range: bytes {}-{}/2097152", first, last)));
+    EXPECT_EQ(r.body, want.substr(first, last - first + 1)) << first;
+  }
+  auto suffix = Curl("/gen/2M/r", {"-H", "Range: bytes=-100"});
+  EXPECT_EQ(suffix.body, want.substr(want.size() - 100));
+  auto multi = Curl("/gen/2M/r", {"-H", "Range: bytes=0-9,100000-100009"});
+  EXPECT_EQ(multi.code, 206);
+  EXPECT_NE(multi.headers.find("Content-Type: multipart/byteranges; boundary="), std::string::npos);
+  EXPECT_NE(multi.body.find("Content-Range: bytes 0-9/2097152\r\n\r\n" + want.substr(0, 10)),
+            std::string::npos);
+  EXPECT_NE(multi.body.find("Content-Range: bytes 100000-100009/2097152\r\n\r\n" +
+                            want.substr(100000, 10)),
+            std::string::npos);
+  EXPECT_EQ(Curl("/gen/2M/r", {"-H", "Range: bytes=3000000-"}).code, 416);
+  // 304s.
+  auto full = Curl("/gen/2M/r");
+  size_t at = full.headers.find("ETag: ");
+  std::string etag = full.headers.substr(at + 6, full.headers.find("\r\n", at) - at - 6);
+  auto inm = Curl("/gen/2M/r", {"-H", "If-None-Match: " + etag});
+  EXPECT_EQ(inm.code, 304);
+  EXPECT_TRUE(inm.body.empty());
+  EXPECT_EQ(Curl("/gen/2M/r", {"-H", "If-None-Match: \"other\""}).code, 200);
+  EXPECT_EQ(Curl("/gen/2M/r", {"-H", "If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT"}).code,
+            304);
+  EXPECT_EQ(Curl("/gen/2M/r", {"-H", "If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT"}).code,
+            200);
+  auto head = Curl("/gen/2M/r", {"-I"});
+  EXPECT_EQ(head.code, 200);
+  EXPECT_TRUE(HasHeader(head.headers, "Content-Length: 2097152"));
+  EXPECT_EQ(OriginHits("/gen/2M/r"), 2);  // everything above came from the cache
+}
+
+TEST_F(HttpMirror, ParallelMissesMakeOneOriginRequest) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  // A slow origin answer (64 KiB every 50 ms): the clients arrive while it is filling.
+  const std::string path = "/gen/1M/slow?fault=slow";
+  std::vector<std::unique_ptr<test::Process>> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{"/usr/bin/curl", "-s", "--max-time", "30", "-o",
+                                 dir_ + "/par" + std::to_string(i), base_ + path},
+        dir_ + "/par.log"));
+    std::this_thread::sleep_for(30ms);
+  }
+  for (auto& c : clients) EXPECT_EQ(c->Wait(40s), 0);
+  std::string want = Origin("/gen/1M/slow");
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ReadFile(dir_ + "/par" + std::to_string(i)), want) << i;
+  EXPECT_EQ(OriginHits("/gen/1M/slow?fault=slow"), 1);  // the rule: the origin log must not grow
+  EXPECT_TRUE(HasHeader(Curl(path).headers, "X-Cache: HIT"));
+}
+
+TEST_F(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::string want = Origin("/gen/2M/late");
+  auto r = Curl("/gen/2M/late", {"-r", "1500000-1500099"});
+  EXPECT_EQ(r.code, 206);
+  EXPECT_EQ(r.body, want.substr(1500000, 100));
+  // The whole object filled behind it: the next request is a hit.
+  for (int i = 0; i < 100; ++i) {
+    if (HasHeader(Curl("/gen/2M/late", {"-I"}).headers, "X-Cache: HIT")) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  auto hit = Curl("/gen/2M/late");
+  EXPECT_TRUE(HasHeader(hit.headers, "X-Cache: HIT"));
+  EXPECT_EQ(hit.body, want);
+}
+
+TEST_F(HttpMirror, UncacheableAnswersAndOriginFaultsAreNeverStored) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* path : {"/gen/10K/ns?cc=no-store", "/gen/10K/pv?cc=private",
+                           "/gen/10K/ck?fault=cookie", "/gen/10K/e?fault=500"}) {
+    auto a = Curl(path), b = Curl(path);
+    EXPECT_EQ(a.code, b.code) << path;
+    EXPECT_FALSE(HasHeader(b.headers, "X-Cache: HIT")) << path;
+    EXPECT_EQ(OriginHits(path), 2) << path;  // both went to the origin
+  }
+  EXPECT_EQ(Curl("/gen/10K/e?fault=500").code, 500);  // the origin's status passes through
+  // A body cut by the origin: the client sees a short body, nothing is stored.
+  auto cut = Curl("/gen/1M/cut?fault=reset");
+  EXPECT_LT(cut.body.size(), 1u << 20);
+  EXPECT_FALSE(HasHeader(Curl("/gen/1M/cut?fault=reset").headers, "X-Cache: HIT"));
+  // A hanging origin: 504 after --origin-timeout (2 s here).
+  EXPECT_EQ(Curl("/gen/1K/h?fault=hang").code, 504);
+  // Chunked origin answers are cached whole and served with their length.
+  auto ch = Curl("/gen/300K/c?chunked=1");
+  EXPECT_EQ(ch.body, Origin("/gen/300K/c?chunked=1"));
+  auto chit = Curl("/gen/300K/c?chunked=1");
+  EXPECT_TRUE(HasHeader(chit.headers, "X-Cache: HIT"));
+  EXPECT_TRUE(HasHeader(chit.headers, "Content-Length: 307200"));
+  // The gateway is still healthy.
+  EXPECT_EQ(Curl("/gen/1K/ok").code, 200);
+}
+
+TEST_F(HttpMirror, AnOriginThatIsDownGives502) {
+  origin_port_ = "1";  // nothing listens there
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  EXPECT_EQ(Curl("/gen/1K/x").code, 502);
+}
+
+TEST_F(HttpMirror, PurgeIsAllowedFromConfiguredAddressesOrWithTheToken) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--purge-allow", "10.9.8.7", "--purge-token", "t0k"}));
+  ASSERT_EQ(Curl("/gen/1K/p").code, 200);
+  EXPECT_EQ(Curl("/gen/1K/p", {"-X", "PURGE"}).code, 403);
+  EXPECT_TRUE(HasHeader(Curl("/gen/1K/p").headers, "X-Cache: HIT"));
+  EXPECT_EQ(Curl("/gen/1K/p", {"-X", "PURGE", "-H", "X-Purge-Token: t0k"}).code, 200);
+  EXPECT_EQ(Curl("/gen/1K/p", {"-X", "PURGE", "-H", "X-Purge-Token: t0k"}).code, 404);
+  EXPECT_TRUE(HasHeader(Curl("/gen/1K/p").headers, "X-Cache: MISS"));
+  EXPECT_EQ(Curl("/gen/1K/p", {"-X", "DELETE"}).code, 501);
+}
+
+// Raw-socket requests for limits and pipelining.
+std::string Exchange(const std::string& port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  shutdown(fd, SHUT_WR);
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+TEST_F(HttpMirror, LimitsMalformedRequestsAndPipelining) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  EXPECT_TRUE(Exchange(port_, "GET /" + std::string(10000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n")
+                  .starts_with("HTTP/1.1 414 "));
+  EXPECT_TRUE(
+      Exchange(port_, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(70000, 'b') + "\r\n\r\n")
+          .starts_with("HTTP/1.1 431 "));
+  std::string bad = Exchange(port_, "GET / HTTP/1.1\r\nHost : x\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(bad.starts_with("HTTP/1.1 400 ")) << bad;
+  EXPECT_EQ(bad.find("HTTP/1.1", 5), std::string::npos);  // closed after the 400
+  EXPECT_TRUE(Exchange(port_, "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400 "));  // no Host
+  // Two pipelined GETs (a miss and then a hit of the same object): two answers, in order.
+  std::string two = Exchange(port_,
+                             "GET /gen/5K/pl HTTP/1.1\r\nHost: x\r\n\r\nGET /gen/5K/pl "
+                             "HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  size_t first = two.find("X-Cache: MISS"), second = two.find("X-Cache: HIT");
+  EXPECT_NE(first, std::string::npos) << two.substr(0, 500);
+  EXPECT_NE(second, std::string::npos) << two.substr(0, 500);
+  EXPECT_LT(first, second);
+}
+
+TEST_F(HttpMirror, AClientLeavingMidBodyDoesNotStopTheFill) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  // Hang up 0.3 s into a slowly served 1 MiB object (~0.8 s at the origin's pace).
+  test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "0.3", "-o", "/dev/null",
+                    base_ + "/gen/1M/gone?fault=slow"},
+                   dir_ + "/curl.log", 10s);
+  // The fill carries on without the client and lands in the cache.
+  Reply r;
+  for (int i = 0; i < 100; ++i) {
+    r = Curl("/gen/1M/gone?fault=slow");
+    if (HasHeader(r.headers, "X-Cache: HIT")) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(HasHeader(r.headers, "X-Cache: HIT"));
+  EXPECT_EQ(r.body, Origin("/gen/1M/gone"));
+  EXPECT_EQ(OriginHits("/gen/1M/gone?fault=slow"), 1);
+}
+
+}  // namespace
+}  // namespace goblin
