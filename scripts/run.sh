@@ -1,33 +1,44 @@
 #!/usr/bin/env bash
-# The README's run command. Installs what is needed, builds Release, starts goblin-core on a
-# local unix socket with a disk tier under var/ (everything on this host), shows it answering
-# over the shared-memory ring plane, stores and fetches a generated file through it, and
+# The README's run command: a Goblin mirror cache in front of a local demo origin, with
+# everything on this host. Installs what is needed, builds Release, starts the demo origin
+# (tests/support/test_origin.py: generated objects with ETag, Last-Modified and ranges) on
+# 127.0.0.1:18000 and goblin-store --mirror in front of it on 127.0.0.1:8080 (goblin-core
+# with a disk tier under var/, goblin-gateway serving HTTP, and Redis pub/sub on 6380),
+# fetches one object twice to show MISS then HIT with the time to first byte of each, and
 # leaves it running.   scripts/run.sh stop   stops it.
-# State lives under var/ in the checkout: var/run/core.sock, var/run/goblin-core.pid,
-# var/log/goblin-core.log, var/tier (the disk tier; kept across runs).
+# State under var/ in the checkout: var/tier (kept across runs), var/run, var/log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-sock=$root/var/run/core.sock
-pidfile=$root/var/run/goblin-core.pid
-log=$root/var/log/goblin-core.log
-mkdir -p var/run var/log
+run=$root/var/run
+logs=$root/var/log
+http_port=8080
+origin_port=18000
+resp_port=6380
+mkdir -p "$run" "$logs"
 
-running_pid() {
-  [[ -f $pidfile ]] || return 1
-  local pid; pid=$(cat "$pidfile")
-  kill -0 "$pid" 2>/dev/null && [[ $(cat /proc/"$pid"/comm 2>/dev/null) == goblin-core ]] && echo "$pid"
+alive() {  # alive PIDFILE NAME
+  [[ -f $1 ]] || return 1
+  local pid; pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null && grep -q "$2" /proc/"$pid"/cmdline 2>/dev/null && echo "$pid"
+}
+
+stop_all() {
+  local pid
+  if pid=$(alive "$run/goblin-store.pid" goblin-store); then
+    kill -TERM "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    echo "run: stopped goblin-store (pid $pid)"
+  fi
+  if pid=$(alive "$run/origin.pid" test_origin); then
+    kill -TERM "$pid"
+    echo "run: stopped the demo origin (pid $pid)"
+  fi
+  rm -f "$run/goblin-store.pid" "$run/origin.pid"
 }
 
 if [[ ${1:-} == stop ]]; then
-  if pid=$(running_pid); then
-    kill -TERM "$pid"
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    echo "run: stopped goblin-core (pid $pid)"
-  else
-    echo "run: goblin-core is not running"
-  fi
-  rm -f "$pidfile"
+  stop_all
   exit 0
 fi
 
@@ -36,50 +47,59 @@ echo "run: building (Release) in build/release ..."
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release >build/release.configure.log 2>&1 \
   || { cat build/release.configure.log; exit 1; }
 cmake --build build/release -j"$(nproc)"
+stop_all >/dev/null
 
-if pid=$(running_pid); then
-  echo "run: goblin-core already runs (pid $pid); restarting it with the fresh build"
-  "$0" stop >/dev/null
-fi
-tier=$root/var/tier
-build/release/core/goblin-core --prepare "$tier" >/dev/null  # a no-op once prepared
-nohup build/release/core/goblin-core --listen-unix "$sock" --ssd-dir "$tier" --memory 256M \
-  --ram-head 256K --tier-file-size 256M >"$log" 2>&1 &
-echo $! >"$pidfile"
-for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
-if [[ ! -S $sock ]]; then
-  echo "run: goblin-core did not come up; its log:" >&2; cat "$log" >&2; exit 1
+echo "run: starting the demo origin on 127.0.0.1:$origin_port"
+rm -f "$run/origin.port"
+nohup /usr/bin/python3 tests/support/test_origin.py --port "$origin_port" \
+  --port-file "$run/origin.port" --log "$logs/origin-access.log" >"$logs/origin.log" 2>&1 &
+echo $! >"$run/origin.pid"
+for _ in $(seq 100); do [[ -f $run/origin.port ]] && break; sleep 0.1; done
+[[ -f $run/origin.port ]] || { echo "run: the demo origin did not start:" >&2; cat "$logs/origin.log" >&2; exit 1; }
+
+echo "run: starting goblin-store --mirror http://127.0.0.1:$origin_port on 127.0.0.1:$http_port"
+nohup build/release/tools/goblin-store --mirror "http://127.0.0.1:$origin_port" \
+  --listen-address 127.0.0.1 --http-port "$http_port" --resp-port "$resp_port" \
+  --memory 256M --block 1M --ram-head 1M --ssd-dir "$root/var/tier" --socket-dir "$run" \
+  >"$logs/goblin-store.log" 2>&1 &
+echo $! >"$run/goblin-store.pid"
+for _ in $(seq 150); do grep -q "HTTP mirror of" "$logs/goblin-store.log" 2>/dev/null && break; sleep 0.1; done
+if ! grep -q "HTTP mirror of" "$logs/goblin-store.log"; then
+  echo "run: goblin-store did not come up; its log:" >&2; cat "$logs/goblin-store.log" >&2; exit 1
 fi
 
+url=http://127.0.0.1:$http_port/gen/256M/demo.bin
 echo
-echo "run: asking it for three round trips over the ring plane:"
-build/release/tools/goblin --target "unix:$sock" ping -c 3 -i 100ms
-echo
-echo "run: storing a generated 64 MiB file and reading it back:"
-demo=$root/var/demo.bin
-head -c $((64 << 20)) /dev/urandom >"$demo"
-t0=$(date +%s%N)
-build/release/tools/goblin --target "unix:$sock" put /demo/file.bin "$demo"
-t1=$(date +%s%N)
-build/release/tools/goblin --target "unix:$sock" get /demo/file.bin -o "$demo.back"
-t2=$(date +%s%N)
-cmp -s "$demo" "$demo.back" && same="byte-exact" || same="DIFFERENT (a bug: please report)"
-echo "put $(( (t1 - t0) / 1000000 )) ms, get $(( (t2 - t1) / 1000000 )) ms, copy is $same"
-build/release/tools/goblin --target "unix:$sock" head /demo/file.bin | sed 's/^/  /'
-rm -f "$demo" "$demo.back"
+echo "run: fetching $url twice (256 MiB, generated by the origin):"
+fetch() {
+  curl -s -o "$root/var/demo.$1" -D "$root/var/demo.$1.h" \
+    -w "%{http_code} first byte %{time_starttransfer}s, all %{time_total}s (%{speed_download} B/s)" "$url"
+}
+for n in 1 2; do
+  line=$(fetch "$n")
+  cache=$(grep -i '^X-Cache:' "$root/var/demo.$n.h" | tr -d '\r' | cut -d' ' -f2)
+  printf '  %s  %s\n' "${cache:-?}" "$line"
+done
+origin_hits=$(grep -c ' /gen/256M/demo.bin ' "$logs/origin-access.log")
+curl -s "http://127.0.0.1:$origin_port/gen/256M/demo.bin" -o "$root/var/demo.origin"
+if cmp -s "$root/var/demo.origin" "$root/var/demo.1" && cmp -s "$root/var/demo.origin" "$root/var/demo.2"; then
+  echo "  both copies are byte-exact with the origin's"
+else
+  echo "  copies DIFFER from the origin's (a bug: please report)"
+fi
+echo "  the origin served it $origin_hits time(s) for the two fetches (the second came from the cache)"
+rm -f "$root"/var/demo.*
+
 cat <<MSG
 
-goblin-core is running:
-  pid          $(cat "$pidfile")
-  ring plane   unix:$sock   (SBE messages on 4 KiB shared-memory rings)
-  disk tier    $tier
-  log          $log
-Try it:        build/release/tools/goblin --target unix:$sock ping -c 10
-               build/release/tools/goblin --target unix:$sock put /my/key SOME_FILE
-               build/release/tools/goblin --target unix:$sock get /my/key -o COPY
-Latency:       build/release/bench/ring_latency --via-core unix:$sock --cpus 0
-Stop it:       scripts/run.sh stop
-
-Not served yet (see the issues): eviction and the second disk tier, pub/sub, the HTTP
-mirror gateway (goblin-store --mirror ...), the UCX plane and the gRPC admin API.
+Goblin is running (goblin-store pid $(cat "$run/goblin-store.pid")):
+  HTTP mirror   http://127.0.0.1:$http_port/  in front of  http://127.0.0.1:$origin_port/
+  Redis pubsub  redis-cli -p $resp_port subscribe news   /   redis-cli -p $resp_port publish news hi
+  native        build/release/tools/goblin --target unix:$run/core.sock ping -c 3
+  disk tier     $root/var/tier
+  logs          $logs/goblin-store.log, $logs/origin-access.log
+Try it:         curl -s -D - -o /dev/null http://127.0.0.1:$http_port/gen/1G/big.bin   (MISS, then HIT)
+                curl -s -r 1000-1999 http://127.0.0.1:$http_port/gen/1G/big.bin | wc -c
+                curl -s -X PURGE http://127.0.0.1:$http_port/gen/1G/big.bin
+Stop it:        scripts/run.sh stop
 MSG

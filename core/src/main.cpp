@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     GOBLIN_LOG_INFO(kLog,
                     "store: {} objects, {} hits, {} misses, {} fills ({} aborted), {} evicted, "
                     "{} expired, {} heads demoted, {} corrupt dropped; pool {} of {} in use, "
-                    "fragmentation {:.1f}%; {} bytes lent, {} copied",
+                    "fragmentation {:.1f}%; {} lent, {} copied",
                     ss.objects, ss.hits, ss.misses, ss.fills_committed, ss.fills_aborted,
                     ss.evicted, ss.expired, ss.heads_demoted, ss.corrupt_dropped,
                     HumanSize(ps.bytes_reserved), HumanSize(ps.pool_bytes),

@@ -1,0 +1,212 @@
+// goblin-store: the launcher with the seed's command line. It starts goblin-core (the
+// object store and pub/sub) and goblin-gateway (HTTP mirror; RESP with --resp-port) from
+// its own directory, connected by a private unix socket, and supervises them: SIGINT or
+// SIGTERM stops both in order; if either exits on its own, goblin-store says which and how,
+// stops the other and exits non-zero (never half-running).
+//
+//   goblin-store --mirror http://127.0.0.1:18000 --listen-address 10.88.88.20 --http-port 8080
+//     --no-memcache --net async --numa 0 --memory 64G --block 32M --ram-head 32M
+//     --no-numa-promotion --ssd-dir /var/tmp/test/goblin
+//
+// A tier directory that does not exist or is empty is prepared on first use; anything else
+// must already be a Goblin tier (goblin-core refuses foreign data, never wipes it).
+#include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "goblin/common/cli.h"
+#include "goblin/common/log.h"
+#include "goblin/common/signals.h"
+#include "goblin/common/units.h"
+
+using namespace goblin;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kLog = "store";
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "goblin-store: %s\n", msg.c_str());
+  return 1;
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {}", WTERMSIG(status));
+  return "stopped";
+}
+
+bool EmptyOrMissing(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return true;
+  return fs::is_directory(dir, ec) && fs::is_empty(dir, ec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("goblin-store: goblin-core + goblin-gateway with the seed's command line",
+               "goblin-store");
+  std::string mirror, listen_address = "127.0.0.1", net = "sync", ssd_dir, hdd_dir, socket_dir;
+  int http_port = 8080, resp_port = 0, numa = -1;
+  bool no_memcache = false, no_promotion = false;
+  uint64_t memory = 256ull << 20, block = 256 << 10, ram_head = 256 << 10, ssd_prefix = 0;
+  std::string hugepages = "auto";
+  app.add_option("--mirror", mirror, "Origin to mirror (http://HOST[:PORT][/PREFIX])")->required();
+  app.add_option("--listen-address", listen_address, "Address to serve HTTP on")
+      ->capture_default_str();
+  app.add_option("--http-port", http_port, "HTTP port")->capture_default_str();
+  app.add_option("--resp-port", resp_port, "Also serve Redis pub/sub on this port (0: no)")
+      ->capture_default_str();
+  app.add_flag("--no-memcache", no_memcache,
+               "Accepted for the seed's command line: Goblin has no separate small-object memory "
+               "cache; the RAM heads are the memory tier");
+  app.add_option("--net", net, "Network I/O of the gateway: sync (epoll) or async (io_uring)")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
+  app.add_option("--numa", numa, "NUMA node for the core's threads and RAM pool");
+  AddSizeOption(app, "--memory", &memory, "Head pool size");
+  AddSizeOption(app, "--block", &block, "Head pool block");
+  AddSizeOption(app, "--ram-head", &ram_head, "Bytes of each object kept in RAM");
+  app.add_option("--hugepages", hugepages, "auto, on or off")->capture_default_str();
+  app.add_flag("--no-numa-promotion", no_promotion, "Keep heads where they are");
+  app.add_option("--ssd-dir", ssd_dir, "First disk tier")->required();
+  app.add_option("--hdd-dir", hdd_dir, "Second disk tier");
+  AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
+                "With both tiers: bytes after the head on the first", true);
+  app.add_option("--socket-dir", socket_dir,
+                 "Where the core's ring socket goes (default: a private "
+                 "directory under /tmp)");
+  AddLogLevelOption(app);
+  if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+
+  char self[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return Fail("cannot find my own directory");
+  fs::path exe(std::string(self, static_cast<size_t>(n)));
+  // Installed side by side, or in the build tree (tools/ next to core/ and gateway/).
+  auto find = [&](const char* name, const char* build_dir) -> std::string {
+    fs::path same = exe.parent_path() / name;
+    if (fs::exists(same)) return same;
+    fs::path tree = exe.parent_path().parent_path() / build_dir / name;
+    if (fs::exists(tree)) return tree;
+    return {};
+  };
+  std::string core_bin = find("goblin-core", "core"), gw_bin = find("goblin-gateway", "gateway");
+  if (core_bin.empty() || gw_bin.empty()) {
+    return Fail(fmt::format("goblin-core and goblin-gateway must be next to {}", exe.string()));
+  }
+  for (const std::string& dir : {ssd_dir, hdd_dir}) {
+    if (dir.empty() || !EmptyOrMissing(dir)) continue;
+    pid_t p = Spawn({core_bin, "--prepare", dir});
+    int st = 0;
+    if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      return Fail(fmt::format("could not prepare the tier {}", dir));
+    }
+  }
+  if (socket_dir.empty()) {
+    char tmpl[] = "/tmp/goblin-store-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return Fail("mkdtemp failed");
+    socket_dir = tmpl;
+  }
+  std::string sock = socket_dir + "/core.sock";
+  if (no_memcache) GOBLIN_LOG_INFO(kLog, "--no-memcache: heads in RAM are the only memory tier");
+
+  auto signals = ShutdownSignal::Install();
+  if (!signals) return Fail(signals.error().ToString());
+
+  std::vector<std::string> core_args{
+      core_bin,  "--listen-unix",   sock,         "--memory",           FormatSize(memory),
+      "--block", FormatSize(block), "--ram-head", FormatSize(ram_head), "--hugepages",
+      hugepages, "--ssd-dir",       ssd_dir};
+  if (!hdd_dir.empty()) {
+    core_args.insert(core_args.end(),
+                     {"--hdd-dir", hdd_dir, "--ssd-prefix", FormatSize(ssd_prefix)});
+  }
+  if (numa >= 0) core_args.insert(core_args.end(), {"--numa", std::to_string(numa)});
+  if (no_promotion) core_args.push_back("--no-numa-promotion");
+  pid_t core = Spawn(core_args);
+  if (core < 0) return Fail("cannot start goblin-core");
+  for (int i = 0; i < 600 && !fs::exists(sock); ++i) {
+    int st = 0;
+    if (waitpid(core, &st, WNOHANG) == core) {
+      return Fail(fmt::format("goblin-core {} before it was ready", Describe(st)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!fs::exists(sock)) {
+    kill(core, SIGTERM);
+    waitpid(core, nullptr, 0);
+    return Fail("goblin-core did not come up within 30 s");
+  }
+  std::vector<std::string> gw_args{gw_bin,
+                                   "--core",
+                                   "unix:" + sock,
+                                   "--mirror",
+                                   mirror,
+                                   "--listen-address",
+                                   listen_address,
+                                   "--http-port",
+                                   std::to_string(http_port),
+                                   "--net",
+                                   net};
+  if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
+  pid_t gw = Spawn(gw_args);
+  if (gw < 0) {
+    kill(core, SIGTERM);
+    waitpid(core, nullptr, 0);
+    return Fail("cannot start goblin-gateway");
+  }
+  GOBLIN_LOG_INFO(kLog,
+                  "goblin-store pid {}: goblin-core pid {}, goblin-gateway pid {}, mirror {} on "
+                  "http://{}:{}/",
+                  getpid(), core, gw, mirror, listen_address, http_port);
+  // Supervise: the first child to exit (or a signal) stops everything.
+  int rc = 0;
+  for (;;) {
+    int st = 0;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p == core || p == gw) {
+      const char* who = p == core ? "goblin-core" : "goblin-gateway";
+      GOBLIN_LOG_ERROR(kLog, "{} {}; stopping goblin-store", who, Describe(st));
+      pid_t other = p == core ? gw : core;
+      kill(other, SIGTERM);
+      waitpid(other, nullptr, 0);
+      rc = 1;
+      break;
+    }
+    if ((*signals)->Wait(std::chrono::milliseconds(100))) {
+      GOBLIN_LOG_INFO(kLog, "stopping: goblin-gateway first, then goblin-core");
+      kill(gw, SIGTERM);
+      waitpid(gw, nullptr, 0);
+      kill(core, SIGTERM);
+      waitpid(core, nullptr, 0);
+      break;
+    }
+  }
+  std::error_code ec;
+  fs::remove(sock, ec);
+  if (socket_dir.starts_with("/tmp/goblin-store-")) fs::remove(socket_dir, ec);
+  return rc;
+}
