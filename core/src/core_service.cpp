@@ -121,6 +121,7 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
     case wire::ObjectDeleteDecoder::kTemplateId:
     case wire::MapPoolsDecoder::kTemplateId:
     case wire::LoanReleaseDecoder::kTemplateId:
+    case wire::ObjectPurgeDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
     default: {
@@ -289,6 +290,18 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
         s->WantWritable(true);
       });
       session.WantWritable(true);
+      return;
+    }
+    case wire::ObjectPurgeDecoder::kTemplateId: {
+      wire::ObjectPurgeDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("ObjectPurge", e);
+      auto r = store_->DeletePrefix(d.prefix());
+      if (!r) return SendStatusError(session, d.correlation_id(), r.error());
+      GOBLIN_LOG_INFO(kLog, "purged {} objects with prefix '{}'", *r, d.prefix());
+      wire::PurgeAckEncoder a(out_.data(), out_.size());
+      a.set_correlation_id(d.correlation_id()).set_deleted(*r);
+      Send(session, a.Finish());
       return;
     }
     case wire::MapPoolsDecoder::kTemplateId: {

@@ -195,6 +195,8 @@ class HttpServer::Impl {
     bool follow = false;  // reading a fill through the core
     bool is_miss = false;
     bool purge_token_ok = false;
+    std::string purge_mode;  // X-Purge: "" (this URL), "prefix" or "all"
+    std::string body, content_type_in;
   };
   struct Conn {
     uint64_t id = 0;
@@ -204,6 +206,7 @@ class HttpServer::Impl {
     size_t first_off = 0;
     size_t out_bytes = 0;
     uint64_t last_active = 0;
+    uint64_t last_progress = 0;  // last time output moved (slow-client timeout)
     bool close_after = false, closed = false, epollout = false, reading = true;
     std::string peer;
     std::unique_ptr<Exchange> ex;
@@ -281,7 +284,8 @@ class HttpServer::Impl {
   // Origin side
   void Miss(Conn& c);
   Fill* StartFill(Exchange& ex, bool leader_is_client, uint64_t leader);
-  Origin* OpenOrigin(const std::string& target, const std::string& range, bool head);
+  Origin* OpenOrigin(const std::string& method, const std::string& target, const std::string& range,
+                     const std::string& content_type = {}, const std::string& body = {});
   void OnOriginEvent(Origin& o, uint32_t events);
   void OnOriginHead(Origin& o);
   void OnOriginBody(Origin& o, std::string_view bytes);
@@ -443,8 +447,17 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     if (now - last_sweep > 1'000'000'000ULL) {  // idle connections and origin timeouts
       last_sweep = now;
       uint64_t idle = static_cast<uint64_t>(options_.idle_timeout.count()) * 1'000'000'000ULL;
+      uint64_t send_limit = static_cast<uint64_t>(options_.send_timeout.count()) * 1'000'000'000ULL;
       for (auto& [id, c] : conns_) {
-        if (!c->ex && c->out_bytes == 0 && now - c->last_active > idle) Close(*c);
+        if (c->closed) continue;
+        if (!c->ex && c->out_bytes == 0 && now - c->last_active > idle) {
+          Close(*c);
+        } else if (c->out_bytes > 0 && now - c->last_progress > send_limit) {
+          ++stats_.slow_clients_dropped;
+          GOBLIN_LOG_WARN(kLog, "client {} ({}) read nothing for {} s; closing it", c->id, c->peer,
+                          options_.send_timeout.count());
+          Close(*c);
+        }
       }
       std::vector<Origin*> late;
       for (auto& [tag, o] : origins_) {
@@ -556,18 +569,30 @@ void HttpServer::Impl::ProcessRequests(Conn& c) {
       Respond(c, status, fmt::format("{} {}\n", status, Reason(status)), "Connection: close\r\n");
       return;
     }
-    ++stats_.requests;
-    BuildExchange(c, r);  // copies what it needs out of the buffer
-    // The request (and any body, which GET/HEAD/PURGE must not have) leaves the buffer
-    // before it is answered (an answer may start the next pipelined request).
+    // Bodies: proxied methods may carry one with a Content-Length up to --max-body (the
+    // whole body is read before the request goes to the origin); chunked request bodies
+    // are refused with 411.
     uint64_t body = r.framing.content_length.value_or(0);
     if (r.framing.chunked) {
-      c.close_after = true;  // bodies on these methods are not supported: finish and close
-      c.in.clear();
-    } else {
-      size_t drop = std::min<size_t>(c.in.size(), r.head_bytes + body);
-      c.in.erase(0, drop);
+      ++stats_.bad_requests;
+      c.close_after = true;
+      Respond(c, 411, "411 Length Required: send a Content-Length\n", "Connection: close\r\n");
+      return;
     }
+    if (body > options_.max_body) {
+      ++stats_.bad_requests;
+      c.close_after = true;
+      Respond(c, 413, fmt::format("413 Content Too Large (limit {} bytes)\n", options_.max_body),
+              "Connection: close\r\n");
+      return;
+    }
+    if (c.in.size() < r.head_bytes + body) return;  // wait for the whole body
+    ++stats_.requests;
+    BuildExchange(c, r);  // copies what it needs out of the buffer
+    c.ex->body = c.in.substr(r.head_bytes, body);
+    // The request leaves the buffer before it is answered (an answer may start the next
+    // pipelined request).
+    c.in.erase(0, r.head_bytes + body);
     Dispatch(c);
   }
 }
@@ -587,6 +612,8 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
   if (!ex->keep_alive) c.close_after = true;
   ex->purge_token_ok =
       !options_.purge_token.empty() && r.Get("x-purge-token") == options_.purge_token;
+  ex->purge_mode = Lower(r.Get("x-purge"));
+  ex->content_type_in = std::string(r.Get("content-type"));
   c.ex = std::move(ex);
 }
 
@@ -598,9 +625,18 @@ void HttpServer::Impl::Dispatch(Conn& c) {
     if (e.purge_token_ok) allowed = true;
     if (!allowed) return Respond(c, 403, "403 Forbidden: PURGE is not allowed from here\n");
     uint64_t corr = next_corr_++;
-    std::string key = e.key;
+    bool many = e.purge_mode == "prefix" || e.purge_mode == "all";
+    // A prefix purge takes the key up to the query (Host + path); "all" empties the cache.
+    std::string key = e.purge_mode == "all"      ? std::string()
+                      : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find('?'))
+                                                 : e.key;
     bool sent = SendToCore(
         [&](uint8_t* b, size_t cap) {
+          if (many)
+            return wire::ObjectPurgeEncoder(b, cap)
+                .set_correlation_id(corr)
+                .set_prefix(key)
+                .Finish();
           return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
         },
         key.size() + 64);
@@ -610,7 +646,13 @@ void HttpServer::Impl::Dispatch(Conn& c) {
     return;
   }
   if (e.method != "GET" && e.method != "HEAD") {
-    return Respond(c, 501, "501 Not Implemented: goblin-gateway caches GET and HEAD only\n");
+    // Other methods go to the origin, uncached.
+    ++stats_.passes;
+    Origin* o = OpenOrigin(e.method, e.target, "", e.content_type_in, e.body);
+    if (o == nullptr) return Respond(c, 502, "502 Bad Gateway: cannot reach the origin\n");
+    o->pass_conn = c.id;
+    e.state = ExState::kOrigin;
+    return;
   }
   // Plain GETs ask for the body at once (the best first byte); the rest look first.
   e.via_head_lookup = e.head || !e.range.empty() || !e.inm.empty() || !e.ims.empty();
@@ -639,12 +681,14 @@ void HttpServer::Impl::FinishExchange(Conn& c) {
 
 void HttpServer::Impl::Write(Conn& c, std::string bytes) {
   if (bytes.empty()) return;
+  if (c.out.empty()) c.last_progress = MonotonicNanos();
   c.out_bytes += bytes.size();
   c.out.push_back(Piece{std::move(bytes), nullptr, 0, 0});
   dirty_.push_back(&c);
 }
 
 void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t loan) {
+  if (c.out.empty()) c.last_progress = MonotonicNanos();
   c.out_bytes += n;
   c.out.push_back(Piece{{}, p, n, loan});
   dirty_.push_back(&c);
@@ -671,7 +715,7 @@ void HttpServer::Impl::Flush(Conn& c) {
       Close(c);
       return;
     }
-    c.last_active = MonotonicNanos();
+    c.last_active = c.last_progress = MonotonicNanos();
     size_t left = static_cast<size_t>(n);
     c.out_bytes -= left;
     while (left > 0 && !c.out.empty()) {
@@ -912,6 +956,12 @@ void HttpServer::Impl::OnCoreMessage(std::span<const uint8_t> m) {
       OnCoreBody(*c, d->offset(), d->bytes_bytes(), 0, last);
       return;
     }
+    case wire::PurgeAckDecoder::kTemplateId: {
+      auto a = wire::PurgeAckDecoder::Decode(m);
+      corr_.erase(it);
+      ++stats_.purges;
+      return Respond(*c, 200, fmt::format("200 Purged {} objects\n", a ? a->deleted() : 0));
+    }
     case wire::DeleteAckDecoder::kTemplateId: {
       auto a = wire::DeleteAckDecoder::Decode(m);
       corr_.erase(it);
@@ -1107,7 +1157,7 @@ void HttpServer::Impl::Miss(Conn& c) {
     // Answer the range from the origin at once; fill the whole object behind it.
     if (fit == fills_.end()) StartFill(ex, false, 0);
     ++stats_.passes;
-    Origin* o = OpenOrigin(ex.target, ex.range, ex.head);
+    Origin* o = OpenOrigin(ex.head ? "HEAD" : "GET", ex.target, ex.range);
     if (o == nullptr) return Respond(c, 502, "502 Bad Gateway: cannot reach the origin\n");
     o->pass_conn = c.id;
     ex.state = ExState::kOrigin;
@@ -1126,7 +1176,7 @@ HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is
   f->host = ex.host;
   f->leader = leader_is_client ? leader : 0;
   f->leader_head = leader_is_client && ex.head;
-  Origin* o = OpenOrigin(ex.target, "", false);
+  Origin* o = OpenOrigin("GET", ex.target, "");
   if (o == nullptr) return nullptr;
   o->fill = f.get();
   f->origin = o;
@@ -1135,8 +1185,12 @@ HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is
   return p;
 }
 
-HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& target,
-                                                       const std::string& range, bool head) {
+HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method,
+                                                       const std::string& target,
+                                                       const std::string& range,
+                                                       const std::string& content_type,
+                                                       const std::string& body) {
+  const bool head = method == "HEAD";
   ++stats_.origin_requests;
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
@@ -1162,11 +1216,15 @@ HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& target
   o->head_request = head;
   o->deadline =
       MonotonicNanos() + static_cast<uint64_t>(options_.origin_timeout.count()) * 1'000'000'000ULL;
+  bool with_body = method != "GET" && method != "HEAD";
   o->out = fmt::format(
-      "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: goblin-gateway\r\nVia: 1.1 goblin\r\n{}"
+      "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: goblin-gateway\r\nVia: 1.1 goblin\r\n{}{}{}"
       "Connection: close\r\n\r\n",
-      head ? "HEAD" : "GET", origin_prefix_, target, origin_hostport_,
-      range.empty() ? "" : "Range: " + range + "\r\n");
+      method, origin_prefix_, target, origin_hostport_,
+      range.empty() ? "" : "Range: " + range + "\r\n",
+      content_type.empty() ? "" : "Content-Type: " + content_type + "\r\n",
+      with_body ? fmt::format("Content-Length: {}\r\n", body.size()) : "");
+  o->out += body;
   if (!EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP, o->tag))
     return nullptr;
   Origin* p = o.get();
@@ -1435,7 +1493,7 @@ void HttpServer::Impl::ReleaseWaiters(Fill& f, bool follow) {
     } else {
       // Not cacheable: this request fetches for itself.
       ++stats_.passes;
-      Origin* o = OpenOrigin(c->ex->target, c->ex->range, c->ex->head);
+      Origin* o = OpenOrigin(c->ex->head ? "HEAD" : "GET", c->ex->target, c->ex->range);
       if (o == nullptr) {
         Respond(*c, 502, "502 Bad Gateway: cannot reach the origin\n");
         continue;

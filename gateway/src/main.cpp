@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--origin-timeout", &origin_timeout,
                     "Silence from the origin after which a fetch fails (504, or a cut body)");
   AddDurationOption(app, "--idle-timeout", &idle, "Idle client connections close after this");
+  std::chrono::nanoseconds send_timeout = std::chrono::seconds(60);
+  AddDurationOption(app, "--send-timeout", &send_timeout,
+                    "A client that takes no response bytes for this long is closed");
+  AddSizeOption(app, "--max-body", &h.max_body, "Largest request body proxied to the origin");
   // RESP
   gateway::RespServerOptions r;
   r.port = 0;
@@ -93,6 +97,8 @@ int main(int argc, char** argv) {
                               std::chrono::duration_cast<std::chrono::seconds>(origin_timeout));
   h.idle_timeout =
       std::max(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::seconds>(idle));
+  h.send_timeout = std::max(std::chrono::seconds(1),
+                            std::chrono::duration_cast<std::chrono::seconds>(send_timeout));
   h.purge_allow.clear();
   std::stringstream ss(purge_allow);
   for (std::string a; std::getline(ss, a, ',');) {

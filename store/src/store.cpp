@@ -495,6 +495,19 @@ Result<bool> Store::Delete(std::string_view key) {
   return removed;
 }
 
+Result<uint64_t> Store::DeletePrefix(std::string_view prefix) {
+  std::vector<std::string> keys;
+  index_->ForEach([&](const ObjectRecord& r) {
+    if (std::string_view(r.key).starts_with(prefix)) keys.push_back(r.key);
+  });
+  uint64_t n = 0;
+  for (const std::string& k : keys) {
+    GOBLIN_ASSIGN_OR_RETURN(bool removed, Delete(k));
+    n += removed ? 1 : 0;
+  }
+  return n;
+}
+
 Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, uint64_t length,
                                         bool follow_fill) {
   Opened o;

@@ -325,6 +325,12 @@ void ObjectCases() {
     DeleteAckEncoder a(b.data(), b.size());
     a.set_correlation_id(1).set_deleted(1);
     EXPECT_EQ(RoundTrip<DeleteAckDecoder>(b, a.Finish()).deleted(), 1);
+    ObjectPurgeEncoder pe(b.data(), b.size());
+    pe.set_correlation_id(2).set_prefix("host/videos/");
+    EXPECT_EQ(RoundTrip<ObjectPurgeDecoder>(b, pe.Finish()).prefix(), "host/videos/");
+    PurgeAckEncoder pa(b.data(), b.size());
+    pa.set_correlation_id(2).set_deleted(17);
+    EXPECT_EQ(RoundTrip<PurgeAckDecoder>(b, pa.Finish()).deleted(), 17u);
   }
 }
 

@@ -101,9 +101,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if not os.path.isfile(p):
                 self.send_error(404)
                 return
-            with open(p, "rb") as f:
-                content = f.read()
-            size = len(content)
+            content = open(p, "rb")  # read piece by piece below
+            size = os.path.getsize(p)
         else:
             self.send_error(404)
             return
@@ -147,7 +146,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         limit = length // 2 if fault in ("reset", "truncate") else length
         while sent < limit:
             n = min(step if fault != "slow" else 65536, limit - sent)
-            data = content[start + sent:start + sent + n] if content is not None else pattern(url.path, start + sent, n)
+            if content is None:
+                data = pattern(url.path, start + sent, n)
+            else:
+                content.seek(start + sent)
+                data = content.read(n)
             if chunked:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             else:

@@ -269,7 +269,100 @@ TEST_F(HttpMirror, PurgeIsAllowedFromConfiguredAddressesOrWithTheToken) {
   EXPECT_EQ(Curl("/gen/1K/p", {"-X", "PURGE", "-H", "X-Purge-Token: t0k"}).code, 200);
   EXPECT_EQ(Curl("/gen/1K/p", {"-X", "PURGE", "-H", "X-Purge-Token: t0k"}).code, 404);
   EXPECT_TRUE(HasHeader(Curl("/gen/1K/p").headers, "X-Cache: MISS"));
-  EXPECT_EQ(Curl("/gen/1K/p", {"-X", "DELETE"}).code, 501);
+  // A prefix purge takes every key under Host + path; "all" empties the cache.
+  for (const char* p : {"/gen/1K/v/a", "/gen/1K/v/b", "/gen/1K/w"}) ASSERT_EQ(Curl(p).code, 200);
+  auto prefix =
+      Curl("/gen/1K/v/", {"-X", "PURGE", "-H", "X-Purge-Token: t0k", "-H", "X-Purge: prefix"});
+  EXPECT_EQ(prefix.code, 200);
+  EXPECT_EQ(prefix.body, "200 Purged 2 objects\n");
+  EXPECT_TRUE(HasHeader(Curl("/gen/1K/v/a").headers, "X-Cache: MISS"));
+  EXPECT_TRUE(HasHeader(Curl("/gen/1K/w").headers, "X-Cache: HIT"));
+  auto all = Curl("/", {"-X", "PURGE", "-H", "X-Purge-Token: t0k", "-H", "X-Purge: all"});
+  EXPECT_EQ(all.code, 200);
+  EXPECT_TRUE(HasHeader(Curl("/gen/1K/w").headers, "X-Cache: MISS"));
+}
+
+TEST_F(HttpMirror, OtherMethodsAreProxiedUncachedWithBodyLimits) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--max-body", "4K"}));
+  auto post = Curl("/echo", {"-X", "POST", "--data-binary", "hello origin"});
+  EXPECT_EQ(post.code, 200);
+  EXPECT_EQ(post.body, "hello origin");  // the test origin echoes POST bodies
+  EXPECT_FALSE(HasHeader(post.headers, "X-Cache: HIT"));
+  EXPECT_EQ(Curl("/echo", {"-X", "POST", "--data-binary", "hello origin"}).body, "hello origin");
+  EXPECT_EQ(OriginHits("/echo"), 2);  // never cached
+  EXPECT_EQ(Curl("/echo", {"-X", "POST", "--data-binary", std::string(5000, 'x')}).code, 413);
+  EXPECT_EQ(
+      Curl("/echo", {"-X", "POST", "-H", "Transfer-Encoding: chunked", "--data-binary", "x"}).code,
+      411);
+  EXPECT_EQ(Curl("/gen/1K/after").code, 200);  // the gateway is fine
+}
+
+TEST_F(HttpMirror, AClientThatStopsReadingIsClosedAfterTheSendTimeout) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-timeout", "1s"}));
+  ASSERT_EQ(Curl("/gen/32M/big").code, 200);  // in the cache
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port_)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string req = "GET /gen/32M/big HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    std::this_thread::sleep_for(50ms);
+    closed = gateway_->Output().find("read nothing for 1 s") != std::string::npos;
+  }
+  EXPECT_TRUE(closed) << gateway_->Output();
+  close(fd);
+  EXPECT_EQ(Curl("/gen/1K/still").code, 200);
+}
+
+TEST_F(HttpMirror, WrkSoakHasNoErrors) {
+  if (!fs::exists("/usr/bin/wrk")) GTEST_SKIP() << "wrk is not installed";
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_EQ(Curl("/gen/256K/soak").code, 200);
+  auto [rc, out] = test::RunCommand(
+      {"/usr/bin/wrk", "-t1", "-c8", "-d2s", base_ + "/gen/256K/soak"}, dir_ + "/wrk.log", 30s);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("Non-2xx"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Socket errors"), std::string::npos) << out;
+  size_t at = out.find(" requests in ");
+  ASSERT_NE(at, std::string::npos) << out;
+  size_t start = out.rfind('\n', at) + 1;
+  EXPECT_GT(std::stoul(out.substr(start, at - start)), 200u) << out;
+  EXPECT_EQ(OriginHits("/gen/256K/soak"), 1);
+}
+
+// Several GiB through the mirror (release only: label slow): MISS and HIT byte-exact.
+TEST_F(HttpMirror, TwoGibObjectMissThenHit) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::string file = dir_ + "/files/big.bin";
+  fs::create_directories(dir_ + "/files");
+  ASSERT_EQ(
+      test::RunCommand({"/usr/bin/head", "-c", "2147483648", "/dev/urandom"}, file, 120s).first, 0);
+  origin_.reset();  // restart the origin with --files
+  fs::remove(dir_ + "/origin.port");
+  origin_ = std::make_unique<test::Process>(
+      std::vector<std::string>{"/usr/bin/python3",
+                               std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
+                               "--port", origin_port_, "--port-file", dir_ + "/origin.port",
+                               "--log", dir_ + "/access.log", "--files", dir_ + "/files"},
+      dir_ + "/origin.log");
+  ASSERT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s));
+  auto sum = [&](const std::string& url) {
+    return test::RunCommand(
+               {"/bin/sh", "-c", "/usr/bin/curl -s --max-time 300 '" + url + "' | sha256sum"},
+               dir_ + "/sum.log", 400s)
+        .second;
+  };
+  std::string want =
+      test::RunCommand({"/usr/bin/sha256sum", file}, dir_ + "/want.log", 120s).second.substr(0, 64);
+  EXPECT_EQ(sum(base_ + "/files/big.bin").substr(0, 64), want);  // MISS
+  EXPECT_EQ(sum(base_ + "/files/big.bin").substr(0, 64), want);  // HIT
+  EXPECT_EQ(OriginHits("/files/big.bin"), 1);
 }
 
 // Raw-socket requests for limits and pipelining.

@@ -10,8 +10,12 @@
 //   non-200, Set-Cookie) pass through and are never stored. A range request on a miss is
 //   answered by a ranged origin request at once while the whole object fills behind it.
 // - Freshness: s-maxage, max-age, Expires, else --default-ttl.
-// - PURGE of one URL from --purge-allow addresses or with the X-Purge-Token header.
-// - Limits: 400 for malformed requests, 414, 431; idle connections close.
+// - Other methods are proxied to the origin uncached (bodies with Content-Length up to
+//   max_body, else 413; chunked request bodies 411).
+// - PURGE of one URL (X-Purge: prefix for every key under Host + path, X-Purge: all for
+//   everything) from --purge-allow addresses or with the X-Purge-Token header.
+// - Limits: 400 for malformed requests, 414, 431; idle connections and clients that stop
+//   reading (send_timeout) are closed.
 // Threading: one event loop thread (epoll); Run() until the stop fd is readable.
 #pragma once
 
@@ -37,6 +41,8 @@ struct HttpServerOptions {
   http::Limits limits;
   std::chrono::seconds idle_timeout{60};
   std::chrono::seconds origin_timeout{30};
+  std::chrono::seconds send_timeout{60};  // a client that takes no bytes this long is closed
+  uint64_t max_body = 64ull << 20;        // request bodies proxied to the origin (413 above)
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
 };
@@ -44,7 +50,7 @@ struct HttpServerOptions {
 struct HttpStats {
   uint64_t accepted = 0, requests = 0, hits = 0, misses = 0, passes = 0, coalesced = 0;
   uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
-  uint64_t purges = 0, bad_requests = 0, bytes_lent = 0;
+  uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
 };
 
 class HttpServer {

@@ -117,6 +117,9 @@ class Store {
   // object and returns Corruption.
   VoidResult Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out);
   Result<bool> Delete(std::string_view key);
+  // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
+  // O(objects): an administrative operation, not for the request path.
+  Result<uint64_t> DeletePrefix(std::string_view prefix);
 
   class Stream;
   enum class Lookup { kHit, kMiss, kFilling };
