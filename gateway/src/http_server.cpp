@@ -228,6 +228,11 @@ class HttpServer::Impl {
     // Owner: a fill (cacheable fetch) or a pass-through exchange.
     Fill* fill = nullptr;
     uint64_t pass_conn = 0;
+    // Keep-alive: a connection back in the pool is idle; a request on a reused connection
+    // that fails before any answer is sent again on a fresh one.
+    bool idle = false, reused = false;
+    uint64_t idle_since = 0;
+    std::string request;  // the bytes of the current request (for that retry)
   };
   struct Fill {
     std::string key, target, host;
@@ -291,6 +296,10 @@ class HttpServer::Impl {
   void OnOriginBody(Origin& o, std::string_view bytes);
   void OnOriginDone(Origin& o, bool ok, std::string_view why);
   void CloseOrigin(Origin& o);
+  // After a complete answer: back to the keep-alive pool if the origin allows, else closed.
+  void ReleaseOrigin(Origin& o);
+  bool ConnectOrigin(Origin& o);  // a fresh connection for o (same tag)
+  std::vector<uint64_t> idle_origins_;
   void FillGranted(Fill& f);
   void ReleaseWaiters(Fill& f, bool follow);
   void Follow(Conn& c);
@@ -459,10 +468,12 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
           Close(*c);
         }
       }
-      std::vector<Origin*> late;
+      std::vector<Origin*> late, stale;
       for (auto& [tag, o] : origins_) {
+        if (o->idle && now - o->idle_since > 30'000'000'000ULL) stale.push_back(o.get());
         if (o->deadline != 0 && now > o->deadline && !o->paused) late.push_back(o.get());
       }
+      for (Origin* o : stale) CloseOrigin(*o);
       for (Origin* o : late) OnOriginDone(*o, false, "origin timeout");
     }
     int timeout = 0;
@@ -1192,50 +1203,107 @@ HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method
                                                        const std::string& body) {
   const bool head = method == "HEAD";
   ++stats_.origin_requests;
+  bool with_body = method != "GET" && method != "HEAD";
+  std::string request = fmt::format(
+      "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: goblin-gateway\r\nVia: 1.1 goblin\r\n{}{}{}\r\n",
+      method, origin_prefix_, target, origin_hostport_,
+      range.empty() ? "" : "Range: " + range + "\r\n",
+      content_type.empty() ? "" : "Content-Type: " + content_type + "\r\n",
+      with_body ? fmt::format("Content-Length: {}\r\n", body.size()) : "");
+  request += body;
+  uint64_t deadline =
+      MonotonicNanos() + static_cast<uint64_t>(options_.origin_timeout.count()) * 1'000'000'000ULL;
+  // A pooled keep-alive connection if one is idle.
+  while (!idle_origins_.empty()) {
+    uint64_t tag = idle_origins_.back();
+    idle_origins_.pop_back();
+    auto it = origins_.find(tag);
+    if (it == origins_.end() || !it->second->idle) continue;
+    Origin& o = *it->second;
+    o.idle = false;
+    o.reused = true;
+    o.head_request = head;
+    o.request = request;
+    o.out = std::move(request);
+    o.deadline = deadline;
+    (void)EpollCtl(epoll_.get(), EPOLL_CTL_MOD, o.fd.get(), EPOLLIN | EPOLLOUT | EPOLLRDHUP, o.tag);
+    return &o;
+  }
+  auto o = std::make_unique<Origin>();
+  o->tag = kOriginTagBit | next_tag_++;
+  o->head_request = head;
+  o->request = request;
+  o->out = std::move(request);
+  o->deadline = deadline;
+  if (!ConnectOrigin(*o)) {
+    ++stats_.origin_errors;
+    return nullptr;
+  }
+  Origin* p = o.get();
+  origins_.emplace(o->tag, std::move(o));
+  return p;
+}
+
+bool HttpServer::Impl::ConnectOrigin(Origin& o) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(origin_host_.c_str(), origin_port_.c_str(), &hints, &res) != 0 ||
       res == nullptr) {
-    ++stats_.origin_errors;
-    return nullptr;
+    return false;
   }
   int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int rc = fd < 0 ? -1 : connect(fd, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
   if (fd < 0 || (rc != 0 && errno != EINPROGRESS)) {
     if (fd >= 0) close(fd);
-    ++stats_.origin_errors;
-    return nullptr;
+    return false;
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  auto o = std::make_unique<Origin>();
-  o->tag = kOriginTagBit | next_tag_++;
-  o->fd = UniqueFd(fd);
-  o->head_request = head;
-  o->deadline =
-      MonotonicNanos() + static_cast<uint64_t>(options_.origin_timeout.count()) * 1'000'000'000ULL;
-  bool with_body = method != "GET" && method != "HEAD";
-  o->out = fmt::format(
-      "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: goblin-gateway\r\nVia: 1.1 goblin\r\n{}{}{}"
-      "Connection: close\r\n\r\n",
-      method, origin_prefix_, target, origin_hostport_,
-      range.empty() ? "" : "Range: " + range + "\r\n",
-      content_type.empty() ? "" : "Content-Type: " + content_type + "\r\n",
-      with_body ? fmt::format("Content-Length: {}\r\n", body.size()) : "");
-  o->out += body;
-  if (!EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP, o->tag))
-    return nullptr;
-  Origin* p = o.get();
-  origins_.emplace(o->tag, std::move(o));
-  return p;
+  if (o.fd) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, o.fd.get(), nullptr);
+  o.fd = UniqueFd(fd);
+  return EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP, o.tag)
+      .has_value();
+}
+
+void HttpServer::Impl::ReleaseOrigin(Origin& o) {
+  bool reusable = o.head_done && o.resp.keep_alive && !o.until_close && o.out.empty() &&
+                  idle_origins_.size() < 32;
+  if (!reusable) return CloseOrigin(o);
+  if (o.fill != nullptr && o.fill->origin == &o) o.fill->origin = nullptr;
+  o.fill = nullptr;
+  o.pass_conn = 0;
+  o.head_done = false;
+  o.resp = http::Response{};
+  o.chunked = http::ChunkedDecoder{};
+  o.body_left = 0;
+  o.until_close = false;
+  o.paused = false;
+  o.deadline = 0;
+  o.request.clear();
+  o.in.clear();
+  o.idle = true;
+  o.idle_since = MonotonicNanos();
+  (void)EpollCtl(epoll_.get(), EPOLL_CTL_MOD, o.fd.get(), EPOLLIN | EPOLLRDHUP, o.tag);
+  idle_origins_.push_back(o.tag);
 }
 
 void HttpServer::Impl::OnOriginEvent(Origin& o, uint32_t events) {
+  if (o.idle) return CloseOrigin(o);  // the origin closed (or spoke) while pooled
+  auto stale_retry = [&]() {
+    // A kept-alive connection the origin had already dropped: send again on a new one.
+    if (!o.reused || o.head_done || !o.in.empty()) return false;
+    o.reused = false;
+    o.out = o.request;
+    return ConnectOrigin(o);
+  };
   if (!o.out.empty() && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
     ssize_t n = send(o.fd.get(), o.out.data(), o.out.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno != EAGAIN) return OnOriginDone(o, false, "cannot reach the origin");
+    if (n < 0 && errno != EAGAIN) {
+      if (stale_retry()) return;
+      return OnOriginDone(o, false, "cannot reach the origin");
+    }
     if (n > 0) o.out.erase(0, static_cast<size_t>(n));
     if (o.out.empty())
       (void)EpollCtl(epoll_.get(), EPOLL_CTL_MOD, o.fd.get(), EPOLLIN | EPOLLRDHUP, o.tag);
@@ -1249,9 +1317,11 @@ void HttpServer::Impl::OnOriginEvent(Origin& o, uint32_t events) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (stale_retry()) return;
       return OnOriginDone(o, false, "origin connection reset");
     }
     if (n == 0) {
+      if (stale_retry()) return;
       if (o.head_done && o.until_close) return OnOriginDone(o, true, "");
       return OnOriginDone(o, false,
                           o.head_done ? "origin closed mid-body (truncated)" : "origin closed");
@@ -1531,7 +1601,7 @@ void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, std::string_view why) {
         FinishExchange(*c);
       }
     }
-    return CloseOrigin(o);
+    return ok ? ReleaseOrigin(o) : CloseOrigin(o);
   }
   Fill& f = *o.fill;
   f.origin = nullptr;
@@ -1569,7 +1639,7 @@ void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, std::string_view why) {
     f.leader = 0;
     FinishExchange(*leader);
   }
-  CloseOrigin(o);
+  ReleaseOrigin(o);
   f.origin_done = true;
   if (f.cacheable && f.granted) {
     uint64_t corr = next_corr_++;

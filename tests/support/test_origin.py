@@ -59,7 +59,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _log(self):
         with LOG_LOCK:
             with open(ARGS.log, "a") as f:
-                f.write(f"{self.command} {self.path} {self.headers.get('Range', '-')}\n")
+                f.write(f"{self.command} {self.path} {self.headers.get('Range', '-')} "
+                        f"{self.client_address[1]}\n")
 
     def do_HEAD(self):
         self._serve(head=True)

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -253,6 +254,22 @@ TEST_F(HttpMirror, UncacheableAnswersAndOriginFaultsAreNeverStored) {
   EXPECT_TRUE(HasHeader(chit.headers, "Content-Length: 307200"));
   // The gateway is still healthy.
   EXPECT_EQ(Curl("/gen/1K/ok").code, 200);
+}
+
+TEST_F(HttpMirror, OriginConnectionsAreKeptAlive) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(Curl("/gen/20K/ka" + std::to_string(i)).code, 200);
+  // The access log's last field is the gateway's source port: few connections, many fetches.
+  std::ifstream f(dir_ + "/access.log");
+  std::set<std::string> ports;
+  int fetches = 0;
+  for (std::string line; std::getline(f, line);) {
+    if (line.find("/gen/20K/ka") == std::string::npos) continue;
+    ++fetches;
+    ports.insert(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(fetches, 8);
+  EXPECT_LE(ports.size(), 2u);
 }
 
 TEST_F(HttpMirror, AnOriginThatIsDownGives502) {
