@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -20,11 +21,16 @@
 #include <unordered_map>
 
 #include "goblin/common/clock.h"
+#include "goblin/common/config.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/log.h"
 #include "goblin/ring/client.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+
+#if GOBLIN_HAVE_URING
+#include <liburing.h>
+#endif
 
 namespace goblin::gateway {
 namespace {
@@ -162,6 +168,92 @@ constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTagListen 
 constexpr uint64_t kOriginTagBit = 1ull << 62;
 constexpr uint64_t kFirstTag = 16;
 
+// --net async: client sockets are read and written through io_uring (recv into a
+// per-connection buffer, writev of the response pieces, cancel on close); completions are
+// reaped in the loop, woken by the ring's eventfd in the epoll set.
+class NetRing {
+ public:
+  ~NetRing() {
+#if GOBLIN_HAVE_URING
+    if (ready_) io_uring_queue_exit(&ring_);
+#endif
+  }
+  VoidResult Init(unsigned entries) {
+#if GOBLIN_HAVE_URING
+    int rc = io_uring_queue_init(entries, &ring_, 0);
+    if (rc < 0) return Err(ErrnoStatus("io_uring_queue_init (--net async)", -rc));
+    ready_ = true;
+    efd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!efd_) return ErrnoErr("eventfd", errno);
+    rc = io_uring_register_eventfd(&ring_, efd_.get());
+    if (rc < 0) return Err(ErrnoStatus("io_uring_register_eventfd", -rc));
+    return {};
+#else
+    (void)entries;
+    return Err(StatusCode::kUnimplemented, "--net async: this build has no liburing");
+#endif
+  }
+  int event_fd() const { return efd_.get(); }
+#if GOBLIN_HAVE_URING
+  io_uring_sqe* Sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    ++unsubmitted_;
+    return sqe;
+  }
+  void Recv(int fd, void* buf, size_t len, uint64_t ud) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_recv(sqe, fd, buf, len, 0);
+    io_uring_sqe_set_data64(sqe, ud);
+  }
+  void Writev(int fd, const iovec* iov, unsigned n, uint64_t ud) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_writev(sqe, fd, iov, n, 0);
+    io_uring_sqe_set_data64(sqe, ud);
+  }
+  void CancelFd(int fd, uint64_t ud) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(sqe, ud);
+  }
+  void Submit() {
+    if (unsubmitted_ > 0) {
+      io_uring_submit(&ring_);
+      unsubmitted_ = 0;
+    }
+  }
+  template <typename Fn>
+  size_t Reap(Fn&& fn) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = read(efd_.get(), &v, sizeof v);
+    size_t n = 0;
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+      uint64_t ud = io_uring_cqe_get_data64(cqe);
+      int32_t res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      fn(ud, res);
+      ++n;
+    }
+    return n;
+  }
+#endif
+
+ private:
+#if GOBLIN_HAVE_URING
+  io_uring ring_{};
+#endif
+  bool ready_ = false;
+  unsigned unsubmitted_ = 0;
+  UniqueFd efd_;
+};
+
+constexpr uint64_t kTagNetRing = 5;
+constexpr uint64_t kOpRecv = 1, kOpWrite = 2, kOpCancel = 3;
+
 }  // namespace
 
 class HttpServer::Impl {
@@ -210,6 +302,12 @@ class HttpServer::Impl {
     bool close_after = false, closed = false, epollout = false, reading = true;
     std::string peer;
     std::unique_ptr<Exchange> ex;
+    // --net async
+    std::unique_ptr<char[]> rbuf;
+    bool recv_inflight = false, write_inflight = false;
+    uint32_t ops = 0;  // io_uring requests in flight (the Conn lives until they complete)
+    std::vector<iovec> wiov;
+    size_t wiov_bytes = 0;
   };
   struct Origin {
     uint64_t tag = 0;
@@ -300,6 +398,12 @@ class HttpServer::Impl {
   void ReleaseOrigin(Origin& o);
   bool ConnectOrigin(Origin& o);  // a fresh connection for o (same tag)
   std::vector<uint64_t> idle_origins_;
+  // --net async
+  bool async_ = false;
+  NetRing net_;
+  void PostRecv(Conn& c);
+  void OnNetCompletion(uint64_t ud, int32_t res);
+  void Advance(Conn& c, size_t n);  // n output bytes left the process
   void FillGranted(Fill& f);
   void ReleaseWaiters(Fill& f, bool follow);
   void Follow(Conn& c);
@@ -389,6 +493,12 @@ VoidResult HttpServer::Impl::Init() {
   }
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
+  async_ = options_.net_async;
+  if (async_) {
+    GOBLIN_RETURN_IF_ERROR(net_.Init(4096));
+    GOBLIN_RETURN_IF_ERROR(
+        EpollCtl(epoll_.get(), EPOLL_CTL_ADD, net_.event_fd(), EPOLLIN, kTagNetRing));
+  }
   GOBLIN_RETURN_IF_ERROR(
       EpollCtl(epoll_.get(), EPOLL_CTL_ADD, core_->doorbell_fd(), EPOLLIN, kTagCoreBell));
   GOBLIN_RETURN_IF_ERROR(EpollCtl(epoll_.get(), EPOLL_CTL_ADD, core_->socket_fd(),
@@ -425,6 +535,9 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   while (!stop && !core_gone_) {
     size_t work = PollCore();
     if (!core_queue_.empty() && FlushCoreQueue()) ++work;
+#if GOBLIN_HAVE_URING
+    if (async_) work += net_.Reap([&](uint64_t ud, int32_t res) { OnNetCompletion(ud, res); });
+#endif
     // Origins paused for the core's backlog resume when it shrinks.
     if (core_queue_bytes_ < kCoreQueueHigh / 2) {
       std::vector<uint64_t> resume;
@@ -448,7 +561,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     }
     dirty_.clear();
     for (auto it = conns_.begin(); it != conns_.end();) {
-      it = it->second->closed ? conns_.erase(it) : std::next(it);
+      it = it->second->closed && it->second->ops == 0 ? conns_.erase(it) : std::next(it);
     }
     for (Fill* f : dead_fills_) fills_.erase(f->key);
     dead_fills_.clear();
@@ -482,10 +595,15 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     } else if (now - last_work > 50'000) {
       timeout = core_->PrepareSleep(!core_queue_.empty()) ? 1000 : 0;
     }
+#if GOBLIN_HAVE_URING
+    if (async_) net_.Submit();
+#endif
     epoll_event events[128];
     int n = epoll_wait(epoll_.get(), events, 128, timeout);
+    int wait_errno = errno;  // (FinishSleep reads an eventfd: keep epoll_wait's errno)
     if (timeout != 0) core_->FinishSleep();
-    if (n < 0 && errno != EINTR) return ErrnoErr("epoll_wait", errno);
+    // EINTR also comes from io_uring task work, not only from signals.
+    if (n < 0 && wait_errno != EINTR) return ErrnoErr("epoll_wait", wait_errno);
     for (int i = 0; i < n; ++i) {
       uint64_t tag = events[i].data.u64;
       uint32_t ev = events[i].events;
@@ -496,6 +614,8 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
         if (!core_->CheckAlive()) core_gone_ = true;
       } else if (tag == kTagListen) {
         Accept();
+      } else if (tag == kTagNetRing) {
+        // completions are reaped at the top of the loop
       } else if (tag & kOriginTagBit) {
         if (auto it = origins_.find(tag); it != origins_.end()) OnOriginEvent(*it->second, ev);
       } else if (Conn* c = Find(tag)) {
@@ -533,6 +653,14 @@ void HttpServer::Impl::Accept() {
     inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
     c->peer = ip;
     c->last_active = MonotonicNanos();
+    if (async_) {
+      c->rbuf = std::make_unique<char[]>(64 * 1024);
+      Conn& ref = *c;
+      conns_.emplace(c->id, std::move(c));
+      ++stats_.accepted;
+      PostRecv(ref);
+      continue;
+    }
     if (!EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c->id)) continue;
     ++stats_.accepted;
     conns_.emplace(c->id, std::move(c));
@@ -688,6 +816,7 @@ void HttpServer::Impl::FinishExchange(Conn& c) {
   c.ex.reset();
   dirty_.push_back(&c);
   if (!c.close_after && !c.in.empty()) ProcessRequests(c);
+  if (async_ && !c.ex) PostRecv(c);
 }
 
 void HttpServer::Impl::Write(Conn& c, std::string bytes) {
@@ -706,6 +835,31 @@ void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t l
 }
 
 void HttpServer::Impl::Flush(Conn& c) {
+#if GOBLIN_HAVE_URING
+  if (async_) {
+    if (c.closed || c.write_inflight) return;
+    if (c.out.empty()) {
+      if (!c.ex && (c.close_after || !c.reading)) Close(c);
+      return;
+    }
+    c.wiov.clear();
+    c.wiov_bytes = 0;
+    size_t off = c.first_off;
+    for (auto it = c.out.begin(); it != c.out.end() && c.wiov.size() < 64; ++it) {
+      const uint8_t* base =
+          it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());
+      size_t len = it->owned.empty() ? it->len : it->owned.size();
+      c.wiov.push_back({const_cast<uint8_t*>(base + off), len - off});
+      c.wiov_bytes += len - off;
+      off = 0;
+    }
+    c.write_inflight = true;
+    ++c.ops;
+    net_.Writev(c.fd.get(), c.wiov.data(), static_cast<unsigned>(c.wiov.size()),
+                (c.id << 2) | kOpWrite);
+    return;
+  }
+#endif
   while (!c.out.empty()) {
     iovec iov[16];
     int cnt = 0;
@@ -757,15 +911,98 @@ void HttpServer::Impl::Flush(Conn& c) {
   }
 }
 
+void HttpServer::Impl::Advance(Conn& c, size_t left) {
+  c.last_active = c.last_progress = MonotonicNanos();
+  c.out_bytes -= left;
+  while (left > 0 && !c.out.empty()) {
+    Piece& p = c.out.front();
+    size_t len = p.owned.empty() ? p.len : p.owned.size();
+    size_t rest = len - c.first_off;
+    if (left >= rest) {
+      left -= rest;
+      if (p.loan != 0) ReleaseLoan(p.loan);
+      c.out.pop_front();
+      c.first_off = 0;
+    } else {
+      c.first_off += left;
+      left = 0;
+    }
+  }
+}
+
+void HttpServer::Impl::PostRecv(Conn& c) {
+#if GOBLIN_HAVE_URING
+  if (c.closed || c.recv_inflight || !c.reading) return;
+  if (c.in.size() > (1u << 20) && c.ex) return;  // enough pipelined input: wait for this one
+  c.recv_inflight = true;
+  ++c.ops;
+  net_.Recv(c.fd.get(), c.rbuf.get(), 64 * 1024, (c.id << 2) | kOpRecv);
+#else
+  (void)c;
+#endif
+}
+
+void HttpServer::Impl::OnNetCompletion(uint64_t ud, int32_t res) {
+  uint64_t id = ud >> 2, op = ud & 3;
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  if (op == kOpCancel) return;
+  --c.ops;
+  if (op == kOpRecv) {
+    c.recv_inflight = false;
+    if (c.closed) return;
+    if (res > 0) {
+      c.in.append(c.rbuf.get(), static_cast<size_t>(res));
+      c.last_active = MonotonicNanos();
+      ProcessRequests(c);
+      PostRecv(c);
+    } else if (res == 0) {
+      c.reading = false;  // the peer finished sending: answer it, then close
+      ProcessRequests(c);
+      if (!c.ex && c.out.empty()) Close(c);
+    } else if (res != -EINTR && res != -EAGAIN) {
+      Close(c);
+    } else {
+      PostRecv(c);
+    }
+    return;
+  }
+  // op == kOpWrite
+  c.write_inflight = false;
+  if (c.closed) {
+    // Loans are given back only now that the kernel no longer reads their memory.
+    for (Piece& p : c.out) {
+      if (p.loan != 0) ReleaseLoan(p.loan);
+    }
+    c.out.clear();
+    return;
+  }
+  if (res < 0) {
+    if (res == -EINTR || res == -EAGAIN) return Flush(c);
+    return Close(c);
+  }
+  Advance(c, static_cast<size_t>(res));
+  Flush(c);
+}
+
 void HttpServer::Impl::Close(Conn& c) {
   if (c.closed) return;
   c.closed = true;
-  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
-  c.fd.Reset();
-  for (Piece& p : c.out) {
-    if (p.loan != 0) ReleaseLoan(p.loan);
+#if GOBLIN_HAVE_URING
+  if (async_) {
+    if (c.ops > 0) net_.CancelFd(c.fd.get(), (c.id << 2) | kOpCancel);
+    // (the fd closes now; io_uring holds its own reference until the cancels complete)
   }
-  c.out.clear();
+#endif
+  if (!async_) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  c.fd.Reset();
+  if (!c.write_inflight) {
+    for (Piece& p : c.out) {
+      if (p.loan != 0) ReleaseLoan(p.loan);
+    }
+    c.out.clear();
+  }
   // A fill this client led goes on without it (others follow it; the cache wants it).
   if (c.ex && c.ex->state == ExState::kOrigin) {
     for (auto& [key, f] : fills_) {

@@ -84,10 +84,7 @@ int main(int argc, char** argv) {
     return Fail(Status(StatusCode::kInvalidArgument,
                        "nothing to serve: give --mirror (HTTP) and/or --resp-port/--resp-unix"));
   }
-  if (net == "async") {
-    // The seed's command line says --net async; io_uring sockets are not built yet.
-    GOBLIN_LOG_WARN(kLog, "--net async: io_uring networking is not built yet; serving with epoll");
-  }
+  h.net_async = net == "async";
   h.core_socket = r.core_socket = core_socket;
   h.listen_address = r.listen_address = listen_address;
   h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);

@@ -271,8 +271,9 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
     }
     epoll_event events[64];
     int n = epoll_wait(epoll_.get(), events, 64, timeout);
+    int wait_errno = errno;  // (FinishSleep reads an eventfd: keep epoll_wait's errno)
     if (timeout != 0 || now - last_work >= busy_ns) core_->FinishSleep();
-    if (n < 0 && errno != EINTR) return ErrnoErr("epoll_wait", errno);
+    if (n < 0 && wait_errno != EINTR) return ErrnoErr("epoll_wait", wait_errno);
     for (int i = 0; i < n; ++i) {
       uint64_t tag = events[i].data.u64;
       if (tag == kTagStop) {

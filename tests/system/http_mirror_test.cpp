@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -30,14 +31,15 @@ std::string ReadFile(const std::string& p) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-class HttpMirror : public testing::Test {
+class HttpMirror : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
       GTEST_SKIP() << "curl and python3 are needed";
     }
-    dir_ = fmt::format("{}/httpmirror-{}-{}", test::TmpDir(), getpid(),
-                       testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    dir_ = fmt::format("{}/httpmirror-{}-{}", test::TmpDir(), getpid(), name);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     tier_ = dir_ + "/tier";
@@ -65,7 +67,9 @@ class HttpMirror : public testing::Test {
                                   "http://127.0.0.1:" + origin_port_,
                                   "--http-port=-1",
                                   "--origin-timeout",
-                                  "2s"};
+                                  "2s",
+                                  "--net",
+                                  GetParam()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     gateway_ = std::make_unique<test::Process>(argv, dir_ + "/gateway.log");
     for (int i = 0; i < 500 && port_.empty(); ++i) {
@@ -131,7 +135,7 @@ class HttpMirror : public testing::Test {
   std::unique_ptr<test::Process> core_, origin_, gateway_;
 };
 
-TEST_F(HttpMirror, MissThenHitByteExactWithCacheHeaders) {
+TEST_P(HttpMirror, MissThenHitByteExactWithCacheHeaders) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::string want = Origin("/gen/3M/a");
   ASSERT_EQ(want.size(), 3u << 20);
@@ -151,7 +155,7 @@ TEST_F(HttpMirror, MissThenHitByteExactWithCacheHeaders) {
   EXPECT_EQ(OriginHits("/gen/3M/a"), 2);  // ours above, and the gateway's one fetch
 }
 
-TEST_F(HttpMirror, RangesConditionalsAndHead) {
+TEST_P(HttpMirror, RangesConditionalsAndHead) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::string want = Origin("/gen/2M/r");
   ASSERT_EQ(Curl("/gen/2M/r").code, 200);
@@ -195,7 +199,7 @@ TEST_F(HttpMirror, RangesConditionalsAndHead) {
   EXPECT_EQ(OriginHits("/gen/2M/r"), 2);  // everything above came from the cache
 }
 
-TEST_F(HttpMirror, ParallelMissesMakeOneOriginRequest) {
+TEST_P(HttpMirror, ParallelMissesMakeOneOriginRequest) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   // A slow origin answer (64 KiB every 50 ms): the clients arrive while it is filling.
   const std::string path = "/gen/1M/slow?fault=slow";
@@ -214,7 +218,7 @@ TEST_F(HttpMirror, ParallelMissesMakeOneOriginRequest) {
   EXPECT_TRUE(HasHeader(Curl(path).headers, "X-Cache: HIT"));
 }
 
-TEST_F(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {
+TEST_P(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::string want = Origin("/gen/2M/late");
   auto r = Curl("/gen/2M/late", {"-r", "1500000-1500099"});
@@ -230,7 +234,7 @@ TEST_F(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {
   EXPECT_EQ(hit.body, want);
 }
 
-TEST_F(HttpMirror, UncacheableAnswersAndOriginFaultsAreNeverStored) {
+TEST_P(HttpMirror, UncacheableAnswersAndOriginFaultsAreNeverStored) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   for (const char* path : {"/gen/10K/ns?cc=no-store", "/gen/10K/pv?cc=private",
                            "/gen/10K/ck?fault=cookie", "/gen/10K/e?fault=500"}) {
@@ -256,7 +260,7 @@ TEST_F(HttpMirror, UncacheableAnswersAndOriginFaultsAreNeverStored) {
   EXPECT_EQ(Curl("/gen/1K/ok").code, 200);
 }
 
-TEST_F(HttpMirror, OriginConnectionsAreKeptAlive) {
+TEST_P(HttpMirror, OriginConnectionsAreKeptAlive) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   for (int i = 0; i < 8; ++i) ASSERT_EQ(Curl("/gen/20K/ka" + std::to_string(i)).code, 200);
   // The access log's last field is the gateway's source port: few connections, many fetches.
@@ -272,13 +276,13 @@ TEST_F(HttpMirror, OriginConnectionsAreKeptAlive) {
   EXPECT_LE(ports.size(), 2u);
 }
 
-TEST_F(HttpMirror, AnOriginThatIsDownGives502) {
+TEST_P(HttpMirror, AnOriginThatIsDownGives502) {
   origin_port_ = "1";  // nothing listens there
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   EXPECT_EQ(Curl("/gen/1K/x").code, 502);
 }
 
-TEST_F(HttpMirror, PurgeIsAllowedFromConfiguredAddressesOrWithTheToken) {
+TEST_P(HttpMirror, PurgeIsAllowedFromConfiguredAddressesOrWithTheToken) {
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--purge-allow", "10.9.8.7", "--purge-token", "t0k"}));
   ASSERT_EQ(Curl("/gen/1K/p").code, 200);
   EXPECT_EQ(Curl("/gen/1K/p", {"-X", "PURGE"}).code, 403);
@@ -299,7 +303,7 @@ TEST_F(HttpMirror, PurgeIsAllowedFromConfiguredAddressesOrWithTheToken) {
   EXPECT_TRUE(HasHeader(Curl("/gen/1K/w").headers, "X-Cache: MISS"));
 }
 
-TEST_F(HttpMirror, OtherMethodsAreProxiedUncachedWithBodyLimits) {
+TEST_P(HttpMirror, OtherMethodsAreProxiedUncachedWithBodyLimits) {
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--max-body", "4K"}));
   auto post = Curl("/echo", {"-X", "POST", "--data-binary", "hello origin"});
   EXPECT_EQ(post.code, 200);
@@ -314,7 +318,7 @@ TEST_F(HttpMirror, OtherMethodsAreProxiedUncachedWithBodyLimits) {
   EXPECT_EQ(Curl("/gen/1K/after").code, 200);  // the gateway is fine
 }
 
-TEST_F(HttpMirror, AClientThatStopsReadingIsClosedAfterTheSendTimeout) {
+TEST_P(HttpMirror, AClientThatStopsReadingIsClosedAfterTheSendTimeout) {
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-timeout", "1s"}));
   ASSERT_EQ(Curl("/gen/32M/big").code, 200);  // in the cache
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -337,7 +341,7 @@ TEST_F(HttpMirror, AClientThatStopsReadingIsClosedAfterTheSendTimeout) {
   EXPECT_EQ(Curl("/gen/1K/still").code, 200);
 }
 
-TEST_F(HttpMirror, WrkSoakHasNoErrors) {
+TEST_P(HttpMirror, WrkSoakHasNoErrors) {
   if (!fs::exists("/usr/bin/wrk")) GTEST_SKIP() << "wrk is not installed";
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   ASSERT_EQ(Curl("/gen/256K/soak").code, 200);
@@ -354,7 +358,7 @@ TEST_F(HttpMirror, WrkSoakHasNoErrors) {
 }
 
 // Several GiB through the mirror (release only: label slow): MISS and HIT byte-exact.
-TEST_F(HttpMirror, TwoGibObjectMissThenHit) {
+TEST_P(HttpMirror, TwoGibObjectMissThenHit) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::string file = dir_ + "/files/big.bin";
   fs::create_directories(dir_ + "/files");
@@ -401,7 +405,7 @@ std::string Exchange(const std::string& port, const std::string& request) {
   return out;
 }
 
-TEST_F(HttpMirror, LimitsMalformedRequestsAndPipelining) {
+TEST_P(HttpMirror, LimitsMalformedRequestsAndPipelining) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   EXPECT_TRUE(Exchange(port_, "GET /" + std::string(10000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n")
                   .starts_with("HTTP/1.1 414 "));
@@ -422,7 +426,7 @@ TEST_F(HttpMirror, LimitsMalformedRequestsAndPipelining) {
   EXPECT_LT(first, second);
 }
 
-TEST_F(HttpMirror, AClientLeavingMidBodyDoesNotStopTheFill) {
+TEST_P(HttpMirror, AClientLeavingMidBodyDoesNotStopTheFill) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   // Hang up 0.3 s into a slowly served 1 MiB object (~0.8 s at the origin's pace).
   test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "0.3", "-o", "/dev/null",
@@ -439,6 +443,10 @@ TEST_F(HttpMirror, AClientLeavingMidBodyDoesNotStopTheFill) {
   EXPECT_EQ(r.body, Origin("/gen/1M/gone"));
   EXPECT_EQ(OriginHits("/gen/1M/gone?fault=slow"), 1);
 }
+
+// Every case with both network engines: epoll readiness (sync) and io_uring (async).
+INSTANTIATE_TEST_SUITE_P(Net, HttpMirror, testing::Values("sync", "async"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace goblin

@@ -16,6 +16,8 @@
 //   everything) from --purge-allow addresses or with the X-Purge-Token header.
 // - Limits: 400 for malformed requests, 414, 431; idle connections and clients that stop
 //   reading (send_timeout) are closed.
+// - --net sync: client sockets by epoll readiness and read/writev; --net async: client
+//   sockets read and written through io_uring (the same state machine on completions).
 // Threading: one event loop thread (epoll); Run() until the stop fd is readable.
 #pragma once
 
@@ -45,6 +47,7 @@ struct HttpServerOptions {
   uint64_t max_body = 64ull << 20;        // request bodies proxied to the origin (413 above)
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
+  bool net_async = false;  // --net async: client socket I/O through io_uring
 };
 
 struct HttpStats {
