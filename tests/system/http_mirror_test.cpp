@@ -345,6 +345,14 @@ TEST_P(HttpMirror, WrkSoakHasNoErrors) {
   if (!fs::exists("/usr/bin/wrk")) GTEST_SKIP() << "wrk is not installed";
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   ASSERT_EQ(Curl("/gen/256K/soak").code, 200);
+  auto rss = [&] {
+    std::ifstream f(fmt::format("/proc/{}/status", gateway_->pid()));
+    for (std::string line; std::getline(f, line);) {
+      if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6));
+    }
+    return 0ull;
+  };
+  [[maybe_unused]] uint64_t rss_before = rss();
   auto [rc, out] = test::RunCommand(
       {"/usr/bin/wrk", "-t1", "-c8", "-d2s", base_ + "/gen/256K/soak"}, dir_ + "/wrk.log", 30s);
   EXPECT_EQ(rc, 0) << out;
@@ -355,6 +363,9 @@ TEST_P(HttpMirror, WrkSoakHasNoErrors) {
   size_t start = out.rfind('\n', at) + 1;
   EXPECT_GT(std::stoul(out.substr(start, at - start)), 200u) << out;
   EXPECT_EQ(OriginHits("/gen/256K/soak"), 1);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_LT(rss(), rss_before + 32 * 1024) << "the gateway's memory grew under the soak";
+#endif
 }
 
 // Several GiB through the mirror (release only: label slow): MISS and HIT byte-exact.
