@@ -404,6 +404,8 @@ class HttpServer::Impl {
   void PostRecv(Conn& c);
   void OnNetCompletion(uint64_t ud, int32_t res);
   void Advance(Conn& c, size_t n);  // n output bytes left the process
+  // The output pieces as iovecs (at most `max`), from the unsent part of the first one.
+  size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max);
   void FillGranted(Fill& f);
   void ReleaseWaiters(Fill& f, bool follow);
   void Follow(Conn& c);
@@ -842,17 +844,7 @@ void HttpServer::Impl::Flush(Conn& c) {
       if (!c.ex && (c.close_after || !c.reading)) Close(c);
       return;
     }
-    c.wiov.clear();
-    c.wiov_bytes = 0;
-    size_t off = c.first_off;
-    for (auto it = c.out.begin(); it != c.out.end() && c.wiov.size() < 64; ++it) {
-      const uint8_t* base =
-          it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());
-      size_t len = it->owned.empty() ? it->len : it->owned.size();
-      c.wiov.push_back({const_cast<uint8_t*>(base + off), len - off});
-      c.wiov_bytes += len - off;
-      off = 0;
-    }
+    c.wiov_bytes = Gather(c, &c.wiov, 64);
     c.write_inflight = true;
     ++c.ops;
     net_.Writev(c.fd.get(), c.wiov.data(), static_cast<unsigned>(c.wiov.size()),
@@ -860,43 +852,17 @@ void HttpServer::Impl::Flush(Conn& c) {
     return;
   }
 #endif
+  std::vector<iovec>& iov = c.wiov;
   while (!c.out.empty()) {
-    iovec iov[16];
-    int cnt = 0;
-    size_t off = c.first_off;
-    for (auto it = c.out.begin(); it != c.out.end() && cnt < 16; ++it) {
-      const uint8_t* base =
-          it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());
-      size_t len = it->owned.empty() ? it->len : it->owned.size();
-      iov[cnt].iov_base = const_cast<uint8_t*>(base + off);
-      iov[cnt].iov_len = len - off;
-      off = 0;
-      ++cnt;
-    }
-    ssize_t n = writev(c.fd.get(), iov, cnt);
+    Gather(c, &iov, 16);
+    ssize_t n = writev(c.fd.get(), iov.data(), static_cast<int>(iov.size()));
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       Close(c);
       return;
     }
-    c.last_active = c.last_progress = MonotonicNanos();
-    size_t left = static_cast<size_t>(n);
-    c.out_bytes -= left;
-    while (left > 0 && !c.out.empty()) {
-      Piece& p = c.out.front();
-      size_t len = p.owned.empty() ? p.len : p.owned.size();
-      size_t rest = len - c.first_off;
-      if (left >= rest) {
-        left -= rest;
-        if (p.loan != 0) ReleaseLoan(p.loan);
-        c.out.pop_front();
-        c.first_off = 0;
-      } else {
-        c.first_off += left;
-        left = 0;
-      }
-    }
+    Advance(c, static_cast<size_t>(n));
   }
   if (c.out.empty() && !c.ex && (c.close_after || !c.reading)) {
     Close(c);
@@ -909,6 +875,20 @@ void HttpServer::Impl::Flush(Conn& c) {
                    c.id);
     c.epollout = want;
   }
+}
+
+size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max) {
+  iov->clear();
+  size_t bytes = 0, off = c.first_off;
+  for (auto it = c.out.begin(); it != c.out.end() && iov->size() < max; ++it) {
+    const uint8_t* base =
+        it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());
+    size_t len = it->owned.empty() ? it->len : it->owned.size();
+    iov->push_back({const_cast<uint8_t*>(base + off), len - off});
+    bytes += len - off;
+    off = 0;
+  }
+  return bytes;
 }
 
 void HttpServer::Impl::Advance(Conn& c, size_t left) {
