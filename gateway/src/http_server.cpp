@@ -408,6 +408,7 @@ class HttpServer::Impl {
   size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max);
   void FillGranted(Fill& f);
   void ReleaseWaiters(Fill& f, bool follow);
+  void CommitFill(Fill& f);  // PutCommit of everything the origin sent
   void Follow(Conn& c);
   void EndFill(Fill& f);
   void SendPutData(Fill& f, std::string_view bytes);
@@ -1754,19 +1755,21 @@ void HttpServer::Impl::FillGranted(Fill& f) {
     SendPutData(f, p);
   }
   ReleaseWaiters(f, /*follow=*/true);
-  if (f.origin_done) {
-    uint64_t corr = next_corr_++;
-    SendToCore(
-        [&](uint8_t* b, size_t cap) {
-          return wire::PutCommitEncoder(b, cap)
-              .set_correlation_id(corr)
-              .set_put_id(f.put_id)
-              .set_total_size(f.received)
-              .Finish();
-        },
-        64);
-    corr_[corr] = {CorrKind::kFillCommit, 0, &f};
-  }
+  if (f.origin_done) CommitFill(f);
+}
+
+void HttpServer::Impl::CommitFill(Fill& f) {
+  uint64_t corr = next_corr_++;
+  SendToCore(
+      [&](uint8_t* b, size_t cap) {
+        return wire::PutCommitEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_put_id(f.put_id)
+            .set_total_size(f.received)
+            .Finish();
+      },
+      64);
+  corr_[corr] = {CorrKind::kFillCommit, 0, &f};
 }
 
 void HttpServer::Impl::ReleaseWaiters(Fill& f, bool follow) {
@@ -1859,17 +1862,7 @@ void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, std::string_view why) {
   ReleaseOrigin(o);
   f.origin_done = true;
   if (f.cacheable && f.granted) {
-    uint64_t corr = next_corr_++;
-    SendToCore(
-        [&](uint8_t* b, size_t cap) {
-          return wire::PutCommitEncoder(b, cap)
-              .set_correlation_id(corr)
-              .set_put_id(f.put_id)
-              .set_total_size(f.received)
-              .Finish();
-        },
-        64);
-    corr_[corr] = {CorrKind::kFillCommit, 0, &f};
+    CommitFill(f);
   } else if (!f.cacheable || f.in_progress_elsewhere) {
     EndFill(f);
   }

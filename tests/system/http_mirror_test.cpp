@@ -345,13 +345,7 @@ TEST_P(HttpMirror, WrkSoakHasNoErrors) {
   if (!fs::exists("/usr/bin/wrk")) GTEST_SKIP() << "wrk is not installed";
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   ASSERT_EQ(Curl("/gen/256K/soak").code, 200);
-  auto rss = [&] {
-    std::ifstream f(fmt::format("/proc/{}/status", gateway_->pid()));
-    for (std::string line; std::getline(f, line);) {
-      if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6));
-    }
-    return 0ull;
-  };
+  auto rss = [&] { return test::RssKib(gateway_->pid()); };
   [[maybe_unused]] uint64_t rss_before = rss();
   auto [rc, out] = test::RunCommand(
       {"/usr/bin/wrk", "-t1", "-c8", "-d2s", base_ + "/gen/256K/soak"}, dir_ + "/wrk.log", 30s);

@@ -107,4 +107,13 @@ inline bool WaitForPath(const std::string& path, std::chrono::milliseconds timeo
   return false;
 }
 
+// Resident memory of a process in KiB (VmRSS), 0 if unknown.
+inline uint64_t RssKib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
 }  // namespace goblin::test

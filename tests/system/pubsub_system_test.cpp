@@ -167,15 +167,6 @@ TEST(PubSubSystem, ASlowSubscriberIsDroppedAndThePublisherCarriesOn) {
       << core.proc.Output();
 }
 
-uint64_t RssKib(pid_t pid) {
-  std::ifstream f(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
-
 // Redis's soft limit: over it for longer than the soft time is as bad as over the hard one.
 // The core's memory stays bounded however much is published at the stalled subscriber.
 TEST(PubSubSystem, TheSoftLimitDropsASubscriberThatStaysBehind) {
@@ -183,7 +174,7 @@ TEST(PubSubSystem, TheSoftLimitDropsASubscriberThatStaysBehind) {
                     "--client-output-soft-time", "200ms"});
   auto slow = core.Connect(), pub = core.Connect();
   ASSERT_TRUE(slow->Subscribe(Kind::kChannel, V({"c"})));
-  [[maybe_unused]] uint64_t rss_before = RssKib(core.proc.pid());
+  [[maybe_unused]] uint64_t rss_before = test::RssKib(core.proc.pid());
   std::string payload(2000, 'q');
   bool dropped = false;
   auto t0 = std::chrono::steady_clock::now();
@@ -196,7 +187,7 @@ TEST(PubSubSystem, TheSoftLimitDropsASubscriberThatStaysBehind) {
   EXPECT_TRUE(dropped);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);  // not before the soft time
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  EXPECT_LT(RssKib(core.proc.pid()), rss_before + 16 * 1024);  // nowhere near unbounded
+  EXPECT_LT(test::RssKib(core.proc.pid()), rss_before + 16 * 1024);  // nowhere near unbounded
 #endif
   EXPECT_NE(core.proc.Output().find("fell behind its output limits"), std::string::npos);
 }

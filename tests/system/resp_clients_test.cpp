@@ -133,15 +133,6 @@ int Connect(const std::string& path) {
   return fd;
 }
 
-uint64_t RssKib(pid_t pid) {
-  std::ifstream f(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
-
 TEST_F(RespClients, ASubscriberThatStopsReadingIsDroppedAtTheOutputLimit) {
   ASSERT_NO_FATAL_FAILURE(
       Start({"--pubsub-output-limit", "1M", "--pubsub-output-soft-limit", "0"}));
@@ -153,7 +144,7 @@ TEST_F(RespClients, ASubscriberThatStopsReadingIsDroppedAtTheOutputLimit) {
   ASSERT_TRUE(WaitFor(fast, "subscribe"));
   int pub = Connect(sock_);
   ASSERT_GE(pub, 0);
-  [[maybe_unused]] uint64_t rss_before = RssKib(gateway_->pid());
+  [[maybe_unused]] uint64_t rss_before = test::RssKib(gateway_->pid());
   std::string payload(8000, 'z');
   std::string cmd =
       fmt::format("*3\r\n$7\r\nPUBLISH\r\n$4\r\nfeed\r\n${}\r\n{}\r\n", payload.size(), payload);
@@ -170,7 +161,7 @@ TEST_F(RespClients, ASubscriberThatStopsReadingIsDroppedAtTheOutputLimit) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   // 64 MB were published at the stalled reader; the gateway kept at most its 1 MiB limit.
   // (Sanitizer builds keep freed memory in quarantine, so RSS says nothing there.)
-  EXPECT_LT(RssKib(gateway_->pid()), rss_before + 32 * 1024);
+  EXPECT_LT(test::RssKib(gateway_->pid()), rss_before + 32 * 1024);
 #endif
   EXPECT_TRUE(WaitFor(*gateway_, "over the output hard limit")) << gateway_->Output();
   close(slow);
