@@ -80,10 +80,7 @@ bool SplitInlineArgs(std::string_view line, std::vector<std::string>* out) {
           cur.push_back(line[i]);
         }
       } else {
-        if (i >= n) {
-          done = true;
-          break;
-        }
+        if (i >= n) break;  // the word ends with the line
         char c = line[i];
         if (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\0') {
           done = true;
