@@ -449,6 +449,32 @@ TEST_P(HttpMirror, AClientLeavingMidBodyDoesNotStopTheFill) {
   EXPECT_EQ(OriginHits("/gen/1M/gone?fault=slow"), 1);
 }
 
+// The benchmark client runs the seed's sequence against the mirror: every request answered
+// with the manifest's length, the trace complete, no origin request after the prewarm.
+TEST_P(HttpMirror, TheBenchmarkClientRunsTheSeedSequence) {
+#ifndef GOBLIN_MIRROR_BENCH_BIN
+  GTEST_SKIP() << "bench/ is not built in this build";
+#else
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::ofstream(dir_ + "/manifest")
+      << "/gen/1M/m1 1048576\n/gen/300K/m2 307200\n/gen/2M/m3 2097152\n";
+  for (const char* p : {"/gen/1M/m1", "/gen/300K/m2", "/gen/2M/m3"}) ASSERT_EQ(Curl(p).code, 200);
+  auto [rc, out] = test::RunCommand(
+      {GOBLIN_MIRROR_BENCH_BIN, "--target", base_, "--manifest", dir_ + "/manifest", "--passes",
+       "3", "--head", "/gen/1M/m1", "--trace", dir_ + "/trace.csv", "--label", "goblin"},
+      dir_ + "/bench.log", 60s);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("goblin: 9 requests (3 passes x 3 objects), 0 errors"), std::string::npos)
+      << out;
+  std::ifstream t(dir_ + "/trace.csv");
+  int rows = 0;
+  for (std::string line; std::getline(t, line);) rows += line.starts_with("goblin,");
+  EXPECT_EQ(rows, 9);
+  for (const char* p : {"/gen/1M/m1", "/gen/300K/m2", "/gen/2M/m3"})
+    EXPECT_EQ(OriginHits(p), 1) << p;
+#endif
+}
+
 // Every case with both network engines: epoll readiness (sync) and io_uring (async).
 INSTANTIATE_TEST_SUITE_P(Net, HttpMirror, testing::Values("sync", "async"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });

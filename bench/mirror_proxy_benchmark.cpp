@@ -1,0 +1,240 @@
+// mirror_proxy_benchmark: the client of the seed's mirror benchmark. It reads a manifest
+// (one "PATH SIZE" per line), makes --passes independently shuffled passes over it with the
+// fixed seed 0x243f6a8885a308d3, on one persistent HTTP/1.1 connection with one request
+// outstanding, and takes nanosecond timestamps immediately before sending, at the first
+// response byte, at the first body byte and after the last declared body byte. Results stay
+// in memory until the case ends, then go to --trace (CSV, one row per request) and a summary:
+// TTFB percentiles, request-to-last-byte bandwidth percentiles in the seed's degradation
+// ordering (p99.9 is the slow tail), aggregate payload Gbit/s. Body lengths are verified
+// against the manifest; a mismatch or an error is counted and makes the exit status 1.
+//   mirror_proxy_benchmark --target http://127.0.0.1:8080 --manifest M [--passes 3]
+//       [--trace out.csv] [--label goblin] [--head /warmed/key]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/stats.h"
+#include "goblin/common/cli.h"
+#include "goblin/common/clock.h"
+#include "goblin/common/fd.h"
+#include "goblin/gateway/http.h"
+
+namespace {
+
+using namespace goblin;
+namespace http = goblin::gateway::http;
+
+struct Item {
+  std::string path;
+  uint64_t size = 0;
+};
+
+struct Sample {
+  int pass = 0;
+  size_t index = 0;  // into the manifest
+  int status = 0;
+  uint64_t query_start_ns = 0, response_first_byte_ns = 0, body_first_byte_ns = 0, complete_ns = 0;
+  uint64_t received = 0;
+  bool ok = false;
+};
+
+class Client {
+ public:
+  Client(std::string host, int port) : host_(std::move(host)), port_(port) {}
+  bool Connect() {
+    fd_ = UniqueFd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd_) return false;
+    int one = 1;
+    setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    if (inet_pton(AF_INET, host_.c_str(), &a.sin_addr) != 1) return false;
+    buf_.clear();
+    return connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  // One request, measured. `head`: a bodyless HEAD.
+  Sample Request(const std::string& path, bool head) {
+    Sample s;
+    if (!fd_ && !Connect()) return s;
+    std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\n\r\n", head ? "HEAD" : "GET",
+                                  path, host_, port_);
+    s.query_start_ns = MonotonicNanos();
+    if (send(fd_.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+      fd_.Reset();
+      return s;
+    }
+    http::Response resp;
+    size_t head_end = 0;
+    for (;;) {  // the head
+      if (!Read(&s)) return s;
+      auto p = http::ParseResponse(buf_, http::Limits{}, head, &resp);
+      if (p == http::Parse::kError) {
+        fd_.Reset();
+        return s;
+      }
+      if (p == http::Parse::kComplete) {
+        head_end = resp.head_bytes;
+        break;
+      }
+    }
+    s.status = resp.status;
+    uint64_t want = resp.framing.content_length.value_or(0);
+    uint64_t have = buf_.size() - head_end;
+    if (have > 0) s.body_first_byte_ns = s.response_first_byte_ns;
+    if (resp.framing.chunked) {  // (caches answer hits with a length; kept simple)
+      fd_.Reset();
+      return s;
+    }
+    while (have < want) {
+      buf_.clear();  // body bytes are counted, not kept
+      ssize_t n = recv(fd_.get(), chunk_.data(), chunk_.size(), 0);
+      if (n <= 0) {
+        fd_.Reset();
+        s.received = have;
+        return s;
+      }
+      if (s.body_first_byte_ns == 0) s.body_first_byte_ns = MonotonicNanos();
+      have += static_cast<uint64_t>(n);
+    }
+    s.complete_ns = MonotonicNanos();
+    s.received = want;
+    buf_.clear();
+    s.ok = true;
+    if (!resp.keep_alive) fd_.Reset();
+    return s;
+  }
+
+ private:
+  bool Read(Sample* s) {
+    ssize_t n = recv(fd_.get(), chunk_.data(), chunk_.size(), 0);
+    if (n <= 0) {
+      fd_.Reset();
+      return false;
+    }
+    if (s->response_first_byte_ns == 0) s->response_first_byte_ns = MonotonicNanos();
+    buf_.append(chunk_.data(), static_cast<size_t>(n));
+    return true;
+  }
+  std::string host_;
+  int port_;
+  UniqueFd fd_;
+  std::string buf_;
+  std::vector<char> chunk_ = std::vector<char>(1 << 20);
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("mirror_proxy_benchmark: the seed's serial large-object HTTP client",
+               "mirror_proxy_benchmark");
+  std::string target, manifest, trace, label = "cache", head_path;
+  int passes = 3;
+  uint64_t seed = 0x243f6a8885a308d3ULL;
+  app.add_option("--target", target, "http://HOST:PORT of the cache")->required();
+  app.add_option("--manifest", manifest, "File of \"PATH SIZE\" lines")->required();
+  app.add_option("--passes", passes, "Shuffled passes over the manifest")->capture_default_str();
+  app.add_option("--seed", seed, "Shuffle seed")->capture_default_str();
+  app.add_option("--trace", trace, "Write one CSV row per request here");
+  app.add_option("--label", label, "Name of the case in the output")->capture_default_str();
+  app.add_option("--head", head_path, "First check this warmed key with a bodyless HEAD");
+  if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (!target.starts_with("http://")) {
+    std::fprintf(stderr, "mirror_proxy_benchmark: --target must be http://HOST:PORT\n");
+    return 2;
+  }
+  std::string hp = target.substr(7);
+  while (!hp.empty() && hp.back() == '/') hp.pop_back();
+  size_t colon = hp.rfind(':');
+  std::string host = colon == std::string::npos ? hp : hp.substr(0, colon);
+  int port = colon == std::string::npos ? 80 : std::stoi(hp.substr(colon + 1));
+  std::vector<Item> items;
+  {
+    std::ifstream m(manifest);
+    Item it;
+    while (m >> it.path >> it.size) items.push_back(it);
+  }
+  if (items.empty()) {
+    std::fprintf(stderr, "mirror_proxy_benchmark: the manifest %s is empty\n", manifest.c_str());
+    return 2;
+  }
+  Client client(host, port);
+  if (!client.Connect()) {
+    std::fprintf(stderr, "mirror_proxy_benchmark: cannot connect to %s\n", target.c_str());
+    return 1;
+  }
+  if (!head_path.empty()) {
+    Sample h = client.Request(head_path, /*head=*/true);
+    fmt::print("# HEAD {}: status {}\n", head_path, h.status);
+    if (h.status != 200) return 1;
+  }
+  // The request sequence: independent shuffles with one generator, fixed seed.
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<int, size_t>> order;
+  for (int p = 1; p <= passes; ++p) {
+    std::vector<size_t> idx(items.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::shuffle(idx.begin(), idx.end(), rng);
+    for (size_t i : idx) order.emplace_back(p, i);
+  }
+  std::vector<Sample> samples;
+  samples.reserve(order.size());
+  uint64_t t0 = MonotonicNanos();
+  for (auto [p, i] : order) {
+    Sample s = client.Request(items[i].path, false);
+    s.pass = p;
+    s.index = i;
+    if (s.ok && s.received != items[i].size) s.ok = false;
+    samples.push_back(s);
+  }
+  double wall_s = static_cast<double>(MonotonicNanos() - t0) / 1e9;
+  // Results leave memory only now.
+  uint64_t bytes = 0;
+  size_t errors = 0;
+  std::vector<double> ttfb_us, mbs;
+  for (const Sample& s : samples) {
+    if (!s.ok || s.status != 200) {
+      ++errors;
+      continue;
+    }
+    bytes += s.received;
+    ttfb_us.push_back(static_cast<double>(s.response_first_byte_ns - s.query_start_ns) / 1e3);
+    mbs.push_back(static_cast<double>(s.received) /
+                  (static_cast<double>(s.complete_ns - s.query_start_ns) / 1e9) / 1e6);
+  }
+  if (!trace.empty()) {
+    std::ofstream t(trace);
+    t << "label,pass,seq,path,size,status,query_start_ns,response_first_byte_ns,"
+         "body_first_byte_ns,complete_ns,received\n";
+    for (size_t k = 0; k < samples.size(); ++k) {
+      const Sample& s = samples[k];
+      t << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", label, s.pass, k, items[s.index].path,
+                       items[s.index].size, s.status, s.query_start_ns, s.response_first_byte_ns,
+                       s.body_first_byte_ns, s.complete_ns, s.received);
+    }
+  }
+  auto ttfb = bench::Summarize(ttfb_us);
+  // Throughput in the seed's degradation ordering: p99.9 is the slow 0.1%.
+  std::vector<double> neg;
+  for (double x : mbs) neg.push_back(-x);
+  auto bw = bench::Summarize(neg);
+  fmt::print(
+      "{}: {} requests ({} passes x {} objects), {} errors, {:.3f} GB in {:.3f} s = {:.3f} "
+      "Gbit/s aggregate\n",
+      label, samples.size(), passes, items.size(), errors, static_cast<double>(bytes) / 1e9, wall_s,
+      static_cast<double>(bytes) * 8 / wall_s / 1e9);
+  fmt::print("{}: TTFB us p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f}\n", label, ttfb.p50,
+             ttfb.p90, ttfb.p99, ttfb.p999);
+  fmt::print("{}: request MB/s p50 {:.1f} p90 {:.1f} p99 {:.1f} p99.9 {:.1f}\n", label, -bw.p50,
+             -bw.p90, -bw.p99, -bw.p999);
+  return errors == 0 ? 0 : 1;
+}
