@@ -77,6 +77,12 @@ void CoreService::SendError(ring::Session& session, uint64_t correlation_id, uin
   Send(session, e.Finish());
 }
 
+void CoreService::SendMalformed(ring::Session& session, std::string_view what, sbe::DecodeError e) {
+  ++counters_.malformed;
+  SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
+            fmt::format("{}: {}", what, sbe::DecodeErrorName(e)));
+}
+
 void CoreService::SendStatusError(ring::Session& session, uint64_t correlation_id,
                                   const Status& s) {
   SendError(session, correlation_id, static_cast<uint16_t>(ToWire(s.code())), s.ToString());
@@ -138,11 +144,7 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
 void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
-  auto bad = [&](std::string_view what, sbe::DecodeError e) {
-    ++counters_.malformed;
-    SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
-              fmt::format("{}: {}", what, sbe::DecodeErrorName(e)));
-  };
+  auto bad = [&](std::string_view what, sbe::DecodeError e) { SendMalformed(session, what, e); };
   uint64_t corr = msg.size() >= 16 && block_length >= 8 ? sbe::Load<uint64_t>(msg.data() + 8) : 0;
   if (store_ == nullptr && template_id != wire::PutDataDecoder::kTemplateId) {
     SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kFailedPrecondition),

@@ -83,11 +83,7 @@ void CoreService::SendPubsub(ring::Session& session, size_t n) {
 void CoreService::HandlePubsub(ring::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
-  auto bad = [&](std::string_view what, sbe::DecodeError e) {
-    ++counters_.malformed;
-    SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
-              fmt::format("{}: {}", what, sbe::DecodeErrorName(e)));
-  };
+  auto bad = [&](std::string_view what, sbe::DecodeError e) { SendMalformed(session, what, e); };
   const size_t max = std::min<size_t>(session.max_message(), out_.size());
   switch (template_id) {
     case wire::SubscribeDecoder::kTemplateId: {

@@ -12,6 +12,7 @@
 #include "goblin/ring/client.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+#include "tests/system/core_process.h"
 #include "tests/system/process.h"
 
 namespace goblin {
@@ -21,28 +22,7 @@ using namespace std::chrono_literals;
 using test::Process;
 using test::RunCommand;
 
-struct Core {
-  explicit Core(const std::string& tag, std::vector<std::string> extra = {})
-      : sock(test::SocketPath(tag)),
-        log(fmt::format("{}/core-{}-{}.log", test::TmpDir(), tag, getpid())),
-        proc(
-            [&] {
-              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock,
-                                            "--memory",      "16M",           "--block",
-                                            "64K",           "--ram-head",    "64K"};
-              argv.insert(argv.end(), extra.begin(), extra.end());
-              return argv;
-            }(),
-            log) {
-    EXPECT_TRUE(test::WaitForPath(sock, 10s)) << proc.Output();
-  }
-  ~Core() {
-    proc.Signal(SIGKILL);  // ~Process reaps it
-    std::filesystem::remove(sock);
-  }
-  std::string sock, log;
-  Process proc;
-};
+using Core = test::CoreProcess;
 
 TEST(CoreSystem, CliPingsTheCore) {
   Core core("cliping");

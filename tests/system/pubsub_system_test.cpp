@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "goblin/client/connection.h"
+#include "tests/system/core_process.h"
 #include "tests/system/process.h"
 
 namespace goblin {
@@ -20,33 +21,13 @@ using namespace std::chrono_literals;
 using client::Connection;
 using Kind = Connection::SubKind;
 
-struct Core {
-  explicit Core(const std::string& tag, std::vector<std::string> extra = {})
-      : sock(test::SocketPath(tag)),
-        log(fmt::format("{}/core-{}-{}.log", test::TmpDir(), tag, getpid())),
-        proc(
-            [&] {
-              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock,
-                                            "--memory",      "16M",           "--block",
-                                            "64K",           "--ram-head",    "64K"};
-              argv.insert(argv.end(), extra.begin(), extra.end());
-              return argv;
-            }(),
-            log) {
-    EXPECT_TRUE(test::WaitForPath(sock, 10s)) << proc.Output();
-  }
-  ~Core() {
-    proc.Signal(SIGKILL);
-    std::filesystem::remove(sock);
-    std::filesystem::remove(log);
-  }
+struct Core : test::CoreProcess {
+  using CoreProcess::CoreProcess;
   std::unique_ptr<Connection> Connect() {
     auto c = Connection::Open("unix:" + sock);
     EXPECT_TRUE(c) << c.error().ToString();
     return c ? std::move(*c) : nullptr;
   }
-  std::string sock, log;
-  test::Process proc;
 };
 
 std::vector<std::string> V(std::initializer_list<const char*> l) { return {l.begin(), l.end()}; }

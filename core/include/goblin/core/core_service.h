@@ -30,6 +30,7 @@
 #include "goblin/common/fd.h"
 #include "goblin/pubsub/engine.h"
 #include "goblin/ring/server.h"
+#include "goblin/sbe/runtime.h"
 #include "goblin/store/store.h"
 
 namespace goblin::core {
@@ -95,6 +96,8 @@ class CoreService : public ring::Handler {
   void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
   void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
+  // A request that did not decode: counted, answered with InvalidArgument naming it.
+  void SendMalformed(ring::Session& session, std::string_view what, sbe::DecodeError e);
   bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
   // Sends what one download can send now; false when it is finished (or failed).
   bool Pump(ring::Session& session, Download& d);

@@ -1,0 +1,44 @@
+// A goblin-core process for system tests: a small head pool (no disk tier unless `extra`
+// gives one) on a short private socket, killed and cleaned up at the end of the test.
+// The test target defines GOBLIN_CORE_BIN. Threading: the test's thread.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tests/system/process.h"
+
+namespace goblin::test {
+
+struct CoreProcess {
+  explicit CoreProcess(const std::string& tag, std::vector<std::string> extra = {})
+      : sock(SocketPath(tag)),
+        log(fmt::format("{}/core-{}-{}.log", TmpDir(), tag, getpid())),
+        proc(
+            [&] {
+              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock,
+                                            "--memory",      "16M",           "--block",
+                                            "64K",           "--ram-head",    "64K"};
+              argv.insert(argv.end(), extra.begin(), extra.end());
+              return argv;
+            }(),
+            log) {
+    EXPECT_TRUE(WaitForPath(sock, std::chrono::seconds(10))) << proc.Output();
+  }
+  ~CoreProcess() {
+    proc.Signal(SIGKILL);  // ~Process reaps it
+    std::filesystem::remove(sock);
+    std::filesystem::remove(log);
+  }
+  std::string sock, log;
+  Process proc;
+};
+
+}  // namespace goblin::test
