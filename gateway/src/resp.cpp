@@ -1,5 +1,6 @@
 #include "goblin/gateway/resp.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -228,6 +229,133 @@ void RespWriter::Map(Proto p, size_t pairs) {
 }
 void RespWriter::Push(Proto p, size_t n) {
   Header(p == Proto::kResp3 ? '>' : '*', static_cast<int64_t>(n));
+}
+
+// ---- replies ----
+
+namespace {
+
+// The line at `at` (without CRLF) and the position after it; false when incomplete.
+bool ReplyLine(std::string_view in, size_t at, std::string_view* line, size_t* next) {
+  size_t cr = in.find("\r\n", at);
+  if (cr == std::string_view::npos) return false;
+  *line = in.substr(at, cr - at);
+  *next = cr + 2;
+  return true;
+}
+
+bool ReplyInteger(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  bool neg = s[0] == '-';
+  size_t i = neg ? 1 : 0;
+  if (i == s.size()) return false;
+  uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (static_cast<uint64_t>(INT64_MAX) - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+  return true;
+}
+
+}  // namespace
+
+ReplyStatus ParseReply(std::string_view in, size_t* pos, std::vector<RespItem>* items,
+                       std::string* error, const RespReplyLimits& limits) {
+  items->clear();
+  size_t at = *pos;
+  // Elements still owed by the open aggregates, innermost last.
+  size_t owed[64];
+  size_t depth = 0;
+  const size_t max_depth = std::min<size_t>(limits.max_depth, 64);
+  auto more = [&] {
+    items->clear();
+    return ReplyStatus::kNeedMore;
+  };
+  auto fail = [&](std::string_view what) {
+    error->assign(what);
+    items->clear();
+    return ReplyStatus::kError;
+  };
+  for (;;) {
+    if (at >= in.size()) return more();
+    if (items->size() >= limits.max_items) return fail("reply has too many elements");
+    char type = in[at];
+    std::string_view line;
+    size_t next;
+    if (!ReplyLine(in, at + 1, &line, &next)) {
+      if (in.size() - at > 64 * 1024) return fail("reply line too long");
+      return more();
+    }
+    RespItem item;
+    item.type = type;
+    size_t children = 0;
+    switch (type) {
+      case '+':
+      case '-':
+      case ',':
+      case '(':
+      case '#':
+        item.text = line;
+        if (type == '#' && line != "t" && line != "f") return fail("bad boolean");
+        break;
+      case ':':
+        if (!ReplyInteger(line, &item.integer)) return fail("bad integer");
+        break;
+      case '_':
+        if (!line.empty()) return fail("bad null");
+        break;
+      case '$':
+      case '!':
+      case '=': {
+        if (!ReplyInteger(line, &item.integer) || item.integer < -1) return fail("bad length");
+        if (item.integer == -1) {
+          if (type != '$') return fail("bad length");
+          break;
+        }
+        auto len = static_cast<uint64_t>(item.integer);
+        if (len > limits.max_bulk) return fail("bulk too long");
+        if (in.size() - next < len + 2) return more();
+        if (in[next + len] != '\r' || in[next + len + 1] != '\n') return fail("bulk without CRLF");
+        item.text = in.substr(next, len);
+        next += len + 2;
+        break;
+      }
+      case '*':
+      case '~':
+      case '>':
+      case '%': {
+        if (!ReplyInteger(line, &item.integer) || item.integer < -1) return fail("bad count");
+        if (item.integer == -1 && type != '*') return fail("bad count");
+        if (item.integer > 0) {
+          auto n = static_cast<uint64_t>(item.integer);
+          if (n > limits.max_items) return fail("reply has too many elements");
+          children = type == '%' ? n * 2 : n;
+        }
+        break;
+      }
+      default:
+        return fail("unknown reply type");
+    }
+    items->push_back(item);
+    at = next;
+    if (children > 0) {
+      if (depth >= max_depth) return fail("reply nested too deeply");
+      owed[depth++] = children;
+      continue;
+    }
+    // A complete element: settle the aggregates it completes.
+    for (;;) {
+      if (depth == 0) {
+        *pos = at;
+        return ReplyStatus::kReply;
+      }
+      if (--owed[depth - 1] > 0) break;
+      --depth;
+    }
+  }
 }
 
 }  // namespace goblin::gateway

@@ -1,6 +1,6 @@
-// Fuzz target: the RESP request parser. Any input must yield commands, need-more or a
-// protocol error, never read out of bounds; positions only move forward and stay in the
-// input; parsing the same bytes split at any point gives the same commands.
+// Fuzz target: the RESP request parser and the reply parser. Any input must yield commands
+// (replies), need-more or a protocol error, never read out of bounds; positions only move
+// forward and stay in the input; parsing a prefix gives a prefix of the same results.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -38,6 +38,42 @@ std::vector<std::vector<std::string>> ParseAll(std::string_view in, size_t* cons
   *consumed = pos;
   return out;
 }
+// Replies as "type:integer:text" strings, one list per reply.
+std::vector<std::vector<std::string>> ParseReplies(std::string_view in, bool* error) {
+  goblin::gateway::RespReplyLimits limits;
+  limits.max_items = 1 << 12;
+  limits.max_bulk = 1 << 16;
+  std::vector<goblin::gateway::RespItem> items;
+  std::string err;
+  std::vector<std::vector<std::string>> out;
+  size_t pos = 0;
+  *error = false;
+  for (;;) {
+    size_t before = pos;
+    auto st = goblin::gateway::ParseReply(in, &pos, &items, &err, limits);
+    if (pos < before || pos > in.size()) std::abort();
+    if (st == goblin::gateway::ReplyStatus::kError) {
+      if (err.empty() || pos != before) std::abort();
+      *error = true;
+      break;
+    }
+    if (st == goblin::gateway::ReplyStatus::kNeedMore) {
+      if (pos != before) std::abort();
+      break;
+    }
+    if (pos == before || items.empty()) std::abort();
+    auto& r = out.emplace_back();
+    for (const auto& it : items) {
+      if (!it.text.empty() &&
+          (it.text.data() < in.data() || it.text.data() + it.text.size() > in.data() + in.size()))
+        std::abort();
+      r.push_back(std::string(1, it.type) + ":" + std::to_string(it.integer) + ":" +
+                  std::string(it.text));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -54,6 +90,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (prefix.size() > all.size()) std::abort();
       for (size_t i = 0; i < prefix.size(); ++i) {
         if (prefix[i] != all[i]) std::abort();
+      }
+    }
+  }
+  bool reply_error = false;
+  auto replies = ParseReplies(in, &reply_error);
+  if (size > 1) {
+    bool e2 = false;
+    auto prefix = ParseReplies(in.substr(0, size / 2), &e2);
+    if (!e2 && !reply_error) {
+      if (prefix.size() > replies.size()) std::abort();
+      for (size_t i = 0; i < prefix.size(); ++i) {
+        if (prefix[i] != replies[i]) std::abort();
       }
     }
   }

@@ -90,6 +90,66 @@ TEST(RespParser, ProtocolErrorsUseRedisTexts) {
   EXPECT_EQ(empty.pos, 4u);
 }
 
+// Replies flattened to "type integer text" strings.
+std::vector<std::string> Reply(std::string_view in, size_t* pos, ReplyStatus want) {
+  std::vector<RespItem> items;
+  std::string err;
+  EXPECT_EQ(ParseReply(in, pos, &items, &err), want) << err;
+  std::vector<std::string> out;
+  for (const auto& i : items) {
+    out.push_back(std::string(1, i.type) + " " + std::to_string(i.integer) + " " +
+                  std::string(i.text));
+  }
+  return out;
+}
+
+TEST(RespReply, ScalarsAggregatesAndPushes) {
+  std::string in =
+      ":42\r\n+OK\r\n-ERR no\r\n$5\r\nhe\r\no\r\n$-1\r\n*-1\r\n"
+      "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$0\r\n\r\n"
+      "*2\r\n*1\r\n:1\r\n*0\r\n"
+      ">4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$1\r\nc\r\n$1\r\np\r\n"
+      "%1\r\n+k\r\n_\r\n";
+  size_t pos = 0;
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{": 42 "}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"+ 0 OK"}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"- 0 ERR no"}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"$ 5 he\r\no"}));  // binary-safe
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"$ -1 "}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"* -1 "}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply),
+            (Args{"* 3 ", "$ 7 message", "$ 2 ch", "$ 0 "}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"* 2 ", "* 1 ", ": 1 ", "* 0 "}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply),
+            (Args{"> 4 ", "$ 8 pmessage", "$ 1 *", "$ 1 c", "$ 1 p"}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"% 1 ", "+ 0 k", "_ 0 "}));
+  EXPECT_EQ(pos, in.size());
+  EXPECT_TRUE(Reply(in, &pos, ReplyStatus::kNeedMore).empty());
+}
+
+TEST(RespReply, IncompleteRepliesWaitAtEverySplit) {
+  std::string whole = "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\nabc\r\n";
+  for (size_t cut = 0; cut < whole.size(); ++cut) {
+    size_t pos = 0;
+    EXPECT_TRUE(Reply(whole.substr(0, cut), &pos, ReplyStatus::kNeedMore).empty()) << cut;
+    EXPECT_EQ(pos, 0u);
+  }
+}
+
+TEST(RespReply, MalformedRepliesAreErrors) {
+  for (std::string bad : {"?x\r\n", ":12a\r\n", ":\r\n", "$-2\r\n", "$3\r\nabcd\r\n",
+                          "*-2\r\n", "#x\r\n", "_x\r\n", ":99999999999999999999\r\n"}) {
+    size_t pos = 0;
+    Reply(bad, &pos, ReplyStatus::kError);
+    EXPECT_EQ(pos, 0u) << bad;
+  }
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += "*1\r\n";
+  deep += ":1\r\n";
+  size_t pos = 0;
+  Reply(deep, &pos, ReplyStatus::kError);
+}
+
 TEST(RespWriter, Resp2AndResp3Shapes) {
   std::string out;
   RespWriter w(&out);

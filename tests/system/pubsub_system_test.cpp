@@ -3,6 +3,7 @@
 // PUBSUB queries, cleanup when a subscriber leaves, and slow subscribers dropped at their
 // output limit while the publisher carries on.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 
 #include <filesystem>
@@ -100,6 +101,78 @@ TEST(PubSubSystem, OneDeliveryCarriesEverySubscriberBehindAConnection) {
   }
   EXPECT_EQ(pub->PubsubQuery(Connection::Query::kNumSub, V({"t"})).value().entries[0].second, 0);
   EXPECT_EQ(pub->PubsubQuery(Connection::Query::kNumPat).value().number, 0);
+}
+
+// The non-blocking API: acks and deliveries come back as views, a delivery kept by a
+// synchronous call comes first, errors reach the handler, a full ring says so.
+struct Recorder : Connection::PubsubHandler {
+  std::vector<std::pair<uint64_t, uint64_t>> acks;
+  std::vector<std::string> messages;  // "kind|pattern|channel|payload|sessions"
+  std::vector<uint64_t> errors;
+  void OnPublishAck(uint64_t corr, uint64_t receivers) override {
+    acks.emplace_back(corr, receivers);
+  }
+  void OnMessage(const Connection::MessageView& m) override {
+    messages.push_back(std::to_string(static_cast<int>(m.kind)) + "|" + std::string(m.pattern) +
+                       "|" + std::string(m.channel) + "|" + std::string(m.payload) + "|" +
+                       std::to_string(m.sessions));
+  }
+  void OnError(uint64_t corr, const Status&) override { errors.push_back(corr); }
+  // Polls (sleeping on the wake fd between polls) until `done` or 5 s.
+  bool PollUntil(Connection& c, const std::function<bool()>& done) {
+    for (int i = 0; i < 500 && !done(); ++i) {
+      auto n = c.PollPubsub(*this);
+      if (!n) return false;
+      if (*n == 0 && c.PrepareSleep()) {
+        pollfd p{c.wake_fd(), POLLIN, 0};
+        poll(&p, 1, 10);
+      }
+      c.FinishSleep();
+    }
+    return done();
+  }
+};
+
+TEST(PubSubSystem, NonBlockingPublishAndDeliveryViews) {
+  Core core("ps-async");
+  auto sub = core.Connect(), pub = core.Connect();
+  ASSERT_TRUE(sub->Subscribe(Kind::kChannel, V({"a"})));
+  ASSERT_TRUE(sub->Subscribe(Kind::kPattern, V({"a*"})));
+  // A delivery that arrives while a synchronous call waits is kept, then handed out first.
+  ASSERT_EQ(pub->Publish("a", "first").value(), 2u);
+  ASSERT_TRUE(sub->Subscribe(Kind::kChannel, V({"b"})));
+  Recorder r;
+  auto c1 = pub->PublishAsync("a", "second");
+  auto c2 = pub->PublishAsync("zzz", "nobody");
+  ASSERT_TRUE(c1 && c2);
+  EXPECT_NE(*c1, *c2);
+  ASSERT_TRUE(r.PollUntil(*pub, [&] { return r.acks.size() == 2; }));
+  EXPECT_EQ(r.acks, (std::vector<std::pair<uint64_t, uint64_t>>{{*c1, 2}, {*c2, 0}}));
+  ASSERT_TRUE(r.PollUntil(*sub, [&] { return r.messages.size() == 4; }));
+  EXPECT_EQ(r.messages, (std::vector<std::string>{"0||a|first|1", "1|a*|a|first|1",
+                                                  "0||a|second|1", "1|a*|a|second|1"}));
+  // Too large for any ring message: refused before anything is sent.
+  std::string huge(8192, 'x');
+  auto big = pub->PublishAsync("a", huge);
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code(), StatusCode::kInvalidArgument);
+  // Filling the ring while the core is stopped: ResourceExhausted, never a block; once the
+  // core runs again every ack comes.
+  core.proc.Signal(SIGSTOP);
+  size_t sent = 0;
+  for (; sent < 10000; ++sent) {
+    auto c = pub->PublishAsync("zzz", "p");
+    if (!c) {
+      EXPECT_EQ(c.error().code(), StatusCode::kResourceExhausted);
+      break;
+    }
+  }
+  EXPECT_GT(sent, 0u);
+  EXPECT_LT(sent, 10000u);
+  core.proc.Signal(SIGCONT);
+  r.acks.clear();
+  ASSERT_TRUE(r.PollUntil(*pub, [&] { return r.acks.size() == sent; }));
+  EXPECT_TRUE(r.errors.empty());
 }
 
 TEST(PubSubSystem, ChannelListsSpanSeveralReplies) {

@@ -116,6 +116,41 @@ class Connection {
   };
   Result<QueryResult> PubsubQuery(Query q, std::span<const std::string> args = {});
 
+  // ---- Non-blocking pub/sub, for event loops and latency-critical code ----
+  // Nothing here blocks or allocates: PublishAsync encodes the request straight into the
+  // ring and returns its correlation id (ResourceExhausted when the ring has no room now:
+  // poll, then retry; InvalidArgument when it can never fit); PollPubsub hands what has
+  // arrived to a handler as views into the ring, valid during the call. Deliveries kept by
+  // the synchronous calls come first, in arrival order.
+  struct MessageView {
+    SubKind kind = SubKind::kChannel;
+    std::string_view pattern;  // kPattern: the pattern that matched
+    std::string_view channel;
+    std::string_view payload;
+    uint32_t sessions = 0;        // how many subscribers on this connection it is for
+    uint64_t first_session = 0;   // the first of them
+  };
+  class PubsubHandler {
+   public:
+    virtual ~PubsubHandler() = default;
+    virtual void OnPublishAck(uint64_t correlation_id, uint64_t receivers) = 0;
+    virtual void OnMessage(const MessageView& message) = 0;
+    // The core refused a request (correlation id 0: the session as a whole).
+    virtual void OnError(uint64_t correlation_id, const Status& error) = 0;
+  };
+  Result<uint64_t> PublishAsync(std::string_view channel, std::string_view payload,
+                                bool sharded = false);
+  // Handles up to `max` received messages; returns how many. Corruption: the ring is bad.
+  Result<size_t> PollPubsub(PubsubHandler& handler, size_t max = SIZE_MAX);
+  // Sleeping in an event loop: watch wake_fd() (messages) and liveness_fd() (the core went
+  // away: CheckAlive says so). Sleep only if PrepareSleep() returned true; FinishSleep()
+  // after waking. Between PrepareSleep and FinishSleep the core rings wake_fd.
+  int wake_fd() const;
+  int liveness_fd() const;
+  bool PrepareSleep();
+  void FinishSleep();
+  VoidResult CheckAlive();
+
   struct Stats {
     uint64_t bytes_lent = 0;    // received in place (zero-copy)
     uint64_t bytes_copied = 0;  // received through the ring

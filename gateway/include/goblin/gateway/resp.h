@@ -44,6 +44,26 @@ class RespParser {
 // \\ \" and \xHH escapes, 'single quotes' with \' only. False on unbalanced quotes.
 bool SplitInlineArgs(std::string_view line, std::vector<std::string>* out);
 
+// Replies as a client reads them (the benchmark harness and tests): one complete RESP2 or
+// RESP3 reply at a time, flattened depth-first into items (an aggregate's item carries its
+// element count and is followed by its elements). Strings are views into the input, valid
+// while it is. Nothing is allocated once `items` has grown. Fuzzed (fuzz_resp_parser).
+struct RespItem {
+  char type = 0;  // + - : $ * (RESP2); _ # , ( ! = % ~ > (RESP3; no attributes)
+  int64_t integer = 0;  // ':' value; '$' '!' '=' length, '*' '~' '>' count (-1: null), '%' pairs
+  std::string_view text;  // + - $ ! = , ( and # (the line or the bulk's bytes)
+};
+struct RespReplyLimits {
+  size_t max_items = 1 << 20;  // items in one reply (nested elements count)
+  size_t max_depth = 32;
+  size_t max_bulk = 512ull << 20;
+};
+enum class ReplyStatus { kReply, kNeedMore, kError };
+// kReply: `items` holds the reply and *pos is past it. kNeedMore: *pos unchanged. kError:
+// `error` says what is malformed (the stream cannot be resynchronized).
+ReplyStatus ParseReply(std::string_view in, size_t* pos, std::vector<RespItem>* items,
+                       std::string* error, const RespReplyLimits& limits = {});
+
 enum class Proto : uint8_t { kResp2 = 2, kResp3 = 3 };
 
 class RespWriter {
