@@ -353,8 +353,7 @@ Result<uint64_t> Connection::PublishAsync(std::string_view channel, std::string_
   const size_t need = 8 + 9 + 8 + channel.size() + payload.size();
   if (need > ring_->max_message()) {
     return Err(StatusCode::kInvalidArgument,
-               "a {}-byte PUBLISH does not fit a {}-byte ring message", need,
-               ring_->max_message());
+               "a {}-byte PUBLISH does not fit a {}-byte ring message", need, ring_->max_message());
   }
   uint8_t* p = ring_->Reserve(static_cast<uint32_t>(need));
   if (p == nullptr) return Err(StatusCode::kResourceExhausted, "the ring is full");
@@ -374,50 +373,55 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
   while (!inbox_.empty() && handled < max) {
     Message m = std::move(inbox_.front());
     inbox_.pop_front();
-    MessageView v{m.kind, m.pattern, m.channel, m.payload,
+    MessageView v{m.kind,
+                  m.pattern,
+                  m.channel,
+                  m.payload,
                   static_cast<uint32_t>(m.session_ids.size()),
                   m.session_ids.empty() ? 0 : m.session_ids.front()};
     handler.OnMessage(v);
     ++handled;
   }
   if (handled >= max) return handled;
-  GOBLIN_ASSIGN_OR_RETURN(
-      size_t n, ring_->Poll(
-                    [&](std::span<const uint8_t> m) {
-                      switch (m.size() < 8 ? 0 : TemplateOf(m)) {
-                        case wire::DeliveryDecoder::kTemplateId: {
-                          auto d = wire::DeliveryDecoder::Decode(m);
-                          if (!d) return;  // malformed: dropped
-                          MessageView v;
-                          v.kind = static_cast<SubKind>(d->kind());
-                          for (auto s : d->sessions()) {
-                            if (v.sessions++ == 0) v.first_session = s.session_id();
-                          }
-                          v.pattern = d->pattern();
-                          v.channel = d->channel();
-                          v.payload = d->payload();
-                          handler.OnMessage(v);
-                          return;
-                        }
-                        case wire::PublishAckDecoder::kTemplateId: {
-                          auto a = wire::PublishAckDecoder::Decode(m);
-                          if (a) handler.OnPublishAck(a->correlation_id(), a->receivers());
-                          return;
-                        }
-                        case wire::ErrorDecoder::kTemplateId: {
-                          auto e = wire::ErrorDecoder::Decode(m);
-                          if (e) handler.OnError(e->correlation_id(), ErrorReply(m));
-                          return;
-                        }
-                        case wire::LoanDecoder::kTemplateId: {  // nobody waits for it
-                          if (auto l = wire::LoanDecoder::Decode(m)) ReleaseLoan(l->loan_id());
-                          return;
-                        }
-                        default:
-                          return;  // a late reply to an abandoned synchronous request
-                      }
-                    },
-                    max - handled));
+  GOBLIN_ASSIGN_OR_RETURN(size_t n,
+                          ring_->Poll(
+                              [&](std::span<const uint8_t> m) {
+                                switch (m.size() < 8 ? 0 : TemplateOf(m)) {
+                                  case wire::DeliveryDecoder::kTemplateId: {
+                                    auto d = wire::DeliveryDecoder::Decode(m);
+                                    if (!d) return;  // malformed: dropped
+                                    MessageView v;
+                                    v.kind = static_cast<SubKind>(d->kind());
+                                    for (auto s : d->sessions()) {
+                                      if (v.sessions++ == 0) v.first_session = s.session_id();
+                                    }
+                                    v.pattern = d->pattern();
+                                    v.channel = d->channel();
+                                    v.payload = d->payload();
+                                    handler.OnMessage(v);
+                                    return;
+                                  }
+                                  case wire::PublishAckDecoder::kTemplateId: {
+                                    auto a = wire::PublishAckDecoder::Decode(m);
+                                    if (a)
+                                      handler.OnPublishAck(a->correlation_id(), a->receivers());
+                                    return;
+                                  }
+                                  case wire::ErrorDecoder::kTemplateId: {
+                                    auto e = wire::ErrorDecoder::Decode(m);
+                                    if (e) handler.OnError(e->correlation_id(), ErrorReply(m));
+                                    return;
+                                  }
+                                  case wire::LoanDecoder::kTemplateId: {  // nobody waits for it
+                                    if (auto l = wire::LoanDecoder::Decode(m))
+                                      ReleaseLoan(l->loan_id());
+                                    return;
+                                  }
+                                  default:
+                                    return;  // a late reply to an abandoned synchronous request
+                                }
+                              },
+                              max - handled));
   return handled + n;
 }
 

@@ -117,8 +117,7 @@ TEST(RespReply, ScalarsAggregatesAndPushes) {
   EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"$ 5 he\r\no"}));  // binary-safe
   EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"$ -1 "}));
   EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"* -1 "}));
-  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply),
-            (Args{"* 3 ", "$ 7 message", "$ 2 ch", "$ 0 "}));
+  EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"* 3 ", "$ 7 message", "$ 2 ch", "$ 0 "}));
   EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply), (Args{"* 2 ", "* 1 ", ": 1 ", "* 0 "}));
   EXPECT_EQ(Reply(in, &pos, ReplyStatus::kReply),
             (Args{"> 4 ", "$ 8 pmessage", "$ 1 *", "$ 1 c", "$ 1 p"}));
@@ -137,8 +136,8 @@ TEST(RespReply, IncompleteRepliesWaitAtEverySplit) {
 }
 
 TEST(RespReply, MalformedRepliesAreErrors) {
-  for (std::string bad : {"?x\r\n", ":12a\r\n", ":\r\n", "$-2\r\n", "$3\r\nabcd\r\n",
-                          "*-2\r\n", "#x\r\n", "_x\r\n", ":99999999999999999999\r\n"}) {
+  for (std::string bad : {"?x\r\n", ":12a\r\n", ":\r\n", "$-2\r\n", "$3\r\nabcd\r\n", "*-2\r\n",
+                          "#x\r\n", "_x\r\n", ":99999999999999999999\r\n"}) {
     size_t pos = 0;
     Reply(bad, &pos, ReplyStatus::kError);
     EXPECT_EQ(pos, 0u) << bad;

@@ -127,8 +127,8 @@ class Connection {
     std::string_view pattern;  // kPattern: the pattern that matched
     std::string_view channel;
     std::string_view payload;
-    uint32_t sessions = 0;        // how many subscribers on this connection it is for
-    uint64_t first_session = 0;   // the first of them
+    uint32_t sessions = 0;       // how many subscribers on this connection it is for
+    uint64_t first_session = 0;  // the first of them
   };
   class PubsubHandler {
    public:

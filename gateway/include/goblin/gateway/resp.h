@@ -49,8 +49,8 @@ bool SplitInlineArgs(std::string_view line, std::vector<std::string>* out);
 // element count and is followed by its elements). Strings are views into the input, valid
 // while it is. Nothing is allocated once `items` has grown. Fuzzed (fuzz_resp_parser).
 struct RespItem {
-  char type = 0;  // + - : $ * (RESP2); _ # , ( ! = % ~ > (RESP3; no attributes)
-  int64_t integer = 0;  // ':' value; '$' '!' '=' length, '*' '~' '>' count (-1: null), '%' pairs
+  char type = 0;          // + - : $ * (RESP2); _ # , ( ! = % ~ > (RESP3; no attributes)
+  int64_t integer = 0;    // ':' value; '$' '!' '=' length, '*' '~' '>' count (-1: null), '%' pairs
   std::string_view text;  // + - $ ! = , ( and # (the line or the bulk's bytes)
 };
 struct RespReplyLimits {
