@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
   app.add_option("--wake", wake, "spin (spin, then sleep on doorbells) or busy (never sleep)")
       ->check(CLI::IsMember({"spin", "busy"}))
       ->capture_default_str();
+  app.add_flag("--yield-when-polling", opts.yield_when_polling,
+               "Yield the CPU between polls while busy-polling (when goblin-gateway shares the "
+               "core's CPU)");
   store::PoolOptions pool_opts;
   pool_opts.memory = 256ull << 20;
   pool_opts.block = 256 << 10;

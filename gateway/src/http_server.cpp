@@ -20,6 +20,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "goblin/common/buffer.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/fd.h"
@@ -426,7 +427,7 @@ class HttpServer::Impl {
   uint64_t next_tag_ = kFirstTag, next_corr_ = 1;
   std::vector<std::vector<uint8_t>> core_queue_;
   size_t core_queue_bytes_ = 0;
-  std::vector<uint8_t> encode_buf_;
+  ByteBuffer encode_buf_;  // not zero-filled: resident as used
   std::vector<Conn*> dirty_;
   std::vector<Fill*> dead_fills_;
   bool core_gone_ = false;
@@ -458,7 +459,7 @@ VoidResult HttpServer::Impl::Init() {
   co.ring_bytes = options_.core_ring_bytes;
   co.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
   GOBLIN_ASSIGN_OR_RETURN(core_, ring::RingClient::Connect(options_.core_socket, co));
-  encode_buf_.resize(core_->max_message());
+  encode_buf_ = ByteBuffer(core_->max_message());
   // Map the core's pools read-only: hits are written to sockets from there.
   {
     uint8_t buf[64];

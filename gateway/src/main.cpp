@@ -12,6 +12,7 @@
 #include "goblin/common/cli.h"
 #include "goblin/common/log.h"
 #include "goblin/common/signals.h"
+#include "goblin/common/topology.h"
 #include "goblin/common/units.h"
 #include "goblin/gateway/http_server.h"
 #include "goblin/gateway/resp_server.h"
@@ -74,8 +75,21 @@ int main(int argc, char** argv) {
   AddSizeOption(app, "--core-ring-bytes", &ring, "Ring size towards goblin-core (per direction)");
   app.add_option("--max-clients", r.max_clients, "Concurrent clients per front")
       ->capture_default_str();
+  AddDurationOption(app, "--busy-poll", &r.busy_poll,
+                    "RESP front: poll this long after the last work before sleeping (0: sleep "
+                    "at once; give the core and the gateway their own CPUs before raising it)");
+  app.add_flag("--yield-when-polling", r.yield_when_polling,
+               "RESP front: yield the CPU between polls while busy-polling (sharing a CPU "
+               "with goblin-core)");
+  std::string cpus;
+  app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3)");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (!cpus.empty()) {
+    auto list = ParseCpuList(cpus);
+    if (!list) return Fail(list.error().WithContext("--cpus"));
+    if (auto p = PinCurrentThread(*list); !p) return Fail(p.error());
+  }
 
   std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();

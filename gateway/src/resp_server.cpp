@@ -4,6 +4,7 @@
 #include <emmintrin.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/buffer.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/log.h"
@@ -188,7 +190,7 @@ class RespServer::Impl {
   uint64_t next_corr_ = 1;
   std::vector<std::vector<uint8_t>> core_queue_;  // requests waiting for ring space
   std::vector<Client*> dirty_;                    // clients with output to write
-  std::vector<uint8_t> encode_buf_;
+  ByteBuffer encode_buf_;                         // not zero-filled: resident as used
   std::string delivery_fmt_[2];
   RespParser parser_;
   std::vector<std::string_view> argv_;
@@ -202,7 +204,7 @@ VoidResult RespServer::Impl::Init() {
   co.ring_bytes = options_.core_ring_bytes;
   co.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
   GOBLIN_ASSIGN_OR_RETURN(core_, ring::RingClient::Connect(options_.core_socket, co));
-  encode_buf_.resize(core_->max_message());
+  encode_buf_ = ByteBuffer(core_->max_message());
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), core_->doorbell_fd(), EPOLLIN, kTagCoreBell));
@@ -266,6 +268,8 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
       last_work = now;
     } else if (now - last_work >= busy_ns) {
       timeout = core_->PrepareSleep(!core_queue_.empty()) ? -1 : 0;
+    } else if (options_.yield_when_polling) {
+      sched_yield();
     } else {
       _mm_pause();
     }

@@ -1,6 +1,7 @@
 #include "goblin/ring/server.h"
 
 #include <emmintrin.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -97,7 +98,7 @@ Result<std::unique_ptr<RingServer>> RingServer::Listen(const ServerOptions& opti
   GOBLIN_ASSIGN_OR_RETURN(s->wake_, EventFd::Create());
   GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->listen_.get(), EPOLLIN));
   GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->wake_.fd(), EPOLLIN));
-  s->scratch_.resize(options.max_ring_bytes);
+  s->scratch_ = ByteBuffer(options.max_ring_bytes);
   return s;
 }
 
@@ -140,7 +141,11 @@ VoidResult RingServer::Run(int stop_fd) {
     uint64_t now = MonotonicNanos();
     if (options_.wake == WakeMode::kBusyPoll || now - last_work < busy_ns) {
       if ((iter & 63) == 0) HandleEvents(0);
-      _mm_pause();
+      if (options_.yield_when_polling) {
+        sched_yield();
+      } else {
+        _mm_pause();
+      }
       continue;
     }
     bool can_sleep = true;

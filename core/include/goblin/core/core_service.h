@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/buffer.h"
 #include "goblin/common/fd.h"
 #include "goblin/pubsub/engine.h"
 #include "goblin/ring/server.h"
@@ -117,7 +118,7 @@ class CoreService : public ring::Handler {
 
   store::Store* store_;
   CoreCounters counters_;
-  std::vector<uint8_t> out_ = std::vector<uint8_t>(1 << 20);
+  ByteBuffer out_ = ByteBuffer(1 << 20);               // not zero-filled: resident as used
   std::unordered_map<uint64_t, Upload> uploads_;       // fill id -> owner
   std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
   std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out

@@ -30,6 +30,8 @@ struct RespServerOptions {
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
+  // Yield the CPU between polls while busy-polling (sharing a CPU with goblin-core).
+  bool yield_when_polling = false;
 };
 
 struct RespStats {

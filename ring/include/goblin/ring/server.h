@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/buffer.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/status.h"
 #include "goblin/ring/channel.h"
@@ -37,6 +38,10 @@ struct ServerOptions {
   std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
   WakeMode wake = WakeMode::kSpinThenSleep;
+  // While busy-polling, give the CPU away between polls (sched_yield) instead of pausing:
+  // for a core that shares its CPU with a process it serves (goblin-gateway on a 2-CPU
+  // machine), so each hands the CPU to the other without a doorbell and a wake-up.
+  bool yield_when_polling = false;
 };
 
 enum class SendOutcome : uint8_t {
@@ -164,7 +169,7 @@ class RingServer {
   std::unordered_map<int, uint64_t> fd_to_session_;  // socket and doorbell fds
   std::vector<int> wake_fds_;                        // the handler's eventfds
   std::vector<Session*> active_;                     // iteration order for polling
-  std::vector<uint8_t> scratch_;
+  ByteBuffer scratch_;  // messages are copied here out of shared memory
   ServerStats stats_;
 };
 
