@@ -9,6 +9,7 @@
 // against the manifest; a mismatch or an error is counted and makes the exit status 1.
 //   mirror_proxy_benchmark --target http://127.0.0.1:8080 --manifest M [--passes 3]
 //       [--trace out.csv] [--label goblin] [--head /warmed/key]
+//   mirror_proxy_benchmark --loopback-ceiling 8G   (the loopback TCP stream ceiling, MB/s)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/stats.h"
@@ -132,6 +134,43 @@ class Client {
   std::vector<char> chunk_ = std::vector<char>(1 << 20);
 };
 
+// The loopback TCP ceiling: one connection, a sender thread writing `bytes` from memory and
+// this thread reading them into a 1 MiB buffer (the client's own receive size). MB/s.
+double LoopbackCeiling(uint64_t bytes) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (!listener || bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      listen(listener.get(), 1) != 0 ||
+      getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return 0;
+  std::thread sender([&] {
+    UniqueFd c(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    std::vector<char> buf(1 << 20, 'x');
+    for (uint64_t sent = 0; c && sent < bytes;) {
+      ssize_t n =
+          send(c.get(), buf.data(), std::min<uint64_t>(buf.size(), bytes - sent), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<uint64_t>(n);
+    }
+  });
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  uint64_t got = 0, t0 = MonotonicNanos();
+  if (fd && connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      ssize_t n = recv(fd.get(), buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      got += static_cast<uint64_t>(n);
+    }
+  }
+  double secs = static_cast<double>(MonotonicNanos() - t0) / 1e9;
+  sender.join();
+  return got == bytes ? static_cast<double>(got) / secs / 1e6 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,14 +179,27 @@ int main(int argc, char** argv) {
   std::string target, manifest, trace, label = "cache", head_path;
   int passes = 3;
   uint64_t seed = 0x243f6a8885a308d3ULL;
-  app.add_option("--target", target, "http://HOST:PORT of the cache")->required();
-  app.add_option("--manifest", manifest, "File of \"PATH SIZE\" lines")->required();
+  uint64_t ceiling_bytes = 0;
+  AddSizeOption(app, "--loopback-ceiling", &ceiling_bytes,
+                "Only measure a loopback TCP stream of this many bytes (MB/s) and exit", true);
+  app.add_option("--target", target, "http://HOST:PORT of the cache");
+  app.add_option("--manifest", manifest, "File of \"PATH SIZE\" lines");
   app.add_option("--passes", passes, "Shuffled passes over the manifest")->capture_default_str();
   app.add_option("--seed", seed, "Shuffle seed")->capture_default_str();
   app.add_option("--trace", trace, "Write one CSV row per request here");
   app.add_option("--label", label, "Name of the case in the output")->capture_default_str();
   app.add_option("--head", head_path, "First check this warmed key with a bodyless HEAD");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (ceiling_bytes > 0) {
+    double mbs = LoopbackCeiling(ceiling_bytes);
+    fmt::print("ceiling: loopback {:.0f} MB/s ({} bytes on one TCP connection)\n", mbs,
+               ceiling_bytes);
+    return mbs > 0 ? 0 : 1;
+  }
+  if (manifest.empty()) {
+    std::fprintf(stderr, "mirror_proxy_benchmark: --target and --manifest are required\n");
+    return 2;
+  }
   if (!target.starts_with("http://")) {
     std::fprintf(stderr, "mirror_proxy_benchmark: --target must be http://HOST:PORT\n");
     return 2;
