@@ -93,7 +93,7 @@ while acc < total:
     i += 1
 PY
 NOBJ=$(wc -l < "$MANIFEST")
-CORPUS_BYTES=$(awk '{s += $2} END {print s}' "$MANIFEST")
+CORPUS_BYTES=$(awk '{s += $2} END {printf "%.0f\n", s}' "$MANIFEST")
 say "corpus: $NOBJ objects, $((CORPUS_BYTES >> 20)) MiB in $CORPUS_DIR"
 while read -r path size; do
   f=$CORPUS_DIR/$(basename "$path")
