@@ -42,6 +42,8 @@
 #include "goblin/common/fd.h"
 #include "goblin/common/topology.h"
 #include "goblin/gateway/resp.h"
+#include "goblin/sbe/runtime.h"
+#include "goblin/wire/goblin_wire.h"
 
 namespace {
 
@@ -433,11 +435,14 @@ class RingEngine final : public Engine, private Connection::PubsubHandler {
   }
 
   std::string Unsupported(const Expect& e) const override {
-    // PUBLISH: header 8 + block 9 + two length prefixes; Delivery: header 8, kind 1, a
-    // one-entry group (4 + 8) and three length prefixes.
+    // The PUBLISH and the Delivery (a one-session group) must each fit one ring record.
     const size_t max = conns_.front()->max_message();
-    const size_t publish = 25 + e.channel.size() + e.payload.size();
-    const size_t delivery = 33 + e.pattern.size() + e.channel.size() + e.payload.size();
+    const size_t len = sbe::DataLengthSize(sbe::SectionKind::kData32);
+    const size_t publish = sbe::MessageHeader::kSize + wire::PublishEncoder::kBlockLength +
+                           2 * len + e.channel.size() + e.payload.size();
+    const size_t delivery = sbe::MessageHeader::kSize + wire::DeliveryEncoder::kBlockLength +
+                            sbe::kGroupHeaderSize + sizeof(uint64_t) + 3 * len + e.pattern.size() +
+                            e.channel.size() + e.payload.size();
     if (std::max(publish, delivery) > max) {
       return fmt::format("a {}-byte payload plus SBE and ring framing exceeds the {}-byte ring",
                          e.payload.size(), ring_bytes_);

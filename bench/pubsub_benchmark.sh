@@ -12,7 +12,8 @@
 #   goblin-sbe-ring-4kb  goblin-core's typed SBE over 4 KiB shared-memory rings
 # Environment: ENGINES, SCENARIOS (default: every scenario, see pubsub_benchmark --list),
 # BUILD_DIR (build/release), REDIS_SERVER (redis-server), SPIN_US (harness polling after a
-# send, default 100), HARNESS_ARGS (extra harness arguments, e.g. "--samples 100").
+# send, default 100), HARNESS_ARGS (extra harness arguments, e.g. "--samples 100"),
+# GOBLIN_WAIT (2-3 CPUs: goblin-core/gateway waiting flags, default --yield-when-polling).
 # CPU placement is chosen from the CPU count and printed: with 4 or more CPUs the server
 # gets CPU 2, goblin-gateway CPU 3 and the harness CPU 1; with 2 or 3 CPUs the server (and
 # goblin-gateway, yielding between polls) CPU 1 and the harness CPU 0.
@@ -84,7 +85,7 @@ NCPU=$(nproc)
 if [ "$NCPU" -ge 4 ]; then
   SERVER_CPU=2; GATEWAY_CPU=3; HARNESS_CPU=1; SHARED=""
 elif [ "$NCPU" -ge 2 ]; then
-  SERVER_CPU=1; GATEWAY_CPU=1; HARNESS_CPU=0; SHARED="--yield-when-polling"
+  SERVER_CPU=1; GATEWAY_CPU=1; HARNESS_CPU=0; SHARED=${GOBLIN_WAIT---yield-when-polling}
 else
   echo "pubsub_benchmark.sh: one CPU: nothing is pinned and the numbers mean little" >&2
   SERVER_CPU=0; GATEWAY_CPU=0; HARNESS_CPU=0; SHARED="--busy-poll 0"

@@ -244,7 +244,13 @@ for cache in $CACHES; do
   [ "$WARM" = "$NOBJ" ] || die "$cache: the origin saw $WARM requests for $NOBJ objects while prewarming"
 
   drop_caches
-  CACHE_PIDS=$(pgrep -d, -f "goblin-core|goblin-gateway|varnishd|nginx: " || true)
+  # The cache's processes: its cgroup's, else the children of the launched process.
+  if [ -n "$PROCS" ]; then
+    CACHE_PIDS=$(paste -sd, "$PROCS")
+  else
+    CACHE_PIDS=$(pgrep -d, -P "${PIDS[-1]}" || true)
+    CACHE_PIDS=${PIDS[-1]}${CACHE_PIDS:+,$CACHE_PIDS}
+  fi
   $PY "$ROOT/bench/monitor_benchmark_resources.py" --pids "$CACHE_PIDS" --interval 1 \
     --out "$OUT/resources-$cache.csv" > /dev/null 2>&1 &
   MONITOR=$!

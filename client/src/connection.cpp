@@ -349,8 +349,9 @@ Result<std::optional<Connection::Message>> Connection::NextMessage(
 
 Result<uint64_t> Connection::PublishAsync(std::string_view channel, std::string_view payload,
                                           bool sharded) {
-  // SBE: 8-byte header, 9-byte block, two 4-byte length prefixes.
-  const size_t need = 8 + 9 + 8 + channel.size() + payload.size();
+  const size_t need = sbe::MessageHeader::kSize + wire::PublishEncoder::kBlockLength +
+                      2 * sbe::DataLengthSize(sbe::SectionKind::kData32) + channel.size() +
+                      payload.size();
   if (need > ring_->max_message()) {
     return Err(StatusCode::kInvalidArgument,
                "a {}-byte PUBLISH does not fit a {}-byte ring message", need, ring_->max_message());
