@@ -81,15 +81,23 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   GOBLIN_ASSIGN_OR_RETURN(s->pool_, HeadPool::Create(o.pool));
   GOBLIN_ASSIGN_OR_RETURN(s->engine_, IoEngine::Create(o.io, o.io_depth));
   GOBLIN_ASSIGN_OR_RETURN(s->buffers_, IoBufferPool::Create(o.io_buffers, o.tier.extent_bytes));
+  // Fixed buffers: the I/O buffers' pages are pinned once instead of on every extent.
+  if (auto reg = s->engine_->RegisterBuffers(
+          s->buffers_->Buffer(0), uint64_t{s->buffers_->count()} * s->buffers_->buffer_bytes());
+      !reg) {
+    GOBLIN_LOG_WARN(kLog, "store: I/O buffers not registered with the engine ({}); pinning per I/O",
+                    reg.error().ToString());
+  }
   s->io_ = std::make_unique<IoRouter>(s->engine_.get(), s->buffers_.get());
   s->stats_.objects = s->index_->size();
   const auto& rec = s->index_->recovery();
   GOBLIN_LOG_INFO(
       kLog,
       "store: {} objects ({} from the checkpoint, {} journal records, {} torn bytes cut), "
-      "{} tier(s), I/O via {}",
+      "{} tier(s), I/O via {}{}",
       s->stats_.objects, rec.from_checkpoint, rec.journal_records, rec.discarded_bytes,
-      s->tiers_.size(), IoBackendName(s->engine_->backend()));
+      s->tiers_.size(), IoBackendName(s->engine_->backend()),
+      s->engine_->buffers_registered() ? " (registered buffers)" : "");
   return s;
 }
 

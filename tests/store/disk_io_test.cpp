@@ -91,6 +91,45 @@ TEST_P(DiskIoTest, WritesAndReadsBackManyInFlight) {
   EXPECT_EQ(engine_->in_flight(), 0u);
 }
 
+TEST_P(DiskIoTest, RegisteredBuffersAndOutsideBuffersBothWork) {
+  auto file = ExtentFile::Open((dir_ / "e").string(), 4 << 20);
+  ASSERT_TRUE(file);
+  auto pool = IoBufferPool::Create(4, 1 << 20);
+  ASSERT_TRUE(pool);
+  auto reg = engine_->RegisterBuffers((*pool)->Buffer(0), 4ull << 20);
+  ASSERT_TRUE(reg) << reg.error().ToString();
+  // io_uring pins them (fixed buffers); the synchronous engine has nothing to register.
+  EXPECT_EQ(engine_->buffers_registered(), GetParam() == IoChoice::kIoUring);
+  if (engine_->buffers_registered()) {
+    EXPECT_FALSE(engine_->RegisterBuffers((*pool)->Buffer(0), 4096));
+  }
+  for (uint32_t b = 0; b < 4; ++b)
+    std::memset((*pool)->Buffer(b), 'a' + static_cast<int>(b), 1 << 20);
+  auto* outside = static_cast<uint8_t*>(aligned_alloc(kDirectAlignment, 1 << 20));
+  std::memset(outside, 'z', 1 << 20);
+  std::vector<IoRequest> writes;
+  for (uint32_t b = 0; b < 3; ++b) {
+    writes.push_back({file->fd(), uint64_t{b} << 20, (*pool)->Buffer(b), 1 << 20, true, b});
+  }
+  writes.push_back({file->fd(), 3u << 20, outside, 1 << 20, true, 3});
+  for (auto& c : RunAll(writes)) EXPECT_EQ(c.result, 1 << 20) << "write " << c.user_data;
+  // Read back crosswise: pool buffers get what came from the outside buffer and vice versa.
+  std::memset(outside, 0, 1 << 20);
+  for (uint32_t b = 0; b < 4; ++b) std::memset((*pool)->Buffer(b), 0, 1 << 20);
+  auto done = RunAll({{file->fd(), 3u << 20, (*pool)->Buffer(0), 1 << 20, false, 10},
+                      {file->fd(), 1u << 20, outside, 1 << 20, false, 11},
+                      {file->fd(), 2u << 20, (*pool)->Buffer(3) + 4096, 8192, false, 12}});
+  for (auto& c : done) EXPECT_EQ(c.result, c.user_data == 12 ? 8192 : 1 << 20) << c.user_data;
+  EXPECT_EQ((*pool)->Buffer(0)[0], 'z');
+  EXPECT_EQ((*pool)->Buffer(0)[(1 << 20) - 1], 'z');
+  EXPECT_EQ(outside[0], 'b');
+  EXPECT_EQ(outside[(1 << 20) - 1], 'b');
+  EXPECT_EQ((*pool)->Buffer(3)[4096], 'c');
+  EXPECT_EQ((*pool)->Buffer(3)[4096 + 8191], 'c');
+  EXPECT_EQ((*pool)->Buffer(3)[0], 0);
+  free(outside);
+}
+
 TEST_P(DiskIoTest, DepthBoundsWhatIsInFlight) {
   auto file = ExtentFile::Open((dir_ / "e").string(), 1 << 20);
   ASSERT_TRUE(file);

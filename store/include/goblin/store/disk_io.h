@@ -58,6 +58,16 @@ class IoEngine {
   virtual bool Submit(const IoRequest& r) = 0;
   // Hands queued requests to the kernel (one system call for the batch).
   virtual VoidResult Flush() = 0;
+  // Registers [base, base + bytes) once (io_uring fixed buffers: the pages are pinned now,
+  // not on every request); requests whose buffer lies inside it then skip per-I/O page
+  // pinning. Engines without the notion accept and ignore it. Fails (and changes nothing)
+  // when the kernel refuses, e.g. over RLIMIT_MEMLOCK; requests still work unregistered.
+  virtual VoidResult RegisterBuffers(void* base, uint64_t bytes) {
+    (void)base;
+    (void)bytes;
+    return {};
+  }
+  bool buffers_registered() const { return registered_bytes_ > 0; }
   // Collects up to out.size() completions, waiting until at least `min_complete` (capped at
   // what is in flight) have arrived.
   virtual Result<size_t> Reap(std::span<IoCompletion> out, uint32_t min_complete) = 0;
@@ -72,6 +82,8 @@ class IoEngine {
   void SignalEvents() const;  // engines that complete in user space (sync) call this
   uint32_t depth_ = 0;
   uint32_t in_flight_ = 0;
+  uint8_t* registered_base_ = nullptr;
+  uint64_t registered_bytes_ = 0;
   UniqueFd event_fd_;
 };
 
