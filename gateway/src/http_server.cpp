@@ -254,6 +254,8 @@ class NetRing {
 
 constexpr uint64_t kTagNetRing = 5;
 constexpr uint64_t kOpRecv = 1, kOpWrite = 2, kOpCancel = 3;
+// Body bytes sent with a response's headers in its first write (the rest follows at once).
+constexpr size_t kFirstSendBytes = 64 << 10;
 
 }  // namespace
 
@@ -271,6 +273,7 @@ class HttpServer::Impl {
     const uint8_t* ptr = nullptr;  // borrowed (a loan) when owned is empty
     size_t len = 0;
     uint64_t loan = 0;
+    bool response_head = false;  // a status line and headers: see kFirstSendBytes
   };
   struct Fill;
   enum class ExState { kLookup, kCoreBody, kWaitFill, kOrigin, kDone };
@@ -360,7 +363,10 @@ class HttpServer::Impl {
   void BuildExchange(Conn& c, const http::Request& r);
   void Dispatch(Conn& c);
   void Respond(Conn& c, int status, std::string_view body = {}, std::string_view extra = {});
-  void Write(Conn& c, std::string bytes);
+  // Queues bytes for the client. `response_head`: these are a response's status line and
+  // headers; the write that sends them carries at most kFirstSendBytes of what follows, so
+  // the client's first byte is not held back behind copying a whole RAM head.
+  void Write(Conn& c, std::string bytes, bool response_head = false);
   void WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t loan);
   void Flush(Conn& c);
   void Close(Conn& c);
@@ -372,6 +378,13 @@ class HttpServer::Impl {
 
   // Core side
   uint64_t CoreGet(Conn& c, uint64_t offset, uint64_t length, bool follow);
+  // A lookup went to the core: the loop keeps polling for its answer up to
+  // options_.core_reply_poll before it sleeps (a client's first byte waits on it).
+  void ExpectCoreReply() {
+    poll_until_ = std::max(
+        poll_until_, MonotonicNanos() + static_cast<uint64_t>(options_.core_reply_poll.count()));
+  }
+  uint64_t poll_until_ = 0;
   uint64_t CoreHead(Conn& c);
   bool SendToCore(const std::function<size_t(uint8_t*, size_t)>& encode, size_t max_bytes);
   bool FlushCoreQueue();
@@ -596,7 +609,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     int timeout = 0;
     if (work > 0) {
       last_work = now;
-    } else if (now - last_work > 50'000) {
+    } else if (now - last_work > 50'000 && now > poll_until_) {
       timeout = core_->PrepareSleep(!core_queue_.empty()) ? 1000 : 0;
     }
 #if GOBLIN_HAVE_URING
@@ -812,7 +825,7 @@ void HttpServer::Impl::Respond(Conn& c, int status, std::string_view body, std::
       "{}\r\n{}{}\r\n",
       status, Reason(status), http::FormatHttpDate(static_cast<int64_t>(NowSeconds())), body.size(),
       extra, c.close_after ? "Connection: close\r\n" : "");
-  Write(c, head + std::string(c.ex && c.ex->head ? std::string_view() : body));
+  Write(c, head + std::string(c.ex && c.ex->head ? std::string_view() : body), true);
   FinishExchange(c);
 }
 
@@ -823,11 +836,11 @@ void HttpServer::Impl::FinishExchange(Conn& c) {
   if (async_ && !c.ex) PostRecv(c);
 }
 
-void HttpServer::Impl::Write(Conn& c, std::string bytes) {
+void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head) {
   if (bytes.empty()) return;
   if (c.out.empty()) c.last_progress = MonotonicNanos();
   c.out_bytes += bytes.size();
-  c.out.push_back(Piece{std::move(bytes), nullptr, 0, 0});
+  c.out.push_back(Piece{std::move(bytes), nullptr, 0, 0, response_head});
   dirty_.push_back(&c);
 }
 
@@ -882,13 +895,20 @@ void HttpServer::Impl::Flush(Conn& c) {
 size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max) {
   iov->clear();
   size_t bytes = 0, off = c.first_off;
+  // A write that starts a response stops kFirstSendBytes after its headers.
+  size_t limit = SIZE_MAX;
   for (auto it = c.out.begin(); it != c.out.end() && iov->size() < max; ++it) {
+    if (it->response_head && off == 0) {
+      if (!iov->empty()) break;  // the previous response's bytes go on their own
+      limit = it->owned.size() + kFirstSendBytes;
+    }
     const uint8_t* base =
         it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());
-    size_t len = it->owned.empty() ? it->len : it->owned.size();
-    iov->push_back({const_cast<uint8_t*>(base + off), len - off});
-    bytes += len - off;
+    size_t len = std::min((it->owned.empty() ? it->len : it->owned.size()) - off, limit - bytes);
+    iov->push_back({const_cast<uint8_t*>(base + off), len});
+    bytes += len;
     off = 0;
+    if (bytes == limit) break;
   }
   return bytes;
 }
@@ -1054,6 +1074,7 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
   corr_[corr] = {CorrKind::kLookup, c.id, nullptr};
   c.ex->corr = corr;
   c.ex->state = ExState::kLookup;
+  ExpectCoreReply();
   return corr;
 }
 
@@ -1072,6 +1093,7 @@ uint64_t HttpServer::Impl::CoreHead(Conn& c) {
   corr_[corr] = {CorrKind::kHeadLookup, c.id, nullptr};
   c.ex->corr = corr;
   c.ex->state = ExState::kLookup;
+  ExpectCoreReply();
   return corr;
 }
 
@@ -1244,26 +1266,32 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
       not_modified = since && modified && *modified <= *since;
     }
     if (not_modified) {
-      Write(c, HitHead(ex, 304, meta, info.created_nanos(), ""));
+      Write(c, HitHead(ex, 304, meta, info.created_nanos(), ""), true);
       return FinishExchange(c);
     }
     if (ex.head) {
-      Write(c, HitHead(ex, 200, meta, info.created_nanos(),
-                       fmt::format("Content-Length: {}\r\n", size)));
+      Write(
+          c,
+          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+          true);
       return FinishExchange(c);
     }
     auto rr = http::ParseRange(ex.range, size, &ex.ranges);
     if (rr == http::RangeResult::kUnsatisfiable) {
-      Write(c, HitHead(ex, 416, "", info.created_nanos(),
-                       fmt::format("Content-Range: bytes */{}\r\nContent-Length: 0\r\n", size)));
+      Write(c,
+            HitHead(ex, 416, "", info.created_nanos(),
+                    fmt::format("Content-Range: bytes */{}\r\nContent-Length: 0\r\n", size)),
+            true);
       return FinishExchange(c);
     }
     ex.size = size;
     if (rr == http::RangeResult::kOk && ex.ranges.size() == 1) {
       const auto& r = ex.ranges[0];
-      Write(c, HitHead(ex, 206, meta, info.created_nanos(),
-                       fmt::format("Content-Range: bytes {}-{}/{}\r\nContent-Length: {}\r\n",
-                                   r.first, r.last, size, r.length())));
+      Write(c,
+            HitHead(ex, 206, meta, info.created_nanos(),
+                    fmt::format("Content-Range: bytes {}-{}/{}\r\nContent-Length: {}\r\n", r.first,
+                                r.last, size, r.length())),
+            true);
       CoreGet(c, r.first, r.length(), false);
       ex.state = ExState::kCoreBody;
       return;
@@ -1290,18 +1318,21 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
         if (!line.starts_with("Content-Type:") && !line.starts_with("content-type:")) m2 += line;
         pos = nl + 2;
       }
-      Write(c, HitHead(
-                   ex, 206, m2, info.created_nanos(),
-                   fmt::format("Content-Type: multipart/byteranges; boundary={}\r\nContent-Length: "
-                               "{}\r\n",
-                               ex.boundary, total)));
+      Write(
+          c,
+          HitHead(ex, 206, m2, info.created_nanos(),
+                  fmt::format("Content-Type: multipart/byteranges; boundary={}\r\nContent-Length: "
+                              "{}\r\n",
+                              ex.boundary, total)),
+          true);
       ex.range_idx = 0;
       ex.state = ExState::kCoreBody;
       return StartRangePart(c);
     }
     // No (usable) range: the whole object.
-    Write(c, HitHead(ex, 200, meta, info.created_nanos(),
-                     fmt::format("Content-Length: {}\r\n", size)));
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+          true);
     CoreGet(c, 0, UINT64_MAX, false);
     ex.state = ExState::kCoreBody;
     return;
@@ -1309,18 +1340,23 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   // ObjectGet answered: the body follows.
   ex.size = size;
   if (ex.head) {
-    Write(c, HitHead(ex, 200, meta, info.created_nanos(),
-                     size == UINT64_MAX ? "" : fmt::format("Content-Length: {}\r\n", size)));
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(),
+                  size == UINT64_MAX ? "" : fmt::format("Content-Length: {}\r\n", size)),
+          true);
     return FinishExchange(c);
   }
   if (filling && size == UINT64_MAX) {
     ex.chunked_out = !ex.minor0;
     if (ex.minor0) c.close_after = true;
-    Write(c, HitHead(ex, 200, meta, info.created_nanos(),
-                     ex.chunked_out ? "Transfer-Encoding: chunked\r\n" : ""));
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(),
+                  ex.chunked_out ? "Transfer-Encoding: chunked\r\n" : ""),
+          true);
   } else {
-    Write(c, HitHead(ex, 200, meta, info.created_nanos(),
-                     fmt::format("Content-Length: {}\r\n", size)));
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+          true);
   }
   ex.state = ExState::kCoreBody;
   if (size == 0) {
@@ -1619,11 +1655,13 @@ void HttpServer::Impl::OnOriginHead(Origin& o) {
       framing = "Transfer-Encoding: chunked\r\n";
     c->ex->chunked_out = framing.starts_with("Transfer");
     if (framing.empty()) c->close_after = true;
-    Write(*c, fmt::format(
-                  "HTTP/1.1 {} {}\r\n{}Date: {}\r\nVia: 1.1 goblin\r\nX-Cache: MISS\r\n{}{}\r\n",
-                  r.status, r.reason, passthrough,
-                  http::FormatHttpDate(static_cast<int64_t>(NowSeconds())), framing,
-                  c->close_after ? "Connection: close\r\n" : ""));
+    Write(
+        *c,
+        fmt::format("HTTP/1.1 {} {}\r\n{}Date: {}\r\nVia: 1.1 goblin\r\nX-Cache: MISS\r\n{}{}\r\n",
+                    r.status, r.reason, passthrough,
+                    http::FormatHttpDate(static_cast<int64_t>(NowSeconds())), framing,
+                    c->close_after ? "Connection: close\r\n" : ""),
+        true);
     return;
   }
   Fill& f = *o.fill;
@@ -1657,7 +1695,8 @@ void HttpServer::Impl::OnOriginHead(Origin& o) {
                       r.status, r.reason, passthrough,
                       http::FormatHttpDate(static_cast<int64_t>(NowSeconds())),
                       f.cacheable ? "Accept-Ranges: bytes\r\n" : "", framing,
-                      leader->close_after ? "Connection: close\r\n" : ""));
+                      leader->close_after ? "Connection: close\r\n" : ""),
+          true);
     if (leader->ex->head) {
       leader->ex->state = ExState::kDone;
       f.leader = 0;

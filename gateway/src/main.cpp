@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--send-timeout", &send_timeout,
                     "A client that takes no response bytes for this long is closed");
   AddSizeOption(app, "--max-body", &h.max_body, "Largest request body proxied to the origin");
+  AddDurationOption(app, "--core-reply-poll", &h.core_reply_poll,
+                    "HTTP front: after asking the core for an object, poll this long for the "
+                    "answer before sleeping (0: sleep at once)");
   // RESP
   gateway::RespServerOptions r;
   r.port = 0;

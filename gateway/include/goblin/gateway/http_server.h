@@ -48,6 +48,9 @@ struct HttpServerOptions {
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
   bool net_async = false;  // --net async: client socket I/O through io_uring
+  // After asking the core for an object, poll (rather than sleep) this long for the answer:
+  // a sleeping event loop adds a wake-up to every first byte.
+  std::chrono::nanoseconds core_reply_poll{500'000};
 };
 
 struct HttpStats {
