@@ -111,6 +111,33 @@ TEST_F(GoblinStore, AChildThatDiesStopsTheWholeStore) {
   EXPECT_NE(Get("/gen/1K/x").find("HTTP/1.1"), 0u);  // nothing serves any more
 }
 
+// Gone means: no such process, or a zombie waiting for whoever adopted it.
+bool Gone(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+TEST_F(GoblinStore, AKilledLauncherTakesItsChildrenWithIt) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::smatch m;
+  std::string log = store_->Output();
+  ASSERT_TRUE(std::regex_search(
+      log, m, std::regex("goblin-core pid ([0-9]+), goblin-gateway pid ([0-9]+)")));
+  pid_t core = std::stoi(m[1]), gateway = std::stoi(m[2]);
+  store_->Signal(SIGKILL);  // no chance to stop them itself
+  EXPECT_EQ(store_->Wait(10s), 128 + SIGKILL);
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = Gone(core) && Gone(gateway);
+    if (!gone) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(gone) << "goblin-core " << core << " or goblin-gateway " << gateway
+                    << " outlived goblin-store";
+}
+
 TEST_F(GoblinStore, AForeignTierIsRefused) {
   fs::create_directories(dir_ + "/tier");
   std::ofstream(dir_ + "/tier/precious.txt") << "not Goblin's";

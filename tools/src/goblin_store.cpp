@@ -12,7 +12,7 @@
 // must already be a Goblin tier (goblin-core refuses foreign data, never wipes it).
 #include <dirent.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,14 +41,19 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+// Starts a child that gets SIGTERM when goblin-store dies, however it dies (SIGKILL too):
+// a core or gateway never outlives its launcher.
 pid_t Spawn(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid != 0) return pid;  // the parent (or -1)
+  if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(127);
+  execv(argv[0], argv.data());
+  _exit(127);
 }
 
 std::string Describe(int status) {
@@ -73,6 +78,7 @@ int main(int argc, char** argv) {
   bool no_memcache = false, no_promotion = false;
   uint64_t memory = 256ull << 20, block = 256 << 10, ram_head = 256 << 10, ssd_prefix = 0;
   std::string hugepages = "auto";
+  std::vector<std::string> core_extra, gateway_extra;
   app.add_option("--mirror", mirror, "Origin to mirror (http://HOST[:PORT][/PREFIX])")->required();
   app.add_option("--listen-address", listen_address, "Address to serve HTTP on")
       ->capture_default_str();
@@ -98,6 +104,11 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir,
                  "Where the core's ring socket goes (default: a private "
                  "directory under /tmp)");
+  app.add_option("--core-arg", core_extra,
+                 "Pass one more argument to goblin-core (repeatable; --core-arg=--read-ahead=8)");
+  app.add_option("--gateway-arg", gateway_extra,
+                 "Pass one more argument to goblin-gateway (repeatable; "
+                 "--gateway-arg=--busy-poll=0)");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -146,6 +157,7 @@ int main(int argc, char** argv) {
   }
   if (numa >= 0) core_args.insert(core_args.end(), {"--numa", std::to_string(numa)});
   if (no_promotion) core_args.push_back("--no-numa-promotion");
+  core_args.insert(core_args.end(), core_extra.begin(), core_extra.end());
   pid_t core = Spawn(core_args);
   if (core < 0) return Fail("cannot start goblin-core");
   for (int i = 0; i < 600 && !fs::exists(sock); ++i) {
@@ -172,6 +184,7 @@ int main(int argc, char** argv) {
                                    "--net",
                                    net};
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
+  gw_args.insert(gw_args.end(), gateway_extra.begin(), gateway_extra.end());
   pid_t gw = Spawn(gw_args);
   if (gw < 0) {
     kill(core, SIGTERM);
