@@ -13,12 +13,15 @@
 # origin's log checked again: any request during the passes was a miss and invalidates the
 # case (the script says so and exits 1). Then bench/analyze_mirror_proxy.py validates that
 # the traces match and prints the seed's tables, with the ceilings measured in the same run
-# (loopback TCP stream and O_DIRECT reads of the corpus's disk).
+# (loopback TCP stream, and O_DIRECT 4 MiB reads of the largest corpus files at queue depths
+# 1, 4 and 16 through the store's io_uring engine, the best depth counting). The manifest
+# carries each object's XXH3-64; VERIFY=1 makes the client check every body against it.
 #
 # Environment (defaults): CACHES ("goblin varnish nginx"), CORPUS_GB (12), CORPUS_MIN_MB (64),
 # CORPUS_MAX_MB (1024), CORPUS_DIR (var/bench/mirror-corpus, kept between runs), PASSES (3),
 # PREWARM_CONCURRENCY (2), MEM_LIMIT (4G), GOBLIN_MEMORY (head pool, 256M), PORT (8080),
-# ORIGIN_PORT (18080), OUT (var/bench/mirror-<time>), BUILD_DIR (build/release).
+# ORIGIN_PORT (18080), OUT (var/bench/mirror-<time>), BUILD_DIR (build/release), VERIFY (0),
+# GOBLIN_ARGS (extra goblin-store flags, e.g. "--read-ahead 8"; printed with the config).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +35,8 @@ PASSES=${PASSES:-3}
 PREWARM_CONCURRENCY=${PREWARM_CONCURRENCY:-2}
 MEM_LIMIT=${MEM_LIMIT:-4G}
 GOBLIN_MEMORY=${GOBLIN_MEMORY:-256M}
+GOBLIN_ARGS=${GOBLIN_ARGS:-}
+VERIFY=${VERIFY:-0}
 PORT=${PORT:-8080}
 ORIGIN_PORT=${ORIGIN_PORT:-18080}
 OUT=${OUT:-$ROOT/var/bench/mirror-$(date -u +%Y%m%d-%H%M%S)}
@@ -48,7 +53,7 @@ PIDS=()
 MONITOR=""
 stop_all() {
   local p
-  [ -n "$MONITOR" ] && kill -INT "$MONITOR" 2>/dev/null && wait "$MONITOR" 2>/dev/null || true
+  [ -n "$MONITOR" ] && kill -TERM "$MONITOR" 2>/dev/null && wait "$MONITOR" 2>/dev/null || true
   MONITOR=""
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do
@@ -105,8 +110,15 @@ while read -r path size; do
        head -c "$size" > "$f.tmp")
     [ "$(stat -c %s "$f.tmp")" = "$size" ] || die "could not generate $f"
     mv "$f.tmp" "$f"
+    rm -f "$f.xxh3"
   fi
-done < "$MANIFEST"
+  # The body's XXH3-64 (kept next to the file), the manifest's third column.
+  if [ ! -s "$f.xxh3" ]; then
+    "$CLIENT" --hash "$f" | awk '{print $1}' > "$f.xxh3.tmp" && mv "$f.xxh3.tmp" "$f.xxh3"
+  fi
+  echo "$path $size $(cat "$f.xxh3")"
+done < "$MANIFEST" > "$MANIFEST.new"
+mv "$MANIFEST.new" "$MANIFEST"
 NEED=$((CORPUS_BYTES / 1024 * 12 / 10))
 AVAIL=$(df -k --output=avail "$ROOT/var" | tail -1)
 [ "$AVAIL" -gt "$NEED" ] || die "the cache needs ~$((NEED >> 20)) GiB on $ROOT/var, $((AVAIL >> 20)) GiB free"
@@ -131,16 +143,20 @@ drop_caches() {
   command -v nginx >/dev/null && echo "nginx: $(nginx -v 2>&1)"
   echo "corpus: $NOBJ objects, $((CORPUS_BYTES >> 20)) MiB, $CORPUS_MIN_MB-$CORPUS_MAX_MB MiB each"
   echo "limits: memory cgroup $MEM_LIMIT per cache; goblin head pool $GOBLIN_MEMORY"
-  echo "passes: $PASSES; prewarm concurrency $PREWARM_CONCURRENCY"
+  echo "passes: $PASSES; prewarm concurrency $PREWARM_CONCURRENCY; verify bodies: $VERIFY"
 } | tee "$OUT/machine.txt"
 
 # ---- ceilings, measured now ----
 drop_caches
-BIG=$(sort -k2 -n "$MANIFEST" | tail -1 | awk '{print $1}')
-DISK_MBS=$(dd if="$CORPUS_DIR/$(basename "$BIG")" of=/dev/null bs=4M iflag=direct 2>&1 |
-  awk '/copied/ {for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) secs = $(i - 1); print int($1 / secs / 1e6)}')
+# The largest files, about 3 GiB of them, read at each depth.
+BIG=$(sort -k2 -nr "$MANIFEST" | awk -v d="$CORPUS_DIR" '
+  acc < 3 * 2^30 {n = split($1, p, "/"); print d "/" p[n]; acc += $2}')
+# shellcheck disable=SC2086
+"$CLIENT" --disk-ceiling $BIG --depths 1,4,16 | tee "$OUT/ceiling-disk.txt"
+DISK_MBS=$(awk '/^ceiling: disk/ {print int($3)}' "$OUT/ceiling-disk.txt")
 LOOP_MBS=$("$CLIENT" --loopback-ceiling 8G | awk '/loopback/ {print int($3)}')
-say "ceilings: O_DIRECT disk read $DISK_MBS MB/s, loopback TCP stream $LOOP_MBS MB/s"
+[ -n "$DISK_MBS" ] && [ -n "$LOOP_MBS" ] || die "could not measure the ceilings"
+say "ceilings: O_DIRECT disk read $DISK_MBS MB/s (best of depths 1/4/16), loopback TCP stream $LOOP_MBS MB/s"
 echo "ceiling_disk_mbs=$DISK_MBS ceiling_loopback_mbs=$LOOP_MBS" > "$OUT/ceilings.txt"
 
 # ---- memory cgroups (v1 or v2) ----
@@ -204,10 +220,10 @@ for cache in $CACHES; do
     goblin)
       (in_cgroup "$PROCS" "$BUILD_DIR/tools/goblin-store" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
         --listen-address 127.0.0.1 --http-port "$PORT" --memory "$GOBLIN_MEMORY" --block 1M \
-        --ram-head 1M --ssd-dir "$CACHE_DIR/tier" --socket-dir "$RUN" \
+        --ram-head 1M --ssd-dir "$CACHE_DIR/tier" --socket-dir "$RUN" $GOBLIN_ARGS \
         > "$OUT/cache-$cache.log" 2>&1) &
       PIDS+=($!)
-      echo "goblin-store --mirror http://127.0.0.1:$ORIGIN_PORT --http-port $PORT --memory $GOBLIN_MEMORY --block 1M --ram-head 1M --ssd-dir $CACHE_DIR/tier" > "$OUT/config-$cache.txt"
+      echo "goblin-store --mirror http://127.0.0.1:$ORIGIN_PORT --http-port $PORT --memory $GOBLIN_MEMORY --block 1M --ram-head 1M --ssd-dir $CACHE_DIR/tier $GOBLIN_ARGS" > "$OUT/config-$cache.txt"
       ;;
     varnish)
       sed "s/@ORIGIN_PORT@/$ORIGIN_PORT/" "$ROOT/bench/mirror/varnish.vcl.in" > "$RUN/varnish.vcl"
@@ -254,13 +270,15 @@ for cache in $CACHES; do
   $PY "$ROOT/bench/monitor_benchmark_resources.py" --pids "$CACHE_PIDS" --interval 1 \
     --out "$OUT/resources-$cache.csv" > /dev/null 2>&1 &
   MONITOR=$!
-  if ! "$CLIENT" --target "http://127.0.0.1:$PORT" --manifest "$MANIFEST" --passes "$PASSES" \
+  VERIFY_FLAG=()
+  [ "$VERIFY" = 1 ] && VERIFY_FLAG=(--verify)
+  if ! "$CLIENT" --target "http://127.0.0.1:$PORT" --manifest "$MANIFEST" --passes "$PASSES" "${VERIFY_FLAG[@]}" \
       --label "$cache" --trace "$OUT/trace-$cache.csv" --head "$(head -1 "$MANIFEST" | awk '{print $1}')" \
       | tee "$OUT/client-$cache.txt"; then
     say "$cache: the client reported errors"
     INVALID=1
   fi
-  kill -INT "$MONITOR" 2>/dev/null || true
+  kill -TERM "$MONITOR" 2>/dev/null || true
   wait "$MONITOR" 2>/dev/null || true
   MONITOR=""
   AFTER=$(origin_gets "$LOG")
