@@ -6,9 +6,10 @@
 #include <thread>
 
 #include "goblin/common/clock.h"
-#include "goblin/ring/client.h"
+#include "goblin/sbe/runtime.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+#include "transport.h"
 
 namespace goblin::client {
 
@@ -27,6 +28,8 @@ Result<Target> ParseTarget(std::string_view text) {
   return Target{Target::Kind::kUnix, std::string(text)};
 }
 
+Connection::Connection() = default;
+
 Connection::~Connection() {
   for (Mapping* m : {&head_pool_, &io_pool_}) {
     if (m->base != nullptr) munmap(m->base, m->bytes);
@@ -36,24 +39,24 @@ Connection::~Connection() {
 Result<std::unique_ptr<Connection>> Connection::Open(std::string_view target_text,
                                                      const ConnectOptions& options) {
   GOBLIN_ASSIGN_OR_RETURN(Target target, ParseTarget(target_text));
-  if (target.kind == Target::Kind::kUcx) {
-    return Err(StatusCode::kUnimplemented,
-               "the UCX plane (ucx://) is not built yet; use unix:PATH");
-  }
   std::unique_ptr<Connection> c(new Connection());
   c->options_ = options;
-  ring::ClientOptions ro;
-  ro.name = options.name;
-  ro.ring_bytes = options.ring_bytes;
-  ro.peer_kind = static_cast<uint8_t>(wire::PeerKind::kClient);
-  ro.connect_timeout = options.timeout;
-  GOBLIN_ASSIGN_OR_RETURN(c->ring_, ring::RingClient::Connect(target.address, ro));
+  TransportOptions to;
+  to.name = options.name;
+  to.ring_bytes = options.ring_bytes;
+  to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kClient);
+  to.timeout = options.timeout;
+  if (target.kind == Target::Kind::kUcx) {
+    GOBLIN_ASSIGN_OR_RETURN(c->transport_, ConnectUcx(target.address, to));
+  } else {
+    GOBLIN_ASSIGN_OR_RETURN(c->transport_, ConnectRing(target.address, to));
+  }
   return c;
 }
 
-uint64_t Connection::client_id() const { return ring_->client_id(); }
-uint32_t Connection::server_pid() const { return ring_->server_pid(); }
-uint32_t Connection::max_message() const { return ring_->max_message(); }
+uint64_t Connection::client_id() const { return transport_->client_id(); }
+uint32_t Connection::server_pid() const { return transport_->server_pid(); }
+uint32_t Connection::max_message() const { return transport_->max_message(); }
 
 namespace {
 
@@ -80,9 +83,9 @@ VoidResult Connection::Receive(uint64_t correlation_id,
   while (!done && error.ok()) {
     uint64_t now = MonotonicNanos();
     if (now >= deadline) return Err(StatusCode::kTimeout, "no reply from goblin-core in time");
-    GOBLIN_ASSIGN_OR_RETURN(bool ready, ring_->Wait(std::chrono::nanoseconds(deadline - now)));
+    GOBLIN_ASSIGN_OR_RETURN(bool ready, transport_->Wait(std::chrono::nanoseconds(deadline - now)));
     if (!ready) continue;
-    GOBLIN_ASSIGN_OR_RETURN(size_t n, ring_->Poll([&](std::span<const uint8_t> m) {
+    GOBLIN_ASSIGN_OR_RETURN(size_t n, transport_->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
       if (m.size() < 16) return;
       uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
@@ -121,22 +124,22 @@ VoidResult Connection::SendEncoded(uint32_t max,
   const uint64_t deadline =
       MonotonicNanos() + static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
   for (;;) {
-    uint8_t* p = ring_->Reserve(max);
+    uint8_t* p = transport_->Reserve(max);
     if (p != nullptr) {
       size_t n = encode(p, max);
       if (n == 0) return Err(StatusCode::kInternal, "message did not encode");
-      ring_->Commit(static_cast<uint32_t>(n));
+      transport_->Commit(static_cast<uint32_t>(n));
       return {};
     }
-    if (max > ring_->max_message()) {
+    if (max > transport_->max_message()) {
       return Err(StatusCode::kInvalidArgument, "message of {} bytes exceeds the ring", max);
     }
-    GOBLIN_RETURN_IF_ERROR(ring_->CheckAlive());
+    GOBLIN_RETURN_IF_ERROR(transport_->CheckAlive());
     if (MonotonicNanos() >= deadline)
       return Err(StatusCode::kTimeout, "the core did not drain the ring");
     // Drain what the core says meanwhile (an error for this put ends it early).
     Status early;
-    GOBLIN_RETURN_IF_ERROR(ring_->Poll([&](std::span<const uint8_t> m) {
+    GOBLIN_RETURN_IF_ERROR(transport_->Poll([&](std::span<const uint8_t> m) {
       if (early.ok() && m.size() >= 4 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId) {
         early = ErrorReply(m);  // the first error is the cause; later ones are echoes
       }
@@ -151,12 +154,12 @@ Result<uint64_t> Connection::SendRequest(
   uint64_t corr = next_correlation_++;
   std::vector<uint8_t> buf(256 + variable_bytes);
   size_t n = encode(buf.data(), buf.size(), corr);
-  if (n == 0 || n > ring_->max_message()) {
+  if (n == 0 || n > transport_->max_message()) {
     return Err(StatusCode::kInvalidArgument,
                "request does not fit a {}-byte ring message (key or metadata too long)",
-               ring_->max_message());
+               transport_->max_message());
   }
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(transport_->Send({buf.data(), n}, options_.timeout));
   return corr;
 }
 
@@ -196,7 +199,7 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
   }
   uint64_t put_id = lease->put_id();
   // PutData: as much as one ring record carries.
-  const uint32_t max = ring_->max_message();
+  const uint32_t max = transport_->max_message();
   const size_t chunk = max - 64;
   std::vector<uint8_t> data(chunk);
   uint64_t offset = 0;
@@ -205,8 +208,8 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
     if (!got) {
       uint8_t ab[64];
       wire::PutAbortEncoder a(ab, sizeof ab);
-      (void)ring_->Send({ab, a.set_correlation_id(corr).set_put_id(put_id).Finish()},
-                        options_.timeout);
+      (void)transport_->Send({ab, a.set_correlation_id(corr).set_put_id(put_id).Finish()},
+                             options_.timeout);
       return Err(got.error());
     }
     if (*got == 0) break;
@@ -219,11 +222,12 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
   }
   uint8_t cb[64];
   wire::PutCommitEncoder c(cb, sizeof cb);
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({cb, c.set_correlation_id(corr)
-                                              .set_put_id(put_id)
-                                              .set_total_size(size == UINT64_MAX ? offset : size)
-                                              .Finish()},
-                                     options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(
+      transport_->Send({cb, c.set_correlation_id(corr)
+                                .set_put_id(put_id)
+                                .set_total_size(size == UINT64_MAX ? offset : size)
+                                .Finish()},
+                       options_.timeout));
   GOBLIN_ASSIGN_OR_RETURN(auto result_msg, AwaitReply(corr));
   auto result = wire::PutResultDecoder::Decode(result_msg);
   if (!result) return Err(result.error());
@@ -237,7 +241,8 @@ Result<uint64_t> Connection::Put(std::string_view key, std::span<const uint8_t> 
       key,
       [&](std::span<uint8_t> out) -> Result<size_t> {
         size_t n = std::min(out.size(), data.size() - pos);
-        std::memcpy(out.data(), data.data() + pos, n);
+        if (n > 0)
+          std::memcpy(out.data(), data.data() + pos, n);  // (an empty span's data may be null)
         pos += n;
         return n;
       },
@@ -328,7 +333,7 @@ Result<std::optional<Connection::Message>> Connection::NextMessage(
     std::chrono::nanoseconds timeout) {
   uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
   for (;;) {
-    GOBLIN_RETURN_IF_ERROR(ring_->Poll([&](std::span<const uint8_t> m) {
+    GOBLIN_RETURN_IF_ERROR(transport_->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
       if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {  // a loan nobody waits for
         if (auto l = wire::LoanDecoder::Decode(m)) ReleaseLoan(l->loan_id());
@@ -337,10 +342,10 @@ Result<std::optional<Connection::Message>> Connection::NextMessage(
     if (!inbox_.empty()) break;
     uint64_t now = MonotonicNanos();
     if (now >= deadline) {
-      GOBLIN_RETURN_IF_ERROR(ring_->CheckAlive());
+      GOBLIN_RETURN_IF_ERROR(transport_->CheckAlive());
       return std::optional<Message>();
     }
-    GOBLIN_RETURN_IF_ERROR(ring_->Wait(std::chrono::nanoseconds(deadline - now)));
+    GOBLIN_RETURN_IF_ERROR(transport_->Wait(std::chrono::nanoseconds(deadline - now)));
   }
   Message m = std::move(inbox_.front());
   inbox_.pop_front();
@@ -352,11 +357,12 @@ Result<uint64_t> Connection::PublishAsync(std::string_view channel, std::string_
   const size_t need = sbe::MessageHeader::kSize + wire::PublishEncoder::kBlockLength +
                       2 * sbe::DataLengthSize(sbe::SectionKind::kData32) + channel.size() +
                       payload.size();
-  if (need > ring_->max_message()) {
+  if (need > transport_->max_message()) {
     return Err(StatusCode::kInvalidArgument,
-               "a {}-byte PUBLISH does not fit a {}-byte ring message", need, ring_->max_message());
+               "a {}-byte PUBLISH does not fit a {}-byte ring message", need,
+               transport_->max_message());
   }
-  uint8_t* p = ring_->Reserve(static_cast<uint32_t>(need));
+  uint8_t* p = transport_->Reserve(static_cast<uint32_t>(need));
   if (p == nullptr) return Err(StatusCode::kResourceExhausted, "the ring is full");
   uint64_t corr = next_correlation_++;
   size_t n = wire::PublishEncoder(p, need)
@@ -365,7 +371,7 @@ Result<uint64_t> Connection::PublishAsync(std::string_view channel, std::string_
                  .set_channel(channel)
                  .set_payload(payload)
                  .Finish();
-  ring_->Commit(static_cast<uint32_t>(n));
+  transport_->Commit(static_cast<uint32_t>(n));
   return corr;
 }
 
@@ -385,7 +391,7 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
   }
   if (handled >= max) return handled;
   GOBLIN_ASSIGN_OR_RETURN(size_t n,
-                          ring_->Poll(
+                          transport_->Poll(
                               [&](std::span<const uint8_t> m) {
                                 switch (m.size() < 8 ? 0 : TemplateOf(m)) {
                                   case wire::DeliveryDecoder::kTemplateId: {
@@ -426,11 +432,11 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
   return handled + n;
 }
 
-int Connection::wake_fd() const { return ring_->doorbell_fd(); }
-int Connection::liveness_fd() const { return ring_->socket_fd(); }
-bool Connection::PrepareSleep() { return ring_->PrepareSleep(false); }
-void Connection::FinishSleep() { ring_->FinishSleep(); }
-VoidResult Connection::CheckAlive() { return ring_->CheckAlive(); }
+int Connection::wake_fd() const { return transport_->wake_fd(); }
+int Connection::liveness_fd() const { return transport_->liveness_fd(); }
+bool Connection::PrepareSleep() { return transport_->PrepareSleep(); }
+void Connection::FinishSleep() { transport_->FinishSleep(); }
+VoidResult Connection::CheckAlive() { return transport_->CheckAlive(); }
 
 Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
                                                         std::span<const std::string> args) {
@@ -463,7 +469,7 @@ Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
 void Connection::ReleaseLoan(uint64_t loan_id) {
   uint8_t b[32];
   size_t n = wire::LoanReleaseEncoder(b, sizeof b).set_loan_id(loan_id).Finish();
-  (void)ring_->Send({b, n}, options_.timeout);  // a dead core frees everything anyway
+  (void)transport_->Send({b, n}, options_.timeout);  // a dead core frees everything anyway
 }
 
 VoidResult Connection::MapPools() {
@@ -473,7 +479,7 @@ VoidResult Connection::MapPools() {
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
   std::vector<uint8_t> side;
   std::vector<UniqueFd> fds;
-  GOBLIN_RETURN_IF_ERROR(ring_->ReceiveSideFrame(&side, &fds, options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(transport_->ReceiveSideFrame(&side, &fds, options_.timeout));
   auto map = wire::PoolMapDecoder::Decode(side);
   if (!map) return Err(map.error());
   size_t i = 0;
@@ -494,7 +500,7 @@ VoidResult Connection::MapPools() {
 
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
                                                uint64_t offset, uint64_t length, bool follow_fill) {
-  if (options_.zero_copy && !pools_mapped() && !map_failed_) {
+  if (options_.zero_copy && !pools_mapped() && !map_failed_ && transport_->local()) {
     if (auto r = MapPools(); !r) map_failed_ = true;  // copies through the ring instead
   }
   uint32_t flags =
@@ -585,7 +591,7 @@ Result<std::chrono::nanoseconds> Connection::Ping(std::string_view payload) {
   if (n == 0)
     return Err(StatusCode::kInvalidArgument, "ping payload of {} bytes is too large",
                payload.size());
-  GOBLIN_RETURN_IF_ERROR(ring_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(transport_->Send({buf.data(), n}, options_.timeout));
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(id));
   uint64_t end = MonotonicNanos();
   if (TemplateOf(reply) != wire::PongDecoder::kTemplateId) {

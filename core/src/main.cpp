@@ -1,6 +1,7 @@
 // goblin-core: the daemon that owns Goblin's state and serves the local ring plane.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -14,6 +15,9 @@
 #include "goblin/ring/server.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/tier_dir.h"
+#if GOBLIN_HAVE_UCX
+#include "goblin/verbs/ucx_server.h"
+#endif
 
 namespace {
 
@@ -115,6 +119,13 @@ int main(int argc, char** argv) {
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
   app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3); overrides --numa");
+  std::string rdma_listen;
+  uint64_t rdma_max_message = 256 << 10;
+  app.add_option("--rdma-listen", rdma_listen,
+                 "Also serve the native UCX plane on HOST:PORT (verbs on InfiniBand, tcp or "
+                 "shared memory as UCX_TLS allows; port 0: any)");
+  AddSizeOption(app, "--rdma-max-message", &rdma_max_message,
+                "Largest message on the UCX plane (object data travels in chunks of it)");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -229,6 +240,25 @@ int main(int argc, char** argv) {
   if (object_store) {
     if (auto r = (*server)->AddWakeFd(object_store->event_fd()); !r) return Fail(r.error());
   }
+#if GOBLIN_HAVE_UCX
+  std::unique_ptr<verbs::UcxServer> ucx;
+  if (!rdma_listen.empty()) {
+    verbs::UcxServerOptions uo;
+    uo.listen = rdma_listen;
+    uo.max_message = static_cast<uint32_t>(std::clamp<uint64_t>(rdma_max_message, 4096, 64 << 20));
+    uo.output_limit = std::max<size_t>(output_limit, uo.max_message);
+    uo.output_soft_limit = output_soft_limit;
+    uo.output_soft_time = output_soft_time;
+    auto u = verbs::UcxServer::Listen(uo, &service);
+    if (!u) return Fail(u.error().WithContext("--rdma-listen"));
+    ucx = std::move(*u);
+    if (auto r = (*server)->AddSource(ucx.get()); !r) return Fail(r.error());
+  }
+#else
+  if (!rdma_listen.empty()) {
+    return Fail(Status(StatusCode::kUnimplemented, "--rdma-listen: built without UCX"));
+  }
+#endif
   GOBLIN_LOG_INFO(kLog,
                   "goblin-core {} pid {} serving the ring plane on unix:{} (ring {} per direction, "
                   "{}, busy-poll {})",
@@ -257,5 +287,8 @@ int main(int argc, char** argv) {
                     HumanSize(service.counters().bytes_out));
   }
   server->reset();
+#if GOBLIN_HAVE_UCX
+  ucx.reset();
+#endif
   return 0;
 }

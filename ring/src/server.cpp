@@ -34,7 +34,11 @@ VoidResult EpollAdd(int epfd, int fd, uint32_t events) {
 
 }  // namespace
 
-SendOutcome Session::Send(std::span<const uint8_t> msg) {
+VoidResult Session::SendSideFrame(std::span<const uint8_t>, std::span<const int>) {
+  return Err(StatusCode::kUnimplemented, "side frames need a local (ring) session");
+}
+
+SendOutcome RingSession::Send(std::span<const uint8_t> msg) {
   sbe::MessageHeader h;
   if (!sbe::MessageHeader::Read(msg, &h) || msg.size() > channel_.max_message()) {
     return SendOutcome::kTooLarge;
@@ -58,7 +62,7 @@ SendOutcome Session::Send(std::span<const uint8_t> msg) {
   return SendOutcome::kQueued;
 }
 
-bool Session::DrainOutput() {
+bool RingSession::DrainOutput() {
   bool moved = false;
   while (out_head_ < out_.size()) {
     uint32_t len = sbe::Load<uint32_t>(out_.data() + out_head_);
@@ -113,13 +117,19 @@ void RingServer::Stop() {
   wake_.Notify();
 }
 
-VoidResult Session::SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds) {
+VoidResult RingSession::SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds) {
   return SendFrame(sock_.get(), msg, fds);
 }
 
 VoidResult RingServer::AddWakeFd(int fd) {
   GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, EPOLLIN));
   wake_fds_.push_back(fd);
+  return {};
+}
+
+VoidResult RingServer::AddSource(EventSource* source) {
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), source->event_fd(), EPOLLIN));
+  sources_.push_back(source);
   return {};
 }
 
@@ -149,8 +159,11 @@ VoidResult RingServer::Run(int stop_fd) {
       continue;
     }
     bool can_sleep = true;
-    for (Session* s : active_) {
+    for (RingSession* s : active_) {
       if (!s->channel_.PrepareSleep(s->queued_bytes() > 0 || s->want_writable_)) can_sleep = false;
+    }
+    for (EventSource* src : sources_) {
+      if (can_sleep && !src->PrepareSleep()) can_sleep = false;
     }
     if (can_sleep) {
       ++stats_.sleeps;
@@ -158,7 +171,7 @@ VoidResult RingServer::Run(int stop_fd) {
     } else {
       HandleEvents(0);
     }
-    for (Session* s : active_) s->channel_.FinishSleep();
+    for (RingSession* s : active_) s->channel_.FinishSleep();
     CloseMarked();
     last_work = MonotonicNanos();
   }
@@ -166,13 +179,15 @@ VoidResult RingServer::Run(int stop_fd) {
   for (auto& [id, s] : sessions_) ids.push_back(id);
   for (uint64_t id : ids) CloseSession(id);
   pending_.clear();
+  for (EventSource* src : sources_) src->Close();
   return {};
 }
 
 size_t RingServer::PollRings() {
   size_t total = handler_->OnPoll();
+  for (EventSource* src : sources_) total += src->Poll();
   for (size_t i = 0; i < active_.size(); ++i) {
-    Session* s = active_[i];
+    RingSession* s = active_[i];
     if (s->closing_) continue;
     if (s->queued_bytes() > 0) s->DrainOutput();
     if (s->want_writable_ && s->queued_bytes() == 0 && !s->closing_) {
@@ -192,7 +207,7 @@ size_t RingServer::PollRings() {
   return total;
 }
 
-PollResult RingServer::Deliver(Session& s, size_t max) {
+PollResult RingServer::Deliver(RingSession& s, size_t max) {
   return s.channel_.Poll(
       [&](int32_t, std::span<const uint8_t> payload) {
         if (s.closing_) return;
@@ -220,12 +235,15 @@ void RingServer::HandleEvents(int timeout_ms) {
     } else if (std::find(wake_fds_.begin(), wake_fds_.end(), fd) != wake_fds_.end()) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = read(fd, &v, sizeof v);  // OnPoll does the work
+    } else if (std::any_of(sources_.begin(), sources_.end(),
+                           [fd](EventSource* src) { return src->event_fd() == fd; })) {
+      // Poll() does the work
     } else if (pending_.count(fd)) {
       ReadHandshake(fd);
     } else if (auto it = fd_to_session_.find(fd); it != fd_to_session_.end()) {
       auto sit = sessions_.find(it->second);
       if (sit == sessions_.end()) continue;
-      Session& s = *sit->second;
+      RingSession& s = *sit->second;
       if (fd == s.channel_.server_doorbell_fd()) continue;  // drained in FinishSleep
       // The liveness socket: EOF means the client is gone; data is a protocol error.
       uint8_t b[64];
@@ -339,7 +357,7 @@ void RingServer::ReadHandshake(int fd) {
            channel.error().ToString());
     return drop();
   }
-  auto s = std::make_unique<Session>();
+  auto s = std::make_unique<RingSession>();
   s->id_ = next_id_++;
   s->peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
   s->pid_ = hello->pid();
@@ -379,7 +397,7 @@ void RingServer::ReadHandshake(int fd) {
   uint64_t id = s->id_;
   fd_to_session_[fd] = id;
   fd_to_session_[s->channel_.server_doorbell_fd()] = id;
-  Session* raw = s.get();
+  RingSession* raw = s.get();
   sessions_.emplace(id, std::move(s));
   active_.push_back(raw);
   GOBLIN_LOG_DEBUG(kLog, "client {} connected: {} pid {} ring {} bytes", id, raw->name_, raw->pid_,
@@ -389,10 +407,10 @@ void RingServer::ReadHandshake(int fd) {
 
 void RingServer::CloseMarked() {
   bool any = false;
-  for (Session* s : active_) any |= s->closing_;
+  for (RingSession* s : active_) any |= s->closing_;
   if (!any) return;
   std::vector<uint64_t> ids;
-  for (Session* s : active_) {
+  for (RingSession* s : active_) {
     if (s->closing_) ids.push_back(s->id_);
   }
   for (uint64_t id : ids) CloseSession(id);
@@ -401,7 +419,7 @@ void RingServer::CloseMarked() {
 void RingServer::CloseSession(uint64_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
-  Session* s = it->second.get();
+  RingSession* s = it->second.get();
   handler_->OnClose(*s);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->sock_.get(), nullptr);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->channel_.server_doorbell_fd(), nullptr);

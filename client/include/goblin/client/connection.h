@@ -1,7 +1,9 @@
 // libgoblin: the native client library. A Connection talks to one goblin-core over the
 // transport its target names, chosen once at Open(): "unix:PATH" is the shared-memory ring
-// plane (the UCX plane, "ucx://HOST:PORT", comes with the native RDMA work). Requests are
-// synchronous and carry correlation ids. Threading: one thread uses a Connection at a time.
+// plane (this host: zero-copy reads of the core's pools), "ucx://HOST:PORT" the UCX plane
+// (goblin-core --rdma-listen; verbs on InfiniBand, tcp or shared memory elsewhere, as UCX_TLS
+// allows). The same API and the same SBE messages on both. Requests are synchronous and
+// carry correlation ids. Threading: one thread uses a Connection at a time.
 #pragma once
 
 #include <chrono>
@@ -17,11 +19,9 @@
 
 #include "goblin/common/status.h"
 
-namespace goblin::ring {
-class RingClient;
-}
-
 namespace goblin::client {
+
+class Transport;
 
 struct Target {
   enum class Kind { kUnix, kUcx } kind;
@@ -38,6 +38,7 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
   // Map the core's head pool and I/O buffers read-only and read object bytes in place
   // (the sink sees spans into that memory); false: every byte is copied through the ring.
+  // Ring plane only (the UCX plane copies).
   bool zero_copy = true;
 };
 
@@ -143,8 +144,9 @@ class Connection {
   // Handles up to `max` received messages; returns how many. Corruption: the ring is bad.
   Result<size_t> PollPubsub(PubsubHandler& handler, size_t max = SIZE_MAX);
   // Sleeping in an event loop: watch wake_fd() (messages) and liveness_fd() (the core went
-  // away: CheckAlive says so). Sleep only if PrepareSleep() returned true; FinishSleep()
-  // after waking. Between PrepareSleep and FinishSleep the core rings wake_fd.
+  // away: CheckAlive says so; -1 on the UCX plane, where wake_fd() reports that too). Sleep only if
+  // PrepareSleep() returned true; FinishSleep() after waking. Between PrepareSleep and FinishSleep
+  // the core rings wake_fd.
   int wake_fd() const;
   int liveness_fd() const;
   bool PrepareSleep();
@@ -164,7 +166,7 @@ class Connection {
     uint8_t* base = nullptr;
     uint64_t bytes = 0;
   };
-  Connection() = default;
+  Connection();
   // Asks the core for read-only fds of its pools and maps them (once).
   VoidResult MapPools();
   void ReleaseLoan(uint64_t loan_id);
@@ -183,7 +185,7 @@ class Connection {
   // Encodes a message of at most `max` bytes straight into the ring and sends it.
   VoidResult SendEncoded(uint32_t max, const std::function<size_t(uint8_t*, size_t)>& encode);
 
-  std::unique_ptr<ring::RingClient> ring_;
+  std::unique_ptr<Transport> transport_;
   ConnectOptions options_;
   uint64_t next_correlation_ = 1;
   Mapping head_pool_, io_pool_;

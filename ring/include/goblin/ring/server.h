@@ -53,36 +53,58 @@ enum class SendOutcome : uint8_t {
 
 class RingServer;
 
+// One client of goblin-core, whatever carries its messages: a ring session here, a UCX
+// endpoint in verbs/ (the handler sees the same interface for both).
 class Session {
  public:
+  virtual ~Session() = default;
   uint64_t id() const { return id_; }
   uint8_t peer_kind() const { return peer_kind_; }
   uint32_t pid() const { return pid_; }
   const std::string& name() const { return name_; }
-  uint32_t max_message() const { return channel_.max_message(); }
-  size_t queued_bytes() const { return out_.size() - out_head_; }
+  // The largest message Send() takes.
+  virtual uint32_t max_message() const = 0;
+  // Bytes accepted by Send() that have not reached the client's side yet.
+  virtual size_t queued_bytes() const = 0;
 
   // Sends one SBE message (record type = its template id).
-  SendOutcome Send(std::span<const uint8_t> msg);
+  virtual SendOutcome Send(std::span<const uint8_t> msg) = 0;
   // Drops the session after the current callback returns.
   void Close() { closing_ = true; }
   bool closing() const { return closing_; }
+  // Whether the client shares this host's memory (may map the core's pools read-only).
+  virtual bool local() const { return false; }
   // Sends a frame with `fds` on the session's socket (not the ring): shared-memory fds for
-  // zero-copy reads. Announce it with a ring message; the client then reads it.
-  VoidResult SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds);
+  // zero-copy reads. Announce it with a ring message; the client then reads it. Only for
+  // local() sessions.
+  virtual VoidResult SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds);
   // Asks for Handler::OnWritable whenever this session's output queue is empty (for
   // streaming large responses at the pace the client reads them).
   void WantWritable(bool want) { want_writable_ = want; }
   bool wants_writable() const { return want_writable_; }
 
- private:
-  friend class RingServer;
-  bool DrainOutput();  // moves queued messages into the ring; true when empty
-
+ protected:
   uint64_t id_ = 0;
   uint8_t peer_kind_ = 0;
   uint32_t pid_ = 0;
   std::string name_;
+  bool closing_ = false;
+  bool want_writable_ = false;
+};
+
+// A ring-plane session: a RingChannel plus its liveness socket.
+class RingSession final : public Session {
+ public:
+  uint32_t max_message() const override { return channel_.max_message(); }
+  size_t queued_bytes() const override { return out_.size() - out_head_; }
+  SendOutcome Send(std::span<const uint8_t> msg) override;
+  bool local() const override { return true; }
+  VoidResult SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds) override;
+
+ private:
+  friend class RingServer;
+  bool DrainOutput();  // moves queued messages into the ring; true when empty
+
   UniqueFd sock_;
   RingChannel channel_;
   size_t output_limit_ = 0;
@@ -91,8 +113,20 @@ class Session {
   uint64_t soft_since_ = 0;   // when the queue went over the soft limit (0: it is not)
   std::vector<uint8_t> out_;  // queued frames: [u32 length][message]
   size_t out_head_ = 0;
-  bool closing_ = false;
-  bool want_writable_ = false;
+};
+
+// Another source of sessions served by the same loop (the UCX plane): its fd joins the
+// loop's epoll set, Poll() runs every round, and the loop sleeps only if every source's
+// PrepareSleep() agrees. Close() ends its sessions (Handler::OnClose) when Run() returns.
+class EventSource {
+ public:
+  virtual ~EventSource() = default;
+  virtual int event_fd() const = 0;
+  // Makes progress; returns the units of work done (0 lets the loop go idle).
+  virtual size_t Poll() = 0;
+  // False when events are already pending (the loop must not sleep now).
+  virtual bool PrepareSleep() = 0;
+  virtual void Close() = 0;
 };
 
 class Handler {
@@ -133,6 +167,8 @@ class RingServer {
   // Also wakes the sleeping loop when `fd` becomes readable (the handler's event source);
   // the loop drains it (an eventfd) and calls Handler::OnPoll. Before Run().
   VoidResult AddWakeFd(int fd);
+  // Serves `source` in this loop too (not owned; outlives Run()). Before Run().
+  VoidResult AddSource(EventSource* source);
 
   size_t session_count() const { return sessions_.size(); }
   const ServerStats& stats() const { return stats_; }
@@ -151,7 +187,7 @@ class RingServer {
   size_t PollRings();
   // Hands up to `max` of the session's records to the handler, each copied out of shared
   // memory first.
-  PollResult Deliver(Session& s, size_t max);
+  PollResult Deliver(RingSession& s, size_t max);
   void HandleEvents(int timeout_ms);
   void CloseSession(uint64_t id);
   void CloseMarked();
@@ -165,11 +201,12 @@ class RingServer {
   int stop_fd_ = -1;
   uint64_t next_id_ = 1;
   std::unordered_map<int, Pending> pending_;  // by socket fd
-  std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  std::unordered_map<uint64_t, std::unique_ptr<RingSession>> sessions_;
   std::unordered_map<int, uint64_t> fd_to_session_;  // socket and doorbell fds
   std::vector<int> wake_fds_;                        // the handler's eventfds
-  std::vector<Session*> active_;                     // iteration order for polling
-  ByteBuffer scratch_;  // messages are copied here out of shared memory
+  std::vector<EventSource*> sources_;
+  std::vector<RingSession*> active_;  // iteration order for polling
+  ByteBuffer scratch_;                // messages are copied here out of shared memory
   ServerStats stats_;
 };
 

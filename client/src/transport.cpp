@@ -1,0 +1,103 @@
+#include "transport.h"
+
+#include "goblin/common/config.h"
+#include "goblin/ring/client.h"
+#if GOBLIN_HAVE_UCX
+#include "goblin/verbs/ucx_client.h"
+#endif
+
+namespace goblin::client {
+namespace {
+
+class RingTransport final : public Transport {
+ public:
+  explicit RingTransport(std::unique_ptr<ring::RingClient> r) : ring_(std::move(r)) {}
+  uint64_t client_id() const override { return ring_->client_id(); }
+  uint32_t server_pid() const override { return ring_->server_pid(); }
+  uint32_t max_message() const override { return ring_->max_message(); }
+  VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) override {
+    return ring_->Send(msg, timeout);
+  }
+  uint8_t* Reserve(uint32_t max) override { return ring_->Reserve(max); }
+  void Commit(uint32_t len) override { ring_->Commit(len); }
+  Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) override {
+    return ring_->Poll([&](std::span<const uint8_t> m) { fn(m); }, max);
+  }
+  Result<bool> Wait(std::chrono::nanoseconds timeout) override { return ring_->Wait(timeout); }
+  int wake_fd() const override { return ring_->doorbell_fd(); }
+  int liveness_fd() const override { return ring_->socket_fd(); }
+  bool PrepareSleep() override { return ring_->PrepareSleep(false); }
+  void FinishSleep() override { ring_->FinishSleep(); }
+  VoidResult CheckAlive() override { return ring_->CheckAlive(); }
+  bool local() const override { return true; }
+  VoidResult ReceiveSideFrame(std::vector<uint8_t>* msg, std::vector<UniqueFd>* fds,
+                              std::chrono::milliseconds timeout) override {
+    return ring_->ReceiveSideFrame(msg, fds, timeout);
+  }
+
+ private:
+  std::unique_ptr<ring::RingClient> ring_;
+};
+
+#if GOBLIN_HAVE_UCX
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(std::unique_ptr<verbs::UcxClient> u) : ucx_(std::move(u)) {}
+  uint64_t client_id() const override { return ucx_->client_id(); }
+  uint32_t server_pid() const override { return ucx_->server_pid(); }
+  uint32_t max_message() const override { return ucx_->max_message(); }
+  VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) override {
+    return ucx_->Send(msg, timeout);
+  }
+  uint8_t* Reserve(uint32_t max) override { return ucx_->Reserve(max); }
+  void Commit(uint32_t len) override { ucx_->Commit(len); }
+  Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) override {
+    return ucx_->Poll(fn, max);
+  }
+  Result<bool> Wait(std::chrono::nanoseconds timeout) override { return ucx_->Wait(timeout); }
+  int wake_fd() const override { return ucx_->wake_fd(); }
+  int liveness_fd() const override { return -1; }
+  bool PrepareSleep() override { return ucx_->PrepareSleep(); }
+  void FinishSleep() override { ucx_->FinishSleep(); }
+  VoidResult CheckAlive() override { return ucx_->CheckAlive(); }
+  bool local() const override { return false; }
+  VoidResult ReceiveSideFrame(std::vector<uint8_t>*, std::vector<UniqueFd>*,
+                              std::chrono::milliseconds) override {
+    return Err(StatusCode::kUnimplemented, "no side frames over UCX");
+  }
+
+ private:
+  std::unique_ptr<verbs::UcxClient> ucx_;
+};
+#endif
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,
+                                               const TransportOptions& options) {
+  ring::ClientOptions ro;
+  ro.name = options.name;
+  ro.ring_bytes = options.ring_bytes;
+  ro.peer_kind = options.peer_kind;
+  ro.connect_timeout = options.timeout;
+  GOBLIN_ASSIGN_OR_RETURN(auto r, ring::RingClient::Connect(socket_path, ro));
+  return std::unique_ptr<Transport>(new RingTransport(std::move(r)));
+}
+
+Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
+                                              const TransportOptions& options) {
+#if GOBLIN_HAVE_UCX
+  verbs::UcxClientOptions uo;
+  uo.name = options.name;
+  uo.peer_kind = options.peer_kind;
+  uo.timeout = options.timeout;
+  GOBLIN_ASSIGN_OR_RETURN(auto u, verbs::UcxClient::Connect(host_port, uo));
+  return std::unique_ptr<Transport>(new UcxTransport(std::move(u)));
+#else
+  (void)host_port;
+  (void)options;
+  return Err(StatusCode::kUnimplemented, "this libgoblin was built without UCX");
+#endif
+}
+
+}  // namespace goblin::client

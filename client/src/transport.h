@@ -1,0 +1,57 @@
+// libgoblin's transports behind Connection: the ring plane (unix:PATH, shared memory on
+// this host) and the UCX plane (ucx://HOST:PORT). Chosen once at Open(); the Connection
+// speaks the same SBE messages over either.
+// Threading: as Connection (one thread at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "goblin/common/fd.h"
+#include "goblin/common/function_ref.h"
+#include "goblin/common/status.h"
+
+namespace goblin::client {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual uint64_t client_id() const = 0;
+  virtual uint32_t server_pid() const = 0;
+  virtual uint32_t max_message() const = 0;
+  // Waits for room up to `timeout`.
+  virtual VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) = 0;
+  // Encode in place: Reserve(max) (nullptr: no room now), then Commit(len).
+  virtual uint8_t* Reserve(uint32_t max) = 0;
+  virtual void Commit(uint32_t len) = 0;
+  virtual Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn,
+                              size_t max = SIZE_MAX) = 0;
+  virtual Result<bool> Wait(std::chrono::nanoseconds timeout) = 0;
+  virtual int wake_fd() const = 0;
+  virtual int liveness_fd() const = 0;  // -1: wake_fd() reports that too
+  virtual bool PrepareSleep() = 0;
+  virtual void FinishSleep() = 0;
+  virtual VoidResult CheckAlive() = 0;
+  // The core shares this host's memory with us: its pools can be mapped (zero-copy loans).
+  virtual bool local() const = 0;
+  virtual VoidResult ReceiveSideFrame(std::vector<uint8_t>* msg, std::vector<UniqueFd>* fds,
+                                      std::chrono::milliseconds timeout) = 0;
+};
+
+struct TransportOptions {
+  std::string name;
+  uint8_t peer_kind = 0;
+  uint32_t ring_bytes = 4096;
+  std::chrono::milliseconds timeout{5000};
+};
+
+Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,
+                                               const TransportOptions& options);
+// Unimplemented when this build has no UCX.
+Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
+                                              const TransportOptions& options);
+
+}  // namespace goblin::client

@@ -1,0 +1,329 @@
+// Every libgoblin operation against a running goblin-core over each transport: the ring
+// plane (unix:PATH), UCX over tcp (UCX_TLS=tcp) and UCX over shared memory (UCX_TLS=sm,tcp:
+// tcp only carries the listener's connection set-up; UCX_POSIX/SYSV_ERROR_HANDLING=y lets
+// shared memory serve endpoints with peer error handling). UCX stays on loopback
+// (UCX_NET_DEVICES=lo). Faults: the core killed and restarted, a client killed in the middle
+// of a transfer.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include "goblin/client/connection.h"
+#include "goblin/common/config.h"
+#include "tests/system/core_process.h"
+#include "tests/system/process.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+using client::Connection;
+
+enum class Plane { kRing, kUcxTcp, kUcxShm };
+
+std::string PlaneName(Plane p) {
+  switch (p) {
+    case Plane::kRing:
+      return "Ring";
+    case Plane::kUcxTcp:
+      return "UcxTcp";
+    case Plane::kUcxShm:
+      return "UcxShm";
+  }
+  return "?";
+}
+
+void SetUcxEnvironment(Plane p) {
+  setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  if (p == Plane::kUcxShm) {
+    setenv("UCX_TLS", "sm,tcp", 1);
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 1);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 1);
+  } else {
+    setenv("UCX_TLS", "tcp", 1);
+    unsetenv("UCX_POSIX_ERROR_HANDLING");
+    unsetenv("UCX_SYSV_ERROR_HANDLING");
+  }
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed + (i >> 12));
+  return v;
+}
+
+// A core with a small disk tier (1 MiB extents, 64 KiB RAM heads) and, for the UCX planes,
+// a UCX listener on a port of its choosing (read back from its log).
+struct NativeCore {
+  NativeCore(const std::string& tag, Plane plane, bool fresh = true)
+      : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())), plane(plane) {
+    if (fresh) {
+      std::filesystem::remove_all(tier);
+      auto [rc, out] = test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log");
+      EXPECT_EQ(rc, 0) << out;
+    }
+    Start(tag);
+  }
+  void Start(const std::string& tag) {
+    std::vector<std::string> extra{"--ssd-dir",        tier,  "--extent-size", "1M",
+                                   "--tier-file-size", "64M", "--io-buffers",  "16"};
+    if (plane != Plane::kRing) {
+      extra.insert(extra.end(), {"--rdma-listen", "127.0.0.1:0", "--rdma-max-message", "64K"});
+    }
+    core.emplace(tag, extra);
+    if (plane == Plane::kRing) {
+      target = "unix:" + core->sock;
+      return;
+    }
+    std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
+    for (int i = 0; i < 1000 && target.empty(); ++i) {
+      std::smatch m;
+      std::string log = core->proc.Output();
+      if (std::regex_search(log, m, re)) target = "ucx://127.0.0.1:" + m[1].str();
+      if (target.empty()) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_FALSE(target.empty()) << core->proc.Output();
+  }
+  void Kill() {
+    core.reset();
+    target.clear();
+  }
+  ~NativeCore() {
+    core.reset();
+    std::filesystem::remove_all(tier);
+    std::filesystem::remove(tier + ".log");
+  }
+  std::unique_ptr<Connection> Connect() {
+    auto c = Connection::Open(target, {.timeout = 5s});
+    EXPECT_TRUE(c) << c.error().ToString() << "\n" << core->proc.Output();
+    return c ? std::move(*c) : nullptr;
+  }
+  std::string tier;
+  Plane plane;
+  std::string target;
+  std::optional<test::CoreProcess> core;
+};
+
+Result<std::vector<uint8_t>> GetAll(Connection& c, const std::string& key, uint64_t offset = 0,
+                                    uint64_t length = UINT64_MAX) {
+  std::vector<uint8_t> out;
+  GOBLIN_ASSIGN_OR_RETURN(auto meta,
+                          c.Get(
+                              key,
+                              [&](uint64_t off, std::span<const uint8_t> b) {
+                                if (off != offset + out.size()) {
+                                  return VoidResult(Err(StatusCode::kCorruption, "out of order"));
+                                }
+                                out.insert(out.end(), b.begin(), b.end());
+                                return VoidResult();
+                              },
+                              offset, length));
+  if (!meta.found) return Err(StatusCode::kNotFound, "miss");
+  return out;
+}
+
+class NativePlane : public testing::TestWithParam<Plane> {
+ protected:
+  void SetUp() override {
+#if !GOBLIN_HAVE_UCX
+    if (GetParam() != Plane::kRing) GTEST_SKIP() << "built without UCX";
+#endif
+    SetUcxEnvironment(GetParam());
+  }
+  std::string Tag(const char* what) const { return PlaneName(GetParam()) + what; }
+};
+
+TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
+  NativeCore nc(Tag("ops"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto rtt = c->Ping("hello");
+  ASSERT_TRUE(rtt) << rtt.error().ToString();
+  EXPECT_GT(c->client_id(), 0u);
+  EXPECT_EQ(c->server_pid(), static_cast<uint32_t>(nc.core->proc.pid()));
+  // Empty, tiny, within the RAM head, across the head into the disk, several extents.
+  const std::vector<size_t> sizes{0, 1, 4096, (64 << 10) + 7, (3 << 20) + 123};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string key = fmt::format("obj/{}", i);
+    auto data = Pattern(sizes[i], static_cast<uint8_t>(i));
+    auto gen = c->Put(key, data, 0, "content-type: x");
+    ASSERT_TRUE(gen) << key << ": " << gen.error().ToString();
+    auto head = c->Head(key);
+    ASSERT_TRUE(head);
+    EXPECT_TRUE(head->found);
+    EXPECT_EQ(head->size, sizes[i]);
+    EXPECT_EQ(head->generation, *gen);
+    EXPECT_EQ(head->metadata, "content-type: x");
+    auto got = GetAll(*c, key);
+    ASSERT_TRUE(got) << key << ": " << got.error().ToString();
+    EXPECT_TRUE(*got == data) << key << ": " << got->size() << " bytes back of " << sizes[i];
+  }
+  // A range across the RAM head and two extents.
+  auto big = Pattern((3 << 20) + 123, 4);
+  auto part = GetAll(*c, "obj/4", 60000, 2'200'000);
+  ASSERT_TRUE(part) << part.error().ToString();
+  EXPECT_TRUE(std::equal(part->begin(), part->end(), big.begin() + 60000) &&
+              part->size() == 2'200'000u);
+  // Misses and deletes.
+  auto miss = c->Head("no/such/key");
+  ASSERT_TRUE(miss);
+  EXPECT_FALSE(miss->found);
+  EXPECT_EQ(GetAll(*c, "no/such/key").error().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c->Delete("obj/3").value());
+  EXPECT_FALSE(c->Delete("obj/3").value());
+  EXPECT_EQ(GetAll(*c, "obj/3").error().code(), StatusCode::kNotFound);
+  // A second connection sees the same objects.
+  auto c2 = nc.Connect();
+  ASSERT_TRUE(c2);
+  EXPECT_NE(c2->client_id(), c->client_id());
+  EXPECT_TRUE(GetAll(*c2, "obj/4").value() == big);
+}
+
+TEST_P(NativePlane, PutStreamsFromASourceAndBadRequestsGetClearErrors) {
+  NativeCore nc(Tag("src"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto data = Pattern(2'500'000, 9);
+  size_t at = 0;
+  auto gen = c->Put(
+      "streamed",
+      [&](std::span<uint8_t> out) -> Result<size_t> {
+        size_t n = std::min<size_t>({out.size(), 10'000, data.size() - at});
+        std::memcpy(out.data(), data.data() + at, n);
+        at += n;
+        return n;
+      },
+      data.size());
+  ASSERT_TRUE(gen) << gen.error().ToString();
+  EXPECT_TRUE(GetAll(*c, "streamed").value() == data);
+  // A source that fails aborts the fill: nothing is stored under the key.
+  auto failed = c->Put(
+      "broken",
+      [&](std::span<uint8_t>) -> Result<size_t> {
+        return Err(StatusCode::kInternal, "the source broke");
+      },
+      1000);
+  EXPECT_FALSE(failed);
+  EXPECT_FALSE(c->Head("broken").value().found);
+  // A size announced wrongly is refused by the core.
+  std::vector<uint8_t> five(5, 'x');
+  at = 0;
+  auto wrong = c->Put(
+      "wrong-size",
+      [&](std::span<uint8_t> out) -> Result<size_t> {
+        size_t n = std::min(out.size(), five.size() - at);
+        std::memcpy(out.data(), five.data() + at, n);
+        at += n;
+        return n;
+      },
+      10);
+  EXPECT_FALSE(wrong);
+  EXPECT_FALSE(c->Head("wrong-size").value().found);
+  // A key longer than any message: InvalidArgument, and the connection still works.
+  std::string huge_key(200'000, 'k');
+  auto bad = c->Head(huge_key);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), StatusCode::kInvalidArgument) << bad.error().ToString();
+  EXPECT_TRUE(c->Ping());
+  EXPECT_TRUE(GetAll(*c, "streamed").value() == data);
+}
+
+TEST_P(NativePlane, PublishSubscribeAndPatterns) {
+  NativeCore nc(Tag("ps"), GetParam());
+  auto sub = nc.Connect(), pub = nc.Connect();
+  ASSERT_TRUE(sub && pub);
+  auto s = sub->Subscribe(Connection::SubKind::kChannel, std::vector<std::string>{"news", "sport"});
+  ASSERT_TRUE(s) << s.error().ToString();
+  EXPECT_EQ(s->back().count, 2u);
+  auto p = sub->Subscribe(Connection::SubKind::kPattern, std::vector<std::string>{"n*"});
+  ASSERT_TRUE(p);
+  EXPECT_EQ(pub->Publish("news", "hello").value(), 2u);
+  EXPECT_EQ(pub->Publish("weather", "x").value(), 0u);
+  // As large as a message may be (40 KB over UCX: past one eager fragment; a 4 KiB ring's
+  // largest on the ring plane).
+  const size_t big_size = std::min<size_t>(40'000, pub->max_message() - 256);
+  std::string big(big_size, 'b');
+  auto sent = pub->Publish("sport", big);
+  ASSERT_TRUE(sent) << sent.error().ToString();
+  EXPECT_EQ(*sent, 1u);
+  std::multiset<std::tuple<std::string, std::string, size_t>> got;
+  for (int i = 0; i < 3; ++i) {
+    auto m = sub->NextMessage(5s);
+    ASSERT_TRUE(m && *m) << (m ? "timeout" : m.error().ToString());
+    got.emplace((*m)->pattern, (*m)->channel, (*m)->payload.size());
+  }
+  EXPECT_EQ(got, (std::multiset<std::tuple<std::string, std::string, size_t>>{
+                     {"", "news", 5}, {"n*", "news", 5}, {"", "sport", big_size}}));
+  auto q = pub->PubsubQuery(Connection::Query::kNumPat);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->number, 1);
+  // The subscriber leaves: its subscriptions go with it.
+  sub.reset();
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = pub->Publish("news", "anyone?").value() == 0;
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone);
+}
+
+TEST_P(NativePlane, CoreRestartIsAClearErrorAndReconnectWorks) {
+  NativeCore nc(Tag("rs"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto data = Pattern(300'000, 3);
+  ASSERT_TRUE(c->Put("kept", data));
+  nc.Kill();
+  auto after = c->Get("kept", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); });
+  ASSERT_FALSE(after);
+  EXPECT_TRUE(after.error().code() == StatusCode::kUnavailable ||
+              after.error().code() == StatusCode::kTimeout)
+      << after.error().ToString();
+  nc.Start(Tag("rs2"));
+  auto again = nc.Connect();
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(GetAll(*again, "kept").value() == data);  // the disk tier kept it
+}
+
+TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
+  NativeCore nc(Tag("kill"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto data = Pattern(24 << 20, 5);
+  ASSERT_TRUE(c->Put("big", data));
+  std::string out = fmt::format("{}/native-kill-{}.out", test::TmpDir(), getpid());
+  for (int round = 0; round < 3; ++round) {
+    // Another process (the goblin CLI) reads it and dies part-way.
+    test::Process getter({GOBLIN_CLI_BIN, "--target", nc.target, "get", "big", "-o", out},
+                         out + ".log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + 15 * round));
+    getter.Signal(SIGKILL);
+    getter.Wait(5s);
+  }
+  std::filesystem::remove(out);
+  std::filesystem::remove(out + ".log");
+  // The core is alive, serves everyone else, and holds nothing for the dead reader: the
+  // object can be replaced and deleted.
+  EXPECT_TRUE(c->Ping());
+  EXPECT_TRUE(GetAll(*c, "big").value() == data);
+  auto fresh = nc.Connect();
+  ASSERT_TRUE(fresh);
+  ASSERT_TRUE(fresh->Put("big", Pattern(1000, 6)));
+  EXPECT_TRUE(GetAll(*c, "big").value() == Pattern(1000, 6));
+  EXPECT_TRUE(c->Delete("big").value());
+  EXPECT_EQ(nc.core->proc.Wait(0ms), -1) << "the core exited:\n" << nc.core->proc.Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, NativePlane,
+                         testing::Values(Plane::kRing, Plane::kUcxTcp, Plane::kUcxShm),
+                         [](const testing::TestParamInfo<Plane>& i) { return PlaneName(i.param); });
+
+}  // namespace
+}  // namespace goblin

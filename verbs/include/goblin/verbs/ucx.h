@@ -1,0 +1,108 @@
+// UCX basics for the native plane: RAII owners of a UCP context and of a worker in
+// single-thread mode (one per loop thread, never shared), the wake-up protocol of a worker
+// (event fd, Arm), UCS status -> Status, host:port resolution, and the pool of send
+// buffers both ends use for active messages. Every goblin message on the UCX plane is one
+// active message of id kAmMessage whose data is one SBE message (no AM header), sent eager
+// (in order, delivered whole).
+// Threading: a worker and everything created on it belong to the thread that progresses it.
+#pragma once
+
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "goblin/common/status.h"
+
+namespace goblin::verbs {
+
+inline constexpr unsigned kAmMessage = 1;
+
+// A UCS status as a Status (UCS_ERR_UNREACHABLE/CONNECTION_RESET/... -> Unavailable).
+Status UcsError(ucs_status_t status, std::string_view what);
+
+class UcxContext {
+ public:
+  // Features: active messages, RMA (one-sided reads of registered memory), wake-up.
+  // UCX reads its UCX_* environment here (UCX_TLS, UCX_NET_DEVICES, ...).
+  static Result<std::unique_ptr<UcxContext>> Create();
+  ~UcxContext();
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+  ucp_context_h get() const { return context_; }
+
+ private:
+  UcxContext() = default;
+  ucp_context_h context_ = nullptr;
+};
+
+class UcxWorker {
+ public:
+  static Result<std::unique_ptr<UcxWorker>> Create(UcxContext& context);
+  ~UcxWorker();
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+  ucp_worker_h get() const { return worker_; }
+
+  // Progresses until nothing more happens now; returns how many times progress did work.
+  size_t Progress();
+  // An fd that becomes readable when the armed worker has events.
+  int event_fd() const { return efd_; }
+  // Arms the worker before sleeping on event_fd(): false when events are pending (progress
+  // instead of sleeping).
+  bool Arm();
+  // Progresses, then sleeps on event_fd() up to `timeout` when nothing happened.
+  void WaitForEvents(std::chrono::nanoseconds timeout);
+
+ private:
+  UcxWorker() = default;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+};
+
+// "host:port" ("[v6]:port" too) -> a socket address for a listener or a client.
+Result<sockaddr_storage> ResolveHostPort(std::string_view host_port, socklen_t* len);
+
+// Buffers for eager sends that may complete later: a message is copied into one, the
+// buffer stays with UCX until the send's callback gives it back. Reused: no allocation
+// once warm.
+class SendBuffers {
+ public:
+  struct Buffer;
+  using Done = void (*)(void* user, Buffer* buffer, ucs_status_t status);
+  struct Buffer {
+    std::vector<uint8_t> bytes;
+    size_t size = 0;
+    uint64_t owner = 0;  // who sent it (a session id)
+    SendBuffers* pool = nullptr;
+    Done done = nullptr;
+    void* user = nullptr;
+  };
+  Buffer* Acquire(size_t size);
+  void Release(Buffer* b);
+  ~SendBuffers();
+
+ private:
+  std::vector<Buffer*> free_;
+  size_t outstanding_ = 0;
+};
+
+// Sends `msg` on `ep` as one eager active message (copied first into a SendBuffers
+// buffer owned by `owner` when UCX cannot complete it at once). `done(user, buffer)` runs
+// when a queued send completes (from progress). Returns the bytes queued (0: sent already).
+// The buffer goes back to `buffers` after `done` returns.
+Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
+                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag);
+
+// Closes an endpoint (forcibly when `force`), progressing the worker until UCX is done or
+// `timeout` passes.
+void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force,
+                   std::chrono::milliseconds timeout = std::chrono::milliseconds(500));
+
+}  // namespace goblin::verbs

@@ -1,0 +1,92 @@
+// The client side of the UCX plane (used by libgoblin for "ucx://HOST:PORT"): its own UCP
+// context and single-thread worker, one endpoint to the core's listener with peer error
+// handling, the Hello/Welcome exchange, then SBE messages as eager active messages both
+// ways. Received messages are copied into an inbox as UCX hands them over and given to the
+// caller in order by Poll(). Sleeping: wake_fd() is the worker's event fd, PrepareSleep()
+// arms it (false: something is pending).
+// Threading: one thread at a time (the worker is single-threaded).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "goblin/common/function_ref.h"
+#include "goblin/common/status.h"
+#include "goblin/verbs/ucx.h"
+
+namespace goblin::verbs {
+
+struct UcxClientOptions {
+  std::string name = "libgoblin";
+  uint8_t peer_kind = 0;  // wire::PeerKind
+  uint32_t max_message = 256 << 10;
+  size_t send_window = 1 << 20;  // bytes in flight before TrySend says "full"
+  std::chrono::milliseconds timeout = std::chrono::seconds(5);
+};
+
+class UcxClient {
+ public:
+  // Connects to the core's UCX listener and exchanges Hello/Welcome. Unavailable when
+  // nobody listens there (or the core refuses), Timeout when it does not answer.
+  static Result<std::unique_ptr<UcxClient>> Connect(std::string_view host_port,
+                                                    const UcxClientOptions& options);
+  ~UcxClient();
+  UcxClient(const UcxClient&) = delete;
+  UcxClient& operator=(const UcxClient&) = delete;
+
+  uint64_t client_id() const { return client_id_; }
+  uint32_t server_pid() const { return server_pid_; }
+  uint32_t max_message() const { return max_message_; }
+
+  enum class SendStatus : uint8_t { kOk, kFull, kTooLarge };
+  SendStatus TrySend(std::span<const uint8_t> msg);
+  // Waits (progressing) for room up to `timeout`.
+  VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout);
+  // Encode into Reserve(max) (a staging buffer), then Commit(len) sends it; nullptr when
+  // the send window is full right now.
+  uint8_t* Reserve(uint32_t max_len);
+  void Commit(uint32_t len);
+
+  // Hands received messages to fn in arrival order; returns how many.
+  Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max = SIZE_MAX);
+  // Blocks until a message is readable (true) or the timeout passes (false); error when
+  // the core has gone away.
+  Result<bool> Wait(std::chrono::nanoseconds timeout);
+
+  int wake_fd() const { return worker_->event_fd(); }
+  bool PrepareSleep();
+  void FinishSleep() {}
+  // Unavailable once the endpoint failed (the core went away or reset the connection).
+  VoidResult CheckAlive();
+
+ private:
+  UcxClient() = default;
+  static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status);
+  bool Pending() const { return inbox_head_ < inbox_.size() || !incoming_.empty(); }
+
+  UcxClientOptions options_;
+  SendBuffers buffers_;  // outlives the worker
+  std::unique_ptr<UcxContext> context_;
+  std::unique_ptr<UcxWorker> worker_;
+  ucp_ep_h ep_ = nullptr;
+  bool failed_ = false;
+  std::string failure_;
+  size_t in_flight_ = 0;
+  uint64_t client_id_ = 0;
+  uint32_t server_pid_ = 0;
+  uint32_t max_message_ = 0;
+  std::vector<uint8_t> staging_;
+  std::vector<uint8_t> inbox_;  // [u32 length][bytes] records being handed out
+  size_t inbox_head_ = 0;
+  std::vector<uint8_t> incoming_;  // records UCX delivered since (same format)
+};
+
+}  // namespace goblin::verbs

@@ -1,0 +1,115 @@
+// The core side of the UCX plane: a UCX listener (`--rdma-listen HOST:PORT`) on the core
+// thread's own worker (single-thread mode), served by the same loop as the ring plane
+// (it is a ring::EventSource: the worker's event fd joins the loop's epoll set and the loop
+// sleeps only after ucp_worker_arm agrees). Each connected endpoint is a ring::Session for
+// the same Handler (CoreService): the client's first message is a Hello, answered with a
+// Welcome; then every SBE request is an eager active message and every reply one back.
+// Sends that UCX cannot finish at once are copied into reusable buffers and counted as
+// queued; a session reports back-pressure (kQueued) past a window of in-flight bytes and
+// kOverLimit past its output limit, as a ring session does. An endpoint that fails (the
+// client died or reset) closes its session: its fills, loans and subscriptions go.
+// Threading: every call, and every Handler call it makes, on the loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "goblin/common/status.h"
+#include "goblin/ring/server.h"
+#include "goblin/verbs/ucx.h"
+
+namespace goblin::verbs {
+
+struct UcxServerOptions {
+  std::string listen = "0.0.0.0:0";  // HOST:PORT (port 0: any; see port())
+  std::string server_name = "goblin-core";
+  uint32_t max_message = 256 << 10;  // the largest SBE message either way
+  uint32_t max_clients = 1024;
+  // Output a session may have in flight before Send() says kQueued (streaming pauses), and
+  // past which it says kOverLimit (a subscriber too slow: the handler drops it).
+  size_t send_window = 1 << 20;
+  size_t output_limit = 8 << 20;
+  size_t output_soft_limit = 0;
+  std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
+  // Session ids start here (disjoint from the ring plane's).
+  uint64_t first_session_id = 1ull << 48;
+};
+
+struct UcxServerStats {
+  uint64_t accepted = 0, rejected = 0, closed = 0, messages = 0, failed_endpoints = 0;
+};
+
+class UcxServer;
+
+class UcxSession final : public ring::Session {
+ public:
+  uint32_t max_message() const override { return max_message_; }
+  size_t queued_bytes() const override { return queued_; }
+  ring::SendOutcome Send(std::span<const uint8_t> msg) override;
+  // The peer's address as UCX reports it ("ucx" when unknown).
+  const std::string& peer() const { return peer_; }
+
+ private:
+  friend class UcxServer;
+  UcxServer* server_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+  bool welcomed_ = false;
+  bool failed_ = false;  // the endpoint reported an error: close it forcibly
+  uint32_t max_message_ = 0;
+  size_t queued_ = 0;
+  uint64_t soft_since_ = 0;
+  std::string peer_ = "ucx";
+};
+
+class UcxServer final : public ring::EventSource {
+ public:
+  static Result<std::unique_ptr<UcxServer>> Listen(const UcxServerOptions& options,
+                                                   ring::Handler* handler);
+  ~UcxServer() override;
+  UcxServer(const UcxServer&) = delete;
+  UcxServer& operator=(const UcxServer&) = delete;
+
+  int port() const { return port_; }
+  size_t session_count() const { return sessions_.size(); }
+  const UcxServerStats& stats() const { return stats_; }
+  UcxContext& context() { return *context_; }
+  UcxWorker& worker() { return *worker_; }
+
+  int event_fd() const override { return worker_->event_fd(); }
+  size_t Poll() override;
+  bool PrepareSleep() override;
+  void Close() override;
+
+ private:
+  friend class UcxSession;
+  UcxServer() = default;
+  static void OnConnRequest(ucp_conn_request_h request, void* arg);
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  static void OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status);
+  void Deliver();
+  void Welcome(UcxSession& s, std::span<const uint8_t> msg);
+  void CloseSession(uint64_t id);
+  void ReapClosing();
+
+  UcxServerOptions options_;
+  ring::Handler* handler_ = nullptr;
+  SendBuffers buffers_;  // outlives the worker (its callbacks return buffers here)
+  std::unique_ptr<UcxContext> context_;
+  std::unique_ptr<UcxWorker> worker_;
+  ucp_listener_h listener_ = nullptr;
+  int port_ = 0;
+  uint64_t next_id_ = 0;
+  std::unordered_map<uint64_t, std::unique_ptr<UcxSession>> sessions_;
+  std::unordered_map<ucp_ep_h, uint64_t> by_ep_;
+  std::vector<uint8_t> inbox_;  // received messages: [u64 session][u32 length][bytes]
+  std::vector<void*> closing_;  // endpoint close requests still in progress
+  UcxServerStats stats_;
+};
+
+}  // namespace goblin::verbs

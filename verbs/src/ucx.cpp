@@ -1,0 +1,208 @@
+#include "goblin/verbs/ucx.h"
+
+#include <netdb.h>
+#include <poll.h>
+
+#include <cstring>
+
+#include "goblin/common/clock.h"
+
+namespace goblin::verbs {
+
+Status UcsError(ucs_status_t status, std::string_view what) {
+  StatusCode code = StatusCode::kInternal;
+  switch (status) {
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_CANCELED:
+    case UCS_ERR_NOT_CONNECTED:
+      code = StatusCode::kUnavailable;
+      break;
+    case UCS_ERR_TIMED_OUT:
+      code = StatusCode::kTimeout;
+      break;
+    case UCS_ERR_NO_MEMORY:
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case UCS_ERR_BUSY:
+      code = StatusCode::kAlreadyExists;
+      break;
+    case UCS_ERR_UNSUPPORTED:
+    case UCS_ERR_NO_DEVICE:
+      code = StatusCode::kUnimplemented;
+      break;
+    default:
+      break;
+  }
+  return Status(code, fmt::format("{}: {}", what, ucs_status_string(status)));
+}
+
+Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_config_read"));
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.name = "goblin";
+  std::unique_ptr<UcxContext> c(new UcxContext());
+  st = ucp_init(&params, config, &c->context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_init"));
+  return c;
+}
+
+UcxContext::~UcxContext() {
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxContext& context) {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  std::unique_ptr<UcxWorker> w(new UcxWorker());
+  ucs_status_t st = ucp_worker_create(context.get(), &params, &w->worker_);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_create"));
+  st = ucp_worker_get_efd(w->worker_, &w->efd_);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_get_efd"));
+  return w;
+}
+
+UcxWorker::~UcxWorker() {
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+}
+
+size_t UcxWorker::Progress() {
+  size_t work = 0;
+  while (ucp_worker_progress(worker_) != 0) ++work;
+  return work;
+}
+
+bool UcxWorker::Arm() {
+  ucs_status_t st = ucp_worker_arm(worker_);
+  return st == UCS_OK;  // UCS_ERR_BUSY: events pending
+}
+
+void UcxWorker::WaitForEvents(std::chrono::nanoseconds timeout) {
+  if (Progress() > 0 || !Arm()) return;
+  pollfd p{efd_, POLLIN, 0};
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
+  (void)poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
+}
+
+Result<sockaddr_storage> ResolveHostPort(std::string_view host_port, socklen_t* len) {
+  size_t colon = host_port.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == host_port.size()) {
+    return Err(StatusCode::kInvalidArgument, "'{}': expected HOST:PORT", host_port);
+  }
+  std::string host(host_port.substr(0, colon));
+  std::string port(host_port.substr(colon + 1));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "*") host = "0.0.0.0";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Err(StatusCode::kInvalidArgument, "'{}': {}", host_port, gai_strerror(rc));
+  }
+  sockaddr_storage ss{};
+  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return ss;
+}
+
+SendBuffers::Buffer* SendBuffers::Acquire(size_t size) {
+  Buffer* b;
+  if (free_.empty()) {
+    b = new Buffer();
+    b->pool = this;
+  } else {
+    b = free_.back();
+    free_.pop_back();
+  }
+  if (b->bytes.size() < size) b->bytes.resize(size);
+  b->size = size;
+  ++outstanding_;
+  return b;
+}
+
+void SendBuffers::Release(Buffer* b) {
+  --outstanding_;
+  b->done = nullptr;
+  b->user = nullptr;
+  free_.push_back(b);
+}
+
+SendBuffers::~SendBuffers() {
+  // Buffers still with UCX belong to endpoints closed before this; leaking them would be a
+  // bug, not a crash: the owner closes its endpoints first.
+  for (Buffer* b : free_) delete b;
+}
+
+namespace {
+
+void OnSendComplete(void* request, ucs_status_t status, void* user_data) {
+  auto* b = static_cast<SendBuffers::Buffer*>(user_data);
+  if (b->done != nullptr) b->done(b->user, b, status);
+  b->pool->Release(b);
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
+                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag) {
+  SendBuffers::Buffer* b = buffers.Acquire(msg.size());
+  std::memcpy(b->bytes.data(), msg.data(), msg.size());
+  b->owner = owner;
+  b->done = done;
+  b->user = user;
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_EAGER | (reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0);
+  p.cb.send = OnSendComplete;
+  p.user_data = b;
+  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, nullptr, 0, b->bytes.data(), msg.size(), &p);
+  if (r == nullptr) {  // completed at once: the callback does not run
+    buffers.Release(b);
+    return size_t{0};
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    buffers.Release(b);
+    return Err(UcsError(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
+  }
+  return msg.size();
+}
+
+void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force, std::chrono::milliseconds timeout) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+  uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count()) * 1'000'000;
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && MonotonicNanos() < deadline) {
+    if (worker.Progress() == 0) worker.WaitForEvents(std::chrono::milliseconds(1));
+  }
+  if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+    ucp_request_cancel(worker.get(), r);
+    worker.Progress();
+  }
+  ucp_request_free(r);
+}
+
+}  // namespace goblin::verbs

@@ -1,0 +1,215 @@
+#include "goblin/verbs/ucx_client.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "goblin/common/clock.h"
+#include "goblin/ring/client.h"
+#include "goblin/sbe/runtime.h"
+#include "goblin/wire/goblin_wire.h"
+
+namespace goblin::verbs {
+
+Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port,
+                                                      const UcxClientOptions& options) {
+  std::unique_ptr<UcxClient> c(new UcxClient());
+  c->options_ = options;
+  socklen_t len = 0;
+  GOBLIN_ASSIGN_OR_RETURN(sockaddr_storage addr, ResolveHostPort(host_port, &len));
+  GOBLIN_ASSIGN_OR_RETURN(c->context_, UcxContext::Create());
+  GOBLIN_ASSIGN_OR_RETURN(c->worker_, UcxWorker::Create(*c->context_));
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  am.id = kAmMessage;
+  am.flags = UCP_AM_FLAG_WHOLE_MSG;
+  am.cb = &UcxClient::OnMessage;
+  am.arg = c.get();
+  ucs_status_t st = ucp_worker_set_am_recv_handler(c->worker_->get(), &am);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_set_am_recv_handler"));
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+  ep.sockaddr.addrlen = len;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxClient::OnEndpointError;
+  ep.err_handler.arg = c.get();
+  st = ucp_ep_create(c->worker_->get(), &ep, &c->ep_);
+  if (st != UCS_OK) return Err(UcsError(st, fmt::format("UCX connect to {}", host_port)));
+
+  uint8_t buf[512];
+  wire::HelloEncoder hello(buf, sizeof buf);
+  hello.set_protocol_version(ring::kProtocolVersion)
+      .set_peer_kind(static_cast<wire::PeerKind>(options.peer_kind))
+      .set_flags(0)
+      .set_pid(static_cast<uint32_t>(getpid()))
+      .set_max_message(options.max_message)
+      .set_ring_bytes(0)
+      .set_client_name(options.name.substr(0, 200));
+  c->max_message_ = options.max_message;
+  auto deadline = std::chrono::nanoseconds(options.timeout);
+  GOBLIN_RETURN_IF_ERROR_CTX(c->Send({buf, hello.Finish()}, deadline),
+                             fmt::format("UCX connect to {}", host_port));
+  std::vector<uint8_t> reply;
+  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(deadline.count());
+  while (reply.empty()) {
+    uint64_t now = MonotonicNanos();
+    if (now >= end) {
+      return Err(StatusCode::kTimeout, "UCX connect to {}: no Welcome within {} ms", host_port,
+                 options.timeout.count());
+    }
+    auto ready = c->Wait(std::chrono::nanoseconds(end - now));
+    if (!ready) return Err(ready.error().WithContext(fmt::format("UCX connect to {}", host_port)));
+    GOBLIN_RETURN_IF_ERROR(
+        c->Poll([&](std::span<const uint8_t> m) { reply.assign(m.begin(), m.end()); }, 1));
+  }
+  if (auto err = wire::ErrorDecoder::Decode(reply)) {
+    return Err(StatusCode::kUnavailable, "goblin-core at {} refused: {}", host_port, err->text());
+  }
+  auto w = wire::WelcomeDecoder::Decode(reply);
+  if (!w) return Err(StatusCode::kCorruption, "malformed Welcome: {}", w.error().message());
+  if (w->protocol_version() != ring::kProtocolVersion) {
+    return Err(StatusCode::kFailedPrecondition, "core speaks protocol {}, this client {}",
+               w->protocol_version(), ring::kProtocolVersion);
+  }
+  c->client_id_ = w->client_id();
+  c->server_pid_ = w->server_pid();
+  c->max_message_ = std::min(options.max_message, w->max_message());
+  return c;
+}
+
+UcxClient::~UcxClient() {
+  if (ep_ != nullptr) CloseEndpoint(*worker_, ep_, failed_);
+}
+
+void UcxClient::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* self = static_cast<UcxClient*>(arg);
+  self->failed_ = true;
+  self->failure_ = ucs_status_string(status);
+}
+
+ucs_status_t UcxClient::OnMessage(void* arg, const void*, size_t, void* data, size_t length,
+                                  const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxClient*>(arg);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    self->failed_ = true;  // the core sends eager only: a protocol error
+    self->failure_ = "the core sent a rendezvous message";
+    return UCS_OK;
+  }
+  // Into `incoming_`, never into the inbox Poll() may be reading from.
+  size_t at = self->incoming_.size();
+  self->incoming_.resize(at + 4 + length);
+  uint32_t len = static_cast<uint32_t>(length);
+  std::memcpy(self->incoming_.data() + at, &len, 4);
+  if (length > 0) std::memcpy(self->incoming_.data() + at + 4, data, length);
+  return UCS_OK;
+}
+
+void UcxClient::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status) {
+  auto* self = static_cast<UcxClient*>(user);
+  self->in_flight_ -= std::min(self->in_flight_, buffer->size);
+  if (status != UCS_OK && status != UCS_ERR_CANCELED && !self->failed_) {
+    self->failed_ = true;
+    self->failure_ = ucs_status_string(status);
+  }
+}
+
+UcxClient::SendStatus UcxClient::TrySend(std::span<const uint8_t> msg) {
+  if (msg.size() > max_message_) return SendStatus::kTooLarge;
+  if (in_flight_ > options_.send_window) {
+    worker_->Progress();
+    if (in_flight_ > options_.send_window) return SendStatus::kFull;
+  }
+  if (failed_) return SendStatus::kOk;  // CheckAlive reports it; the bytes go nowhere
+  auto r = SendMessage(ep_, msg, buffers_, 0, &UcxClient::OnSent, this, /*reply_flag=*/true);
+  if (!r) {
+    failed_ = true;
+    failure_ = r.error().message();
+    return SendStatus::kOk;
+  }
+  in_flight_ += *r;
+  return SendStatus::kOk;
+}
+
+VoidResult UcxClient::Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) {
+  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  for (;;) {
+    GOBLIN_RETURN_IF_ERROR(CheckAlive());
+    switch (TrySend(msg)) {
+      case SendStatus::kOk:
+        return CheckAlive();
+      case SendStatus::kTooLarge:
+        return Err(StatusCode::kInvalidArgument, "a {}-byte message exceeds the {}-byte maximum",
+                   msg.size(), max_message_);
+      case SendStatus::kFull:
+        break;
+    }
+    uint64_t now = MonotonicNanos();
+    if (now >= end) return Err(StatusCode::kTimeout, "the core took nothing for too long");
+    worker_->WaitForEvents(std::chrono::nanoseconds(std::min<uint64_t>(end - now, 1'000'000)));
+  }
+}
+
+uint8_t* UcxClient::Reserve(uint32_t max_len) {
+  if (max_len > max_message_) return nullptr;
+  if (in_flight_ > options_.send_window) {
+    worker_->Progress();
+    if (in_flight_ > options_.send_window) return nullptr;
+  }
+  if (staging_.size() < max_len) staging_.resize(max_message_);
+  return staging_.data();
+}
+
+void UcxClient::Commit(uint32_t len) { (void)TrySend({staging_.data(), len}); }
+
+Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) {
+  if (!Pending()) worker_->Progress();
+  size_t n = 0;
+  while (n < max && Pending()) {
+    if (inbox_head_ == inbox_.size()) {  // take what arrived (both keep their capacity)
+      inbox_.swap(incoming_);
+      incoming_.clear();
+      inbox_head_ = 0;
+    }
+    uint32_t len;
+    std::memcpy(&len, inbox_.data() + inbox_head_, 4);
+    // Valid during fn even if fn progresses the worker: arrivals go to incoming_.
+    size_t at = inbox_head_ + 4;
+    inbox_head_ += 4 + len;
+    fn({inbox_.data() + at, len});
+    ++n;
+  }
+  if (n == 0 && failed_)
+    return Err(StatusCode::kUnavailable, "goblin-core went away ({})", failure_);
+  return n;
+}
+
+Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
+  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  for (;;) {
+    if (Pending()) return true;
+    worker_->Progress();
+    if (Pending()) return true;
+    GOBLIN_RETURN_IF_ERROR(CheckAlive());
+    uint64_t now = MonotonicNanos();
+    if (now >= end) return false;
+    worker_->WaitForEvents(std::chrono::nanoseconds(end - now));
+  }
+}
+
+bool UcxClient::PrepareSleep() {
+  if (Pending()) return false;
+  worker_->Progress();
+  if (Pending() || failed_) return false;
+  return worker_->Arm();
+}
+
+VoidResult UcxClient::CheckAlive() {
+  if (failed_) return Err(StatusCode::kUnavailable, "goblin-core went away ({})", failure_);
+  return {};
+}
+
+}  // namespace goblin::verbs

@@ -1,0 +1,326 @@
+#include "goblin/verbs/ucx_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/log.h"
+#include "goblin/ring/client.h"
+#include "goblin/sbe/runtime.h"
+#include "goblin/wire/goblin_wire.h"
+
+namespace goblin::verbs {
+namespace {
+
+constexpr std::string_view kLog = "ucx";
+
+std::string FormatSockaddr(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    return fmt::format("{}:{}", ip, ntohs(a->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    return fmt::format("[{}]:{}", ip, ntohs(a->sin6_port));
+  }
+  return "ucx";
+}
+
+}  // namespace
+
+ring::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
+  if (msg.size() > max_message_) return ring::SendOutcome::kTooLarge;
+  if (failed_ || ep_ == nullptr) return ring::SendOutcome::kOverLimit;
+  const UcxServerOptions& o = server_->options_;
+  if (queued_ + msg.size() > o.send_window + o.output_limit) return ring::SendOutcome::kOverLimit;
+  if (o.output_soft_limit != 0 && queued_ + msg.size() > o.send_window + o.output_soft_limit) {
+    uint64_t now = MonotonicNanos();
+    if (soft_since_ == 0) {
+      soft_since_ = now;
+    } else if (now - soft_since_ > static_cast<uint64_t>(o.output_soft_time.count())) {
+      return ring::SendOutcome::kOverLimit;
+    }
+  }
+  auto r = SendMessage(ep_, msg, server_->buffers_, id_, &UcxServer::OnSent, server_, false);
+  if (!r) {
+    GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
+    failed_ = true;
+    closing_ = true;
+    return ring::SendOutcome::kOverLimit;
+  }
+  queued_ += *r;
+  return queued_ > o.send_window ? ring::SendOutcome::kQueued : ring::SendOutcome::kSent;
+}
+
+Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& options,
+                                                     ring::Handler* handler) {
+  std::unique_ptr<UcxServer> s(new UcxServer());
+  s->options_ = options;
+  s->handler_ = handler;
+  s->next_id_ = options.first_session_id;
+  socklen_t len = 0;
+  GOBLIN_ASSIGN_OR_RETURN(sockaddr_storage addr, ResolveHostPort(options.listen, &len));
+  GOBLIN_ASSIGN_OR_RETURN(s->context_, UcxContext::Create());
+  GOBLIN_ASSIGN_OR_RETURN(s->worker_, UcxWorker::Create(*s->context_));
+
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  am.id = kAmMessage;
+  am.flags = UCP_AM_FLAG_WHOLE_MSG;
+  am.cb = &UcxServer::OnMessage;
+  am.arg = s.get();
+  ucs_status_t st = ucp_worker_set_am_recv_handler(s->worker_->get(), &am);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_set_am_recv_handler"));
+
+  ucp_listener_params_t lp{};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+  lp.sockaddr.addrlen = len;
+  lp.conn_handler.cb = &UcxServer::OnConnRequest;
+  lp.conn_handler.arg = s.get();
+  st = ucp_listener_create(s->worker_->get(), &lp, &s->listener_);
+  if (st != UCS_OK) {
+    return Err(UcsError(st, fmt::format("UCX listener on {}", options.listen)));
+  }
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  st = ucp_listener_query(s->listener_, &attr);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_listener_query"));
+  if (attr.sockaddr.ss_family == AF_INET) {
+    s->port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
+  } else if (attr.sockaddr.ss_family == AF_INET6) {
+    s->port_ = ntohs(reinterpret_cast<const sockaddr_in6*>(&attr.sockaddr)->sin6_port);
+  }
+  GOBLIN_LOG_INFO(kLog, "UCX plane listening on {} (port {})", options.listen, s->port_);
+  return s;
+}
+
+UcxServer::~UcxServer() { Close(); }
+
+void UcxServer::Close() {
+  std::vector<uint64_t> ids;
+  for (auto& [id, sess] : sessions_) ids.push_back(id);
+  for (uint64_t id : ids) CloseSession(id);
+  if (listener_ != nullptr) {
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+  }
+  uint64_t deadline = MonotonicNanos() + 1'000'000'000ULL;
+  while (!closing_.empty() && MonotonicNanos() < deadline) {
+    if (worker_->Progress() == 0) worker_->WaitForEvents(std::chrono::milliseconds(1));
+    ReapClosing();
+  }
+  for (void* r : closing_) ucp_request_free(r);
+  closing_.clear();
+}
+
+void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
+  auto* self = static_cast<UcxServer*>(arg);
+  ucp_conn_request_attr_t ra{};
+  ra.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  std::string peer = "ucx";
+  if (ucp_conn_request_query(request, &ra) == UCS_OK) peer = FormatSockaddr(ra.client_address);
+  if (self->sessions_.size() >= self->options_.max_clients) {
+    ++self->stats_.rejected;
+    GOBLIN_LOG_WARN(kLog, "refused a UCX client from {}: {} clients already", peer,
+                    self->options_.max_clients);
+    ucp_listener_reject(self->listener_, request);
+    return;
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.conn_request = request;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxServer::OnEndpointError;
+  ep.err_handler.arg = self;
+  ucp_ep_h h = nullptr;
+  ucs_status_t st = ucp_ep_create(self->worker_->get(), &ep, &h);
+  if (st != UCS_OK) {
+    ++self->stats_.rejected;
+    GOBLIN_LOG_WARN(kLog, "UCX endpoint for {}: {}", peer, ucs_status_string(st));
+    return;
+  }
+  auto sess = std::make_unique<UcxSession>();
+  sess->server_ = self;
+  sess->ep_ = h;
+  sess->id_ = self->next_id_++;
+  sess->max_message_ = self->options_.max_message;
+  sess->peer_ = peer;
+  self->by_ep_[h] = sess->id_;
+  self->sessions_.emplace(sess->id_, std::move(sess));
+}
+
+void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* self = static_cast<UcxServer*>(arg);
+  auto it = self->by_ep_.find(ep);
+  if (it == self->by_ep_.end()) return;
+  auto sit = self->sessions_.find(it->second);
+  if (sit == self->sessions_.end()) return;
+  ++self->stats_.failed_endpoints;
+  GOBLIN_LOG_DEBUG(kLog, "client {} ({}): endpoint failed: {}", sit->first, sit->second->peer_,
+                   ucs_status_string(status));
+  sit->second->failed_ = true;
+  sit->second->closing_ = true;
+}
+
+ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t /*header_length*/,
+                                  void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServer*>(arg);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    GOBLIN_LOG_WARN(kLog, "dropping an active message without a reply endpoint");
+    return UCS_OK;
+  }
+  auto it = self->by_ep_.find(param->reply_ep);
+  if (it == self->by_ep_.end()) return UCS_OK;
+  UcxSession& s = *self->sessions_.at(it->second);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message) {
+    // The protocol sends every message eager and within max_message.
+    GOBLIN_LOG_WARN(kLog, "client {} ({}) sent a {}-byte message (max {}); dropping it", s.id_,
+                    s.peer_, length, self->options_.max_message);
+    s.closing_ = true;
+    return UCS_OK;
+  }
+  // Handed to the handler after progress returns (no sends from inside UCX callbacks).
+  size_t at = self->inbox_.size();
+  self->inbox_.resize(at + 12 + length);
+  std::memcpy(self->inbox_.data() + at, &s.id_, 8);
+  uint32_t len = static_cast<uint32_t>(length);
+  std::memcpy(self->inbox_.data() + at + 8, &len, 4);
+  if (length > 0) std::memcpy(self->inbox_.data() + at + 12, data, length);
+  return UCS_OK;
+}
+
+void UcxServer::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status) {
+  auto* self = static_cast<UcxServer*>(user);
+  auto it = self->sessions_.find(buffer->owner);
+  if (it == self->sessions_.end()) return;
+  UcxSession& s = *it->second;
+  s.queued_ -= std::min(s.queued_, buffer->size);
+  if (s.queued_ <= self->options_.send_window / 2) s.soft_since_ = 0;
+  if (status != UCS_OK && status != UCS_ERR_CANCELED) {
+    s.failed_ = true;
+    s.closing_ = true;
+  }
+}
+
+void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
+  auto hello = wire::HelloDecoder::Decode(msg);
+  uint8_t buf[512];
+  if (!hello || hello->protocol_version() != ring::kProtocolVersion) {
+    wire::ErrorEncoder e(buf, sizeof buf);
+    e.set_code(wire::ErrorCode::kInvalidArgument)
+        .set_text(!hello ? fmt::format("expected Hello: {}", hello.error().message())
+                         : fmt::format("protocol version {} (this core speaks {})",
+                                       hello->protocol_version(), ring::kProtocolVersion));
+    (void)s.Send({buf, e.Finish()});
+    ++stats_.rejected;
+    s.closing_ = true;
+    return;
+  }
+  s.peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
+  s.pid_ = hello->pid();
+  s.name_ = std::string(hello->client_name());
+  s.max_message_ = std::min(options_.max_message, std::max<uint32_t>(hello->max_message(), 4096));
+  wire::WelcomeEncoder w(buf, sizeof buf);
+  w.set_protocol_version(ring::kProtocolVersion)
+      .set_flags(0)
+      .set_server_pid(static_cast<uint32_t>(getpid()))
+      .set_client_id(s.id_)
+      .set_ring_bytes(0)
+      .set_max_message(s.max_message_)
+      .set_server_name(options_.server_name);
+  if (s.Send({buf, w.Finish()}) == ring::SendOutcome::kOverLimit) return;
+  s.welcomed_ = true;
+  ++stats_.accepted;
+  GOBLIN_LOG_DEBUG(kLog, "client {} connected over UCX: {} pid {} from {}", s.id_, s.name_, s.pid_,
+                   s.peer_);
+  handler_->OnOpen(s);
+}
+
+void UcxServer::Deliver() {
+  size_t pos = 0;
+  while (pos < inbox_.size()) {
+    uint64_t id;
+    uint32_t len;
+    std::memcpy(&id, inbox_.data() + pos, 8);
+    std::memcpy(&len, inbox_.data() + pos + 8, 4);
+    std::span<const uint8_t> msg(inbox_.data() + pos + 12, len);
+    pos += 12 + len;
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second->closing_) continue;
+    UcxSession& s = *it->second;
+    ++stats_.messages;
+    if (!s.welcomed_) {
+      Welcome(s, msg);
+    } else {
+      handler_->OnMessage(s, msg);
+    }
+  }
+  inbox_.clear();  // keeps its capacity
+}
+
+size_t UcxServer::Poll() {
+  size_t work = worker_->Progress();
+  if (!inbox_.empty()) {
+    work += 1;
+    Deliver();
+  }
+  std::vector<uint64_t> dead;
+  for (auto& [id, sp] : sessions_) {
+    UcxSession& s = *sp;
+    if (s.closing_) {
+      dead.push_back(id);
+      continue;
+    }
+    if (s.welcomed_ && s.want_writable_ && s.queued_ <= options_.send_window / 2) {
+      size_t before = s.queued_;
+      handler_->OnWritable(s);
+      if (s.queued_ != before || s.want_writable_) ++work;
+    }
+  }
+  for (uint64_t id : dead) CloseSession(id);
+  if (!closing_.empty()) ReapClosing();
+  return work;
+}
+
+bool UcxServer::PrepareSleep() {
+  if (!inbox_.empty()) return false;
+  for (auto& [id, s] : sessions_) {
+    if (s->closing_ || (s->want_writable_ && s->queued_ <= options_.send_window / 2)) return false;
+  }
+  return worker_->Arm();
+}
+
+void UcxServer::CloseSession(uint64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  UcxSession& s = *it->second;
+  if (s.welcomed_) handler_->OnClose(s);
+  by_ep_.erase(s.ep_);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = s.failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(s.ep_, &p);
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
+  ++stats_.closed;
+  GOBLIN_LOG_DEBUG(kLog, "client {} ({}) closed", id, s.peer_);
+  sessions_.erase(it);
+}
+
+void UcxServer::ReapClosing() {
+  std::erase_if(closing_, [](void* r) {
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+    ucp_request_free(r);
+    return true;
+  });
+}
+
+}  // namespace goblin::verbs
