@@ -146,6 +146,9 @@ drop_caches() {
   echo "passes: $PASSES; prewarm concurrency $PREWARM_CONCURRENCY; verify bodies: $VERIFY"
 } | tee "$OUT/machine.txt"
 
+# ---- interrupt placement (what pinning would do; the run does not change it) ----
+"$ROOT/bench/pin_pci_irqs_to_numa.sh" --dry-run > "$OUT/irqs.txt" 2>&1 || true
+
 # ---- ceilings, measured now ----
 drop_caches
 # The largest files, about 3 GiB of them, read at each depth.
@@ -259,6 +262,10 @@ for cache in $CACHES; do
   say "$cache: prewarmed $NOBJ objects in $(echo "$(date +%s.%N) - $t0" | bc) s; origin saw $WARM GETs"
   [ "$WARM" = "$NOBJ" ] || die "$cache: the origin saw $WARM requests for $NOBJ objects while prewarming"
 
+  if [ "$cache" = goblin ]; then  # where the core's threads, pool and rings live
+    CORE_PID=$(pgrep -f "goblin-core --listen-unix $RUN/" | head -1 || true)
+    [ -n "$CORE_PID" ] && "$ROOT/bench/audit_process_numa.sh" "$CORE_PID" > "$OUT/numa-audit-goblin.txt" 2>&1 || true
+  fi
   drop_caches
   # The cache's processes: its cgroup's, else the children of the launched process.
   if [ -n "$PROCS" ]; then

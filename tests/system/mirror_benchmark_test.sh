@@ -32,6 +32,8 @@ done
 grep -q "traces match" "$OUT/run/results.md" || fail "the traces were not validated"
 grep -q "^ceiling: disk [0-9]* MB/s" "$OUT/run/ceiling-disk.txt" || fail "no disk ceiling"
 grep -q "page cache dropped" "$OUT/log" || fail "the page cache was not dropped"
+grep -q "^## threads" "$OUT/run/numa-audit-goblin.txt" || fail "no placement audit of goblin-core"
+[ -s "$OUT/run/irqs.txt" ] || fail "no interrupt placement record"
 
 # The client alone against the origin: right hashes pass, a wrong one fails the run.
 CLIENT=$BUILD/bench/mirror_proxy_benchmark
