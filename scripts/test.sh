@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is needed, builds Release, the ASan+UBSan build,
 # the ThreadSanitizer build and the libFuzzer build, and runs the test suite in each (the
-# TSan build runs the threaded parts: rings, server loop, system tests). Exit status is
-# non-zero when anything fails. Build trees: build/release, build/asan, build/tsan, build/fuzz.
+# TSan build runs the threaded parts: rings, server loop, system tests); then the rdma
+# tests for real in a Soft-RoCE qemu guest (build/rdma: goblin-core and the rdma tests for a
+# CPU the emulator provides). Exit status is non-zero when anything fails. Build trees:
+# build/release, build/asan, build/tsan, build/fuzz, build/rdma.
 #   GOBLIN_TEST_SKIP_DEPS=1   do not call scripts/install-deps.sh
-#   GOBLIN_TEST_BUILDS="release asan tsan fuzz"   which builds to make and test
+#   GOBLIN_TEST_BUILDS="release asan tsan fuzz rdma"   which builds to make and test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 [[ ${GOBLIN_TEST_SKIP_DEPS:-0} == 1 ]] || ./scripts/install-deps.sh
-builds=${GOBLIN_TEST_BUILDS:-release asan tsan fuzz}
+builds=${GOBLIN_TEST_BUILDS:-release asan tsan fuzz rdma}
 jobs=$(nproc)
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
@@ -62,6 +64,11 @@ for b in $builds; do
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
       echo "== build (libFuzzer)"; cmake --build build/fuzz -j"$jobs"
       run_ctest fuzz build/fuzz ;;
+    rdma)
+      configure build/rdma -DCMAKE_BUILD_TYPE=Release -DGOBLIN_ARCH=x86-64-v2 \
+        -DGOBLIN_BUILD_BENCH=OFF -DGOBLIN_RDMA_VM_TEST=ON
+      echo "== build (rdma guest)"; cmake --build build/rdma -j"$jobs" --target goblin-core rdma_plane_test verbs_smoke_test
+      run_ctest rdma build/rdma -L rdma-vm ;;
     *) echo "test: unknown build '$b'" >&2; exit 2 ;;
   esac
 done

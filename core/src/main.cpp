@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "goblin/common/cli.h"
@@ -17,6 +18,9 @@
 #include "goblin/store/tier_dir.h"
 #if GOBLIN_HAVE_UCX
 #include "goblin/verbs/ucx_server.h"
+#endif
+#if GOBLIN_HAVE_VERBS
+#include "goblin/verbs/devices.h"
 #endif
 
 namespace {
@@ -240,6 +244,19 @@ int main(int argc, char** argv) {
   if (object_store) {
     if (auto r = (*server)->AddWakeFd(object_store->event_fd()); !r) return Fail(r.error());
   }
+#if GOBLIN_HAVE_VERBS
+  if (auto devs = verbs::ListVerbsDevices(); devs) {
+    GOBLIN_LOG_INFO(kLog, "RDMA devices: {}", verbs::DescribeDevices(*devs));
+    // The UCX plane uses the HCA ports on the core's own node unless told otherwise.
+    if (!rdma_listen.empty() && numa >= 0 && std::getenv("UCX_NET_DEVICES") == nullptr) {
+      std::string nd = verbs::UcxNetDevicesFor(*devs, numa);
+      if (!nd.empty()) {
+        setenv("UCX_NET_DEVICES", nd.c_str(), 1);
+        GOBLIN_LOG_INFO(kLog, "UCX_NET_DEVICES={} (the active RDMA ports on node {})", nd, numa);
+      }
+    }
+  }
+#endif
 #if GOBLIN_HAVE_UCX
   std::unique_ptr<verbs::UcxServer> ucx;
   if (!rdma_listen.empty()) {

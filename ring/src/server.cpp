@@ -167,7 +167,12 @@ VoidResult RingServer::Run(int stop_fd) {
     }
     if (can_sleep) {
       ++stats_.sleeps;
-      HandleEvents(pending_.empty() ? -1 : 1000);
+      int timeout = pending_.empty() ? -1 : 1000;
+      for (EventSource* src : sources_) {
+        int ms = src->max_sleep_ms();
+        if (ms >= 0) timeout = timeout < 0 ? ms : std::min(timeout, ms);
+      }
+      HandleEvents(timeout);
     } else {
       HandleEvents(0);
     }

@@ -321,6 +321,44 @@ TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
   EXPECT_EQ(nc.core->proc.Wait(0ms), -1) << "the core exited:\n" << nc.core->proc.Output();
 }
 
+TEST_P(NativePlane, CliPutGetPubSub) {
+  NativeCore nc(Tag("cli"), GetParam());
+  std::string dir =
+      fmt::format("{}/native-cli-{}-{}", test::TmpDir(), PlaneName(GetParam()), getpid());
+  std::filesystem::create_directories(dir);
+  auto data = Pattern(1'500'000, 8);
+  {
+    std::ofstream(dir + "/in", std::ios::binary)
+        .write(reinterpret_cast<const char*>(data.data()),
+               static_cast<std::streamsize>(data.size()));
+  }
+  auto [prc, pout] = test::RunCommand(
+      {GOBLIN_CLI_BIN, "--target", nc.target, "put", "cli/obj", dir + "/in"}, dir + "/put.log");
+  ASSERT_EQ(prc, 0) << pout;
+  auto [grc, gout] = test::RunCommand(
+      {GOBLIN_CLI_BIN, "--target", nc.target, "get", "cli/obj", "-o", dir + "/out"},
+      dir + "/get.log");
+  ASSERT_EQ(grc, 0) << gout;
+  std::ifstream back(dir + "/out", std::ios::binary);
+  std::vector<uint8_t> got((std::istreambuf_iterator<char>(back)), {});
+  EXPECT_TRUE(got == data);
+  test::Process sub({GOBLIN_CLI_BIN, "--target", nc.target, "sub", "-c", "1", "news"},
+                    dir + "/sub.log");
+  bool ready = false;
+  for (int i = 0; i < 500 && !ready; ++i) {
+    ready = sub.Output().find("waiting") != std::string::npos;
+    if (!ready) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(ready) << sub.Output();
+  auto [rc, out] = test::RunCommand(
+      {GOBLIN_CLI_BIN, "--target", nc.target, "pub", "news", "hello there"}, dir + "/pub.log");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "1\n");
+  EXPECT_EQ(sub.Wait(10s), 0) << sub.Output();
+  EXPECT_NE(sub.Output().find("news: hello there"), std::string::npos) << sub.Output();
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Planes, NativePlane,
                          testing::Values(Plane::kRing, Plane::kUcxTcp, Plane::kUcxShm),
                          [](const testing::TestParamInfo<Plane>& i) { return PlaneName(i.param); });

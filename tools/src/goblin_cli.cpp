@@ -4,6 +4,9 @@
 //   goblin --target unix:PATH get KEY [-o FILE] [--follow]
 //   goblin --target unix:PATH head KEY
 //   goblin --target unix:PATH del KEY
+//   goblin --target unix:PATH pub CHANNEL MESSAGE            (prints the receivers)
+//   goblin --target unix:PATH sub [--pattern] [-c N] CHANNEL...  (prints "channel: message")
+// --target ucx://HOST:PORT speaks to goblin-core --rdma-listen instead (the UCX plane).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/fd.h"
+#include "goblin/common/signals.h"
 #include "goblin/common/units.h"
 
 namespace {
@@ -35,9 +39,14 @@ class Progress {
     last_ = now;
     double secs = static_cast<double>(now - start_) / 1e9;
     double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+    if (total_ == 0) {  // size unknown (a stream or a fill in progress)
+      std::fprintf(stderr, "\r%s %s %s/s   ", verb_, HumanSize(done).c_str(),
+                   HumanSize(static_cast<uint64_t>(rate)).c_str());
+      return;
+    }
     std::fprintf(stderr, "\r%s %s / %s (%.0f%%) %s/s   ", verb_, HumanSize(done).c_str(),
                  HumanSize(total_).c_str(),
-                 total_ ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0,
+                 100.0 * static_cast<double>(done) / static_cast<double>(total_),
                  HumanSize(static_cast<uint64_t>(rate)).c_str());
   }
   void Done() {
@@ -48,6 +57,11 @@ class Progress {
   const char* verb_;
   uint64_t total_;
   bool tty_;
+
+ public:
+  static bool Wanted() { return isatty(2) != 0; }
+
+ private:
   uint64_t start_ = MonotonicNanos();
   uint64_t last_ = 0;
 };
@@ -102,6 +116,18 @@ int main(int argc, char** argv) {
   head->add_option("key", key, "Object key")->required();
   auto* del = app.add_subcommand("del", "Delete KEY");
   del->add_option("key", key, "Object key")->required();
+  std::string channel, message;
+  auto* pub = app.add_subcommand("pub", "PUBLISH MESSAGE on CHANNEL; prints how many received it");
+  pub->add_option("channel", channel, "Channel")->required();
+  pub->add_option("message", message, "Message")->required();
+  std::vector<std::string> channels;
+  bool pattern = false;
+  int sub_count = 0;
+  auto* sub = app.add_subcommand("sub", "SUBSCRIBE to CHANNELs and print what arrives");
+  sub->add_option("channels", channels, "Channels (patterns with --pattern)")->required();
+  sub->add_flag("--pattern", pattern, "PSUBSCRIBE: the names are glob patterns");
+  sub->add_option("-c,--count", sub_count, "Exit after this many messages (0: never)")
+      ->capture_default_str();
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -166,6 +192,9 @@ int main(int argc, char** argv) {
                            : open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) return Fail(out.c_str(), ErrnoStatus("open", errno));
     uint64_t total = 0;
+    if (Progress::Wanted()) {  // the size, for the progress line (one more round trip)
+      if (auto h = c.Head(key); h && h->found && h->size != UINT64_MAX) total = h->size;
+    }
     std::optional<Progress> progress;
     uint64_t expect = 0;
     auto meta_r = c.Get(
@@ -214,6 +243,36 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(m->generation),
         static_cast<unsigned long long>(m->created_unix_ns),
         static_cast<unsigned long long>(m->expires_unix_ns), m->metadata.c_str());
+    return 0;
+  }
+  if (pub->parsed()) {
+    auto n = c.Publish(channel, message);
+    if (!n) return Fail(fmt::format("pub {}", channel).c_str(), n.error());
+    std::printf("%llu\n", static_cast<unsigned long long>(*n));
+    return 0;
+  }
+  if (sub->parsed()) {
+    auto kind =
+        pattern ? client::Connection::SubKind::kPattern : client::Connection::SubKind::kChannel;
+    auto ok = c.Subscribe(kind, channels);
+    if (!ok) return Fail("sub", ok.error());
+    std::fprintf(stderr, "goblin: subscribed to %zu %s; waiting\n", channels.size(),
+                 pattern ? "pattern(s)" : "channel(s)");
+    auto signals = ShutdownSignal::Install();
+    for (int got = 0; sub_count == 0 || got < sub_count;) {
+      if (signals && (*signals)->Wait(std::chrono::milliseconds(0))) break;
+      auto m = c.NextMessage(std::chrono::milliseconds(200));
+      if (!m) return Fail("sub", m.error());
+      if (!*m) continue;
+      if (pattern) {
+        std::printf("%s %s: %s\n", (*m)->pattern.c_str(), (*m)->channel.c_str(),
+                    (*m)->payload.c_str());
+      } else {
+        std::printf("%s: %s\n", (*m)->channel.c_str(), (*m)->payload.c_str());
+      }
+      std::fflush(stdout);
+      ++got;
+    }
     return 0;
   }
   if (del->parsed()) {

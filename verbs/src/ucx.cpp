@@ -94,8 +94,9 @@ bool UcxWorker::Arm() {
 void UcxWorker::WaitForEvents(std::chrono::nanoseconds timeout) {
   if (Progress() > 0 || !Arm()) return;
   pollfd p{efd_, POLLIN, 0};
+  // At most kMaxSleepMs at a time: a missed wake-up costs that, not the whole timeout.
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
-  (void)poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
+  (void)poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, kMaxSleepMs)));
 }
 
 Result<sockaddr_storage> ResolveHostPort(std::string_view host_port, socklen_t* len) {

@@ -126,6 +126,8 @@ class EventSource {
   virtual size_t Poll() = 0;
   // False when events are already pending (the loop must not sleep now).
   virtual bool PrepareSleep() = 0;
+  // The longest the loop may sleep without polling this source (-1: no bound).
+  virtual int max_sleep_ms() const { return -1; }
   virtual void Close() = 0;
 };
 

@@ -57,8 +57,10 @@ class UcxWorker {
   // Arms the worker before sleeping on event_fd(): false when events are pending (progress
   // instead of sleeping).
   bool Arm();
-  // Progresses, then sleeps on event_fd() up to `timeout` when nothing happened.
+  // Progresses, then sleeps on event_fd() up to `timeout` (at most kMaxSleepMs; callers
+  // loop) when nothing happened.
   void WaitForEvents(std::chrono::nanoseconds timeout);
+  static constexpr int64_t kMaxSleepMs = 100;
 
  private:
   UcxWorker() = default;

@@ -82,6 +82,11 @@ class UcxServer final : public ring::EventSource {
   int event_fd() const override { return worker_->event_fd(); }
   size_t Poll() override;
   bool PrepareSleep() override;
+  // With clients connected the loop wakes at least every kMaxSleepMs: a safety net for a
+  // wake-up the worker's event fd did not deliver (seen on Soft-RoCE rc_verbs under
+  // emulation: a reply stalled until the next event).
+  int max_sleep_ms() const override { return sessions_.empty() ? -1 : kMaxSleepMs; }
+  static constexpr int kMaxSleepMs = 100;
   void Close() override;
 
  private:

@@ -1,0 +1,116 @@
+// The native plane over real verbs (label rdma): the device inventory sees the RDMA device,
+// and goblin-core's UCX listener serves libgoblin over rc_verbs, connected through rdmacm
+// (UCX_TLS=rc_verbs,self: no UD, no tcp). Runs where ibv_devices lists a device with an
+// active port and an IPv4 address for rdmacm (RDMA_IP): on an InfiniBand or RoCE host, or
+// in the Soft-RoCE guest tests/rdma/rxe_vm.sh boots (tests/rdma/run_rdma_tests.sh). Skips
+// with a message anywhere else.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include "goblin/client/connection.h"
+#include "goblin/verbs/devices.h"
+#include "tests/system/core_process.h"
+#include "tests/system/process.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+using client::Connection;
+
+// The device to test on, or a reason to skip.
+std::optional<std::string> Skip() {
+  auto devs = verbs::ListVerbsDevices();
+  if (!devs || devs->empty()) {
+    return "no RDMA device (ibv_devices lists none); tests/rdma/run_rdma_tests.sh runs these "
+           "tests in a Soft-RoCE guest";
+  }
+  if (verbs::UcxNetDevicesFor(*devs, -1).empty()) return "no RDMA port is ACTIVE";
+  if (std::getenv("RDMA_IP") == nullptr) {
+    return "set RDMA_IP to an IPv4 address of the RDMA device's interface (for rdmacm)";
+  }
+  return std::nullopt;
+}
+
+std::string CoreBin() {
+  const char* e = std::getenv("GOBLIN_CORE_BIN");
+  return e != nullptr ? e : GOBLIN_CORE_BIN;
+}
+
+TEST(RdmaDevices, InventoryListsTheDeviceAndItsActivePort) {
+  if (auto why = Skip()) GTEST_SKIP() << *why;
+  auto devs = verbs::ListVerbsDevices();
+  ASSERT_TRUE(devs);
+  const char* want = std::getenv("RDMA_DEV");
+  bool found = false;
+  for (const auto& d : *devs) {
+    if (want != nullptr && d.name != want) continue;
+    found = true;
+    ASSERT_FALSE(d.ports.empty()) << d.name;
+    EXPECT_EQ(d.ports[0].number, 1u);
+    EXPECT_FALSE(d.ports[0].gids.empty()) << d.name << " has no GID";
+    EXPECT_GT(d.ports[0].active_mtu, 0u);
+    EXPECT_NE(verbs::UcxNetDevicesFor(*devs, -1).find(d.name + ":1"), std::string::npos);
+  }
+  EXPECT_TRUE(found) << "RDMA_DEV=" << (want ? want : "") << ": " << verbs::DescribeDevices(*devs);
+}
+
+TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
+  if (auto why = Skip()) GTEST_SKIP() << *why;
+  setenv("UCX_TLS", "rc_verbs,self", 1);
+  const char* dev = std::getenv("RDMA_DEV");
+  if (dev != nullptr) setenv("UCX_NET_DEVICES", (std::string(dev) + ":1").c_str(), 1);
+  std::string ip = std::getenv("RDMA_IP");
+  std::string tier = fmt::format("{}/rdma-tier-{}", test::TmpDir(), getpid());
+  std::filesystem::remove_all(tier);
+  auto [rc, out] = test::RunCommand({CoreBin(), "--prepare", tier}, tier + ".log");
+  ASSERT_EQ(rc, 0) << out;
+  std::string sock = test::SocketPath("rdma");
+  std::string log = fmt::format("{}/rdma-core-{}.log", test::TmpDir(), getpid());
+  test::Process core({CoreBin(), "--listen-unix", sock, "--memory", "16M", "--block", "64K",
+                      "--ram-head", "64K", "--ssd-dir", tier, "--extent-size", "1M",
+                      "--tier-file-size", "64M", "--io-buffers", "16", "--rdma-listen", ip + ":0"},
+                     log);
+  std::string target;
+  std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
+  for (int i = 0; i < 3000 && target.empty(); ++i) {
+    std::smatch m;
+    std::string text = core.Output();
+    if (std::regex_search(text, m, re)) target = "ucx://" + ip + ":" + m[1].str();
+    if (target.empty()) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_FALSE(target.empty()) << core.Output();
+  auto c = Connection::Open(target, {.timeout = 30s});
+  ASSERT_TRUE(c) << c.error().ToString() << "\n" << core.Output();
+  ASSERT_TRUE((*c)->Ping());
+  std::vector<uint8_t> data(3 << 20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + (i >> 16));
+  ASSERT_TRUE((*c)->Put("rdma/obj", data));
+  std::vector<uint8_t> back;
+  auto meta = (*c)->Get("rdma/obj", [&](uint64_t, std::span<const uint8_t> b) {
+    back.insert(back.end(), b.begin(), b.end());
+    return VoidResult();
+  });
+  ASSERT_TRUE(meta) << meta.error().ToString();
+  EXPECT_TRUE(back == data);
+  auto sub = Connection::Open(target, {.timeout = 30s});
+  ASSERT_TRUE(sub);
+  ASSERT_TRUE((*sub)->Subscribe(Connection::SubKind::kChannel, std::vector<std::string>{"ch"}));
+  EXPECT_EQ((*c)->Publish("ch", "over verbs").value(), 1u);
+  auto m = (*sub)->NextMessage(30s);
+  ASSERT_TRUE(m && *m);
+  EXPECT_EQ((*m)->payload, "over verbs");
+  c->reset();
+  sub->reset();
+  core.Signal(SIGTERM);
+  EXPECT_EQ(core.Wait(30s), 0) << core.Output();
+  std::filesystem::remove_all(tier);
+}
+
+}  // namespace
+}  // namespace goblin
