@@ -120,7 +120,8 @@ while read -r path size; do
 done < "$MANIFEST" > "$MANIFEST.new"
 mv "$MANIFEST.new" "$MANIFEST"
 NEED=$((CORPUS_BYTES / 1024 * 12 / 10))
-AVAIL=$(df -k --output=avail "$ROOT/var" | tail -1)
+mkdir -p "$ROOT/var/bench"  # the caches' directories go here (a fresh clone has no var/)
+AVAIL=$(df -k --output=avail "$ROOT/var/bench" | tail -1)
 [ "$AVAIL" -gt "$NEED" ] || die "the cache needs ~$((NEED >> 20)) GiB on $ROOT/var, $((AVAIL >> 20)) GiB free"
 
 drop_caches() {
@@ -137,7 +138,7 @@ drop_caches() {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
   echo "memory: $(free -g | awk '/^Mem:/{print $2}') GiB; kernel $(uname -r)"
-  echo "disk: $(df -h --output=source,size,avail "$ROOT/var" | tail -1)"
+  echo "disk: $(df -h --output=source,size,avail "$ROOT/var/bench" | tail -1)"
   echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   command -v varnishd >/dev/null && echo "varnish: $(varnishd -V 2>&1 | head -1)"
   command -v nginx >/dev/null && echo "nginx: $(nginx -v 2>&1)"
