@@ -21,6 +21,13 @@ wire::ErrorCode ToWire(StatusCode c) {
 
 void CoreService::OnOpen(ring::Session& session) {
   ++counters_.sessions_opened;
+  if (store_ != nullptr && session.sends_by_reference()) {
+    // A remote session (UCX): object bytes are sent straight from the pools, each piece
+    // held (pinned head, detached I/O buffer) until the transport is done with it.
+    Lender& l = lenders_[session.id()];
+    l.max_loans = kMaxLoansPerSession * 4;
+    l.max_buffers = std::max<size_t>(1, store_->buffers().count() / 4);
+  }
   GOBLIN_LOG_INFO(kLog, "client {} connected: '{}' pid {}", session.id(), session.name(),
                   session.pid());
 }
@@ -283,7 +290,8 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
       ring::Session* s = &session;
-      bool lend = (flags & wire::kGetLoans) != 0 && lenders_.count(session.id()) != 0;
+      bool lend = lenders_.count(session.id()) != 0 &&
+                  ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
       Downloads& list = downloads_[session.id()];
       list.push_back(Download{corr, std::move(stream), lend});
       Download* d = &list.back();
@@ -442,6 +450,43 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
   return true;
 }
 
+std::optional<ring::SendOutcome> CoreService::SendByReference(ring::Session& session, Download& d,
+                                                              std::span<const uint8_t> bytes) {
+  Lender& lender = lenders_.at(session.id());
+  store::Store::Stream& st = *d.stream;
+  bool head = st.where() == store::Store::Stream::Where::kHeadPool;
+  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers) ||
+      *d.loans_out >= kMaxLoansPerDownload) {
+    lender.waiting = true;
+    return std::nullopt;
+  }
+  uint64_t token = next_loan_id_++;
+  Lent lent;
+  lent.download_loans = d.loans_out;
+  ++*d.loans_out;
+  if (head) {
+    lent.pin = store_->Retain(st.loan());
+  } else {
+    lent.buffer = st.DetachChunk();
+    ++lender.buffers;
+  }
+  lender.loans.emplace(token, std::move(lent));
+  bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
+  wire::ObjectDataEncoder od(out_.data(), out_.size());
+  od.set_correlation_id(d.correlation_id).set_offset(st.position()).set_last(last ? 1 : 0);
+  od.set_bytes(std::span<const uint8_t>());  // the bytes travel as the payload
+  size_t n = od.Finish();
+  st.Consume(bytes.size());
+  counters_.bytes_out += bytes.size();
+  auto r = session.SendWithPayload({out_.data(), n}, bytes, token);
+  if (r.done) HandleLoanRelease(session, token);
+  return r.outcome;
+}
+
+void CoreService::OnPayloadSent(ring::Session& session, uint64_t token) {
+  HandleLoanRelease(session, token);
+}
+
 size_t CoreService::OnPoll() {
   if (store_ == nullptr) return 0;
   if (auto r = store_->Poll(); !r) GOBLIN_LOG_ERROR(kLog, "store: {}", r.error());
@@ -488,6 +533,20 @@ bool CoreService::Pump(ring::Session& session, Download& d) {
     if (*step == store::Store::Stream::Step::kData && d.lend &&
         st.where() != store::Store::Stream::Where::kPrivate) {
       bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
+      if (session.sends_by_reference()) {
+        auto sent = SendByReference(session, d, bytes);
+        if (!sent) {
+          d.ready = false;  // OnPayloadSent resumes it
+          return true;
+        }
+        if (*sent == ring::SendOutcome::kOverLimit || *sent == ring::SendOutcome::kTooLarge) {
+          session.Close();
+          return false;
+        }
+        if (last) return false;
+        if (*sent == ring::SendOutcome::kQueued) return true;
+        continue;
+      }
       if (!Lend(session, d, bytes)) {
         d.ready = false;  // a LoanRelease resumes it
         return true;

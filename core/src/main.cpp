@@ -270,6 +270,16 @@ int main(int argc, char** argv) {
     if (!u) return Fail(u.error().WithContext("--rdma-listen"));
     ucx = std::move(*u);
     if (auto r = (*server)->AddSource(ucx.get()); !r) return Fail(r.error());
+    if (object_store) {  // object bytes are sent from these without registering per send
+      const store::IoBufferPool& b = object_store->buffers();
+      for (auto [base, bytes] :
+           {std::pair<void*, size_t>{object_store->pool().data(), object_store->pool().size()},
+            std::pair<void*, size_t>{b.Buffer(0), uint64_t{b.count()} * b.buffer_bytes()}}) {
+        if (auto r = ucx->RegisterMemory(base, bytes); !r) {
+          return Fail(r.error().WithContext("registering the pools with UCX"));
+        }
+      }
+    }
   }
 #else
   if (!rdma_listen.empty()) {

@@ -144,6 +144,8 @@ void SendBuffers::Release(Buffer* b) {
   --outstanding_;
   b->done = nullptr;
   b->user = nullptr;
+  b->payload_size = 0;
+  b->payload_token = 0;
   free_.push_back(b);
 }
 
@@ -187,6 +189,39 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
     return Err(UcsError(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
   }
   return msg.size();
+}
+
+Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
+                                  std::span<const uint8_t> payload, ucp_mem_h memh,
+                                  SendBuffers& buffers, uint64_t owner, uint64_t token,
+                                  SendBuffers::Done done, void* user) {
+  // UCX 1.13 reads the header until completion too: it lives in a reused buffer.
+  SendBuffers::Buffer* b = buffers.Acquire(header.size());
+  std::memcpy(b->bytes.data(), header.data(), header.size());
+  b->owner = owner;
+  b->done = done;
+  b->user = user;
+  b->payload_size = payload.size();
+  b->payload_token = token;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = OnSendComplete;
+  p.user_data = b;
+  if (memh != nullptr) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = memh;
+  }
+  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, b->bytes.data(), header.size(),
+                                       payload.data(), payload.size(), &p);
+  if (r == nullptr) {
+    buffers.Release(b);
+    return true;
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    buffers.Release(b);
+    return Err(UcsError(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
+  }
+  return false;
 }
 
 void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force, std::chrono::milliseconds timeout) {

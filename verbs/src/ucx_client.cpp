@@ -91,20 +91,81 @@ void UcxClient::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   self->failure_ = ucs_status_string(status);
 }
 
-ucs_status_t UcxClient::OnMessage(void* arg, const void*, size_t, void* data, size_t length,
-                                  const ucp_am_recv_param_t* param) {
+ucs_status_t UcxClient::OnMessage(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxClient*>(arg);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    self->failed_ = true;  // the core sends eager only: a protocol error
-    self->failure_ = "the core sent a rendezvous message";
-    return UCS_OK;
-  }
+  if (header_length > 0) return self->OnPayloadMessage(header, header_length, data, length, param);
   // Into `incoming_`, never into the inbox Poll() may be reading from.
   size_t at = self->incoming_.size();
   self->incoming_.resize(at + 4 + length);
   uint32_t len = static_cast<uint32_t>(length);
   std::memcpy(self->incoming_.data() + at, &len, 4);
   if (length > 0) std::memcpy(self->incoming_.data() + at + 4, data, length);
+  return UCS_OK;
+}
+
+// An AM header is an SBE message ending in an empty varData32 whose bytes are the AM data:
+// the record handed out is the message with those bytes in place. Eager data is copied now;
+// a rendezvous is received into a slot of its own, and records after it wait for it (Poll
+// stops at a slot still receiving).
+ucs_status_t UcxClient::OnPayloadMessage(const void* header, size_t header_length, void* data,
+                                         size_t length, const ucp_am_recv_param_t* param) {
+  if (header_length < 4 || length > (1u << 30)) {
+    failed_ = true;
+    failure_ = "a malformed payload message";
+    return UCS_OK;
+  }
+  const uint32_t total = static_cast<uint32_t>(header_length + length);
+  uint32_t len = static_cast<uint32_t>(length);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    size_t at = incoming_.size();
+    incoming_.resize(at + 4 + total);
+    std::memcpy(incoming_.data() + at, &total, 4);
+    std::memcpy(incoming_.data() + at + 4, header, header_length);
+    std::memcpy(incoming_.data() + at + 4 + header_length - 4, &len, 4);
+    if (length > 0) std::memcpy(incoming_.data() + at + 4 + header_length, data, length);
+    return UCS_OK;
+  }
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Slot& s = slots_[slot];
+  s.bytes.resize(total);
+  std::memcpy(s.bytes.data(), header, header_length);
+  std::memcpy(s.bytes.data() + header_length - 4, &len, 4);
+  s.ready = false;
+  s.owner = this;
+  // The placeholder: length kSlotMark, then the slot's index.
+  size_t at = incoming_.size();
+  incoming_.resize(at + 8);
+  std::memcpy(incoming_.data() + at, &kSlotMark, 4);
+  std::memcpy(incoming_.data() + at + 4, &slot, 4);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
+    auto* s = static_cast<Slot*>(user);
+    s->ready = true;
+    if (status != UCS_OK && !s->owner->failed_) {
+      s->owner->failed_ = true;
+      s->owner->failure_ = ucs_status_string(status);
+    }
+    ucp_request_free(request);
+  };
+  p.user_data = &s;
+  ucs_status_ptr_t r =
+      ucp_am_recv_data_nbx(worker_->get(), data, s.bytes.data() + header_length, length, &p);
+  if (r == nullptr) {
+    s.ready = true;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    s.ready = true;
+    failed_ = true;
+    failure_ = ucs_status_string(UCS_PTR_STATUS(r));
+  }
   return UCS_OK;
 }
 
@@ -165,8 +226,24 @@ uint8_t* UcxClient::Reserve(uint32_t max_len) {
 
 void UcxClient::Commit(uint32_t len) { (void)TrySend({staging_.data(), len}); }
 
+bool UcxClient::Deliverable() const {
+  const std::vector<uint8_t>* v = &inbox_;
+  size_t at = inbox_head_;
+  if (at == inbox_.size()) {
+    v = &incoming_;
+    at = 0;
+  }
+  if (at == v->size()) return false;
+  uint32_t len;
+  std::memcpy(&len, v->data() + at, 4);
+  if (len != kSlotMark) return true;
+  uint32_t slot;
+  std::memcpy(&slot, v->data() + at + 4, 4);
+  return slots_[slot].ready;
+}
+
 Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) {
-  if (!Pending()) worker_->Progress();
+  if (!Deliverable()) worker_->Progress();
   size_t n = 0;
   while (n < max && Pending()) {
     if (inbox_head_ == inbox_.size()) {  // take what arrived (both keep their capacity)
@@ -176,6 +253,18 @@ Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, s
     }
     uint32_t len;
     std::memcpy(&len, inbox_.data() + inbox_head_, 4);
+    if (len == kSlotMark) {  // a rendezvous: in order, once its bytes are in
+      uint32_t slot;
+      std::memcpy(&slot, inbox_.data() + inbox_head_ + 4, 4);
+      if (!slots_[slot].ready) break;
+      inbox_head_ += 8;
+      // The slot is freed only after fn, and a deque's elements never move: a rendezvous
+      // arriving while fn progresses the worker takes another slot.
+      fn({slots_[slot].bytes.data(), slots_[slot].bytes.size()});
+      free_slots_.push_back(slot);
+      ++n;
+      continue;
+    }
     // Valid during fn even if fn progresses the worker: arrivals go to incoming_.
     size_t at = inbox_head_ + 4;
     inbox_head_ += 4 + len;
@@ -190,9 +279,9 @@ Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, s
 Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
   uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
   for (;;) {
-    if (Pending()) return true;
+    if (Deliverable()) return true;
     worker_->Progress();
-    if (Pending()) return true;
+    if (Deliverable()) return true;
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     uint64_t now = MonotonicNanos();
     if (now >= end) return false;
@@ -201,9 +290,9 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
 }
 
 bool UcxClient::PrepareSleep() {
-  if (Pending()) return false;
+  if (Deliverable()) return false;
   worker_->Progress();
-  if (Pending() || failed_) return false;
+  if (Deliverable() || failed_) return false;
   return worker_->Arm();
 }
 

@@ -58,6 +58,45 @@ ring::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
   return queued_ > o.send_window ? ring::SendOutcome::kQueued : ring::SendOutcome::kSent;
 }
 
+ring::Session::PayloadSend UcxSession::SendWithPayload(std::span<const uint8_t> header,
+                                                       std::span<const uint8_t> payload,
+                                                       uint64_t token) {
+  if (failed_ || ep_ == nullptr) return {ring::SendOutcome::kOverLimit, true};
+  if (header.size() + 4 > max_message_) return {ring::SendOutcome::kTooLarge, true};
+  const UcxServerOptions& o = server_->options_;
+  auto r =
+      SendHeaderAndPayload(ep_, header, payload, server_->MemhFor(payload.data(), payload.size()),
+                           server_->buffers_, id_, token, &UcxServer::OnSent, server_);
+  if (!r) {
+    GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
+    failed_ = true;
+    closing_ = true;
+    return {ring::SendOutcome::kOverLimit, true};
+  }
+  if (*r) return {ring::SendOutcome::kSent, true};
+  queued_ += header.size() + payload.size();
+  return {queued_ > o.send_window ? ring::SendOutcome::kQueued : ring::SendOutcome::kSent, false};
+}
+
+VoidResult UcxServer::RegisterMemory(void* base, size_t bytes) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = base;
+  mp.length = bytes;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(context_->get(), &mp, &memh);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_mem_map"));
+  regions_.push_back({static_cast<uint8_t*>(base), bytes, memh});
+  return {};
+}
+
+ucp_mem_h UcxServer::MemhFor(const uint8_t* p, size_t n) const {
+  for (const Region& r : regions_) {
+    if (p >= r.base && p + n <= r.base + r.bytes) return r.memh;
+  }
+  return nullptr;
+}
+
 Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& options,
                                                      ring::Handler* handler) {
   std::unique_ptr<UcxServer> s(new UcxServer());
@@ -119,6 +158,9 @@ void UcxServer::Close() {
   }
   for (void* r : closing_) ucp_request_free(r);
   closing_.clear();
+  payloads_done_.clear();
+  for (const Region& r : regions_) ucp_mem_unmap(context_->get(), r.memh);
+  regions_.clear();
 }
 
 void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
@@ -203,7 +245,8 @@ void UcxServer::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t sta
   auto it = self->sessions_.find(buffer->owner);
   if (it == self->sessions_.end()) return;
   UcxSession& s = *it->second;
-  s.queued_ -= std::min(s.queued_, buffer->size);
+  s.queued_ -= std::min(s.queued_, buffer->size + buffer->payload_size);
+  if (buffer->payload_token != 0) self->payloads_done_.emplace_back(s.id_, buffer->payload_token);
   if (s.queued_ <= self->options_.send_window / 2) s.soft_since_ = 0;
   if (status != UCS_OK && status != UCS_ERR_CANCELED) {
     s.failed_ = true;
@@ -273,6 +316,14 @@ size_t UcxServer::Poll() {
     work += 1;
     Deliver();
   }
+  if (!payloads_done_.empty()) {
+    work += payloads_done_.size();
+    for (auto [sid, token] : payloads_done_) {
+      auto it = sessions_.find(sid);
+      if (it != sessions_.end()) handler_->OnPayloadSent(*it->second, token);
+    }
+    payloads_done_.clear();
+  }
   std::vector<uint64_t> dead;
   for (auto& [id, sp] : sessions_) {
     UcxSession& s = *sp;
@@ -292,7 +343,7 @@ size_t UcxServer::Poll() {
 }
 
 bool UcxServer::PrepareSleep() {
-  if (!inbox_.empty()) return false;
+  if (!inbox_.empty() || !payloads_done_.empty()) return false;
   for (auto& [id, s] : sessions_) {
     if (s->closing_ || (s->want_writable_ && s->queued_ <= options_.send_window / 2)) return false;
   }

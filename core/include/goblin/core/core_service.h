@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -64,6 +65,7 @@ class CoreService : public ring::Handler {
   void OnClose(ring::Session& session) override;
   void OnWritable(ring::Session& session) override;
   size_t OnPoll() override;
+  void OnPayloadSent(ring::Session& session, uint64_t token) override;
 
   const CoreCounters& counters() const { return counters_; }
 
@@ -112,6 +114,10 @@ class CoreService : public ring::Handler {
   void HandleLoanRelease(ring::Session& session, uint64_t loan_id);
   // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
   bool Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes);
+  // A remote session: sends the peeked bytes as an ObjectData payload straight from the
+  // pool, held like a loan until OnPayloadSent; nullopt at the session's limit.
+  std::optional<ring::SendOutcome> SendByReference(ring::Session& session, Download& d,
+                                                   std::span<const uint8_t> bytes);
   void ReleaseLent(const Lent& l);
   void HandleObject(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);

@@ -83,6 +83,24 @@ class Session {
   void WantWritable(bool want) { want_writable_ = want; }
   bool wants_writable() const { return want_writable_; }
 
+  // Zero-copy sends, for transports that can send from memory the caller keeps valid (the
+  // UCX plane): `header` is an SBE message whose last field is an empty varData32, and
+  // `payload` becomes that field's bytes on the client's side. The caller keeps `payload`
+  // valid until Handler::OnPayloadSent(session, token), or releases it at once when the
+  // result says `done`.
+  virtual bool sends_by_reference() const { return false; }
+  struct PayloadSend {
+    SendOutcome outcome = SendOutcome::kTooLarge;
+    bool done = true;
+  };
+  virtual PayloadSend SendWithPayload(std::span<const uint8_t> header,
+                                      std::span<const uint8_t> payload, uint64_t token) {
+    (void)header;
+    (void)payload;
+    (void)token;
+    return {};
+  }
+
  protected:
   uint64_t id_ = 0;
   uint8_t peer_kind_ = 0;
@@ -145,6 +163,8 @@ class Handler {
   // Called once per loop round (and after every wake-up) for the handler's own work, such
   // as disk completions; returns the units of work done (0 lets the loop go idle).
   virtual size_t OnPoll() { return 0; }
+  // The transport no longer reads the payload of SendWithPayload(..., token).
+  virtual void OnPayloadSent(Session&, uint64_t token) { (void)token; }
 };
 
 struct ServerStats {

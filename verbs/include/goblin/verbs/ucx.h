@@ -81,7 +81,9 @@ class SendBuffers {
   struct Buffer {
     std::vector<uint8_t> bytes;
     size_t size = 0;
-    uint64_t owner = 0;  // who sent it (a session id)
+    uint64_t owner = 0;          // who sent it (a session id)
+    size_t payload_size = 0;     // SendHeaderAndPayload: the caller's bytes sent after it
+    uint64_t payload_token = 0;  // and the caller's token for them
     SendBuffers* pool = nullptr;
     Done done = nullptr;
     void* user = nullptr;
@@ -101,6 +103,16 @@ class SendBuffers {
 // The buffer goes back to `buffers` after `done` returns.
 Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
                            uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag);
+
+// Sends `header` (copied) followed by `payload` (by reference: UCX reads it until the send
+// completes; eager or rendezvous as UCX chooses) as one active message; the receiver sees
+// `header` as the AM header. `memh`: the registration covering `payload` (or nullptr).
+// Returns true when the send completed at once (`done` is not called), false when `done`
+// will be called from progress.
+Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
+                                  std::span<const uint8_t> payload, ucp_mem_h memh,
+                                  SendBuffers& buffers, uint64_t owner, uint64_t token,
+                                  SendBuffers::Done done, void* user);
 
 // Closes an endpoint (forcibly when `force`), progressing the worker until UCX is done or
 // `timeout` passes.

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,7 +71,17 @@ class UcxClient {
                                 size_t length, const ucp_am_recv_param_t* param);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status);
+  ucs_status_t OnPayloadMessage(const void* header, size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param);
+  static constexpr uint32_t kSlotMark = UINT32_MAX;
+  struct Slot {  // a rendezvous message being received (reused)
+    std::vector<uint8_t> bytes;
+    bool ready = false;
+    UcxClient* owner = nullptr;
+  };
   bool Pending() const { return inbox_head_ < inbox_.size() || !incoming_.empty(); }
+  // The next record can be handed out (not a rendezvous still receiving).
+  bool Deliverable() const;
 
   UcxClientOptions options_;
   SendBuffers buffers_;  // outlives the worker
@@ -87,6 +98,8 @@ class UcxClient {
   std::vector<uint8_t> inbox_;  // [u32 length][bytes] records being handed out
   size_t inbox_head_ = 0;
   std::vector<uint8_t> incoming_;  // records UCX delivered since (same format)
+  std::deque<Slot> slots_;         // (a deque: slots never move while receiving into them)
+  std::vector<uint32_t> free_slots_;
 };
 
 }  // namespace goblin::verbs

@@ -50,6 +50,9 @@ class UcxSession final : public ring::Session {
   uint32_t max_message() const override { return max_message_; }
   size_t queued_bytes() const override { return queued_; }
   ring::SendOutcome Send(std::span<const uint8_t> msg) override;
+  bool sends_by_reference() const override { return true; }
+  PayloadSend SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
+                              uint64_t token) override;
   // The peer's address as UCX reports it ("ucx" when unknown).
   const std::string& peer() const { return peer_; }
 
@@ -74,6 +77,9 @@ class UcxServer final : public ring::EventSource {
   UcxServer& operator=(const UcxServer&) = delete;
 
   int port() const { return port_; }
+  // Registers [base, base + bytes) with UCX once (ucp_mem_map): payloads sent from it need no
+  // registration per send. For the head pool and the I/O buffers, before clients connect.
+  VoidResult RegisterMemory(void* base, size_t bytes);
   size_t session_count() const { return sessions_.size(); }
   const UcxServerStats& stats() const { return stats_; }
   UcxContext& context() { return *context_; }
@@ -101,6 +107,15 @@ class UcxServer final : public ring::EventSource {
   void Welcome(UcxSession& s, std::span<const uint8_t> msg);
   void CloseSession(uint64_t id);
   void ReapClosing();
+  ucp_mem_h MemhFor(const uint8_t* p, size_t n) const;
+  struct Region {
+    uint8_t* base = nullptr;
+    size_t bytes = 0;
+    ucp_mem_h memh = nullptr;
+  };
+  std::vector<Region> regions_;
+  // Payloads UCX has finished with: (session, token), handed to the handler after progress.
+  std::vector<std::pair<uint64_t, uint64_t>> payloads_done_;
 
   UcxServerOptions options_;
   ring::Handler* handler_ = nullptr;
