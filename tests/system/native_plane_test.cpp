@@ -16,6 +16,10 @@
 
 #include "goblin/client/connection.h"
 #include "goblin/common/config.h"
+#include "goblin/wire/goblin_wire.h"
+#if GOBLIN_HAVE_UCX
+#include "goblin/verbs/ucx_client.h"
+#endif
 #include "tests/system/core_process.h"
 #include "tests/system/process.h"
 
@@ -358,6 +362,32 @@ TEST_P(NativePlane, CliPutGetPubSub) {
   EXPECT_NE(sub.Output().find("news: hello there"), std::string::npos) << sub.Output();
   std::filesystem::remove_all(dir);
 }
+
+#if GOBLIN_HAVE_UCX
+// Raw UCX: a message that is not SBE gets an Error naming the problem, and the session
+// carries on (as on the ring plane).
+TEST(UcxPlane, GarbageGetsAnErrorAndTheSessionCarriesOn) {
+  SetUcxEnvironment(Plane::kUcxTcp);
+  NativeCore nc("ucxraw", Plane::kUcxTcp);
+  auto c = verbs::UcxClient::Connect(nc.target.substr(6), {});
+  ASSERT_TRUE(c) << c.error().ToString();
+  const uint8_t junk[3] = {1, 2, 3};
+  ASSERT_TRUE((*c)->Send(junk, 5s));
+  std::vector<uint8_t> reply;
+  for (int i = 0; i < 500 && reply.empty(); ++i) {
+    ASSERT_TRUE((*c)->Wait(10ms));
+    ASSERT_TRUE((*c)->Poll([&](std::span<const uint8_t> m) { reply.assign(m.begin(), m.end()); }));
+  }
+  auto e = wire::ErrorDecoder::Decode(reply);
+  ASSERT_TRUE(e) << "expected an Error";
+  EXPECT_EQ(e->code(), wire::ErrorCode::kInvalidArgument) << e->text();
+  // Still served: a libgoblin connection alongside works, and this one is alive.
+  EXPECT_TRUE((*c)->CheckAlive());
+  auto ok = nc.Connect();
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(ok->Ping());
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Planes, NativePlane,
                          testing::Values(Plane::kRing, Plane::kUcxTcp, Plane::kUcxShm),

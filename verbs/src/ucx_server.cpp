@@ -213,7 +213,7 @@ void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   sit->second->closing_ = true;
 }
 
-ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t /*header_length*/,
+ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t header_length,
                                   void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServer*>(arg);
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
@@ -223,10 +223,13 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t /*he
   auto it = self->by_ep_.find(param->reply_ep);
   if (it == self->by_ep_.end()) return UCS_OK;
   UcxSession& s = *self->sessions_.at(it->second);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message) {
-    // The protocol sends every message eager and within max_message.
-    GOBLIN_LOG_WARN(kLog, "client {} ({}) sent a {}-byte message (max {}); dropping it", s.id_,
-                    s.peer_, length, self->options_.max_message);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message ||
+      header_length != 0) {
+    // Clients send every message eager, whole in the AM data, within max_message.
+    GOBLIN_LOG_WARN(kLog,
+                    "client {} ({}) broke the protocol ({}-byte message, max {}, {}-byte AM "
+                    "header); closing it",
+                    s.id_, s.peer_, length, self->options_.max_message, header_length);
     s.closing_ = true;
     return UCS_OK;
   }
