@@ -277,7 +277,9 @@ Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, s
 }
 
 Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
-  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  uint64_t start = MonotonicNanos();
+  uint64_t end = start + static_cast<uint64_t>(timeout.count());
+  uint64_t spin_until = start + static_cast<uint64_t>(options_.busy_poll.count());
   for (;;) {
     if (Deliverable()) return true;
     worker_->Progress();
@@ -285,6 +287,7 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     uint64_t now = MonotonicNanos();
     if (now >= end) return false;
+    if (now < spin_until) continue;  // poll a little before paying for a wake-up
     worker_->WaitForEvents(std::chrono::nanoseconds(end - now));
   }
 }

@@ -28,6 +28,8 @@ struct UcxClientOptions {
   uint32_t max_message = 256 << 10;
   size_t send_window = 1 << 20;  // bytes in flight before TrySend says "full"
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
+  // Wait() polls the worker this long before arming it and sleeping (0: sleep at once).
+  std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
 };
 
 class UcxClient {
