@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,19 +44,26 @@ inline std::string ReadAll(const std::string& path) {
 class Process {
  public:
   // Starts argv[0] with stdout+stderr to `log_path`, stdin from /dev/null, no other fds.
+  // The child gets SIGKILL if the test process dies first (a crashed or aborted test
+  // leaves no servers behind).
   Process(std::vector<std::string> argv, std::string log_path) : log_(std::move(log_path)) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    // Nothing else of the test's (a FIFO's write end would keep a reader from seeing EOF).
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
+    int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {  // only async-signal-safe calls from here to exec
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+      if (out < 0 || in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
+      // Nothing else of the test's (a FIFO's write end would keep a reader from seeing EOF).
+      close_range(3, ~0u, 0);
+      execve(args[0], args.data(), environ);
+      _exit(127);
+    }
+    if (out >= 0) close(out);
+    if (in >= 0) close(in);
   }
   Process(const Process&) = delete;
   ~Process() {
