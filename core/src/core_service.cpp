@@ -530,10 +530,13 @@ bool CoreService::Pump(ring::Session& session, Download& d) {
       d.ready = false;  // the stream's ready callback turns it back on
       return true;
     }
+    // A remote session's first piece goes inline (a copy of at most kFirstInlineBytes, sent
+    // eager): the client's first byte does not wait for a rendezvous of a whole head.
     if (*step == store::Store::Stream::Step::kData && d.lend &&
-        st.where() != store::Store::Stream::Where::kPrivate) {
+        st.where() != store::Store::Stream::Where::kPrivate &&
+        (d.first_sent || !session.sends_by_reference())) {
       bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
-      if (session.sends_by_reference()) {
+      if (session.sends_by_reference() && d.first_sent) {
         auto sent = SendByReference(session, d, bytes);
         if (!sent) {
           d.ready = false;  // OnPayloadSent resumes it
@@ -559,6 +562,8 @@ bool CoreService::Pump(ring::Session& session, Download& d) {
     bool last = true;
     if (*step == store::Store::Stream::Step::kData) {
       n = std::min<uint64_t>(chunk_max, bytes.size());
+      if (!d.first_sent && session.sends_by_reference()) n = std::min(n, kFirstInlineBytes);
+      d.first_sent = true;
       last = st.end() != UINT64_MAX && st.position() + n == st.end();
     }
     wire::ObjectDataEncoder od(out_.data(), out_.size());

@@ -56,6 +56,8 @@ class CoreService : public ring::Handler {
   static constexpr size_t kMaxDownloadsPerSession = 4096;
   // Loans one stream may have out (a slow reader behind a gateway holds only these).
   static constexpr uint32_t kMaxLoansPerDownload = 8;
+  // A remote session's first piece of a Get, copied inline before the rest goes by reference.
+  static constexpr uint64_t kFirstInlineBytes = 64 << 10;
 
   // `store` may be null (no disk tier): object requests then get an error saying so.
   explicit CoreService(store::Store* store = nullptr) : store_(store) {}
@@ -81,6 +83,7 @@ class CoreService : public ring::Handler {
     bool lend = false;  // kGetLoans on a session that mapped the pools
     bool ready = true;  // may have bytes to send (the stream's callback sets it)
     bool done = false;
+    bool first_sent = false;  // a piece went out already (remote sessions: inline first)
     std::shared_ptr<uint32_t> loans_out = std::make_shared<uint32_t>(0);
   };
   using Downloads = std::list<Download>;  // a session's streams (stable addresses)
