@@ -1,11 +1,15 @@
 #include "goblin/client/connection.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
 
 #include "goblin/common/clock.h"
+#include "goblin/common/fd.h"
 #include "goblin/sbe/runtime.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
@@ -569,6 +573,51 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
   }));
   if (!sink_error.ok()) return Err(sink_error);
   return m;
+}
+
+Result<uint64_t> Connection::PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns,
+                                     std::string_view metadata) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoErr(fmt::format("open({})", path), errno);
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return ErrnoErr(fmt::format("stat({})", path), errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t at = 0;
+  return Put(
+      key,
+      [&](std::span<uint8_t> out) -> Result<size_t> {
+        size_t want = static_cast<size_t>(std::min<uint64_t>(out.size(), size - at));
+        if (want == 0) return size_t{0};
+        for (;;) {
+          ssize_t n = pread(fd.get(), out.data(), want, static_cast<off_t>(at));
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) return ErrnoErr(fmt::format("read({})", path), errno);
+          if (n == 0) {
+            return Err(StatusCode::kIoError, "{} shrank to {} bytes while being stored", path, at);
+          }
+          at += static_cast<uint64_t>(n);
+          return static_cast<size_t>(n);
+        }
+      },
+      size, ttl_ns, metadata);
+}
+
+Result<Connection::ObjectMeta> Connection::GetInto(std::string_view key, std::span<uint8_t> buffer,
+                                                   uint64_t offset, uint64_t* bytes) {
+  uint64_t got = 0;
+  auto meta = Get(
+      key,
+      [&](uint64_t off, std::span<const uint8_t> b) -> VoidResult {
+        if (off < offset || off - offset + b.size() > buffer.size()) {
+          return Err(StatusCode::kCorruption, "bytes at {} outside the requested range", off);
+        }
+        std::memcpy(buffer.data() + (off - offset), b.data(), b.size());
+        got = std::max<uint64_t>(got, off - offset + b.size());
+        return {};
+      },
+      offset, buffer.size());
+  if (bytes != nullptr) *bytes = got;
+  return meta;
 }
 
 Result<bool> Connection::Delete(std::string_view key) {

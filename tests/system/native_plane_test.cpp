@@ -239,6 +239,34 @@ TEST_P(NativePlane, PutStreamsFromASourceAndBadRequestsGetClearErrors) {
   EXPECT_TRUE(GetAll(*c, "streamed").value() == data);
 }
 
+TEST_P(NativePlane, PutFileAndGetIntoACallerBuffer) {
+  NativeCore nc(Tag("file"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  std::string path =
+      fmt::format("{}/native-file-{}-{}", test::TmpDir(), PlaneName(GetParam()), getpid());
+  auto data = Pattern(2'000'003, 11);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  auto gen = c->PutFile("file/obj", path, 0, "from a file");
+  ASSERT_TRUE(gen) << gen.error().ToString();
+  EXPECT_EQ(c->Head("file/obj").value().size, data.size());
+  std::vector<uint8_t> buf(300'000, 0);
+  uint64_t got = 0;
+  auto m = c->GetInto("file/obj", buf, 1'000'000, &got);  // across extents
+  ASSERT_TRUE(m) << m.error().ToString();
+  EXPECT_TRUE(m->found);
+  EXPECT_EQ(got, buf.size());
+  EXPECT_TRUE(std::equal(buf.begin(), buf.end(), data.begin() + 1'000'000));
+  // At the end: fewer bytes than the buffer holds.
+  ASSERT_TRUE(c->GetInto("file/obj", buf, data.size() - 1000, &got));
+  EXPECT_EQ(got, 1000u);
+  EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + 1000, data.end() - 1000));
+  EXPECT_FALSE(c->GetInto("no/such", buf).value().found);
+  EXPECT_FALSE(c->PutFile("x", path + ".missing"));
+  std::filesystem::remove(path);
+}
+
 TEST_P(NativePlane, PublishSubscribeAndPatterns) {
   NativeCore nc(Tag("ps"), GetParam());
   auto sub = nc.Connect(), pub = nc.Connect();

@@ -80,6 +80,13 @@ class Connection {
   Result<ObjectMeta> Get(std::string_view key, const Sink& sink, uint64_t offset = 0,
                          uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
+  // Stores the file at `path` (its size announced) under `key`.
+  Result<uint64_t> PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns = 0,
+                           std::string_view metadata = {});
+  // Reads object bytes [offset, offset + buffer.size()) into `buffer`; `*bytes` (if given)
+  // says how many arrived (fewer at the object's end). A miss: found = false.
+  Result<ObjectMeta> GetInto(std::string_view key, std::span<uint8_t> buffer, uint64_t offset = 0,
+                             uint64_t* bytes = nullptr);
 
   // ---- Pub/sub (Redis semantics; see pubsub/) ----
   enum class SubKind : uint8_t { kChannel = 0, kPattern = 1, kShard = 2 };
