@@ -407,17 +407,15 @@ void CoreService::HandleLoanRelease(ring::Session& session, uint64_t loan_id) {
   }
 }
 
-bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes) {
+std::optional<uint64_t> CoreService::Hold(ring::Session& session, Download& d) {
   Lender& lender = lenders_.at(session.id());
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
   if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers) ||
       *d.loans_out >= kMaxLoansPerDownload) {
     lender.waiting = true;
-    return false;
+    return std::nullopt;
   }
-  const uint8_t* base = head ? store_->pool().data() : store_->buffers().Buffer(0);
-  uint64_t pool_offset = static_cast<uint64_t>(bytes.data() - base);
   uint64_t loan_id = next_loan_id_++;
   Lent lent;
   lent.download_loans = d.loans_out;
@@ -429,6 +427,17 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
     ++lender.buffers;
   }
   lender.loans.emplace(loan_id, std::move(lent));
+  return loan_id;
+}
+
+bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes) {
+  store::Store::Stream& st = *d.stream;
+  bool head = st.where() == store::Store::Stream::Where::kHeadPool;
+  const uint8_t* base = head ? store_->pool().data() : store_->buffers().Buffer(0);
+  uint64_t pool_offset = static_cast<uint64_t>(bytes.data() - base);
+  auto held = Hold(session, d);
+  if (!held) return false;
+  uint64_t loan_id = *held;
   bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
   wire::LoanEncoder e(out_.data(), out_.size());
   e.set_correlation_id(d.correlation_id)
@@ -452,25 +461,10 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
 
 std::optional<ring::SendOutcome> CoreService::SendByReference(ring::Session& session, Download& d,
                                                               std::span<const uint8_t> bytes) {
-  Lender& lender = lenders_.at(session.id());
   store::Store::Stream& st = *d.stream;
-  bool head = st.where() == store::Store::Stream::Where::kHeadPool;
-  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers) ||
-      *d.loans_out >= kMaxLoansPerDownload) {
-    lender.waiting = true;
-    return std::nullopt;
-  }
-  uint64_t token = next_loan_id_++;
-  Lent lent;
-  lent.download_loans = d.loans_out;
-  ++*d.loans_out;
-  if (head) {
-    lent.pin = store_->Retain(st.loan());
-  } else {
-    lent.buffer = st.DetachChunk();
-    ++lender.buffers;
-  }
-  lender.loans.emplace(token, std::move(lent));
+  auto held = Hold(session, d);
+  if (!held) return std::nullopt;
+  uint64_t token = *held;
   bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
   wire::ObjectDataEncoder od(out_.data(), out_.size());
   od.set_correlation_id(d.correlation_id).set_offset(st.position()).set_last(last ? 1 : 0);

@@ -34,8 +34,9 @@ class GoblinStore : public testing::Test {
     ASSERT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s));
     std::ifstream f(dir_ + "/origin.port");
     f >> origin_port_;
-    // A port for HTTP derived from the pid (goblin-store takes a fixed --http-port).
-    port_ = std::to_string(20000 + getpid() % 20000);
+    // A port for HTTP derived from the pid (goblin-store takes a fixed --http-port), below
+    // the kernel's ephemeral range (32768 up), where outgoing connections take theirs.
+    port_ = std::to_string(20000 + getpid() % 12000);
   }
   void TearDown() override {
     store_.reset();

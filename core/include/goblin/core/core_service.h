@@ -115,6 +115,9 @@ class CoreService : public ring::Handler {
   void SendPubsub(ring::Session& session, size_t n);
   void HandleMapPools(ring::Session& session, uint64_t correlation_id);
   void HandleLoanRelease(ring::Session& session, uint64_t loan_id);
+  // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
+  // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
+  std::optional<uint64_t> Hold(ring::Session& session, Download& d);
   // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
   bool Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes);
   // A remote session: sends the peeked bytes as an ObjectData payload straight from the
