@@ -80,6 +80,19 @@ UcxWorker::~UcxWorker() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
 }
 
+VoidResult UcxWorker::SetMessageHandler(ucp_am_recv_callback_t cb, void* arg) {
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  am.id = kAmMessage;
+  am.flags = UCP_AM_FLAG_WHOLE_MSG;
+  am.cb = cb;
+  am.arg = arg;
+  ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &am);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_set_am_recv_handler"));
+  return {};
+}
+
 size_t UcxWorker::Progress() {
   size_t work = 0;
   while (ucp_worker_progress(worker_) != 0) ++work;

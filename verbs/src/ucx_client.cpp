@@ -19,15 +19,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   GOBLIN_ASSIGN_OR_RETURN(sockaddr_storage addr, ResolveHostPort(host_port, &len));
   GOBLIN_ASSIGN_OR_RETURN(c->context_, UcxContext::Create());
   GOBLIN_ASSIGN_OR_RETURN(c->worker_, UcxWorker::Create(*c->context_));
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  am.id = kAmMessage;
-  am.flags = UCP_AM_FLAG_WHOLE_MSG;
-  am.cb = &UcxClient::OnMessage;
-  am.arg = c.get();
-  ucs_status_t st = ucp_worker_set_am_recv_handler(c->worker_->get(), &am);
-  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_set_am_recv_handler"));
+  GOBLIN_RETURN_IF_ERROR(c->worker_->SetMessageHandler(&UcxClient::OnMessage, c.get()));
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -37,7 +29,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &UcxClient::OnEndpointError;
   ep.err_handler.arg = c.get();
-  st = ucp_ep_create(c->worker_->get(), &ep, &c->ep_);
+  ucs_status_t st = ucp_ep_create(c->worker_->get(), &ep, &c->ep_);
   if (st != UCS_OK) return Err(UcsError(st, fmt::format("UCX connect to {}", host_port)));
 
   uint8_t buf[512];

@@ -108,15 +108,7 @@ Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& opt
   GOBLIN_ASSIGN_OR_RETURN(s->context_, UcxContext::Create());
   GOBLIN_ASSIGN_OR_RETURN(s->worker_, UcxWorker::Create(*s->context_));
 
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  am.id = kAmMessage;
-  am.flags = UCP_AM_FLAG_WHOLE_MSG;
-  am.cb = &UcxServer::OnMessage;
-  am.arg = s.get();
-  ucs_status_t st = ucp_worker_set_am_recv_handler(s->worker_->get(), &am);
-  if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_set_am_recv_handler"));
+  GOBLIN_RETURN_IF_ERROR(s->worker_->SetMessageHandler(&UcxServer::OnMessage, s.get()));
 
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -124,7 +116,7 @@ Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& opt
   lp.sockaddr.addrlen = len;
   lp.conn_handler.cb = &UcxServer::OnConnRequest;
   lp.conn_handler.arg = s.get();
-  st = ucp_listener_create(s->worker_->get(), &lp, &s->listener_);
+  ucs_status_t st = ucp_listener_create(s->worker_->get(), &lp, &s->listener_);
   if (st != UCS_OK) {
     return Err(UcsError(st, fmt::format("UCX listener on {}", options.listen)));
   }

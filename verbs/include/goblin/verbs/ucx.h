@@ -52,6 +52,8 @@ class UcxWorker {
 
   // Progresses until nothing more happens now; returns how many times progress did work.
   size_t Progress();
+  // Routes goblin messages (active message kAmMessage, delivered whole) to cb(arg, ...).
+  VoidResult SetMessageHandler(ucp_am_recv_callback_t cb, void* arg);
   // An fd that becomes readable when the armed worker has events.
   int event_fd() const { return efd_; }
   // Arms the worker before sleeping on event_fd(): false when events are pending (progress
