@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
                  "shared memory as UCX_TLS allows; port 0: any)");
   AddSizeOption(app, "--rdma-max-message", &rdma_max_message,
                 "Largest message on the UCX plane (object data travels in chunks of it)");
+  std::chrono::nanoseconds rdma_hello_timeout = std::chrono::seconds(5);
+  AddDurationOption(app, "--rdma-hello-timeout", &rdma_hello_timeout,
+                    "Drop a UCX client that sends no Hello this long after connecting");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -266,6 +269,7 @@ int main(int argc, char** argv) {
     uo.output_limit = std::max<size_t>(output_limit, uo.max_message);
     uo.output_soft_limit = output_soft_limit;
     uo.output_soft_time = output_soft_time;
+    uo.hello_timeout = rdma_hello_timeout;
     auto u = verbs::UcxServer::Listen(uo, &service);
     if (!u) return Fail(u.error().WithContext("--rdma-listen"));
     ucx = std::move(*u);

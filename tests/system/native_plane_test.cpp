@@ -66,8 +66,11 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
 // A core with a small disk tier (1 MiB extents, 64 KiB RAM heads) and, for the UCX planes,
 // a UCX listener on a port of its choosing (read back from its log).
 struct NativeCore {
-  NativeCore(const std::string& tag, Plane plane, bool fresh = true)
-      : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())), plane(plane) {
+  NativeCore(const std::string& tag, Plane plane, bool fresh = true,
+             std::vector<std::string> more = {})
+      : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())),
+        plane(plane),
+        more_args(std::move(more)) {
     if (fresh) {
       std::filesystem::remove_all(tier);
       auto [rc, out] = test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log");
@@ -81,6 +84,7 @@ struct NativeCore {
     if (plane != Plane::kRing) {
       extra.insert(extra.end(), {"--rdma-listen", "127.0.0.1:0", "--rdma-max-message", "64K"});
     }
+    extra.insert(extra.end(), more_args.begin(), more_args.end());
     core.emplace(tag, extra);
     if (plane == Plane::kRing) {
       target = "unix:" + core->sock;
@@ -111,6 +115,7 @@ struct NativeCore {
   }
   std::string tier;
   Plane plane;
+  std::vector<std::string> more_args;
   std::string target;
   std::optional<test::CoreProcess> core;
 };
@@ -414,6 +419,40 @@ TEST(UcxPlane, GarbageGetsAnErrorAndTheSessionCarriesOn) {
   auto ok = nc.Connect();
   ASSERT_TRUE(ok);
   EXPECT_TRUE(ok->Ping());
+}
+
+// A UCX endpoint that never says Hello is dropped after --rdma-hello-timeout; others are
+// served meanwhile.
+TEST(UcxPlane, AClientWithoutHelloIsDropped) {
+  SetUcxEnvironment(Plane::kUcxTcp);
+  NativeCore nc("ucxhello", Plane::kUcxTcp, true, {"--rdma-hello-timeout", "300ms"});
+  auto ctx = verbs::UcxContext::Create();
+  ASSERT_TRUE(ctx);
+  auto worker = verbs::UcxWorker::Create(**ctx);
+  ASSERT_TRUE(worker);
+  socklen_t len = 0;
+  auto addr = verbs::ResolveHostPort(nc.target.substr(6), &len);
+  ASSERT_TRUE(addr);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
+  ep.sockaddr.addrlen = len;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_ep_h h = nullptr;
+  ASSERT_EQ(ucp_ep_create((*worker)->get(), &ep, &h), UCS_OK);
+  bool dropped = false;
+  for (int i = 0; i < 500 && !dropped; ++i) {  // progress our side; the core decides
+    (*worker)->Progress();
+    dropped = nc.core->proc.Output().find("no Hello within 300 ms") != std::string::npos;
+    if (!dropped) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(dropped) << nc.core->proc.Output();
+  auto ok = nc.Connect();
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(ok->Ping());
+  verbs::CloseEndpoint(**worker, h, /*force=*/true);
 }
 #endif
 

@@ -188,6 +188,7 @@ void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
   sess->id_ = self->next_id_++;
   sess->max_message_ = self->options_.max_message;
   sess->peer_ = peer;
+  sess->connected_ns_ = MonotonicNanos();
   self->by_ep_[h] = sess->id_;
   self->sessions_.emplace(sess->id_, std::move(sess));
 }
@@ -320,8 +321,16 @@ size_t UcxServer::Poll() {
     payloads_done_.clear();
   }
   std::vector<uint64_t> dead;
+  uint64_t now = MonotonicNanos();
   for (auto& [id, sp] : sessions_) {
     UcxSession& s = *sp;
+    if (!s.welcomed_ && !s.closing_ &&
+        now - s.connected_ns_ > static_cast<uint64_t>(options_.hello_timeout.count())) {
+      ++stats_.hello_timeouts;
+      GOBLIN_LOG_WARN(kLog, "dropping UCX client {} ({}): no Hello within {} ms", id, s.peer_,
+                      options_.hello_timeout.count() / 1'000'000);
+      s.closing_ = true;
+    }
     if (s.closing_) {
       dead.push_back(id);
       continue;

@@ -37,10 +37,13 @@ struct UcxServerOptions {
   std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
   // Session ids start here (disjoint from the ring plane's).
   uint64_t first_session_id = 1ull << 48;
+  // A client that connects but sends no Hello this long is dropped (its slot freed).
+  std::chrono::nanoseconds hello_timeout = std::chrono::seconds(5);
 };
 
 struct UcxServerStats {
   uint64_t accepted = 0, rejected = 0, closed = 0, messages = 0, failed_endpoints = 0;
+  uint64_t hello_timeouts = 0;
 };
 
 class UcxServer;
@@ -61,7 +64,8 @@ class UcxSession final : public ring::Session {
   UcxServer* server_ = nullptr;
   ucp_ep_h ep_ = nullptr;
   bool welcomed_ = false;
-  bool failed_ = false;  // the endpoint reported an error: close it forcibly
+  uint64_t connected_ns_ = 0;  // a session without a Hello within hello_timeout is dropped
+  bool failed_ = false;        // the endpoint reported an error: close it forcibly
   uint32_t max_message_ = 0;
   size_t queued_ = 0;
   uint64_t soft_since_ = 0;
