@@ -353,6 +353,7 @@ Result<UniqueFd> ReopenReadOnly(int fd) {
 }  // namespace
 
 void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id) {
+  if (!session.local()) return HandleRemotePools(session, correlation_id);
   if (!ro_pool_fd_) {
     auto p = ReopenReadOnly(store_->pool().fd());
     auto b = ReopenReadOnly(store_->buffers().fd());
@@ -379,6 +380,32 @@ void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id
   lit->second.max_buffers =
       gateway ? std::max<size_t>(1, store_->buffers().count() / 2) : kMaxLoansPerSession;
   Send(session, n);
+}
+
+// A remote session gets each pool's address and a key for one-sided reads instead of fds.
+void CoreService::HandleRemotePools(ring::Session& session, uint64_t correlation_id) {
+  const uint8_t* head = store_->pool().data();
+  const uint8_t* io = store_->buffers().Buffer(0);
+  uint64_t head_bytes = store_->pool().size();
+  uint64_t io_bytes = uint64_t{store_->buffers().count()} * store_->buffers().buffer_bytes();
+  auto head_key = session.PackRemoteKey(head, head_bytes);
+  if (!head_key) return SendStatusError(session, correlation_id, head_key.error());
+  auto io_key = session.PackRemoteKey(io, io_bytes);
+  if (!io_key) return SendStatusError(session, correlation_id, io_key.error());
+  wire::RemotePoolsEncoder m(out_.data(), out_.size());
+  m.set_correlation_id(correlation_id);
+  auto g = m.BeginPools();
+  g.Next()
+      .set_pool(wire::PoolKind::kHead)
+      .set_address(reinterpret_cast<uintptr_t>(head))
+      .set_bytes(head_bytes)
+      .set_rkey(*head_key);
+  g.Next()
+      .set_pool(wire::PoolKind::kIo)
+      .set_address(reinterpret_cast<uintptr_t>(io))
+      .set_bytes(io_bytes)
+      .set_rkey(*io_key);
+  Send(session, m.Finish());
 }
 
 void CoreService::ReleaseLent(const Lent& l) {

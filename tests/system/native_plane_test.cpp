@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -421,6 +422,38 @@ TEST(UcxPlane, GarbageGetsAnErrorAndTheSessionCarriesOn) {
   EXPECT_TRUE(ok->Ping());
 }
 
+// One-sided reads of the core's memory: MapPools answers with each pool's address and rkey;
+// the head bytes of an object just stored are found by reading the whole head pool with
+// ucp_get (emulated over tcp, cma over shared memory), without the core's handler.
+class UcxOneSided : public testing::TestWithParam<Plane> {};
+
+TEST_P(UcxOneSided, TheHeadPoolIsReadableWithTheKeyFromMapPools) {
+  SetUcxEnvironment(GetParam());
+  NativeCore nc("os" + PlaneName(GetParam()), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto data = Pattern(200'000, 42);
+  ASSERT_TRUE(c->Put("onesided/obj", data));
+  auto raw = verbs::UcxClient::Connect(nc.target.substr(6), {});
+  ASSERT_TRUE(raw) << raw.error().ToString();
+  auto mapped = (*raw)->MapRemotePools(5s);
+  ASSERT_TRUE(mapped) << mapped.error().ToString();
+  std::vector<uint8_t> pool(16 << 20);  // the test core's --memory
+  auto r = (*raw)->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHead), 0, pool, 10s);
+  ASSERT_TRUE(r) << r.error().ToString();
+  auto at = std::search(pool.begin(), pool.end(), data.begin(), data.begin() + 4096);
+  EXPECT_NE(at, pool.end()) << "the object's head is not in the bytes read one-sided";
+  // Outside the pool: refused before anything is sent.
+  std::vector<uint8_t> one(1);
+  auto bad = (*raw)->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHead), 16 << 20, one, 1s);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(c->Ping());
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, UcxOneSided, testing::Values(Plane::kUcxTcp, Plane::kUcxShm),
+                         [](const testing::TestParamInfo<Plane>& i) { return PlaneName(i.param); });
+
 // A UCX endpoint that never says Hello is dropped after --rdma-hello-timeout; others are
 // served meanwhile.
 TEST(UcxPlane, AClientWithoutHelloIsDropped) {
@@ -435,7 +468,8 @@ TEST(UcxPlane, AClientWithoutHelloIsDropped) {
   ASSERT_TRUE(addr);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};  // being dropped is the point
   ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
   ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
   ep.sockaddr.addrlen = len;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <regex>
@@ -14,6 +15,8 @@
 
 #include "goblin/client/connection.h"
 #include "goblin/verbs/devices.h"
+#include "goblin/verbs/ucx_client.h"
+#include "goblin/wire/goblin_wire.h"
 #include "tests/system/core_process.h"
 #include "tests/system/process.h"
 
@@ -98,6 +101,17 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   });
   ASSERT_TRUE(meta) << meta.error().ToString();
   EXPECT_TRUE(back == data);
+  // A real RDMA READ of the core's head pool with the rkey MapPools hands out.
+  {
+    auto raw = verbs::UcxClient::Connect(target.substr(6), {.timeout = 30s});
+    ASSERT_TRUE(raw) << raw.error().ToString();
+    ASSERT_TRUE((*raw)->MapRemotePools(30s));
+    std::vector<uint8_t> pool(16 << 20);
+    auto r = (*raw)->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHead), 0, pool, 30s);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_NE(std::search(pool.begin(), pool.end(), data.begin(), data.begin() + 4096), pool.end())
+        << "the object's head is not in the bytes read one-sided";
+  }
   auto sub = Connection::Open(target, {.timeout = 30s});
   ASSERT_TRUE(sub);
   ASSERT_TRUE((*sub)->Subscribe(Connection::SubKind::kChannel, std::vector<std::string>{"ch"}));

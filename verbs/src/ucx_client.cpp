@@ -74,7 +74,94 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
 }
 
 UcxClient::~UcxClient() {
+  for (const RemotePool& p : remote_) ucp_rkey_destroy(p.rkey);
   if (ep_ != nullptr) CloseEndpoint(*worker_, ep_, failed_);
+}
+
+VoidResult UcxClient::MapRemotePools(std::chrono::nanoseconds timeout) {
+  if (!remote_.empty()) return {};
+  const uint64_t corr = UINT64_MAX - 1;  // (the connection's own ids count up from 1)
+  uint8_t buf[64];
+  size_t n = wire::MapPoolsEncoder(buf, sizeof buf).set_correlation_id(corr).Finish();
+  GOBLIN_RETURN_IF_ERROR(Send({buf, n}, timeout));
+  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  std::vector<uint8_t> reply;
+  while (reply.empty()) {
+    uint64_t now = MonotonicNanos();
+    if (now >= end) return Err(StatusCode::kTimeout, "no answer to MapPools");
+    GOBLIN_ASSIGN_OR_RETURN(bool ready, Wait(std::chrono::nanoseconds(end - now)));
+    if (!ready) continue;
+    GOBLIN_RETURN_IF_ERROR(Poll([&](std::span<const uint8_t> m) {
+      if (m.size() >= 16 && sbe::Load<uint64_t>(m.data() + 8) == corr)
+        reply.assign(m.begin(), m.end());
+    }));
+  }
+  if (auto e = wire::ErrorDecoder::Decode(reply)) {
+    return Err(StatusCode::kUnavailable, "goblin-core: {}", e->text());
+  }
+  auto rp = wire::RemotePoolsDecoder::Decode(reply);
+  if (!rp) return Err(StatusCode::kCorruption, "malformed RemotePools: {}", rp.error().message());
+  std::vector<RemotePool> pools;
+  for (auto p : rp->pools()) {
+    RemotePool rpool;
+    rpool.kind = static_cast<uint8_t>(p.pool());
+    rpool.address = p.address();
+    rpool.bytes = p.bytes();
+    auto key = p.rkey_bytes();
+    ucs_status_t st = ucp_ep_rkey_unpack(ep_, key.data(), &rpool.rkey);
+    if (st != UCS_OK) {
+      for (const RemotePool& q : pools) ucp_rkey_destroy(q.rkey);
+      return Err(UcsError(st, "ucp_ep_rkey_unpack"));
+    }
+    pools.push_back(rpool);
+  }
+  remote_ = std::move(pools);
+  return {};
+}
+
+VoidResult UcxClient::ReadRemote(uint8_t kind, uint64_t offset, std::span<uint8_t> dst,
+                                 std::chrono::nanoseconds timeout) {
+  const RemotePool* pool = nullptr;
+  for (const RemotePool& p : remote_) {
+    if (p.kind == kind) pool = &p;
+  }
+  if (pool == nullptr) return Err(StatusCode::kFailedPrecondition, "pool {} is not mapped", kind);
+  if (offset > pool->bytes || dst.size() > pool->bytes - offset) {
+    return Err(StatusCode::kInvalidArgument, "[{}, +{}) is outside the {}-byte pool", offset,
+               dst.size(), pool->bytes);
+  }
+  GOBLIN_RETURN_IF_ERROR(CheckAlive());
+  struct Done {
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+  } done;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = [](void* request, ucs_status_t status, void* user) {
+    auto* d = static_cast<Done*>(user);
+    d->done = true;
+    d->status = status;
+    ucp_request_free(request);
+  };
+  p.user_data = &done;
+  ucs_status_ptr_t r =
+      ucp_get_nbx(ep_, dst.data(), dst.size(), pool->address + offset, pool->rkey, &p);
+  if (UCS_PTR_IS_ERR(r)) return Err(UcsError(UCS_PTR_STATUS(r), "ucp_get_nbx"));
+  if (r != nullptr) {
+    uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+    while (!done.done) {
+      if (worker_->Progress() > 0) continue;
+      uint64_t now = MonotonicNanos();
+      if (now >= end || failed_) {
+        ucp_request_cancel(worker_->get(), r);
+        while (!done.done) worker_->Progress();  // the callback runs (canceled) before `done` goes
+        return failed_ ? CheckAlive() : Err(StatusCode::kTimeout, "one-sided read timed out");
+      }
+      worker_->WaitForEvents(std::chrono::nanoseconds(end - now));
+    }
+    if (done.status != UCS_OK) return Err(UcsError(done.status, "one-sided read"));
+  }
+  return {};
 }
 
 void UcxClient::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {

@@ -78,6 +78,18 @@ ring::Session::PayloadSend UcxSession::SendWithPayload(std::span<const uint8_t> 
   return {queued_ > o.send_window ? ring::SendOutcome::kQueued : ring::SendOutcome::kSent, false};
 }
 
+Result<std::vector<uint8_t>> UcxSession::PackRemoteKey(const void* base, size_t bytes) {
+  ucp_mem_h memh = server_->MemhFor(static_cast<const uint8_t*>(base), bytes);
+  if (memh == nullptr) return Err(StatusCode::kNotFound, "that memory is not registered");
+  void* buf = nullptr;
+  size_t size = 0;
+  ucs_status_t st = ucp_rkey_pack(server_->context_->get(), memh, &buf, &size);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_rkey_pack"));
+  std::vector<uint8_t> out(static_cast<uint8_t*>(buf), static_cast<uint8_t*>(buf) + size);
+  ucp_rkey_buffer_release(buf);
+  return out;
+}
+
 VoidResult UcxServer::RegisterMemory(void* base, size_t bytes) {
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;

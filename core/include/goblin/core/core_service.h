@@ -114,6 +114,7 @@ class CoreService : public ring::Handler {
   // Sends a pub/sub message; a subscriber that cannot take it is dropped.
   void SendPubsub(ring::Session& session, size_t n);
   void HandleMapPools(ring::Session& session, uint64_t correlation_id);
+  void HandleRemotePools(ring::Session& session, uint64_t correlation_id);
   void HandleLoanRelease(ring::Session& session, uint64_t loan_id);
   // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).

@@ -89,6 +89,13 @@ class Session {
   // valid until Handler::OnPayloadSent(session, token), or releases it at once when the
   // result says `done`.
   virtual bool sends_by_reference() const { return false; }
+  // A remote session's key for one-sided reads of [base, base + bytes) (memory the
+  // transport registered), packed for the client; Unimplemented where there is none.
+  virtual Result<std::vector<uint8_t>> PackRemoteKey(const void* base, size_t bytes) {
+    (void)base;
+    (void)bytes;
+    return Err(StatusCode::kUnimplemented, "no one-sided reads on this plane");
+  }
   struct PayloadSend {
     SendOutcome outcome = SendOutcome::kTooLarge;
     bool done = true;

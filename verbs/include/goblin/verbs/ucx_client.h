@@ -67,6 +67,15 @@ class UcxClient {
   // Unavailable once the endpoint failed (the core went away or reset the connection).
   VoidResult CheckAlive();
 
+  // One-sided reads of the core's pools: asks for them (MapPools -> RemotePools: address,
+  // size and packed rkey per pool; unpacked here once), then ReadRemote gets
+  // [offset, offset + dst.size()) of pool `kind` (wire::PoolKind) straight from the core's
+  // memory (RDMA read on verbs; emulated over tcp) without the core's handler.
+  VoidResult MapRemotePools(std::chrono::nanoseconds timeout);
+  bool remote_pools_mapped() const { return !remote_.empty(); }
+  VoidResult ReadRemote(uint8_t kind, uint64_t offset, std::span<uint8_t> dst,
+                        std::chrono::nanoseconds timeout);
+
  private:
   UcxClient() = default;
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data,
@@ -101,6 +110,12 @@ class UcxClient {
   size_t inbox_head_ = 0;
   std::vector<uint8_t> incoming_;  // records UCX delivered since (same format)
   std::deque<Slot> slots_;         // (a deque: slots never move while receiving into them)
+  struct RemotePool {
+    uint8_t kind = 0;
+    uint64_t address = 0, bytes = 0;
+    ucp_rkey_h rkey = nullptr;
+  };
+  std::vector<RemotePool> remote_;
   std::vector<uint32_t> free_slots_;
 };
 

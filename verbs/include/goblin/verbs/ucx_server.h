@@ -54,6 +54,7 @@ class UcxSession final : public ring::Session {
   size_t queued_bytes() const override { return queued_; }
   ring::SendOutcome Send(std::span<const uint8_t> msg) override;
   bool sends_by_reference() const override { return true; }
+  Result<std::vector<uint8_t>> PackRemoteKey(const void* base, size_t bytes) override;
   PayloadSend SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
                               uint64_t token) override;
   // The peer's address as UCX reports it ("ucx" when unknown).
