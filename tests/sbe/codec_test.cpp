@@ -263,6 +263,27 @@ void ObjectCases() {
                                                                {PoolKind::kIo, 128ull << 20}}));
   }
   {
+    // A group whose entries end in var data (the packed rkeys), fields read after it.
+    RemotePoolsEncoder m(b.data(), b.size());
+    m.set_correlation_id(13);
+    const std::vector<uint8_t> k1{1, 2, 3}, k2(300, 0xab);
+    auto g = m.BeginPools();
+    g.Next().set_pool(PoolKind::kHead).set_address(0x7f0000001000).set_bytes(1 << 20).set_rkey(k1);
+    g.Next().set_pool(PoolKind::kIo).set_address(0x7f0000200000).set_bytes(4 << 20).set_rkey(k2);
+    auto d = RoundTrip<RemotePoolsDecoder>(b, m.Finish());
+    EXPECT_EQ(d.correlation_id(), 13u);
+    std::vector<std::tuple<PoolKind, uint64_t, uint64_t, std::vector<uint8_t>>> got;
+    for (auto p : d.pools()) {
+      auto k = p.rkey_bytes();
+      got.emplace_back(p.pool(), p.address(), p.bytes(), std::vector<uint8_t>(k.begin(), k.end()));
+    }
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0],
+              std::make_tuple(PoolKind::kHead, uint64_t{0x7f0000001000}, uint64_t{1 << 20}, k1));
+    EXPECT_EQ(got[1],
+              std::make_tuple(PoolKind::kIo, uint64_t{0x7f0000200000}, uint64_t{4 << 20}, k2));
+  }
+  {
     PutBeginEncoder e(b.data(), b.size());
     e.set_correlation_id(5)
         .set_expected_size(UINT64_MAX)
