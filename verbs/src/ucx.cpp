@@ -180,7 +180,22 @@ void OnSendComplete(void* request, ucs_status_t status, void* user_data) {
 }  // namespace
 
 Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
-                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag) {
+                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag,
+                           bool nothing_in_flight) {
+  const uint32_t flags = UCP_AM_SEND_FLAG_EAGER | (reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0);
+  if (nothing_in_flight) {
+    // The usual case: UCX takes the bytes at once, straight from the caller's buffer.
+    ucp_request_param_t now{};
+    now.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    now.flags = flags;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, nullptr, 0, msg.data(), msg.size(), &now);
+    if (r == nullptr) return size_t{0};
+    if (UCS_PTR_IS_ERR(r) && UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE) {
+      return Err(UcsError(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
+    }
+    if (!UCS_PTR_IS_ERR(r)) ucp_request_free(r);  // (not expected with FORCE_IMM_CMPL)
+  }
+  // Not at once: a copy that stays with UCX until the send completes.
   SendBuffers::Buffer* b = buffers.Acquire(msg.size());
   std::memcpy(b->bytes.data(), msg.data(), msg.size());
   b->owner = owner;
@@ -189,7 +204,7 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
   ucp_request_param_t p{};
   p.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_AM_SEND_FLAG_EAGER | (reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0);
+  p.flags = flags;
   p.cb.send = OnSendComplete;
   p.user_data = b;
   ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, nullptr, 0, b->bytes.data(), msg.size(), &p);

@@ -264,7 +264,8 @@ UcxClient::SendStatus UcxClient::TrySend(std::span<const uint8_t> msg) {
     if (in_flight_ > options_.send_window) return SendStatus::kFull;
   }
   if (failed_) return SendStatus::kOk;  // CheckAlive reports it; the bytes go nowhere
-  auto r = SendMessage(ep_, msg, buffers_, 0, &UcxClient::OnSent, this, /*reply_flag=*/true);
+  auto r = SendMessage(ep_, msg, buffers_, 0, &UcxClient::OnSent, this, /*reply_flag=*/true,
+                       in_flight_ == 0);
   if (!r) {
     failed_ = true;
     failure_ = r.error().message();

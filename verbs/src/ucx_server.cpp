@@ -47,7 +47,8 @@ ring::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
       return ring::SendOutcome::kOverLimit;
     }
   }
-  auto r = SendMessage(ep_, msg, server_->buffers_, id_, &UcxServer::OnSent, server_, false);
+  auto r = SendMessage(ep_, msg, server_->buffers_, id_, &UcxServer::OnSent, server_, false,
+                       queued_ == 0);
   if (!r) {
     GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
     failed_ = true;

@@ -99,12 +99,15 @@ class SendBuffers {
   size_t outstanding_ = 0;
 };
 
-// Sends `msg` on `ep` as one eager active message (copied first into a SendBuffers
-// buffer owned by `owner` when UCX cannot complete it at once). `done(user, buffer)` runs
-// when a queued send completes (from progress). Returns the bytes queued (0: sent already).
-// The buffer goes back to `buffers` after `done` returns.
+// Sends `msg` on `ep` as one eager active message. With `nothing_in_flight` (the caller
+// has no earlier send pending on `ep`, so order cannot change) UCX is first asked to take
+// it at once from `msg` itself; otherwise, or when it cannot, `msg` is copied into a
+// SendBuffers buffer owned by `owner` that stays with UCX until the send completes and
+// `done(user, buffer)` runs (from progress; the buffer goes back to `buffers` after it).
+// Returns the bytes queued (0: sent already).
 Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
-                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag);
+                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag,
+                           bool nothing_in_flight);
 
 // Sends `header` (copied) followed by `payload` (by reference: UCX reads it until the send
 // completes; eager or rendezvous as UCX chooses) as one active message; the receiver sees
