@@ -52,8 +52,8 @@ wait_for "(exec 3<>/dev/tcp/127.0.0.1/18490) 2>/dev/null" || { cat "$RUN/gateway
 B=$BUILD_DIR/bench/native_benchmark
 ARGS=(--head-size "$HEAD" --size "$SIZE" --samples "$SAMPLES" --repeats "$REPEATS")
 {
-  echo "| plane | first byte p50 (us) | p90 | p99 | MB/s (median of $REPEATS x $SIZE) |"
-  echo "|---|---:|---:|---:|---:|"
+  echo "| plane | first byte p50 (us) | p90 | p99 | one-sided whole head p50 / p90 / p99 (us) | MB/s (median of $REPEATS x $SIZE) |"
+  echo "|---|---:|---:|---:|---:|---:|"
   "$B" --http http://127.0.0.1:18490 --small-path /files/head.bin --big-path /files/big.bin \
     "${ARGS[@]}" --label "HTTP via goblin-gateway"
   UCX_TLS=tcp "$B" --target "ucx://127.0.0.1:$UCX_PORT" "${ARGS[@]}" --label "native, UCX tcp"

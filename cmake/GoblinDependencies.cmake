@@ -4,6 +4,7 @@
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
+pkg_check_modules(GOBLIN_PKG_XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
 set(GOBLIN_HAVE_UCX 0)
 set(GOBLIN_HAVE_URING 0)

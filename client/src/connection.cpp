@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
+#include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
+#include "goblin/sbe/head_table.h"
 #include "goblin/sbe/runtime.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
@@ -35,7 +39,7 @@ Result<Target> ParseTarget(std::string_view text) {
 Connection::Connection() = default;
 
 Connection::~Connection() {
-  for (Mapping* m : {&head_pool_, &io_pool_}) {
+  for (Mapping* m : {&head_pool_, &io_pool_, &head_table_}) {
     if (m->base != nullptr) munmap(m->base, m->bytes);
   }
 }
@@ -481,6 +485,11 @@ VoidResult Connection::MapPools() {
                             return wire::MapPoolsEncoder(b, cap).set_correlation_id(id).Finish();
                           }));
   GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  if (!transport_->local()) {
+    GOBLIN_RETURN_IF_ERROR(transport_->AttachRemotePools(reply));
+    remote_mapped_ = true;
+    return {};
+  }
   std::vector<uint8_t> side;
   std::vector<UniqueFd> fds;
   GOBLIN_RETURN_IF_ERROR(transport_->ReceiveSideFrame(&side, &fds, options_.timeout));
@@ -489,17 +498,97 @@ VoidResult Connection::MapPools() {
   size_t i = 0;
   for (auto p : map->pools()) {
     if (i >= fds.size()) return Err(StatusCode::kCorruption, "PoolMap names more pools than fds");
-    Mapping* m = p.pool() == wire::PoolKind::kHead ? &head_pool_ : &io_pool_;
-    void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fds[i].get(), 0);
+    int fd = fds[i++].get();
+    Mapping* m = p.pool() == wire::PoolKind::kHead        ? &head_pool_
+                 : p.pool() == wire::PoolKind::kIo        ? &io_pool_
+                 : p.pool() == wire::PoolKind::kHeadTable ? &head_table_
+                                                          : nullptr;
+    if (m == nullptr) continue;  // a pool this library does not know
+    void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fd, 0);
     if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(goblin-core pool)", errno));
     if (m->base != nullptr) munmap(m->base, m->bytes);
     m->base = static_cast<uint8_t*>(a);
     m->bytes = p.bytes();
-    ++i;
   }
   if (head_pool_.base == nullptr || io_pool_.base == nullptr)
     return Err(StatusCode::kCorruption, "PoolMap without both pools");
   return {};
+}
+
+Result<std::optional<Connection::HeadDescriptor>> Connection::Describe(std::string_view key) {
+  GOBLIN_ASSIGN_OR_RETURN(
+      uint64_t corr, SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+        return wire::ObjectDescribeEncoder(b, cap).set_correlation_id(id).set_key(key).Finish();
+      }));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  auto d = wire::HeadDescriptorDecoder::Decode(reply);
+  if (!d) return Err(d.error());
+  if (d->status() != wire::LookupStatus::kHit) return std::optional<HeadDescriptor>();
+  HeadDescriptor h;
+  h.size = d->object_size();
+  h.generation = d->generation();
+  h.entry = d->entry();
+  h.pool_offset = d->pool_offset();
+  h.length = d->head_length();
+  h.checksum = d->checksum();
+  return std::optional<HeadDescriptor>(h);
+}
+
+Result<std::array<uint64_t, 4>> Connection::ReadEntry(uint32_t entry) {
+  const uint64_t at = uint64_t{entry} * sizeof(sbe::HeadTableEntry);
+  std::array<uint64_t, 4> e{};
+  if (!transport_->local()) {
+    GOBLIN_RETURN_IF_ERROR(
+        transport_->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHeadTable), at,
+                               {reinterpret_cast<uint8_t*>(e.data()), sizeof e}, options_.timeout));
+    return e;
+  }
+  if (at + sizeof e > head_table_.bytes)
+    return Err(StatusCode::kOutOfRange, "head table entry {} is outside the table", entry);
+  const auto* src = reinterpret_cast<const uint64_t*>(head_table_.base + at);
+  e[0] = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);  // the generation first (seqlock)
+  for (int i = 1; i < 4; ++i) e[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+  return e;
+}
+
+Result<bool> Connection::ReadHead(const HeadDescriptor& d, std::span<uint8_t> dst) {
+  if (!d.readable()) return Err(StatusCode::kInvalidArgument, "the head has no descriptor entry");
+  if (dst.size() < d.length) {
+    return Err(StatusCode::kInvalidArgument, "a {}-byte buffer for a {}-byte head", dst.size(),
+               d.length);
+  }
+  if (transport_->local() ? !pools_mapped() || head_table_.base == nullptr : !remote_mapped_) {
+    GOBLIN_RETURN_IF_ERROR(MapPools());
+    if (transport_->local() && head_table_.base == nullptr)
+      return Err(StatusCode::kUnimplemented, "goblin-core has no head table");
+  }
+  const sbe::HeadTableEntry described{d.generation, d.pool_offset, d.length, d.checksum};
+  auto as_entry = [](const std::array<uint64_t, 4>& e) {
+    return sbe::HeadTableEntry{e[0], e[1], e[2], e[3]};
+  };
+  GOBLIN_ASSIGN_OR_RETURN(auto before, ReadEntry(d.entry));
+  auto stale = [&] {
+    ++stats_.stale_reads;
+    return false;
+  };
+  if (as_entry(before) != described) return stale();  // no need to read the bytes
+  std::span<uint8_t> out = dst.first(d.length);
+  if (transport_->local()) {
+    if (d.pool_offset > head_pool_.bytes || d.length > head_pool_.bytes - d.pool_offset)
+      return Err(StatusCode::kOutOfRange, "a head outside the mapped pool");
+    std::memcpy(out.data(), head_pool_.base + d.pool_offset, out.size());
+    std::atomic_thread_fence(std::memory_order_acquire);
+  } else {
+    GOBLIN_RETURN_IF_ERROR(transport_->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHead),
+                                                  d.pool_offset, out, options_.timeout));
+  }
+  GOBLIN_ASSIGN_OR_RETURN(auto after, ReadEntry(d.entry));
+  if (!sbe::HeadReadIsCurrent(described, as_entry(before), as_entry(after),
+                              XXH3_64bits(out.data(), out.size()))) {
+    return stale();
+  }
+  ++stats_.one_sided_reads;
+  return true;
 }
 
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
@@ -507,8 +596,8 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
   if (options_.zero_copy && !pools_mapped() && !map_failed_ && transport_->local()) {
     if (auto r = MapPools(); !r) map_failed_ = true;  // copies through the ring instead
   }
-  uint32_t flags =
-      (follow_fill ? wire::kGetFollowFill : 0) | (pools_mapped() ? wire::kGetLoans : 0);
+  uint32_t flags = (follow_fill ? wire::kGetFollowFill : 0) |
+                   (options_.zero_copy && pools_mapped() ? wire::kGetLoans : 0);
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
                           SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
                             return wire::ObjectGetEncoder(b, cap)

@@ -34,6 +34,12 @@ class RingTransport final : public Transport {
                               std::chrono::milliseconds timeout) override {
     return ring_->ReceiveSideFrame(msg, fds, timeout);
   }
+  VoidResult AttachRemotePools(std::span<const uint8_t>) override {
+    return Err(StatusCode::kUnimplemented, "the ring plane maps the pools");
+  }
+  VoidResult ReadRemote(uint8_t, uint64_t, std::span<uint8_t>, std::chrono::nanoseconds) override {
+    return Err(StatusCode::kUnimplemented, "the ring plane maps the pools");
+  }
 
  private:
   std::unique_ptr<ring::RingClient> ring_;
@@ -64,6 +70,13 @@ class UcxTransport final : public Transport {
   VoidResult ReceiveSideFrame(std::vector<uint8_t>*, std::vector<UniqueFd>*,
                               std::chrono::milliseconds) override {
     return Err(StatusCode::kUnimplemented, "no side frames over UCX");
+  }
+  VoidResult AttachRemotePools(std::span<const uint8_t> reply) override {
+    return ucx_->AttachRemotePools(reply);
+  }
+  VoidResult ReadRemote(uint8_t kind, uint64_t offset, std::span<uint8_t> dst,
+                        std::chrono::nanoseconds timeout) override {
+    return ucx_->ReadRemote(kind, offset, dst, timeout);
   }
 
  private:

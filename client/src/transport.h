@@ -39,6 +39,12 @@ class Transport {
   virtual bool local() const = 0;
   virtual VoidResult ReceiveSideFrame(std::vector<uint8_t>* msg, std::vector<UniqueFd>* fds,
                                       std::chrono::milliseconds timeout) = 0;
+  // Remote planes: one-sided reads of the core's pools. AttachRemotePools takes the core's
+  // RemotePools answer to MapPools; ReadRemote then gets [offset, offset + dst.size()) of pool
+  // `kind` (wire::PoolKind) without the core's loop. Unimplemented on the ring plane (it maps).
+  virtual VoidResult AttachRemotePools(std::span<const uint8_t> reply) = 0;
+  virtual VoidResult ReadRemote(uint8_t kind, uint64_t offset, std::span<uint8_t> dst,
+                                std::chrono::nanoseconds timeout) = 0;
 };
 
 struct TransportOptions {

@@ -135,6 +135,7 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
     case wire::MapPoolsDecoder::kTemplateId:
     case wire::LoanReleaseDecoder::kTemplateId:
     case wire::ObjectPurgeDecoder::kTemplateId:
+    case wire::ObjectDescribeDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
     default: {
@@ -314,6 +315,28 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       Send(session, a.Finish());
       return;
     }
+    case wire::ObjectDescribeDecoder::kTemplateId: {
+      wire::ObjectDescribeDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("ObjectDescribe", e);
+      auto r = store_->Describe(d.key());
+      if (!r) return SendStatusError(session, d.correlation_id(), r.error());
+      wire::HeadDescriptorEncoder hd(out_.data(), out_.size());
+      hd.set_correlation_id(d.correlation_id())
+          .set_status(*r ? wire::LookupStatus::kHit : wire::LookupStatus::kMiss)
+          .set_entry(sbe::kNoHeadEntry);
+      if (*r) {
+        const store::HeadDescription& h = **r;
+        hd.set_object_size(h.info.size)
+            .set_generation(h.info.generation)
+            .set_entry(h.entry)
+            .set_pool_offset(h.head.offset)
+            .set_head_length(h.head.length)
+            .set_checksum(h.head.checksum);
+      }
+      Send(session, hd.Finish());
+      return;
+    }
     case wire::MapPoolsDecoder::kTemplateId: {
       wire::MapPoolsDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
@@ -357,9 +380,13 @@ void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id
   if (!ro_pool_fd_) {
     auto p = ReopenReadOnly(store_->pool().fd());
     auto b = ReopenReadOnly(store_->buffers().fd());
-    if (!p || !b) return SendStatusError(session, correlation_id, !p ? p.error() : b.error());
+    auto t = ReopenReadOnly(store_->head_table().fd());
+    for (auto* r : {&p, &b, &t}) {
+      if (!*r) return SendStatusError(session, correlation_id, r->error());
+    }
     ro_pool_fd_ = std::move(*p);
     ro_io_fd_ = std::move(*b);
+    ro_table_fd_ = std::move(*t);
   }
   wire::PoolMapEncoder m(out_.data(), out_.size());
   m.set_correlation_id(correlation_id);
@@ -368,8 +395,9 @@ void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id
   g.Next()
       .set_pool(wire::PoolKind::kIo)
       .set_bytes(uint64_t{store_->buffers().count()} * store_->buffers().buffer_bytes());
+  g.Next().set_pool(wire::PoolKind::kHeadTable).set_bytes(store_->head_table().bytes());
   size_t n = m.Finish();
-  int fds[2] = {ro_pool_fd_.get(), ro_io_fd_.get()};
+  int fds[3] = {ro_pool_fd_.get(), ro_io_fd_.get(), ro_table_fd_.get()};
   // The fds travel on the session socket first; the ring reply tells the client to read them.
   if (auto r = session.SendSideFrame({out_.data(), n}, fds); !r) {
     return SendStatusError(session, correlation_id, r.error());
@@ -392,6 +420,9 @@ void CoreService::HandleRemotePools(ring::Session& session, uint64_t correlation
   if (!head_key) return SendStatusError(session, correlation_id, head_key.error());
   auto io_key = session.PackRemoteKey(io, io_bytes);
   if (!io_key) return SendStatusError(session, correlation_id, io_key.error());
+  const uint8_t* table = store_->head_table().data();
+  auto table_key = session.PackRemoteKey(table, store_->head_table().bytes());
+  if (!table_key) return SendStatusError(session, correlation_id, table_key.error());
   wire::RemotePoolsEncoder m(out_.data(), out_.size());
   m.set_correlation_id(correlation_id);
   auto g = m.BeginPools();
@@ -405,6 +436,11 @@ void CoreService::HandleRemotePools(ring::Session& session, uint64_t correlation
       .set_address(reinterpret_cast<uintptr_t>(io))
       .set_bytes(io_bytes)
       .set_rkey(*io_key);
+  g.Next()
+      .set_pool(wire::PoolKind::kHeadTable)
+      .set_address(reinterpret_cast<uintptr_t>(table))
+      .set_bytes(store_->head_table().bytes())
+      .set_rkey(*table_key);
   Send(session, m.Finish());
 }
 
@@ -507,6 +543,8 @@ std::optional<ring::SendOutcome> CoreService::SendByReference(ring::Session& ses
 void CoreService::OnPayloadSent(ring::Session& session, uint64_t token) {
   HandleLoanRelease(session, token);
 }
+
+int CoreService::max_sleep_ms() const { return store_ ? store_->MillisUntilDue() : -1; }
 
 size_t CoreService::OnPoll() {
   if (store_ == nullptr) return 0;

@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-objects", so.max_objects,
                  "Evict beyond this many objects (0: only when a tier is full)")
       ->capture_default_str();
+  app.add_option("--head-descriptors", so.head_descriptors,
+                 "Heads describable at once for one-sided reads (the head table's entries)")
+      ->check(CLI::Range(1u, 1u << 26))
+      ->capture_default_str();
   app.add_option("--prepare", prepare_dir,
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
   app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
@@ -278,7 +282,9 @@ int main(int argc, char** argv) {
       const store::IoBufferPool& b = object_store->buffers();
       for (auto [base, bytes] :
            {std::pair<void*, size_t>{object_store->pool().data(), object_store->pool().size()},
-            std::pair<void*, size_t>{b.Buffer(0), uint64_t{b.count()} * b.buffer_bytes()}}) {
+            std::pair<void*, size_t>{b.Buffer(0), uint64_t{b.count()} * b.buffer_bytes()},
+            std::pair<void*, size_t>{object_store->head_table().data(),
+                                     object_store->head_table().bytes()}}) {
         if (auto r = ucx->RegisterMemory(base, bytes); !r) {
           return Fail(r.error().WithContext("registering the pools with UCX"));
         }

@@ -500,12 +500,13 @@ VoidResult HttpServer::Impl::Init() {
     size_t i = 0;
     for (auto p : map->pools()) {
       if (i >= fds.size()) break;
-      void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fds[i].get(), 0);
+      int fd = fds[i++].get();
+      if (p.pool() != wire::PoolKind::kHead && p.pool() != wire::PoolKind::kIo) continue;
+      void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fd, 0);
       if (a == MAP_FAILED) return ErrnoErr("mmap(goblin-core pool)", errno);
       int k = p.pool() == wire::PoolKind::kHead ? 0 : 1;
       pools_[k] = static_cast<const uint8_t*>(a);
       pool_bytes_[k] = p.bytes();
-      ++i;
     }
   }
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));

@@ -168,6 +168,8 @@ VoidResult RingServer::Run(int stop_fd) {
     if (can_sleep) {
       ++stats_.sleeps;
       int timeout = pending_.empty() ? -1 : 1000;
+      if (int ms = handler_->max_sleep_ms(); ms >= 0)
+        timeout = timeout < 0 ? ms : std::min(timeout, ms);
       for (EventSource* src : sources_) {
         int ms = src->max_sleep_ms();
         if (ms >= 0) timeout = timeout < 0 ? ms : std::min(timeout, ms);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "goblin/common/log.h"
 #include "goblin/common/units.h"
 
@@ -79,6 +81,7 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   for (const auto& [gen, key] : by_generation) s->policy_.Insert(key);
 
   GOBLIN_ASSIGN_OR_RETURN(s->pool_, HeadPool::Create(o.pool));
+  GOBLIN_ASSIGN_OR_RETURN(s->head_table_, HeadTable::Create(o.head_descriptors));
   GOBLIN_ASSIGN_OR_RETURN(s->engine_, IoEngine::Create(o.io, o.io_depth));
   GOBLIN_ASSIGN_OR_RETURN(s->buffers_, IoBufferPool::Create(o.io_buffers, o.tier.extent_bytes));
   // Fixed buffers: the I/O buffers' pages are pinned once instead of on every extent.
@@ -253,6 +256,7 @@ void Store::Abort(FillId id) {
 }
 
 void Store::AddResident(const std::string& key, Resident r) {
+  if (auto h = heads_.find(key); h != heads_.end()) Withdraw(h->second);
   heads_[key] = r;
   head_clock_.push_back(key);
   ++stats_.heads_in_ram;
@@ -271,6 +275,7 @@ void Store::Retire(const std::string& key, uint64_t generation, std::vector<Exte
   if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == generation) {
     head = h->second.slot;
     head_len = h->second.alloc_len;
+    Withdraw(h->second);
     heads_.erase(h);
   }
   if (auto l = loaned_.find(generation); l != loaned_.end()) {
@@ -304,6 +309,7 @@ bool Store::DemoteOneHead() {
       head_clock_.push_back(std::move(key));
       continue;
     }
+    Withdraw(h->second);
     FreeHead(h->second.slot, h->second.alloc_len);
     heads_.erase(h);
     ++stats_.heads_demoted;
@@ -395,22 +401,53 @@ Loan Store::MakeLoan(const ObjectRecord& rec) {
   return loan;
 }
 
+VoidResult Store::EnsureHead(const ObjectRecord& rec) {
+  if (heads_.count(rec.key) || rec.size == 0) return {};
+  auto refilled = RefillHead(rec);
+  if (refilled) {
+    AddResident(rec.key, *refilled);
+  } else if (refilled.error().code() == StatusCode::kCorruption) {
+    DropCorrupt(rec.key, rec.generation, refilled.error());
+    return Err(refilled.error());
+  }
+  return {};  // else: pool full, the head is read from disk like the tail
+}
+
 Result<std::optional<Loan>> Store::Get(std::string_view key) {
   GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
   if (!info) return std::optional<Loan>();
-  const ObjectRecord* rec = index_->Find(key);
   policy_.Touch(key);
-  if (!heads_.count(rec->key) && rec->size > 0) {
-    auto refilled = RefillHead(*rec);
-    if (refilled) {
-      AddResident(rec->key, *refilled);
-    } else if (refilled.error().code() == StatusCode::kCorruption) {
-      DropCorrupt(rec->key, rec->generation, refilled.error());
-      return Err(refilled.error());
-    }
-    // else: pool full, the head is read from disk like the tail
-  }
+  GOBLIN_RETURN_IF_ERROR(EnsureHead(*index_->Find(key)));
   return std::optional<Loan>(MakeLoan(*index_->Find(key)));
+}
+
+Result<std::optional<HeadDescription>> Store::Describe(std::string_view key) {
+  GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
+  if (!info) return std::optional<HeadDescription>();
+  policy_.Touch(key);
+  GOBLIN_RETURN_IF_ERROR(EnsureHead(*index_->Find(key)));
+  HeadDescription d;
+  d.info = std::move(*info);
+  auto h = heads_.find(d.info.key);
+  if (h == heads_.end() || h->second.generation != d.info.generation) return d;
+  Resident& r = h->second;
+  r.referenced = true;
+  if (r.entry == sbe::kNoHeadEntry) {
+    sbe::HeadTableEntry e;
+    e.generation = r.generation;
+    e.offset = r.slot.offset;
+    e.length = r.length;
+    e.checksum = XXH3_64bits(pool_->At(r.slot.offset), r.length);
+    if (auto i = head_table_->Publish(e)) {
+      r.entry = *i;
+      ++stats_.heads_described;
+    }
+  }
+  if (r.entry != sbe::kNoHeadEntry) {
+    d.entry = r.entry;
+    d.head = head_table_->Read(r.entry);
+  }
+  return d;
 }
 
 void Store::Release(const Loan& loan) {
@@ -568,6 +605,13 @@ void Store::ExpireDue(uint64_t now, size_t max) {
       return;
     }
   }
+}
+
+int Store::MillisUntilDue() const {
+  if (expiries_.empty()) return -1;
+  uint64_t due = expiries_.top().first, now = NowNs();
+  if (due <= now) return 0;
+  return static_cast<int>(std::min<uint64_t>((due - now + 999'999) / 1'000'000, 60'000));
 }
 
 VoidResult Store::Poll() {

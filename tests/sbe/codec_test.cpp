@@ -217,6 +217,32 @@ void ObjectCases() {
     EXPECT_EQ(d.metadata(), "etag: x");
   }
   {
+    ObjectDescribeEncoder e(b.data(), b.size());
+    e.set_correlation_id(21).set_key("/big/obj");
+    auto d = RoundTrip<ObjectDescribeDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 21u);
+    EXPECT_EQ(d.key(), "/big/obj");
+  }
+  {
+    HeadDescriptorEncoder e(b.data(), b.size());
+    e.set_correlation_id(22)
+        .set_status(LookupStatus::kHit)
+        .set_object_size(3ull << 30)
+        .set_generation(41)
+        .set_entry(UINT32_MAX - 1)
+        .set_pool_offset(0x1234000)
+        .set_head_length(1 << 20)
+        .set_checksum(0xfeedfacecafebeefULL);
+    auto d = RoundTrip<HeadDescriptorDecoder>(b, e.Finish());
+    EXPECT_EQ(d.status(), LookupStatus::kHit);
+    EXPECT_EQ(d.object_size(), 3ull << 30);
+    EXPECT_EQ(d.generation(), 41u);
+    EXPECT_EQ(d.entry(), UINT32_MAX - 1);
+    EXPECT_EQ(d.pool_offset(), 0x1234000u);
+    EXPECT_EQ(d.head_length(), 1u << 20);
+    EXPECT_EQ(d.checksum(), 0xfeedfacecafebeefULL);
+  }
+  {
     LoanEncoder e(b.data(), b.size());
     e.set_correlation_id(4).set_loan_id(77).set_generation(2).set_object_size(1 << 20).set_last(1);
     auto g = e.BeginSegments();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <filesystem>
@@ -289,6 +290,85 @@ TEST_F(StoreTest, RamPressureDemotesColdHeadsAndKeepsTheObjects) {
   EXPECT_EQ(store_->stats().objects, 40u);
   EXPECT_LE(store_->stats().heads_in_ram, 16u);
   for (int i = 0; i < 40; ++i) EXPECT_EQ(GetAll("/h" + std::to_string(i)).value(), data[i]) << i;
+}
+
+// A one-sided read as a client does it (goblin/sbe/head_table.h), here in-process.
+bool ReadOneSided(const Store& store, const HeadDescription& d, std::vector<uint8_t>* out) {
+  sbe::HeadTableEntry before = store.head_table().Read(d.entry);
+  out->assign(store.pool().At(d.head.offset), store.pool().At(d.head.offset) + d.head.length);
+  sbe::HeadTableEntry after = store.head_table().Read(d.entry);
+  return sbe::HeadReadIsCurrent(d.head, before, after, XXH3_64bits(out->data(), out->size()));
+}
+
+TEST_F(StoreTest, DescribedHeadsReadOneSidedUntilTheyLeaveRam) {
+  opts_.pool.memory = 1 << 20;  // 16 heads of 64 KiB
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto a = Data(3 * kHead, 1), small = Data(100, 2);
+  ASSERT_TRUE(Put("/a", a));
+  ASSERT_TRUE(Put("/small", small));
+  EXPECT_FALSE(store_->Describe("/none").value().has_value());
+
+  auto d = store_->Describe("/a").value();
+  ASSERT_TRUE(d.has_value());
+  ASSERT_NE(d->entry, sbe::kNoHeadEntry);
+  EXPECT_EQ(d->info.size, a.size());
+  EXPECT_EQ(d->head.length, kHead);
+  EXPECT_EQ(d->head.generation, d->info.generation);
+  std::vector<uint8_t> got;
+  ASSERT_TRUE(ReadOneSided(*store_, *d, &got));
+  EXPECT_EQ(got, std::vector<uint8_t>(a.begin(), a.begin() + kHead));
+  // Described again: the same entry.
+  EXPECT_EQ(store_->Describe("/a").value()->entry, d->entry);
+  auto ds = store_->Describe("/small").value();
+  ASSERT_TRUE(ReadOneSided(*store_, *ds, &got));
+  EXPECT_EQ(got, small);
+  EXPECT_EQ(store_->head_table().in_use(), 2u);
+
+  // Replaced: the old descriptor is stale, even though its bytes are still in the pool
+  // for a loan; the new version gets a new one.
+  auto loan = store_->Get("/a").value();
+  auto a2 = Data(3 * kHead, 3);
+  ASSERT_TRUE(Put("/a", a2));
+  EXPECT_FALSE(ReadOneSided(*store_, *d, &got));
+  auto d2 = store_->Describe("/a").value();
+  ASSERT_TRUE(ReadOneSided(*store_, *d2, &got));
+  EXPECT_EQ(got, std::vector<uint8_t>(a2.begin(), a2.begin() + kHead));
+  store_->Release(*loan);
+
+  // Deleted, and its slot and entry reused by another object: still stale.
+  ASSERT_TRUE(store_->Delete("/a").value());
+  EXPECT_FALSE(ReadOneSided(*store_, *d2, &got));
+  ASSERT_TRUE(Put("/b", Data(3 * kHead, 4)));
+  auto db = store_->Describe("/b").value();
+  ASSERT_TRUE(db.has_value());
+  EXPECT_EQ(db->head.offset, d2->head.offset);  // the same slot...
+  EXPECT_EQ(db->entry, d2->entry);              // ...and the same entry, a new generation
+  EXPECT_FALSE(ReadOneSided(*store_, *d2, &got));
+  ASSERT_TRUE(ReadOneSided(*store_, *db, &got));
+
+  // Demoted under RAM pressure: stale; described again, the head comes back.
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(Put("/p" + std::to_string(i), Data(2 * kHead, 10 + i)));
+  EXPECT_GT(store_->stats().heads_demoted, 0u);
+  EXPECT_FALSE(ReadOneSided(*store_, *db, &got));
+  auto db2 = store_->Describe("/b").value();
+  ASSERT_TRUE(ReadOneSided(*store_, *db2, &got));
+  auto b = Data(3 * kHead, 4);
+  EXPECT_EQ(got, std::vector<uint8_t>(b.begin(), b.begin() + kHead));
+}
+
+TEST_F(StoreTest, AFullHeadTableLeavesHeadsToTwoSidedReads) {
+  opts_.head_descriptors = 1;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/x", Data(1000, 1)));
+  ASSERT_TRUE(Put("/y", Data(1000, 2)));
+  EXPECT_NE(store_->Describe("/x").value()->entry, sbe::kNoHeadEntry);
+  auto y = store_->Describe("/y").value();
+  ASSERT_TRUE(y.has_value());
+  EXPECT_EQ(y->entry, sbe::kNoHeadEntry);
+  EXPECT_EQ(y->info.size, 1000u);
+  EXPECT_EQ(store_->head_table().publish_failures(), 1u);
+  ASSERT_TRUE(store_->Delete("/x").value());  // its entry is free again
+  EXPECT_NE(store_->Describe("/y").value()->entry, sbe::kNoHeadEntry);
 }
 
 TEST_F(StoreTest, StreamsServeHeadAndTailWithoutCopiesAndRanges) {

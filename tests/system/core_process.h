@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <filesystem>
 #include <string>
@@ -23,9 +24,14 @@ struct CoreProcess {
         log(fmt::format("{}/core-{}-{}.log", TmpDir(), tag, getpid())),
         proc(
             [&] {
-              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock,
-                                            "--memory",      "16M",           "--block",
-                                            "64K",           "--ram-head",    "64K"};
+              std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock};
+              // Small defaults, each unless `extra` gives that option itself.
+              for (auto [opt, value] : {std::pair{"--memory", "16M"}, std::pair{"--block", "64K"},
+                                        std::pair{"--ram-head", "64K"}}) {
+                if (std::find(extra.begin(), extra.end(), opt) == extra.end()) {
+                  argv.insert(argv.end(), {opt, value});
+                }
+              }
               argv.insert(argv.end(), extra.begin(), extra.end());
               return argv;
             }(),

@@ -196,6 +196,83 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   EXPECT_TRUE(GetAll(*c2, "obj/4").value() == big);
 }
 
+// One-sided head reads through the same API on every plane (ring: the mapped pool; UCX:
+// ucp_get of the head table entry, the head, the entry), and the fault cases: the object
+// replaced, deleted (its slot and entry reused), expired, or its head demoted from RAM while
+// the client holds the descriptor -> the read reports stale, never wrong bytes.
+TEST_P(NativePlane, HeadDescriptorsReadOneSidedAndGoStale) {
+  NativeCore nc(Tag("desc"), GetParam(), true, {"--memory", "2M"});  // 32 heads of 64 KiB
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  constexpr size_t kHead = 64 << 10;
+  auto a = Pattern(200'000, 1);
+  ASSERT_TRUE(c->Put("desc/a", a));
+  EXPECT_FALSE(c->Describe("desc/none").value().has_value());
+  auto d = c->Describe("desc/a");
+  ASSERT_TRUE(d && d->has_value()) << (d ? "miss" : d.error().ToString());
+  auto da = **d;
+  ASSERT_TRUE(da.readable());
+  EXPECT_EQ(da.size, a.size());
+  EXPECT_EQ(da.length, kHead);
+  std::vector<uint8_t> buf(kHead);
+  for (int i = 0; i < 2; ++i) {  // a descriptor serves many reads
+    auto r = c->ReadHead(da, buf);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_TRUE(*r);
+    EXPECT_TRUE(std::equal(buf.begin(), buf.end(), a.begin()));
+  }
+  EXPECT_EQ(c->stats().one_sided_reads, 2u);
+  std::vector<uint8_t> small_buf(10);
+  EXPECT_EQ(c->ReadHead(da, small_buf).error().code(), StatusCode::kInvalidArgument);
+  // A small object is all head.
+  auto s = Pattern(1000, 2);
+  ASSERT_TRUE(c->Put("desc/small", s));
+  auto ds = c->Describe("desc/small").value().value();
+  EXPECT_EQ(ds.length, s.size());
+  ASSERT_TRUE(c->ReadHead(ds, buf).value());
+  EXPECT_TRUE(std::equal(s.begin(), s.end(), buf.begin()));
+
+  // Replaced: stale; a new descriptor reads the new version.
+  auto a2 = Pattern(200'000, 3);
+  ASSERT_TRUE(c->Put("desc/a", a2));
+  EXPECT_FALSE(c->ReadHead(da, buf).value());
+  auto da2 = c->Describe("desc/a").value().value();
+  EXPECT_GT(da2.generation, da.generation);
+  ASSERT_TRUE(c->ReadHead(da2, buf).value());
+  EXPECT_TRUE(std::equal(buf.begin(), buf.end(), a2.begin()));
+  // Deleted and its slot taken by another object: stale, not the other object's bytes.
+  ASSERT_TRUE(c->Delete("desc/a").value());
+  ASSERT_TRUE(c->Put("desc/other", Pattern(200'000, 4)));
+  EXPECT_TRUE(c->Describe("desc/other").value().value().readable());
+  EXPECT_FALSE(c->ReadHead(da2, buf).value());
+  // Expired (evicted by its TTL while the descriptor is held).
+  ASSERT_TRUE(c->Put("desc/ttl", std::span<const uint8_t>(a), 200'000'000));
+  auto dt = c->Describe("desc/ttl").value().value();
+  ASSERT_TRUE(c->ReadHead(dt, buf).value());
+  bool stale = false;
+  for (int i = 0; i < 300 && !stale; ++i) {  // the core expires it within about a second
+    std::this_thread::sleep_for(10ms);
+    stale = !c->ReadHead(dt, buf).value();
+  }
+  EXPECT_TRUE(stale) << "an expired object's descriptor still reads as current";
+  // Demoted from RAM by newer heads (the object stays on disk): stale, then described anew.
+  auto dk = c->Describe("desc/other").value().value();
+  stale = false;
+  for (int i = 0; i < 200 && !stale; ++i) {
+    ASSERT_TRUE(
+        c->Put(fmt::format("desc/fill/{}", i), Pattern(kHead + 1, static_cast<uint8_t>(i))));
+    stale = !c->ReadHead(dk, buf).value();
+  }
+  EXPECT_TRUE(stale) << "a demoted head's descriptor still reads as current";
+  auto dk2 = c->Describe("desc/other").value().value();
+  ASSERT_TRUE(c->ReadHead(dk2, buf).value());
+  auto other = Pattern(200'000, 4);
+  EXPECT_TRUE(std::equal(buf.begin(), buf.end(), other.begin()));
+  EXPECT_EQ(c->stats().stale_reads, 4u);  // replaced, deleted, expired, demoted
+  // Two-sided reads are unaffected.
+  EXPECT_TRUE(GetAll(*c, "desc/other").value() == other);
+}
+
 TEST_P(NativePlane, PutStreamsFromASourceAndBadRequestsGetClearErrors) {
   NativeCore nc(Tag("src"), GetParam());
   auto c = nc.Connect();

@@ -112,6 +112,19 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
     EXPECT_NE(std::search(pool.begin(), pool.end(), data.begin(), data.begin() + 4096), pool.end())
         << "the object's head is not in the bytes read one-sided";
   }
+  // The head through a descriptor: RDMA READs of the head table entry, the head, the entry;
+  // stale once the object is replaced.
+  {
+    auto d = (*c)->Describe("rdma/obj");
+    ASSERT_TRUE(d && d->has_value()) << (d ? "miss" : d.error().ToString());
+    std::vector<uint8_t> head((*d)->length);
+    auto r = (*c)->ReadHead(**d, head);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_TRUE(*r);
+    EXPECT_TRUE(std::equal(head.begin(), head.end(), data.begin()));
+    ASSERT_TRUE((*c)->Put("rdma/obj", std::span<const uint8_t>(data).first(100'000)));
+    EXPECT_FALSE((*c)->ReadHead(**d, head).value());
+  }
   auto sub = Connection::Open(target, {.timeout = 30s});
   ASSERT_TRUE(sub);
   ASSERT_TRUE((*sub)->Subscribe(Connection::SubKind::kChannel, std::vector<std::string>{"ch"}));

@@ -96,6 +96,10 @@ VoidResult UcxClient::MapRemotePools(std::chrono::nanoseconds timeout) {
         reply.assign(m.begin(), m.end());
     }));
   }
+  return AttachRemotePools(reply);
+}
+
+VoidResult UcxClient::AttachRemotePools(std::span<const uint8_t> reply) {
   if (auto e = wire::ErrorDecoder::Decode(reply)) {
     return Err(StatusCode::kUnavailable, "goblin-core: {}", e->text());
   }
@@ -115,6 +119,7 @@ VoidResult UcxClient::MapRemotePools(std::chrono::nanoseconds timeout) {
     }
     pools.push_back(rpool);
   }
+  for (const RemotePool& q : remote_) ucp_rkey_destroy(q.rkey);
   remote_ = std::move(pools);
   return {};
 }

@@ -6,6 +6,7 @@
 // carry correlation ids. Threading: one thread uses a Connection at a time.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -160,10 +161,35 @@ class Connection {
   void FinishSleep();
   VoidResult CheckAlive();
 
+  // ---- One-sided head reads ----
+  // Where an object's head sits in the core's head pool, and how to tell it is still there:
+  // read it without a request to the core (ring plane: from the mapped pool; UCX plane: with
+  // one-sided gets, an RDMA READ on verbs). A descriptor stays usable for many reads until
+  // the object is replaced, deleted, evicted or its head leaves RAM; a read then reports
+  // stale rather than returning wrong bytes (protocol: goblin/sbe/head_table.h).
+  struct HeadDescriptor {
+    uint64_t size = 0;            // the object's size
+    uint64_t generation = 0;      // the object version described
+    uint32_t entry = UINT32_MAX;  // the core's head table entry; UINT32_MAX: none (the head
+                                  // is not in RAM, or the table is full): read two-sided
+    uint64_t pool_offset = 0;     // of the head in the head pool
+    uint64_t length = 0;          // head bytes: object bytes [0, length)
+    uint64_t checksum = 0;        // their XXH3-64
+    bool readable() const { return entry != UINT32_MAX; }
+  };
+  // nullopt: not stored. The core brings the head into RAM if it was not.
+  Result<std::optional<HeadDescriptor>> Describe(std::string_view key);
+  // Reads the described head into dst[0, d.length) and checks it is current. true: `dst`
+  // holds object bytes [0, d.length) of version d.generation; false: stale (Describe again,
+  // or Get). InvalidArgument: no entry, or `dst` smaller than d.length.
+  Result<bool> ReadHead(const HeadDescriptor& d, std::span<uint8_t> dst);
+
   struct Stats {
     uint64_t bytes_lent = 0;    // received in place (zero-copy)
     uint64_t bytes_copied = 0;  // received through the ring
     uint64_t loans = 0;
+    uint64_t one_sided_reads = 0;  // ReadHead calls that returned the head
+    uint64_t stale_reads = 0;      // ReadHead calls that found the descriptor stale
   };
   const Stats& stats() const { return stats_; }
   bool pools_mapped() const { return head_pool_.base != nullptr; }
@@ -174,8 +200,11 @@ class Connection {
     uint64_t bytes = 0;
   };
   Connection();
-  // Asks the core for read-only fds of its pools and maps them (once).
+  // Asks the core for read-only fds of its pools and maps them (once); on a remote plane
+  // for their addresses and rkeys instead.
   VoidResult MapPools();
+  // Reads a head table entry (local: from the mapping, acquire; remote: a one-sided get).
+  Result<std::array<uint64_t, 4>> ReadEntry(uint32_t entry);
   void ReleaseLoan(uint64_t loan_id);
   // Keeps a Delivery for NextMessage; false if `m` is not one.
   bool TakeDelivery(std::span<const uint8_t> m);
@@ -195,7 +224,8 @@ class Connection {
   std::unique_ptr<Transport> transport_;
   ConnectOptions options_;
   uint64_t next_correlation_ = 1;
-  Mapping head_pool_, io_pool_;
+  Mapping head_pool_, io_pool_, head_table_;
+  bool remote_mapped_ = false;  // UCX: the pools' rkeys are unpacked
   bool map_failed_ = false;
   std::deque<Message> inbox_;  // deliveries received while awaiting replies
   Stats stats_;

@@ -67,6 +67,7 @@ class CoreService : public ring::Handler {
   void OnClose(ring::Session& session) override;
   void OnWritable(ring::Session& session) override;
   size_t OnPoll() override;
+  int max_sleep_ms() const override;
   void OnPayloadSent(ring::Session& session, uint64_t token) override;
 
   const CoreCounters& counters() const { return counters_; }
@@ -135,7 +136,7 @@ class CoreService : public ring::Handler {
   std::unordered_map<uint64_t, Upload> uploads_;       // fill id -> owner
   std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
   std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out
-  UniqueFd ro_pool_fd_, ro_io_fd_;                     // read-only fds of the pools
+  UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;       // read-only fds of the pools
   uint64_t next_loan_id_ = 1;
 
   pubsub::Engine pubsub_;

@@ -170,6 +170,9 @@ class Handler {
   // Called once per loop round (and after every wake-up) for the handler's own work, such
   // as disk completions; returns the units of work done (0 lets the loop go idle).
   virtual size_t OnPoll() { return 0; }
+  // The longest the loop may sleep before OnPoll runs again (-1: until an event), e.g. for
+  // the handler's own timers.
+  virtual int max_sleep_ms() const { return -1; }
   // The transport no longer reads the payload of SendWithPayload(..., token).
   virtual void OnPayloadSent(Session&, uint64_t token) { (void)token; }
 };

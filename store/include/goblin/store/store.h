@@ -33,6 +33,7 @@
 #include "goblin/store/disk_io.h"
 #include "goblin/store/eviction.h"
 #include "goblin/store/head_pool.h"
+#include "goblin/store/head_table.h"
 #include "goblin/store/index.h"
 #include "goblin/store/io_router.h"
 #include "goblin/store/object_io.h"
@@ -49,9 +50,10 @@ struct StoreOptions {
   TierOptions tier;
   IoChoice io = IoChoice::kAuto;
   uint32_t io_depth = 32;
-  uint32_t io_buffers = 32;  // each tier.extent_bytes large
-  uint32_t read_ahead = 4;   // extents in flight per stream
-  uint64_t max_objects = 0;  // 0: no limit but space
+  uint32_t io_buffers = 32;           // each tier.extent_bytes large
+  uint32_t read_ahead = 4;            // extents in flight per stream
+  uint64_t max_objects = 0;           // 0: no limit but space
+  uint32_t head_descriptors = 65536;  // head table entries (heads describable at once)
 };
 
 struct StoreStats {
@@ -63,6 +65,7 @@ struct StoreStats {
   uint64_t corrupt_dropped = 0;
   uint64_t loans_out = 0;
   uint64_t streams_open = 0, fill_followers = 0;
+  uint64_t heads_described = 0, descriptors_withdrawn = 0;
 };
 
 // What a lookup returns: enough to answer HEAD and to plan a read.
@@ -82,6 +85,13 @@ struct Loan {
   std::optional<PoolSlot> head;  // pool slot holding object bytes [0, head_bytes)
   uint64_t head_bytes = 0;
   std::vector<Extent> extents;  // the whole object on disk (head included)
+};
+
+// A resident head described for one-sided reads (Store::Describe).
+struct HeadDescription {
+  ObjectInfo info;
+  uint32_t entry = sbe::kNoHeadEntry;  // kNoHeadEntry: not readable one-sided (head not in RAM)
+  sbe::HeadTableEntry head;            // what the table entry holds while it is current
 };
 
 class Store {
@@ -117,6 +127,10 @@ class Store {
   // object and returns Corruption.
   VoidResult Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out);
   Result<bool> Delete(std::string_view key);
+  // Describes `key`'s head for one-sided readers (bringing it into RAM like Get, and
+  // publishing it in the head table on first use); nullopt: not stored. The entry stays
+  // current until the head leaves RAM or the version leaves the index.
+  Result<std::optional<HeadDescription>> Describe(std::string_view key);
   // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
   // O(objects): an administrative operation, not for the request path.
   Result<uint64_t> DeletePrefix(std::string_view prefix);
@@ -135,10 +149,14 @@ class Store {
 
   // Dispatches disk completions and does due background work (TTL expiry). Never blocks.
   VoidResult Poll();
+  // Milliseconds until Poll() has background work due (-1: none scheduled), so the owner's
+  // loop wakes for it (an expired object must leave even when no request comes).
+  int MillisUntilDue() const;
   int event_fd() const { return io_->event_fd(); }
 
   const StoreStats& stats() const { return stats_; }
   const HeadPool& pool() const { return *pool_; }
+  const HeadTable& head_table() const { return *head_table_; }
   const TierSpace& tier(size_t i = 0) const { return *tiers_[i]; }
   size_t tier_count() const { return tiers_.size(); }
   const IoBufferPool& buffers() const { return *buffers_; }
@@ -161,9 +179,10 @@ class Store {
   struct Resident {  // in-memory only: the head slot of the current version of a key
     uint64_t generation = 0;
     PoolSlot slot;
-    uint64_t length = 0;     // object bytes in the slot
-    uint64_t alloc_len = 0;  // the length the slot was allocated for (pool accounting)
-    bool referenced = true;  // CLOCK bit for head demotion
+    uint64_t length = 0;                 // object bytes in the slot
+    uint64_t alloc_len = 0;              // the length the slot was allocated for (pool accounting)
+    bool referenced = true;              // CLOCK bit for head demotion
+    uint32_t entry = sbe::kNoHeadEntry;  // its head table entry, once described
   };
   struct Loaned {  // per generation with loans out
     uint32_t count = 0;
@@ -176,6 +195,14 @@ class Store {
   // A version of `key` left the index (replaced or deleted): free its extents and head now,
   // or at the last release of its loans.
   void Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents);
+  // A resident head leaves RAM or its version leaves the index: readers of its descriptor
+  // must see it stale from now on, before the slot can be freed and reused.
+  void Withdraw(Resident& r) {
+    if (r.entry == sbe::kNoHeadEntry) return;
+    head_table_->Withdraw(r.entry);
+    r.entry = sbe::kNoHeadEntry;
+    ++stats_.descriptors_withdrawn;
+  }
   void FreeHead(const PoolSlot& slot, uint64_t len) {
     pool_->Free(slot, len);
     --stats_.heads_in_ram;
@@ -187,6 +214,9 @@ class Store {
   // bytes on that tier); false if none could go.
   bool EvictOne(int tier);
   Result<Resident> RefillHead(const ObjectRecord& rec);
+  // Brings `rec`'s head into RAM if it is not (a full pool is not an error: the head is then
+  // read from disk); Corruption drops the object.
+  VoidResult EnsureHead(const ObjectRecord& rec);
   // Pins `rec`'s generation for a new loan (Get and streams).
   Loan MakeLoan(const ObjectRecord& rec);
   void AddResident(const std::string& key, Resident r);
@@ -204,6 +234,7 @@ class Store {
 
   StoreOptions options_;
   std::unique_ptr<HeadPool> pool_;
+  std::unique_ptr<HeadTable> head_table_;
   std::vector<std::unique_ptr<TierSpace>> tiers_;
   std::vector<TierSpace*> tier_ptrs_;
   std::unique_ptr<Index> index_;

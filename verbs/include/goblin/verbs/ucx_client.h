@@ -71,7 +71,10 @@ class UcxClient {
   // size and packed rkey per pool; unpacked here once), then ReadRemote gets
   // [offset, offset + dst.size()) of pool `kind` (wire::PoolKind) straight from the core's
   // memory (RDMA read on verbs; emulated over tcp) without the core's handler.
+  // (Messages other than the answer that arrive meanwhile are dropped: call it first, or
+  // send MapPools yourself and hand the answer to AttachRemotePools.)
   VoidResult MapRemotePools(std::chrono::nanoseconds timeout);
+  VoidResult AttachRemotePools(std::span<const uint8_t> reply);
   bool remote_pools_mapped() const { return !remote_.empty(); }
   VoidResult ReadRemote(uint8_t kind, uint64_t offset, std::span<uint8_t> dst,
                         std::chrono::nanoseconds timeout);

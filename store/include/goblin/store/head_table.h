@@ -1,0 +1,54 @@
+// HeadTable: the core's table of head descriptors for one-sided readers (layout and read
+// protocol: goblin/sbe/head_table.h). A fixed array of entries in one shared-memory file
+// (memfd), mapped read-only by ring-plane clients and registered with UCX for remote reads.
+// The Store publishes an entry when a client asks to describe a resident head and withdraws
+// it (generation 0) before that head's pool slot is freed; a full table only means heads are
+// read two-sided. Publish/Withdraw are a free-list pop/push and four stores: no system call.
+// Threading: one owner thread writes (a core shard); readers in other processes only read.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "goblin/common/fd.h"
+#include "goblin/common/status.h"
+#include "goblin/sbe/head_table.h"
+
+namespace goblin::store {
+
+class HeadTable {
+ public:
+  // `entries` descriptors (at least 1); the file is rounded up to whole pages.
+  static Result<std::unique_ptr<HeadTable>> Create(uint32_t entries);
+  ~HeadTable();
+  HeadTable(const HeadTable&) = delete;
+  HeadTable& operator=(const HeadTable&) = delete;
+
+  // Describes a head (generation != 0); nullopt when every entry is in use.
+  std::optional<uint32_t> Publish(const sbe::HeadTableEntry& entry);
+  // Marks entry `index` free; readers holding its old descriptor see it as stale.
+  void Withdraw(uint32_t index);
+  sbe::HeadTableEntry Read(uint32_t index) const;
+
+  uint8_t* data() const { return base_; }
+  uint64_t bytes() const { return bytes_; }
+  int fd() const { return fd_.get(); }
+  uint32_t capacity() const { return capacity_; }
+  uint32_t in_use() const { return capacity_ - static_cast<uint32_t>(free_.size()); }
+  uint64_t publish_failures() const { return publish_failures_; }
+
+ private:
+  HeadTable() = default;
+  sbe::HeadTableEntry* entries() const { return reinterpret_cast<sbe::HeadTableEntry*>(base_); }
+
+  UniqueFd fd_;
+  uint8_t* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  uint32_t capacity_ = 0;
+  std::vector<uint32_t> free_;  // a stack of free entry indices
+  uint64_t publish_failures_ = 0;
+};
+
+}  // namespace goblin::store

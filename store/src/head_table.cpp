@@ -1,0 +1,66 @@
+#include "goblin/store/head_table.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace goblin::store {
+
+Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries) {
+  if (entries == 0 || entries == sbe::kNoHeadEntry) {
+    return Err(StatusCode::kInvalidArgument, "a head table of {} entries", entries);
+  }
+  std::unique_ptr<HeadTable> t(new HeadTable());
+  uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  t->capacity_ = entries;
+  t->bytes_ = (uint64_t{entries} * sizeof(sbe::HeadTableEntry) + page - 1) / page * page;
+  t->fd_ = UniqueFd(memfd_create("goblin-head-table", MFD_CLOEXEC));
+  if (!t->fd_) return Err(ErrnoStatus("memfd_create(head table)", errno));
+  if (ftruncate(t->fd_.get(), static_cast<off_t>(t->bytes_)) != 0) {
+    return Err(ErrnoStatus("ftruncate(head table)", errno));
+  }
+  void* a = mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                 t->fd_.get(), 0);
+  if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(head table)", errno));
+  t->base_ = static_cast<uint8_t*>(a);  // zero-filled: every entry free
+  t->free_.reserve(entries);
+  for (uint32_t i = entries; i-- > 0;) t->free_.push_back(i);
+  return t;
+}
+
+HeadTable::~HeadTable() {
+  if (base_ != nullptr) munmap(base_, bytes_);
+}
+
+std::optional<uint32_t> HeadTable::Publish(const sbe::HeadTableEntry& entry) {
+  if (free_.empty() || entry.generation == 0) {
+    ++publish_failures_;
+    return std::nullopt;
+  }
+  uint32_t i = free_.back();
+  free_.pop_back();
+  sbe::HeadTableEntry& e = entries()[i];
+  e.offset = entry.offset;
+  e.length = entry.length;
+  e.checksum = entry.checksum;
+  // A local reader that sees the generation sees the fields (remote readers compare all four).
+  std::atomic_ref<uint64_t>(e.generation).store(entry.generation, std::memory_order_release);
+  return i;
+}
+
+void HeadTable::Withdraw(uint32_t index) {
+  if (index >= capacity_) return;
+  sbe::HeadTableEntry& e = entries()[index];
+  // Before the slot is freed: seq_cst keeps the pool's later writes behind this store.
+  std::atomic_ref<uint64_t>(e.generation).store(0, std::memory_order_seq_cst);
+  e.offset = e.length = e.checksum = 0;
+  free_.push_back(index);
+}
+
+sbe::HeadTableEntry HeadTable::Read(uint32_t index) const {
+  if (index >= capacity_) return {};
+  return entries()[index];
+}
+
+}  // namespace goblin::store
