@@ -97,6 +97,7 @@ Goblin is running (goblin-store pid $(cat "$run/goblin-store.pid")):
   HTTP mirror   http://127.0.0.1:$http_port/  in front of  http://127.0.0.1:$origin_port/
   Redis pubsub  redis-cli -p $resp_port subscribe news   /   redis-cli -p $resp_port publish news hi
   native        build/release/tools/goblin --target unix:$run/core.sock ping -c 3
+  admin         build/release/tools/goblinctl --target unix:$run/core.sock.admin pool   (audit, stats, objects ls ...)
   disk tier     $root/var/tier
   logs          $logs/goblin-store.log, $logs/origin-access.log
 Try it:         curl -s -D - -o /dev/null http://127.0.0.1:$http_port/gen/1G/big.bin   (MISS, then HIT)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
@@ -21,6 +22,7 @@ wire::ErrorCode ToWire(StatusCode c) {
 
 void CoreService::OnOpen(ring::Session& session) {
   ++counters_.sessions_opened;
+  sessions_[session.id()] = &session;
   if (store_ != nullptr && session.sends_by_reference()) {
     // A remote session (UCX): object bytes are sent straight from the pools, each piece
     // held (pinned head, detached I/O buffer) until the transport is done with it.
@@ -34,6 +36,7 @@ void CoreService::OnOpen(ring::Session& session) {
 
 void CoreService::OnClose(ring::Session& session) {
   ++counters_.sessions_closed;
+  sessions_.erase(session.id());
   DropSubscribers(session);
   if (store_ != nullptr) {
     for (auto it = uploads_.begin(); it != uploads_.end();) {
@@ -216,7 +219,9 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       Status failed = it->second.failed;
       uploads_.erase(it);
       if (!failed.ok()) return SendStatusError(session, d.correlation_id(), failed);
+      const uint64_t t0 = MonotonicNanos();
       auto gen = store_->Commit(d.put_id(), d.total_size());
+      histograms_.put_commit.Record(MonotonicNanos() - t0);
       wire::PutResultEncoder p(out_.data(), out_.size());
       p.set_correlation_id(d.correlation_id()).set_put_id(d.put_id());
       if (!gen) return SendStatusError(session, d.correlation_id(), gen.error());
@@ -295,6 +300,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
                   ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
       Downloads& list = downloads_[session.id()];
       list.push_back(Download{corr, std::move(stream), lend});
+      list.back().started_ns = MonotonicNanos();
       Download* d = &list.back();
       d->stream->SetReadyCallback([s, d] {
         d->ready = true;
@@ -546,6 +552,23 @@ void CoreService::OnPayloadSent(ring::Session& session, uint64_t token) {
 
 int CoreService::max_sleep_ms() const { return store_ ? store_->MillisUntilDue() : -1; }
 
+std::vector<CoreService::SessionView> CoreService::Sessions() const {
+  std::vector<SessionView> out;
+  out.reserve(sessions_.size());
+  for (const auto& [id, s] : sessions_) {
+    SessionView v;
+    v.session = s;
+    if (auto l = lenders_.find(id); l != lenders_.end()) v.loans = l->second.loans.size();
+    if (auto d = downloads_.find(id); d != downloads_.end()) v.downloads = d->second.size();
+    if (auto p = sub_ids_.find(id); p != sub_ids_.end()) v.subscribers = p->second.size();
+    out.push_back(v);
+  }
+  std::sort(out.begin(), out.end(), [](const SessionView& a, const SessionView& b) {
+    return a.session->id() < b.session->id();
+  });
+  return out;
+}
+
 size_t CoreService::OnPoll() {
   if (store_ == nullptr) return 0;
   if (auto r = store_->Poll(); !r) GOBLIN_LOG_ERROR(kLog, "store: {}", r.error());
@@ -588,6 +611,10 @@ bool CoreService::Pump(ring::Session& session, Download& d) {
     if (*step == store::Store::Stream::Step::kWait) {
       d.ready = false;  // the stream's ready callback turns it back on
       return true;
+    }
+    if (d.started_ns != 0) {
+      histograms_.get_first_piece.Record(MonotonicNanos() - d.started_ns);
+      d.started_ns = 0;
     }
     // A remote session's first piece goes inline (a copy of at most kFirstInlineBytes, sent
     // eager): the client's first byte does not wait for a rendezvous of a whole head.

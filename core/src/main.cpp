@@ -6,7 +6,18 @@
 #include <cstdlib>
 #include <thread>
 
+#include <sys/eventfd.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "admin_service.h"
+#include "goblin/admin/admin_server.h"
+#include "goblin/admin/loop_executor.h"
 #include "goblin/common/cli.h"
+#include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/log.h"
 #include "goblin/common/signals.h"
@@ -30,6 +41,40 @@ constexpr std::string_view kLog = "core";
 int Fail(const goblin::Status& s) {
   std::fprintf(stderr, "goblin-core: error: %s\n", s.ToString().c_str());
   return 1;
+}
+
+// The admin token: the file's first line, blanks trimmed; refused when empty.
+goblin::Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream f(path);
+  std::string token;
+  if (!f || !std::getline(f, token)) {
+    return goblin::Err(goblin::StatusCode::kInvalidArgument, "--admin-token-file {}: unreadable",
+                       path);
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  size_t start = token.find_first_not_of(" \t");
+  token = start == std::string::npos ? "" : token.substr(start);
+  if (token.size() < 16) {
+    return goblin::Err(goblin::StatusCode::kInvalidArgument,
+                       "--admin-token-file {}: the token must be at least 16 characters", path);
+  }
+  return token;
+}
+
+// Every option in force (defaults included), as CLI11 writes a config file: name=value.
+std::map<std::string, std::string> ConfigMap(const CLI::App& app) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(app.config_to_str(/*default_also=*/true, /*write_description=*/false));
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    if (line.empty() || line[0] == '#' || line[0] == '[' || eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) {
+      v = v.substr(1, v.size() - 2);
+    }
+    out[k] = v;
+  }
+  return out;
 }
 
 }  // namespace
@@ -137,8 +182,27 @@ int main(int argc, char** argv) {
   std::chrono::nanoseconds rdma_hello_timeout = std::chrono::seconds(5);
   AddDurationOption(app, "--rdma-hello-timeout", &rdma_hello_timeout,
                     "Drop a UCX client that sends no Hello this long after connecting");
+  std::string admin_socket = "auto", admin_listen, admin_token_file;
+  unsigned admin_socket_mode = 0600;
+  std::chrono::nanoseconds shutdown_grace{0};
+  app.add_option("--admin-socket", admin_socket,
+                 "Unix socket of the gRPC admin API (auto: --listen-unix + '.admin'; none: off)")
+      ->capture_default_str();
+  app.add_option("--admin-socket-mode", admin_socket_mode,
+                 "File mode of the admin socket (who may call it), e.g. 0660")
+      ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); })
+      ->default_str("0600");
+  app.add_option("--admin-listen", admin_listen,
+                 "Also serve the admin API on TCP HOST:PORT (calls must carry the token)");
+  app.add_option("--admin-token-file", admin_token_file,
+                 "File holding the token TCP admin callers send ('authorization: Bearer TOKEN')")
+      ->check(CLI::ExistingFile);
+  AddDurationOption(app, "--shutdown-grace", &shutdown_grace,
+                    "On SIGTERM, report NOT_SERVING through the health service this long "
+                    "before closing sessions (lets load balancers drain)");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  const uint64_t started_ns = MonotonicNanos();
 
   opts.default_ring_bytes = static_cast<uint32_t>(ring_bytes);
   opts.max_ring_bytes = static_cast<uint32_t>(max_ring_bytes);
@@ -296,6 +360,60 @@ int main(int argc, char** argv) {
     return Fail(Status(StatusCode::kUnimplemented, "--rdma-listen: built without UCX"));
   }
 #endif
+  // The admin plane: gRPC on its own threads; whatever a call reads is read on this loop.
+  std::unique_ptr<admin::LoopExecutor> admin_loop;
+  std::unique_ptr<core::CoreAdmin> admin_service;
+  std::unique_ptr<admin::AdminServer> admin_server;
+  if (admin_socket == "auto") admin_socket = opts.socket_path + ".admin";
+  if (admin_socket == "none") admin_socket.clear();
+  if (!admin_socket.empty() || !admin_listen.empty()) {
+    admin::AdminOptions ao;
+    ao.unix_path = admin_socket;
+    ao.unix_mode = admin_socket_mode;
+    ao.tcp_listen = admin_listen;
+    if (!admin_listen.empty()) {
+      if (admin_token_file.empty()) {
+        return Fail(Status(StatusCode::kInvalidArgument,
+                           "--admin-listen needs --admin-token-file (TCP callers send the token)"));
+      }
+      auto token = ReadTokenFile(admin_token_file);
+      if (!token) return Fail(token.error());
+      ao.token = *token;
+    }
+    auto ex = admin::LoopExecutor::Create();
+    if (!ex) return Fail(ex.error());
+    admin_loop = std::move(*ex);
+    if (auto r = (*server)->AddSource(admin_loop.get()); !r) return Fail(r.error());
+    core::CoreAdminContext ac;
+    ac.loop = admin_loop.get();
+    ac.service = &service;
+    ac.store = object_store.get();
+    ac.pool = &pool;
+    ac.ring = server->get();
+#if GOBLIN_HAVE_UCX
+    ac.ucx = ucx.get();
+#endif
+    ac.ram_head = ram_head;
+    ac.numa_node = numa;
+    ac.topology = *topo;
+    ac.config = ConfigMap(app);
+    ac.config["admin-socket"] = admin_socket.empty() ? "none" : admin_socket;  // as resolved
+    ac.config["admin-socket-mode"] = fmt::format("0{:o}", admin_socket_mode);
+    ac.token = ao.token;
+    ac.started_ns = started_ns;
+    admin_service = std::make_unique<core::CoreAdmin>(std::move(ac));
+    auto as = admin::AdminServer::Start(ao, admin_service.get());
+    if (!as) return Fail(as.error().WithContext("admin API"));
+    admin_server = std::move(*as);
+    GOBLIN_LOG_INFO(kLog, "admin API (gRPC goblin.admin.v1 + grpc.health.v1) on {}{}{}",
+                    admin_socket.empty()
+                        ? ""
+                        : fmt::format("unix:{} (mode {:o})", admin_socket, admin_socket_mode),
+                    admin_socket.empty() || admin_listen.empty() ? "" : " and ",
+                    admin_listen.empty() ? ""
+                                         : fmt::format("tcp {} (port {}, token required)",
+                                                       admin_listen, admin_server->tcp_port()));
+  }
   GOBLIN_LOG_INFO(kLog,
                   "goblin-core {} pid {} serving the ring plane on unix:{} (ring {} per direction, "
                   "{}, busy-poll {})",
@@ -305,7 +423,29 @@ int main(int argc, char** argv) {
                   pin.empty() ? std::string("any") : FormatCpuList(pin));
   GOBLIN_LOG_INFO(kLog, "features: ucx={} io_uring={} numa={} verbs={}", GOBLIN_HAVE_UCX,
                   GOBLIN_HAVE_URING, GOBLIN_HAVE_NUMA, GOBLIN_HAVE_VERBS);
-  if (auto r = (*server)->Run((*signals)->fd()); !r) return Fail(r.error());
+  // SIGTERM/SIGINT: health NOT_SERVING first, then (after --shutdown-grace) the loop stops.
+  UniqueFd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop) return Fail(ErrnoStatus("eventfd", errno));
+  std::atomic<bool> quit{false};
+  std::thread watcher([&] {
+    while (!quit.load() && !(*signals)->Wait(std::chrono::milliseconds(200))) {
+    }
+    if (quit.load()) return;
+    if (admin_server) admin_server->SetServing(false);
+    GOBLIN_LOG_INFO(kLog, "shutdown requested: health NOT_SERVING; closing sessions in {}",
+                    FormatDuration(shutdown_grace));
+    const uint64_t end = MonotonicNanos() + static_cast<uint64_t>(shutdown_grace.count());
+    while (!quit.load() && MonotonicNanos() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    uint64_t one = 1;
+    (void)!write(stop.get(), &one, sizeof one);
+  });
+  auto ran = (*server)->Run(stop.get());
+  quit.store(true);
+  watcher.join();
+  if (admin_server) admin_server->Shutdown(std::chrono::seconds(1));
+  if (!ran) return Fail(ran.error());
   const auto& st = (*server)->stats();
   GOBLIN_LOG_INFO(
       kLog, "shutting down: {} clients served, {} messages, {} pings, {} refused, {} corrupt rings",
@@ -323,7 +463,10 @@ int main(int argc, char** argv) {
                     100.0 * ps.Fragmentation(), HumanSize(service.counters().bytes_lent),
                     HumanSize(service.counters().bytes_out));
   }
+  admin_server.reset();
+  admin_service.reset();
   server->reset();
+  admin_loop.reset();
 #if GOBLIN_HAVE_UCX
   ucx.reset();
 #endif

@@ -2,6 +2,7 @@
 // served by pubsub::Engine. See core_service.h for the protocol.
 #include <algorithm>
 
+#include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/core/core_service.h"
 #include "goblin/wire/goblin_wire.h"
@@ -163,6 +164,7 @@ void CoreService::HandlePubsub(ring::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("Publish", e);
       ++counters_.publishes;
+      const uint64_t t0 = MonotonicNanos();
       std::string_view channel = d.channel(), payload = d.payload();
       uint64_t receivers = pubsub_.Publish(
           channel, d.sharded() != 0,
@@ -203,6 +205,7 @@ void CoreService::HandlePubsub(ring::Session& session, uint16_t template_id,
             }
             touched_.clear();
           });
+      histograms_.publish.Record(MonotonicNanos() - t0);
       wire::PublishAckEncoder a(out_.data(), max);
       a.set_correlation_id(d.correlation_id()).set_receivers(receivers);
       Send(session, a.Finish());

@@ -20,8 +20,8 @@ Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries) {
   if (ftruncate(t->fd_.get(), static_cast<off_t>(t->bytes_)) != 0) {
     return Err(ErrnoStatus("ftruncate(head table)", errno));
   }
-  void* a = mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                 t->fd_.get(), 0);
+  void* a =
+      mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, t->fd_.get(), 0);
   if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(head table)", errno));
   t->base_ = static_cast<uint8_t*>(a);  // zero-filled: every entry free
   t->free_.reserve(entries);

@@ -33,6 +33,7 @@ void ObjectWriter::OnIoComplete(uint32_t tag, int32_t result) {
   in_buffer_[tag] = IoRouter::kNoBuffer;
   const Extent& e = extents_[tag];
   uint32_t want = RoundUp4K(static_cast<uint32_t>(e.length));
+  tiers_[e.tier]->NoteIo(/*write=*/true, result, want);
   if (result != static_cast<int32_t>(want) && !failed_) {
     failed_ = true;
     error_ = result < 0 ? ErrnoStatus(fmt::format("write to {} extent file {}",
@@ -193,6 +194,8 @@ ExtentReader::~ExtentReader() {
 void ExtentReader::OnIoComplete(uint32_t tag, int32_t result) {
   size_t i = tag - next_deliver_;
   if (tag < next_deliver_ || i >= window_.size()) return;
+  const Extent& e = extents_[tag];
+  tiers_[e.tier]->NoteIo(/*write=*/false, result, RoundUp4K(static_cast<uint32_t>(e.length)));
   window_[i].done = true;
   window_[i].result = result;
   if (i == 0 && ready_) ready_();

@@ -607,6 +607,16 @@ void Store::ExpireDue(uint64_t now, size_t max) {
   }
 }
 
+uint64_t Store::HeadBytesInRam(const ObjectRecord& rec) const {
+  auto h = heads_.find(rec.key);
+  return h != heads_.end() && h->second.generation == rec.generation ? h->second.length : 0;
+}
+
+void Store::ForEachObject(
+    const std::function<void(const ObjectRecord&, uint64_t head_in_ram)>& fn) const {
+  index_->ForEach([&](const ObjectRecord& r) { fn(r, HeadBytesInRam(r)); });
+}
+
 int Store::MillisUntilDue() const {
   if (expiries_.empty()) return -1;
   uint64_t due = expiries_.top().first, now = NowNs();

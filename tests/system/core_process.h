@@ -41,6 +41,7 @@ struct CoreProcess {
   ~CoreProcess() {
     proc.Signal(SIGKILL);  // ~Process reaps it
     std::filesystem::remove(sock);
+    std::filesystem::remove(sock + ".admin");  // the admin API's socket (SIGKILL leaves it)
     std::filesystem::remove(log);
   }
   std::string sock, log;

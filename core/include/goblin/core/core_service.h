@@ -30,6 +30,7 @@
 
 #include "goblin/common/buffer.h"
 #include "goblin/common/fd.h"
+#include "goblin/common/histogram.h"
 #include "goblin/pubsub/engine.h"
 #include "goblin/ring/server.h"
 #include "goblin/sbe/runtime.h"
@@ -46,6 +47,12 @@ struct CoreCounters {
   uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
   uint64_t bytes_lent = 0, loans = 0;
   uint64_t publishes = 0, deliveries_sent = 0, slow_subscribers_dropped = 0;
+};
+
+struct CoreHistograms {
+  LatencyHistogram get_first_piece;  // ObjectGet received -> its first bytes ready to send
+  LatencyHistogram put_commit;       // PutCommit handled (durable, visible)
+  LatencyHistogram publish;          // Publish handled (fanned out to every receiver)
 };
 
 class CoreService : public ring::Handler {
@@ -71,6 +78,17 @@ class CoreService : public ring::Handler {
   void OnPayloadSent(ring::Session& session, uint64_t token) override;
 
   const CoreCounters& counters() const { return counters_; }
+  const CoreHistograms& histograms() const { return histograms_; }
+
+  // For the admin plane (loop thread only): every open session with what it holds.
+  struct SessionView {
+    const ring::Session* session = nullptr;
+    size_t loans = 0;        // lent pieces not yet given back
+    size_t downloads = 0;    // Gets streaming
+    size_t subscribers = 0;  // pub/sub subscribers it carries
+  };
+  std::vector<SessionView> Sessions() const;
+  const pubsub::Engine& pubsub() const { return pubsub_; }
 
  private:
   struct Upload {
@@ -85,6 +103,7 @@ class CoreService : public ring::Handler {
     bool ready = true;  // may have bytes to send (the stream's callback sets it)
     bool done = false;
     bool first_sent = false;  // a piece went out already (remote sessions: inline first)
+    uint64_t started_ns = 0;  // when the request arrived (0: its first piece is timed)
     std::shared_ptr<uint32_t> loans_out = std::make_shared<uint32_t>(0);
   };
   using Downloads = std::list<Download>;  // a session's streams (stable addresses)
@@ -132,11 +151,13 @@ class CoreService : public ring::Handler {
 
   store::Store* store_;
   CoreCounters counters_;
-  ByteBuffer out_ = ByteBuffer(1 << 20);               // not zero-filled: resident as used
-  std::unordered_map<uint64_t, Upload> uploads_;       // fill id -> owner
-  std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
-  std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out
-  UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;       // read-only fds of the pools
+  CoreHistograms histograms_;
+  std::unordered_map<uint64_t, ring::Session*> sessions_;  // open sessions by id
+  ByteBuffer out_ = ByteBuffer(1 << 20);                   // not zero-filled: resident as used
+  std::unordered_map<uint64_t, Upload> uploads_;           // fill id -> owner
+  std::unordered_map<uint64_t, Downloads> downloads_;      // session id -> streams in progress
+  std::unordered_map<uint64_t, Lender> lenders_;           // session id -> loans out
+  UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;           // read-only fds of the pools
   uint64_t next_loan_id_ = 1;
 
   pubsub::Engine pubsub_;

@@ -155,6 +155,13 @@ class Store {
   int event_fd() const { return io_->event_fd(); }
 
   const StoreStats& stats() const { return stats_; }
+  // Administrative reads (O(objects) for the walk): every committed object with the bytes of
+  // its head in RAM (0: read from disk); one object's record (nullptr: not stored).
+  void ForEachObject(
+      const std::function<void(const ObjectRecord&, uint64_t head_in_ram)>& fn) const;
+  const ObjectRecord* Record(std::string_view key) const { return index_->Find(key); }
+  uint64_t HeadBytesInRam(const ObjectRecord& rec) const;
+
   const HeadPool& pool() const { return *pool_; }
   const HeadTable& head_table() const { return *head_table_; }
   const TierSpace& tier(size_t i = 0) const { return *tiers_[i]; }

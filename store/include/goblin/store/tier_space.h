@@ -36,6 +36,8 @@ struct TierStats {
   uint64_t slots_total = 0;  // in files created so far
   uint64_t slots_used = 0;
   uint64_t allocation_failures = 0;
+  // Extent I/O completed on this tier (counted by the readers and writers at completion).
+  uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0, io_errors = 0;
 };
 
 class TierSpace {
@@ -46,6 +48,13 @@ class TierSpace {
   uint16_t tier_no() const { return tier_no_; }
   uint32_t extent_bytes() const { return options_.extent_bytes; }
   const TierStats& stats() const { return stats_; }
+  // One extent read or write finished with `result` (bytes, or -errno) of `want`.
+  void NoteIo(bool write, int32_t result, uint32_t want) {
+    if (result != static_cast<int32_t>(want)) ++stats_.io_errors;
+    if (result <= 0) return;
+    ++(write ? stats_.writes : stats_.reads);
+    (write ? stats_.write_bytes : stats_.read_bytes) += static_cast<uint32_t>(result);
+  }
   const TierDir& dir() const { return dir_; }
   uint64_t capacity_bytes() const { return uint64_t{max_files_} * options_.file_bytes; }
   uint64_t used_bytes() const { return stats_.slots_used * options_.extent_bytes; }

@@ -1,0 +1,66 @@
+// CoreAdmin: goblin-core's implementation of goblin.admin.v1.Admin (admin/proto). Every call
+// checks the caller (admin::Authorize), then reads what it reports on the core's loop thread
+// through the LoopExecutor (the store, pools and sessions are never touched from gRPC's
+// threads); sysfs/procfs inspection (NUMA, devices, the audit's kernel side) runs on the
+// calling gRPC thread. A call the loop does not take within 5 s fails UNAVAILABLE.
+// Threading: gRPC threads call the methods; the closures they post run on the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "goblin/admin/loop_executor.h"
+#include "goblin/admin/v1/admin.grpc.pb.h"
+#include "goblin/common/topology.h"
+#include "goblin/core/core_service.h"
+
+namespace goblin::verbs {
+class UcxServer;
+}
+
+namespace goblin::core {
+
+struct CoreAdminContext {
+  admin::LoopExecutor* loop = nullptr;
+  CoreService* service = nullptr;
+  store::Store* store = nullptr;  // null: no disk tier
+  const store::HeadPool* pool = nullptr;
+  const ring::RingServer* ring = nullptr;
+  const verbs::UcxServer* ucx = nullptr;  // null: no UCX plane
+  uint64_t ram_head = 0;
+  int numa_node = -1;
+  Topology topology;
+  std::map<std::string, std::string> config;  // every option in force
+  std::string token;                          // for TCP callers
+  uint64_t started_ns = 0;                    // MonotonicNanos at start
+};
+
+class CoreAdmin final : public goblin::admin::v1::Admin::Service {
+ public:
+  explicit CoreAdmin(CoreAdminContext ctx) : ctx_(std::move(ctx)) {}
+  using Ctx = grpc::ServerContext;
+  grpc::Status GetPool(Ctx*, const admin::v1::GetPoolRequest*, admin::v1::PoolInfo*) override;
+  grpc::Status GetNuma(Ctx*, const admin::v1::GetNumaRequest*, admin::v1::NumaInfo*) override;
+  grpc::Status Audit(Ctx*, const admin::v1::AuditRequest*, admin::v1::AuditReport*) override;
+  grpc::Status GetTiers(Ctx*, const admin::v1::GetTiersRequest*, admin::v1::TiersInfo*) override;
+  grpc::Status ListObjects(Ctx*, const admin::v1::ListObjectsRequest*,
+                           admin::v1::ListObjectsResponse*) override;
+  grpc::Status GetObject(Ctx*, const admin::v1::GetObjectRequest*,
+                         admin::v1::ObjectDetail*) override;
+  grpc::Status EvictObjects(Ctx*, const admin::v1::EvictObjectsRequest*,
+                            admin::v1::EvictObjectsResponse*) override;
+  grpc::Status GetPubsub(Ctx*, const admin::v1::GetPubsubRequest*, admin::v1::PubsubInfo*) override;
+  grpc::Status ListClients(Ctx*, const admin::v1::ListClientsRequest*,
+                           admin::v1::ClientsInfo*) override;
+  grpc::Status GetStats(Ctx*, const admin::v1::GetStatsRequest*, admin::v1::Stats*) override;
+  grpc::Status GetConfig(Ctx*, const admin::v1::GetConfigRequest*, admin::v1::Config*) override;
+
+ private:
+  // Authorizes the call, then runs `fn` on the loop; `fn` returns the call's status.
+  grpc::Status OnLoop(Ctx* context, const std::function<grpc::Status()>& fn);
+  grpc::Status NeedStore() const;
+  CoreAdminContext ctx_;
+};
+
+}  // namespace goblin::core
