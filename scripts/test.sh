@@ -17,7 +17,7 @@ jobs=$(nproc)
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp}
 # Tests get their own scratch space (sockets, tier directories) under build/; cleaned first.
 export GOBLIN_TEST_TMPDIR=$root/build/test-tmp
 rm -rf "$GOBLIN_TEST_TMPDIR"; mkdir -p "$GOBLIN_TEST_TMPDIR"
@@ -59,7 +59,10 @@ for b in $builds; do
     tsan)
       configure build/tsan -DCMAKE_BUILD_TYPE=Tsan -DGOBLIN_BUILD_BENCH=OFF
       echo "== build (tsan)"; cmake --build build/tsan -j"$jobs"
-      run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem' ;;
+      # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
+      # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
+      UCX_MEM_MMAP_HOOK_MODE=none \
+        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem|LoopExecutor|AdminTest' ;;
     fuzz)
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
       echo "== build (libFuzzer)"; cmake --build build/fuzz -j"$jobs"
