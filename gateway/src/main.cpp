@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -68,6 +69,11 @@ int main(int argc, char** argv) {
   app.add_option("--resp-port", r.port, "RESP TCP port (0: none)")->capture_default_str();
   app.add_option("--resp-unix", r.unix_path, "Serve RESP on this unix socket");
   app.add_option("--requirepass", r.requirepass, "Password Redis clients must AUTH with");
+  std::string requirepass_file;
+  app.add_option("--requirepass-file", requirepass_file,
+                 "Read that password from this file's first line (not visible in ps)")
+      ->check(CLI::ExistingFile)
+      ->excludes("--requirepass");
   AddSizeOption(app, "--pubsub-output-limit", &r.output_hard_limit,
                 "Output a client may have pending before it is dropped (0: none)", true);
   AddSizeOption(app, "--pubsub-output-soft-limit", &r.output_soft_limit,
@@ -88,6 +94,13 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3)");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (!requirepass_file.empty()) {
+    std::ifstream f(requirepass_file);
+    if (!f || !std::getline(f, r.requirepass) || r.requirepass.empty()) {
+      return Fail(Status(StatusCode::kInvalidArgument, "--requirepass-file " + requirepass_file +
+                                                           ": no password on its first line"));
+    }
+  }
   if (!cpus.empty()) {
     auto list = ParseCpuList(cpus);
     if (!list) return Fail(list.error().WithContext("--cpus"));

@@ -123,6 +123,16 @@ TEST_F(RespClients, RequirePassGuardsEverythingButAuthHelloAndQuit) {
   EXPECT_EQ(out4, "PONG\n");
 }
 
+// The password from a file (what the Ansible role uses: nothing secret on the command line).
+TEST_F(RespClients, RequirePassFileReadsThePasswordFromAFile) {
+  std::ofstream(dir_ + "/pass") << "fr0m-a-file\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--requirepass-file", dir_ + "/pass"}));
+  auto [rc1, out1] = Cli({"-s", sock_, "ping"});
+  EXPECT_NE(out1.find("NOAUTH"), std::string::npos) << out1;
+  auto [rc2, out2] = Cli({"-s", sock_, "--no-auth-warning", "-a", "fr0m-a-file", "ping"});
+  EXPECT_EQ(out2, "PONG\n");
+}
+
 // Raw socket helpers for the slow-reader case.
 int Connect(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
