@@ -3,6 +3,8 @@
 # CPUs of the device's own node, the way a benchmark host is prepared so that completions
 # are handled next to the memory the core uses. Devices whose numa_node is -1 (a one-node
 # machine, most VMs) have no locality to honour: the script says so and changes nothing.
+# Vectors already pinned are left alone, so a second run changes nothing ("0 vectors
+# pinned"; the Ansible role relies on that). Installed as /usr/lib/goblin/pin_pci_irqs_to_numa.sh.
 #   bench/pin_pci_irqs_to_numa.sh [--dry-run] [--class net|ib|nvme|all]   (default all)
 set -euo pipefail
 DRY=0
@@ -38,7 +40,9 @@ for dev in $(printf '%s\n' "${devices[@]}" | sort -u); do
   irqs=$(ls "$dev/msi_irqs" 2>/dev/null || cat "$dev/irq")
   for irq in $irqs; do
     [ -e "/proc/irq/$irq/smp_affinity_list" ] || continue
-    if [ "$DRY" = 1 ]; then
+    if [ "$(cat "/proc/irq/$irq/smp_affinity_list" 2>/dev/null)" = "$cpus" ]; then
+      echo "pin-irqs: $name irq $irq -> CPUs $cpus (node $node) already"
+    elif [ "$DRY" = 1 ]; then
       echo "pin-irqs: $name irq $irq -> CPUs $cpus (node $node) [dry run]"
     elif echo "$cpus" > "/proc/irq/$irq/smp_affinity_list" 2>/dev/null; then
       echo "pin-irqs: $name irq $irq -> CPUs $cpus (node $node)"

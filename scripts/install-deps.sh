@@ -23,6 +23,9 @@ PKGS=(
   # the Soft-RoCE guest of the rdma tests (tests/rdma/rxe_vm.sh); the kernel comes from the
   # archive with apt-get download when the tests run
   qemu-system-x86 busybox-static cpio kmod e2fsprogs file
+  # deployment (ansible/) and its tests: the playbook runs against sshd in network
+  # namespaces (tests/ansible); the package it installs is built by CPack (dpkg-shlibdeps)
+  ansible ansible-lint openssh-server openssh-client python3-apt dpkg-dev
 )
 
 SUDO=

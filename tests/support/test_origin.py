@@ -184,18 +184,19 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
     ap.add_argument("--log", required=True)
     ap.add_argument("--files")
     ARGS = ap.parse_args()
-    srv = Server(("127.0.0.1", ARGS.port), Handler)
+    srv = Server((ARGS.host, ARGS.port), Handler)
     if ARGS.port_file:
         tmp = ARGS.port_file + ".tmp"
         with open(tmp, "w") as f:
             f.write(str(srv.server_address[1]))
         os.rename(tmp, ARGS.port_file)
-    print(f"test origin on 127.0.0.1:{srv.server_address[1]}", flush=True)
+    print(f"test origin on {ARGS.host}:{srv.server_address[1]}", flush=True)
     srv.serve_forever()
 
 

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# A real deployment with ansible/site.yml on this machine: three network namespaces (core,
+# gateway, client hosts with their own addresses) joined by veth pairs to a bridge in a
+# fourth, sshd in each, and the playbook run from the client namespace against them (the
+# services run in supervisor mode: systemd is not PID 1 in a namespace). The package is the
+# one CPack builds from BUILD_DIR. Then, from the client namespace: an HTTP GET through the
+# gateway and a native get over UCX tcp return the origin's bytes; RESP needs the password
+# and the admin TCP listener the token (both came from variables); the rendered systemd
+# units pass `systemd-analyze verify`; a second run and a --check run report changed=0; a
+# changed gateway setting restarts the gateway only; a foreign directory named as a tier
+# stops the play and is left untouched. Everything is torn down afterwards
+# (the package is removed again if it was not installed before).
+#   tests/ansible/deploy_test.sh BUILD_DIR        (root; exit 77 = skipped)
+# The namespaces share this machine's file system: the gateway reaches the core's ring
+# socket through it (on real hosts the gateway runs on a core host), and the playbook runs
+# with -f 1 so that dpkg is not run three times at once.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:?usage: deploy_test.sh BUILD_DIR}" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, sshd, dpkg)"
+for c in ip ansible-playbook ssh-keygen cpack curl redis-cli systemd-analyze start-stop-daemon; do
+  command -v "$c" >/dev/null || skip "$c is not installed (scripts/install-deps.sh)"
+done
+[ -x /usr/sbin/sshd ] || skip "sshd is not installed (openssh-server)"
+
+ID=$(( $$ % 200 + 20 ))
+NET=10.231.$ID
+FAB=gbfab$ID CORE=gbcore$ID GW=gbgw$ID CLI=gbcli$ID
+W=$(mktemp -d /tmp/goblin-deploy.XXXXXX)
+had_package=0
+dpkg-query -W -f='${Status}' goblin 2>/dev/null | grep -q "install ok installed" && had_package=1
+made_privsep=0
+PIDS=()
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -x /usr/lib/goblin/goblin-service ]; then
+    for s in goblin-gateway goblin-core; do
+      GOBLIN_RUN_DIR=$W/run GOBLIN_LOG_DIR=$W/log /usr/lib/goblin/goblin-service stop "$s" >/dev/null
+    done
+  fi
+  for f in "$W"/ssh/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  # Everything still running in the namespaces: ssh sessions (ansible's ControlPersist
+  # masters and the sshd processes serving them), anything a role started.
+  for ns in $CORE $GW $CLI $FAB; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill $pids 2>/dev/null
+  done
+  sleep 0.2
+  for ns in $CORE $GW $CLI $FAB; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  [ "$had_package" = 0 ] && dpkg -P goblin >/dev/null 2>&1
+  [ "$made_privsep" = 1 ] && rmdir /run/sshd 2>/dev/null
+  if [ $rc -ne 0 ]; then
+    echo "== deploy test failed (rc $rc); logs:"
+    for f in "$W"/log/*.log "$W"/ssh/sshd-*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 30 "$f"; }; done
+  fi
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$W"
+  exit $rc
+}
+trap cleanup EXIT
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+echo "== package (cpack in $BUILD)"
+rm -f "$BUILD"/goblin_*.deb
+(cd "$BUILD" && cpack -G DEB >"$W/cpack.log" 2>&1) || { cat "$W/cpack.log"; fail "cpack"; }
+DEB=$(ls "$BUILD"/goblin_*.deb)
+echo "   $DEB"
+
+echo "== network: $FAB (bridge) + $CORE $NET.11, $GW $NET.12, $CLI $NET.13"
+ip netns add "$FAB"
+ip -n "$FAB" link add br0 type bridge
+ip -n "$FAB" link set br0 up
+i=0
+for pair in "$CORE:11" "$GW:12" "$CLI:13"; do
+  ns=${pair%%:*} last=${pair##*:}
+  i=$((i + 1))
+  ip netns add "$ns"
+  ip -n "$FAB" link add "port$i" type veth peer name gb0 netns "$ns"
+  ip -n "$FAB" link set "port$i" master br0 up
+  ip -n "$ns" addr add "$NET.$last/24" dev gb0
+  ip -n "$ns" link set gb0 up
+  ip -n "$ns" link set lo up
+done
+
+echo "== sshd in each namespace"
+mkdir -p "$W/ssh"
+ssh-keygen -q -t ed25519 -N '' -f "$W/ssh/host_ed25519"
+ssh-keygen -q -t ed25519 -N '' -f "$W/ssh/id_ed25519"
+cp "$W/ssh/id_ed25519.pub" "$W/ssh/authorized_keys"
+[ -d /run/sshd ] || { mkdir -p /run/sshd; made_privsep=1; }
+for pair in "$CORE:11" "$GW:12" "$CLI:13"; do
+  ns=${pair%%:*} last=${pair##*:}
+  cat >"$W/ssh/sshd-$ns.conf" <<EOF
+ListenAddress $NET.$last
+Port 22
+HostKey $W/ssh/host_ed25519
+PidFile $W/ssh/sshd-$ns.pid
+AuthorizedKeysFile $W/ssh/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Subsystem sftp /usr/lib/openssh/sftp-server
+EOF
+  in_ns "$ns" /usr/sbin/sshd -f "$W/ssh/sshd-$ns.conf" -E "$W/ssh/sshd-$ns.log"
+done
+
+echo "== origin in $CLI"
+mkdir -p "$W/files"
+head -c 3000000 /dev/urandom >"$W/files/verify.bin"
+in_ns "$CLI" /usr/bin/python3 "$ROOT/tests/support/test_origin.py" --host "$NET.13" --port 18080 \
+  --files "$W/files" --log "$W/origin.log" >"$W/origin.out" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do grep -q "test origin on" "$W/origin.out" 2>/dev/null && break; sleep 0.1; done
+
+TOKEN=deploy-test-admin-token-0123456789
+cat >"$W/inventory.yml" <<EOF
+all:
+  vars:
+    ansible_user: root
+    ansible_ssh_private_key_file: $W/ssh/id_ed25519
+    ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR
+    ansible_python_interpreter: /usr/bin/python3
+    goblin_package_file: $DEB
+    goblin_package_cache_dir: $W/cache
+    goblin_service_manager: supervisor
+    goblin_etc_dir: $W/etc
+    goblin_run_dir: $W/run
+    goblin_log_dir: $W/log
+    goblin_unit_dir: $W/units
+    goblin_sysctl_file: $W/etc/sysctl.conf
+    goblin_sysctls: {net.core.somaxconn: 4096}
+    goblin_limits_file: $W/etc/limits.conf
+    goblin_common_packages: [numactl, iproute2, python3-apt]
+    goblin_ucx_env: {UCX_TLS: tcp, UCX_NET_DEVICES: gb0, UCX_WARN_UNUSED_ENV_VARS: n}
+    goblin_verify_dir: $W/verify
+    goblin_verify_path: /files/verify.bin
+    goblin_admin_token: $TOKEN
+  children:
+    goblin_core:
+      hosts:
+        core1:
+          ansible_host: $NET.11
+          goblin_core_ucx_listen: $NET.11:13400
+          goblin_admin_listen: $NET.11:7443
+          goblin_ssd_dir: $W/tier
+          goblin_memory: 64M
+          goblin_tier_file_size: 64M
+    goblin_gateway:
+      hosts:
+        gw1:
+          ansible_host: $NET.12
+          goblin_gateway_listen_address: $NET.12
+          goblin_mirror_origin: http://$NET.13:18080
+          goblin_gateway_resp_port: 16379
+          goblin_resp_password: resp-secret-42
+    goblin_client:
+      hosts:
+        cli1:
+          ansible_host: $NET.13
+EOF
+play() {  # log name, extra args...
+  local log=$W/$1.log
+  shift
+  (cd "$ROOT/ansible" && in_ns "$CLI" env ANSIBLE_CONFIG="$ROOT/ansible/ansible.cfg" \
+    ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1 \
+    ansible-playbook -i "$W/inventory.yml" -f 1 site.yml "$@") >"$log" 2>&1
+}
+recap_changed() {  # the sum of changed= in a run's PLAY RECAP
+  sed -n '/PLAY RECAP/,$p' "$1" | grep -o 'changed=[0-9]*' | cut -d= -f2 | paste -sd+ | bc
+}
+
+echo "== first run"
+play run1 || { tail -n 60 "$W/run1.log"; fail "the first playbook run failed"; }
+sed -n '/PLAY RECAP/,$p' "$W/run1.log"
+
+echo "== checks from $CLI"
+in_ns "$CLI" curl -sf -o "$W/http.bin" "http://$NET.12:8080/files/verify.bin" || fail "HTTP GET through the gateway"
+cmp "$W/files/verify.bin" "$W/http.bin" || fail "HTTP bytes differ from the origin's"
+in_ns "$CLI" env UCX_TLS=tcp UCX_NET_DEVICES=gb0 UCX_WARN_UNUSED_ENV_VARS=n \
+  /usr/bin/goblin --target "ucx://$NET.11:13400" get "$NET.12:8080/files/verify.bin" -o "$W/native.bin" \
+  || fail "native get over UCX tcp"
+cmp "$W/files/verify.bin" "$W/native.bin" || fail "native bytes differ from the origin's"
+[ "$(grep -c ' /files/verify.bin ' "$W/origin.log")" = 1 ] || fail "the origin was asked more than once"
+out=$(in_ns "$CLI" redis-cli -h "$NET.12" -p 16379 ping 2>&1)
+[[ $out == *NOAUTH* ]] || fail "RESP without the password: $out"
+out=$(in_ns "$CLI" redis-cli -h "$NET.12" -p 16379 --no-auth-warning -a resp-secret-42 ping 2>&1)
+[ "$out" = PONG ] || fail "RESP with the password: $out"
+in_ns "$CLI" /usr/bin/goblinctl --target "$NET.11:7443" health >/dev/null 2>&1 && fail "admin TCP without the token"
+out=$(in_ns "$CLI" env GOBLIN_ADMIN_TOKEN=$TOKEN /usr/bin/goblinctl --target "$NET.11:7443" health)
+[ "$out" = SERVING ] || fail "admin TCP with the token: $out"
+systemd-analyze verify "$W/units/goblin-core.service" "$W/units/goblin-gateway.service" \
+  >"$W/verify-units.log" 2>&1 || { cat "$W/verify-units.log"; fail "systemd-analyze verify"; }
+echo "   HTTP, native UCX, RESP AUTH, admin token and systemd units: ok"
+
+echo "== second run (idempotent)"
+core_pid=$(cat "$W/run/goblin-core.pid") gw_pid=$(cat "$W/run/goblin-gateway.pid")
+play run2 || { tail -n 60 "$W/run2.log"; fail "the second run failed"; }
+sed -n '/PLAY RECAP/,$p' "$W/run2.log"
+[ "$(recap_changed "$W/run2.log")" = 0 ] || { grep -B3 '^changed' "$W/run2.log"; fail "the second run changed something"; }
+[ "$(cat "$W/run/goblin-core.pid")" = "$core_pid" ] || fail "the second run restarted goblin-core"
+
+echo "== check mode"
+play check --check || { tail -n 60 "$W/check.log"; fail "the --check run failed"; }
+[ "$(recap_changed "$W/check.log")" = 0 ] || { grep -B3 '^changed' "$W/check.log"; fail "--check reports changes"; }
+
+echo "== a gateway setting changes: only the gateway restarts"
+play run3 -e '{"goblin_gateway_extra_args": ["--idle-timeout", "2m"]}' \
+  || { tail -n 60 "$W/run3.log"; fail "the third run failed"; }
+[ "$(cat "$W/run/goblin-core.pid")" = "$core_pid" ] || fail "a gateway change restarted goblin-core"
+[ "$(cat "$W/run/goblin-gateway.pid")" != "$gw_pid" ] || fail "the gateway was not restarted"
+grep -q -- "--idle-timeout 2m" "$W/etc/goblin-gateway.env" || fail "the gateway's arguments were not rewritten"
+in_ns "$CLI" curl -sf -o "$W/http2.bin" "http://$NET.12:8080/files/verify.bin" || fail "HTTP after the restart"
+cmp "$W/files/verify.bin" "$W/http2.bin" || fail "HTTP bytes after the restart"
+echo "== a foreign directory named as a tier: the play stops, the directory is untouched"
+mkdir -p "$W/foreign"
+echo "someone else's data" >"$W/foreign/precious"
+if play run4 --limit core1 -e "{\"goblin_hdd_dir\": \"$W/foreign\"}"; then
+  fail "the play accepted a foreign directory as a tier"
+fi
+grep -q "is not empty and is not a Goblin tier" "$W/run4.log" || { tail -n 30 "$W/run4.log"; fail "no clear error"; }
+[ "$(cat "$W/foreign/precious")" = "someone else's data" ] && [ "$(ls "$W/foreign")" = precious ] \
+  || fail "the foreign directory was changed"
+[ "$(cat "$W/run/goblin-core.pid")" = "$core_pid" ] || fail "the refused run restarted goblin-core"
+echo "deploy test: passed"
