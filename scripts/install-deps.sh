@@ -25,7 +25,7 @@ PKGS=(
   qemu-system-x86 busybox-static cpio kmod e2fsprogs file
   # deployment (ansible/) and its tests: the playbook runs against sshd in network
   # namespaces (tests/ansible); the package it installs is built by CPack (dpkg-shlibdeps)
-  ansible ansible-lint openssh-server openssh-client python3-apt dpkg-dev
+  ansible ansible-lint openssh-server openssh-client python3-apt dpkg-dev systemd
 )
 
 SUDO=

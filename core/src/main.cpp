@@ -190,7 +190,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--admin-socket-mode", admin_socket_mode,
                  "File mode of the admin socket (who may call it), e.g. 0660")
-      ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); })
+      ->transform([](std::string s) {
+        if (s.empty() || s.size() > 4 || s.find_first_not_of("01234567") != std::string::npos) {
+          throw CLI::ValidationError("'" + s + "' is not an octal file mode (e.g. 0660)");
+        }
+        return std::to_string(std::stoul(s, nullptr, 8));
+      })
       ->default_str("0600");
   app.add_option("--admin-listen", admin_listen,
                  "Also serve the admin API on TCP HOST:PORT (calls must carry the token)");

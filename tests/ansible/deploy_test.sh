@@ -23,6 +23,9 @@ for c in ip ansible-playbook ssh-keygen cpack curl redis-cli systemd-analyze sta
   command -v "$c" >/dev/null || skip "$c is not installed (scripts/install-deps.sh)"
 done
 [ -x /usr/sbin/sshd ] || skip "sshd is not installed (openssh-server)"
+probe=gbprobe$$
+ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
+ip netns del "$probe"
 
 ID=$(( $$ % 200 + 20 ))
 NET=10.231.$ID
@@ -176,7 +179,7 @@ play() {  # log name, extra args...
     ansible-playbook -i "$W/inventory.yml" -f 1 site.yml "$@") >"$log" 2>&1
 }
 recap_changed() {  # the sum of changed= in a run's PLAY RECAP
-  sed -n '/PLAY RECAP/,$p' "$1" | grep -o 'changed=[0-9]*' | cut -d= -f2 | paste -sd+ | bc
+  sed -n '/PLAY RECAP/,$p' "$1" | grep -o 'changed=[0-9]*' | cut -d= -f2 | awk '{s += $1} END {print s + 0}'
 }
 
 echo "== first run"
