@@ -313,17 +313,17 @@ TEST(AdminFlags, BadSettingsAreClearErrors) {
       log);
   EXPECT_NE(rc1, 0);
   EXPECT_NE(out1.find("'0999' is not an octal file mode"), std::string::npos) << out1;
-  auto [rc2, out2] = test::RunCommand({GOBLIN_CORE_BIN, "--listen-unix", test::SocketPath("af"),
-                                       "--admin-listen", "127.0.0.1:0"},
-                                      log);
+  auto [rc2, out2] = test::RunCommand(
+      {GOBLIN_CORE_BIN, "--listen-unix", test::SocketPath("af"), "--admin-listen", "127.0.0.1:0"},
+      log);
   EXPECT_NE(rc2, 0);
   EXPECT_NE(out2.find("--admin-listen needs --admin-token-file"), std::string::npos) << out2;
   std::string short_token = fmt::format("{}/short-token-{}", test::TmpDir(), getpid());
   std::ofstream(short_token) << "abc\n";
-  auto [rc3, out3] = test::RunCommand({GOBLIN_CORE_BIN, "--listen-unix", test::SocketPath("af"),
-                                       "--admin-listen", "127.0.0.1:0", "--admin-token-file",
-                                       short_token},
-                                      log);
+  auto [rc3, out3] =
+      test::RunCommand({GOBLIN_CORE_BIN, "--listen-unix", test::SocketPath("af"), "--admin-listen",
+                        "127.0.0.1:0", "--admin-token-file", short_token},
+                       log);
   EXPECT_NE(rc3, 0);
   EXPECT_NE(out3.find("at least 16 characters"), std::string::npos) << out3;
   std::filesystem::remove(short_token);
