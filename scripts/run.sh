@@ -68,6 +68,8 @@ if ! grep -q "HTTP mirror of" "$logs/goblin-store.log"; then
   echo "run: goblin-store did not come up; its log:" >&2; cat "$logs/goblin-store.log" >&2; exit 1
 fi
 
+# (the access log is kept across demo runs: count only this run's requests)
+hits_before=$(grep -c ' /gen/256M/demo.bin ' "$logs/origin-access.log" 2>/dev/null || true)
 url=http://127.0.0.1:$http_port/gen/256M/demo.bin
 curl -s -X PURGE "$url" >/dev/null  # (the tier persists: start the demo from a miss)
 echo
@@ -81,7 +83,7 @@ for n in 1 2; do
   cache=$(grep -i '^X-Cache:' "$root/var/demo.$n.h" | tr -d '\r' | cut -d' ' -f2)
   printf '  %s  %s\n' "${cache:-?}" "$line"
 done
-origin_hits=$(grep -c ' /gen/256M/demo.bin ' "$logs/origin-access.log")
+origin_hits=$(( $(grep -c ' /gen/256M/demo.bin ' "$logs/origin-access.log") - ${hits_before:-0} ))
 curl -s "http://127.0.0.1:$origin_port/gen/256M/demo.bin" -o "$root/var/demo.origin"
 if cmp -s "$root/var/demo.origin" "$root/var/demo.1" && cmp -s "$root/var/demo.origin" "$root/var/demo.2"; then
   echo "  both copies are byte-exact with the origin's"
