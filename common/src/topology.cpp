@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -227,6 +229,23 @@ Result<Topology> ProbeTopology(std::string_view sysfs_root) {
     topo.nodes.push_back(std::move(n));
   }
   return topo;
+}
+
+VoidResult BindMemoryToNode(void* addr, size_t len, int node, bool strict) {
+  if (node < 0) return {};
+  constexpr int kMpolPreferred = 1, kMpolBind = 2;  // <linux/mempolicy.h>
+  constexpr unsigned kMpolMfStrict = 1;
+  unsigned long mask[16] = {};
+  if (node >= static_cast<int>(sizeof(mask) * 8)) {
+    return Err(StatusCode::kInvalidArgument, "NUMA node {} is beyond what we bind", node);
+  }
+  mask[node / 64] |= 1ul << (node % 64);
+  long rc = syscall(SYS_mbind, addr, len, strict ? kMpolBind : kMpolPreferred, mask,
+                    sizeof(mask) * 8, strict ? kMpolMfStrict : 0u);
+  if (rc != 0 && errno != ENOSYS) {
+    return Err(ErrnoStatus(fmt::format("mbind(node {})", node), errno));
+  }
+  return {};
 }
 
 }  // namespace goblin

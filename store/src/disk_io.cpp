@@ -11,6 +11,7 @@
 
 #include "goblin/common/config.h"
 #include "goblin/common/log.h"
+#include "goblin/common/topology.h"
 #include "goblin/common/units.h"
 #if GOBLIN_HAVE_URING
 #include <liburing.h>
@@ -234,7 +235,8 @@ void IoEngine::DrainEvents() const {
   [[maybe_unused]] ssize_t n = read(event_fd_.get(), &v, sizeof v);
 }
 
-Result<std::unique_ptr<IoBufferPool>> IoBufferPool::Create(uint32_t count, uint32_t buffer_bytes) {
+Result<std::unique_ptr<IoBufferPool>> IoBufferPool::Create(uint32_t count, uint32_t buffer_bytes,
+                                                           int numa_node, bool strict) {
   if (count == 0 || buffer_bytes == 0 || buffer_bytes % kDirectAlignment != 0) {
     return Err(StatusCode::kInvalidArgument, "I/O buffers: {} x {} (size must be a multiple of 4K)",
                count, buffer_bytes);
@@ -248,10 +250,17 @@ Result<std::unique_ptr<IoBufferPool>> IoBufferPool::Create(uint32_t count, uint3
   if (ftruncate(p->fd_.get(), static_cast<off_t>(p->bytes_)) != 0) {
     return ErrnoErr("ftruncate(io buffers)", errno);
   }
-  void* a =
-      mmap(nullptr, p->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, p->fd_.get(), 0);
+  void* a = mmap(nullptr, p->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd_.get(), 0);
   if (a == MAP_FAILED) return ErrnoErr("mmap(io buffers)", errno);
   p->base_ = static_cast<uint8_t*>(a);
+  // On the pool's node, bound before the first touch; then every page populated.
+  if (auto r = BindMemoryToNode(p->base_, p->bytes_, numa_node, strict); !r) {
+    return Err(r.error().WithContext("I/O buffers"));
+  }
+  if (madvise(p->base_, p->bytes_, MADV_POPULATE_WRITE) != 0) {
+    if (errno != EINVAL) return ErrnoErr("madvise(MADV_POPULATE_WRITE, io buffers)", errno);
+    for (uint64_t off = 0; off < p->bytes_; off += 4096) p->base_[off] = 0;  // older kernels
+  }
   p->free_.reserve(count);
   for (uint32_t i = count; i-- > 0;) p->free_.push_back(i);
   return p;

@@ -25,11 +25,6 @@ constexpr uint64_t kHuge = 2ull << 20;
 constexpr uint64_t kSmall = 4096;
 constexpr uint32_t kMinClass = 64;
 
-long Mbind(void* addr, unsigned long len, int mode, const unsigned long* nodemask,
-           unsigned long maxnode, unsigned flags) {
-  return syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags);
-}
-
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
   std::string s;
@@ -144,15 +139,8 @@ Result<std::unique_ptr<HeadPool>> HeadPool::Create(const PoolOptions& o) {
   if (backing == Backing::kTransparentHuge) madvise(p->base_, p->size_, MADV_HUGEPAGE);
   // Bind before the first touch so every page is allocated on the node.
   if (o.numa_node >= 0 && topo.numa_available) {
-    unsigned long mask[16] = {};
-    if (o.numa_node >= static_cast<int>(sizeof(mask) * 8)) {
-      return Err(StatusCode::kInvalidArgument, "--numa {} is beyond what we bind", o.numa_node);
-    }
-    mask[o.numa_node / 64] |= 1ul << (o.numa_node % 64);
-    int mode = o.allow_promotion ? MPOL_PREFERRED : MPOL_BIND;
-    unsigned flags = o.allow_promotion ? 0 : MPOL_MF_STRICT;
-    if (Mbind(p->base_, p->size_, mode, mask, sizeof(mask) * 8, flags) != 0) {
-      return ErrnoErr(fmt::format("mbind(head pool, node {})", o.numa_node), errno);
+    if (auto r = BindMemoryToNode(p->base_, p->size_, o.numa_node, !o.allow_promotion); !r) {
+      return Err(r.error().WithContext("head pool"));
     }
   }
   // Populate now: first-byte latency must never pay a page fault. HugeTLB pages were

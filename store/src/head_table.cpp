@@ -5,9 +5,11 @@
 
 #include <atomic>
 
+#include "goblin/common/topology.h"
+
 namespace goblin::store {
 
-Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries) {
+Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries, int numa_node, bool strict) {
   if (entries == 0 || entries == sbe::kNoHeadEntry) {
     return Err(StatusCode::kInvalidArgument, "a head table of {} entries", entries);
   }
@@ -20,10 +22,16 @@ Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries) {
   if (ftruncate(t->fd_.get(), static_cast<off_t>(t->bytes_)) != 0) {
     return Err(ErrnoStatus("ftruncate(head table)", errno));
   }
-  void* a =
-      mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, t->fd_.get(), 0);
+  void* a = mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd_.get(), 0);
   if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(head table)", errno));
   t->base_ = static_cast<uint8_t*>(a);  // zero-filled: every entry free
+  // On the pool's node, bound before the first touch; then every page populated.
+  if (auto r = BindMemoryToNode(t->base_, t->bytes_, numa_node, strict); !r) {
+    return Err(r.error().WithContext("head table"));
+  }
+  if (madvise(t->base_, t->bytes_, MADV_POPULATE_WRITE) != 0) {
+    for (uint64_t off = 0; off < t->bytes_; off += page) t->base_[off] = 0;  // older kernels
+  }
   t->free_.reserve(entries);
   for (uint32_t i = entries; i-- > 0;) t->free_.push_back(i);
   return t;

@@ -81,9 +81,12 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   for (const auto& [gen, key] : by_generation) s->policy_.Insert(key);
 
   GOBLIN_ASSIGN_OR_RETURN(s->pool_, HeadPool::Create(o.pool));
-  GOBLIN_ASSIGN_OR_RETURN(s->head_table_, HeadTable::Create(o.head_descriptors));
+  const bool strict = !o.pool.allow_promotion;
+  GOBLIN_ASSIGN_OR_RETURN(s->head_table_,
+                          HeadTable::Create(o.head_descriptors, o.pool.numa_node, strict));
   GOBLIN_ASSIGN_OR_RETURN(s->engine_, IoEngine::Create(o.io, o.io_depth));
-  GOBLIN_ASSIGN_OR_RETURN(s->buffers_, IoBufferPool::Create(o.io_buffers, o.tier.extent_bytes));
+  GOBLIN_ASSIGN_OR_RETURN(s->buffers_, IoBufferPool::Create(o.io_buffers, o.tier.extent_bytes,
+                                                            o.pool.numa_node, strict));
   // Fixed buffers: the I/O buffers' pages are pinned once instead of on every extent.
   if (auto reg = s->engine_->RegisterBuffers(
           s->buffers_->Buffer(0), uint64_t{s->buffers_->count()} * s->buffers_->buffer_bytes());

@@ -142,6 +142,12 @@ TEST_F(AdminTest, PoolNumaAndAuditReportThisCore) {
   EXPECT_EQ(by_name["pool.hugetlb"].result(),
             hugetlb ? v1::AuditCheck::PASS : v1::AuditCheck::FAIL);
   EXPECT_NE(by_name["io_uring.placement"].evidence().find("instance"), std::string::npos);
+  // Every shared mapping of the core is bound to the node, not only the head pool.
+  for (const char* m : {"goblin-head-pool: prefer:0", "goblin-io-buffers: prefer:0",
+                        "goblin-head-table: prefer:0"}) {
+    EXPECT_NE(by_name["memory.policy"].evidence().find(m), std::string::npos)
+        << m << " in " << by_name["memory.policy"].evidence();
+  }
   // The exit status says whether every check passed.
   EXPECT_EQ(audit.rc, report.passed() ? 0 : 1);
   auto audit_table = Ctl({"audit"});

@@ -43,6 +43,11 @@ Result<Topology> ProbeTopology(std::string_view sysfs_root = "/sys");
 Result<std::vector<int>> ParseCpuList(std::string_view text);
 std::string FormatCpuList(std::span<const int> cpus);
 
+// Binds the memory policy of [addr, addr + len) to NUMA node `node` before its pages are first
+// touched: strict (MPOL_BIND, pages never leave the node) or preferred (MPOL_PREFERRED).
+// node < 0, or a kernel without NUMA: nothing to do.
+VoidResult BindMemoryToNode(void* addr, size_t len, int node, bool strict);
+
 // Sets the calling thread's affinity to exactly these CPUs.
 VoidResult PinCurrentThread(std::span<const int> cpus);
 // The calling thread's current affinity.

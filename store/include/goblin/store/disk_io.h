@@ -90,7 +90,9 @@ class IoEngine {
 // A bounded pool of `count` buffers of `buffer_bytes` (a multiple of 4 KiB) in one memfd.
 class IoBufferPool {
  public:
-  static Result<std::unique_ptr<IoBufferPool>> Create(uint32_t count, uint32_t buffer_bytes);
+  // `numa_node` >= 0: the buffers' pages on that node (strict: never elsewhere).
+  static Result<std::unique_ptr<IoBufferPool>> Create(uint32_t count, uint32_t buffer_bytes,
+                                                      int numa_node = -1, bool strict = false);
   ~IoBufferPool();
   IoBufferPool(const IoBufferPool&) = delete;
   IoBufferPool& operator=(const IoBufferPool&) = delete;

@@ -20,8 +20,10 @@ namespace goblin::store {
 
 class HeadTable {
  public:
-  // `entries` descriptors (at least 1); the file is rounded up to whole pages.
-  static Result<std::unique_ptr<HeadTable>> Create(uint32_t entries);
+  // `entries` descriptors (at least 1); the file is rounded up to whole pages; its pages on
+  // `numa_node` when >= 0 (strict: never elsewhere).
+  static Result<std::unique_ptr<HeadTable>> Create(uint32_t entries, int numa_node = -1,
+                                                   bool strict = false);
   ~HeadTable();
   HeadTable(const HeadTable&) = delete;
   HeadTable& operator=(const HeadTable&) = delete;
