@@ -120,7 +120,7 @@ done
 echo "== origin in $CLI"
 mkdir -p "$W/files"
 head -c 3000000 /dev/urandom >"$W/files/verify.bin"
-in_ns "$CLI" /usr/bin/python3 "$ROOT/tests/support/test_origin.py" --host "$NET.13" --port 18080 \
+ip netns exec "$CLI" /usr/bin/python3 "$ROOT/tests/support/test_origin.py" --host "$NET.13" --port 18080 \
   --files "$W/files" --log "$W/origin.log" >"$W/origin.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q "test origin on" "$W/origin.out" 2>/dev/null && break; sleep 0.1; done
