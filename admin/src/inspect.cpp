@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "goblin/common/file.h"
 #include "goblin/common/topology.h"
 
 namespace goblin::admin {
@@ -18,19 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string ReadLine(const fs::path& p) {
-  std::ifstream f(p);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
+std::string ReadAll(const fs::path& p) { return ReadFile(p).value_or(""); }
+std::string ReadLine(const fs::path& p) { return ReadFirstLine(p); }
 
 int ReadInt(const fs::path& p, int fallback) {
   std::string s = ReadLine(p);

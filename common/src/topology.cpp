@@ -8,24 +8,16 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <sstream>
 
 #include "goblin/common/config.h"
+#include "goblin/common/file.h"
 #if GOBLIN_HAVE_NUMA
 #include <numa.h>
 #endif
 
 namespace goblin {
 namespace {
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Err(StatusCode::kNotFound, "cannot read {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) {

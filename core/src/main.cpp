@@ -9,7 +9,6 @@
 #include <sys/eventfd.h>
 
 #include <atomic>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -19,6 +18,7 @@
 #include "goblin/common/cli.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
+#include "goblin/common/file.h"
 #include "goblin/common/log.h"
 #include "goblin/common/signals.h"
 #include "goblin/common/topology.h"
@@ -45,15 +45,7 @@ int Fail(const goblin::Status& s) {
 
 // The admin token: the file's first line, blanks trimmed; refused when empty.
 goblin::Result<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream f(path);
-  std::string token;
-  if (!f || !std::getline(f, token)) {
-    return goblin::Err(goblin::StatusCode::kInvalidArgument, "--admin-token-file {}: unreadable",
-                       path);
-  }
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  size_t start = token.find_first_not_of(" \t");
-  token = start == std::string::npos ? "" : token.substr(start);
+  GOBLIN_ASSIGN_OR_RETURN(std::string token, goblin::ReadSecretFile(path, "--admin-token-file"));
   if (token.size() < 16) {
     return goblin::Err(goblin::StatusCode::kInvalidArgument,
                        "--admin-token-file {}: the token must be at least 16 characters", path);

@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include "goblin/common/cli.h"
+#include "goblin/common/file.h"
 #include "goblin/common/log.h"
 #include "goblin/common/signals.h"
 #include "goblin/common/topology.h"
@@ -95,11 +95,9 @@ int main(int argc, char** argv) {
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (!requirepass_file.empty()) {
-    std::ifstream f(requirepass_file);
-    if (!f || !std::getline(f, r.requirepass) || r.requirepass.empty()) {
-      return Fail(Status(StatusCode::kInvalidArgument, "--requirepass-file " + requirepass_file +
-                                                           ": no password on its first line"));
-    }
+    auto pass = ReadSecretFile(requirepass_file, "--requirepass-file");
+    if (!pass) return Fail(pass.error());
+    r.requirepass = std::move(*pass);
   }
   if (!cpus.empty()) {
     auto list = ParseCpuList(cpus);

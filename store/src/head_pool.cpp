@@ -10,9 +10,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 
+#include "goblin/common/file.h"
 #include "goblin/common/log.h"
 #include "goblin/common/topology.h"
 #include "goblin/common/units.h"
@@ -24,13 +24,6 @@ constexpr std::string_view kLog = "pool";
 constexpr uint64_t kHuge = 2ull << 20;
 constexpr uint64_t kSmall = 4096;
 constexpr uint32_t kMinClass = 64;
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
 
 // "always within_size advise [never] deny force" -> "never".
 std::string Bracketed(const std::string& line) {
@@ -114,7 +107,7 @@ Result<std::unique_ptr<HeadPool>> HeadPool::Create(const PoolOptions& o) {
     for (const auto& n : topo.nodes) free_huge += n.hugepages_2m_free;
   }
   std::string thp =
-      Bracketed(ReadText(o.sysfs_root + "/kernel/mm/transparent_hugepage/shmem_enabled"));
+      Bracketed(ReadFirstLine(o.sysfs_root + "/kernel/mm/transparent_hugepage/shmem_enabled"));
   GOBLIN_ASSIGN_OR_RETURN(Backing backing, ChooseBacking(o.hugepages, o.memory, free_huge, thp));
 
   std::unique_ptr<HeadPool> p(new HeadPool());

@@ -306,6 +306,10 @@ TEST_F(AdminTest, TcpNeedsTheTokenAndUnreachableIsAClearError) {
   EXPECT_EQ(right.rc, 0) << right.err;
   EXPECT_NE(right.out.find("\"size_bytes\": \"16777216\""), std::string::npos) << right.out;
 
+  auto unreadable = Ctl({"--token-file", dir_ + "/no-such-token", "pool"}, tcp);
+  EXPECT_EQ(unreadable.rc, 2);
+  EXPECT_NE(unreadable.err.find("unreadable"), std::string::npos) << unreadable.err;
+
   auto gone = Ctl({"pool"}, "unix:" + dir_ + "/nobody.sock");
   EXPECT_EQ(gone.rc, 2);
   EXPECT_NE(gone.err.find("cannot reach"), std::string::npos) << gone.err;

@@ -13,13 +13,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <thread>
 
 #include "goblin/admin/v1/admin.grpc.pb.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/config.h"
+#include "goblin/common/file.h"
 #include "goblin/common/units.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -36,6 +36,7 @@ constexpr int kExitUnreachable = 2;
 struct Options {
   std::string target = "unix:/run/goblin/core.sock.admin";
   std::string token_file;
+  std::string token;  // from token_file or $GOBLIN_ADMIN_TOKEN
   bool json = false;
   std::chrono::nanoseconds timeout = std::chrono::seconds(5);
 };
@@ -103,15 +104,7 @@ class Ctl {
     channel_ = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
     admin_ = v1::Admin::NewStub(channel_);
     health_ = grpc::health::v1::Health::NewStub(channel_);
-    if (!o.token_file.empty()) {
-      std::ifstream f(o.token_file);
-      std::getline(f, token_);
-      while (!token_.empty() && std::isspace(static_cast<unsigned char>(token_.back()))) {
-        token_.pop_back();
-      }
-    } else if (const char* t = std::getenv("GOBLIN_ADMIN_TOKEN")) {
-      token_ = t;
-    }
+    token_ = o.token;
   }
 
   std::unique_ptr<grpc::ClientContext> Context() const {
@@ -520,6 +513,16 @@ int main(int argc, char** argv) {
   health->add_option("--service", service, "Service name (empty: the server as a whole)");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
+  if (!o.token_file.empty()) {
+    auto t = ReadSecretFile(o.token_file, "--token-file");
+    if (!t) {
+      std::fprintf(stderr, "goblinctl: %s\n", t.error().message().c_str());
+      return kExitUnreachable;
+    }
+    o.token = std::move(*t);
+  } else if (const char* t = std::getenv("GOBLIN_ADMIN_TOKEN")) {
+    o.token = t;
+  }
   Ctl ctl(o);
   if (pool->parsed()) return ctl.Pool();
   if (numa->parsed()) return ctl.Numa();

@@ -1,22 +1,16 @@
 #include "goblin/verbs/devices.h"
 
+#include "goblin/common/file.h"
+
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 
 namespace goblin::verbs {
 namespace {
-
-std::string ReadLine(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
 
 std::string PortState(ibv_port_state s) {
   switch (s) {
@@ -78,7 +72,7 @@ Result<std::vector<VerbsDevice>> ListVerbsDevices(const std::string& sysfs) {
     d.name = ibv_get_device_name(list[i]);
     d.node_guid = FormatGuid(ibv_get_device_guid(list[i]));
     d.transport = list[i]->transport_type == IBV_TRANSPORT_IWARP ? "iWARP" : "InfiniBand";
-    std::string numa = ReadLine(sysfs + "/class/infiniband/" + d.name + "/device/numa_node");
+    std::string numa = ReadFirstLine(sysfs + "/class/infiniband/" + d.name + "/device/numa_node");
     if (!numa.empty()) d.numa_node = std::atoi(numa.c_str());
     ibv_context* ctx = ibv_open_device(list[i]);
     if (ctx != nullptr) {
@@ -94,7 +88,7 @@ Result<std::vector<VerbsDevice>> ListVerbsDevices(const std::string& sysfs) {
           port.active_mtu = MtuBytes(pa.active_mtu);
           port.lid = pa.lid;
           port.rate =
-              ReadLine(fmt::format("{}/class/infiniband/{}/ports/{}/rate", sysfs, d.name, p));
+              ReadFirstLine(fmt::format("{}/class/infiniband/{}/ports/{}/rate", sysfs, d.name, p));
           for (int g = 0; g < pa.gid_tbl_len && port.gids.size() < 16; ++g) {
             ibv_gid gid{};
             if (ibv_query_gid(ctx, static_cast<uint8_t>(p), g, &gid) != 0) continue;
