@@ -24,6 +24,7 @@
 #include <random>
 #include <thread>
 
+#include "bench/core_launcher.h"
 #include "bench/stats.h"
 #include "goblin/client/connection.h"
 #include "goblin/common/cli.h"
@@ -35,36 +36,6 @@ namespace {
 
 using namespace goblin;
 namespace fs = std::filesystem;
-
-struct Core {
-  pid_t pid = -1;
-  ~Core() { Stop(); }
-  void Stop() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-  }
-};
-
-bool StartCore(Core& c, const std::vector<std::string>& args, const std::string& sock,
-               const std::string& log) {
-  std::vector<char*> argv;
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  fs::remove(sock);
-  int rc = posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return false;
-  for (int i = 0; i < 2000 && !fs::exists(sock); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return fs::exists(sock);
-}
 
 // Nanoseconds from sending ObjectGet to the first body bytes, for each key. Reads only the
 // first `head` bytes so each sample does not stream the whole object.
@@ -114,15 +85,9 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::string tier = dir + "/tier", sock = dir + "/core.sock", log = dir + "/core.log";
-  {
-    Core prep;
-    std::vector<std::string> a{core_bin, "--prepare", tier};
-    std::vector<char*> av;
-    for (auto& s : a) av.push_back(s.data());
-    av.push_back(nullptr);
-    posix_spawn(&prep.pid, av[0], nullptr, nullptr, av.data(), environ);
-    waitpid(prep.pid, nullptr, 0);
-    prep.pid = -1;
+  if (bench::CoreLauncher::RunToEnd({core_bin, "--prepare", tier}) != 0) {
+    fmt::print(stderr, "store_bench: goblin-core --prepare failed\n");
+    return 1;
   }
   uint64_t tier_file =
       std::max<uint64_t>(1ull << 30, (object_bytes * objects / extent + 1) * extent);
@@ -144,8 +109,8 @@ int main(int argc, char** argv) {
                                 FormatSize(tier_file),
                                 "--log-level",
                                 "warn"};
-  Core core;
-  if (!StartCore(core, args, sock, log)) {
+  bench::CoreLauncher core;
+  if (!core.Start(args, sock, log)) {
     fmt::print(stderr, "store_bench: goblin-core did not start; see {}\n", log);
     return 1;
   }
@@ -231,7 +196,7 @@ int main(int argc, char** argv) {
   // Restart: heads come back from disk on their first read.
   conn->reset();
   core.Stop();
-  if (!StartCore(core, args, sock, log)) return 1;
+  if (!core.Start(args, sock, log)) return 1;
   conn = client::Connection::Open("unix:" + sock, {.timeout = std::chrono::seconds(60)});
   if (!conn) return 1;
   auto cold = bench::Summarize(FirstByte(**conn, keys, 1, ram_head));
