@@ -118,6 +118,8 @@ bool ParseHeaders(std::string_view lines, const Limits& limits, std::vector<Head
 
 }  // namespace
 
+bool IsTokenChar(char c) { return IsTchar(c); }
+
 bool IEquals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==

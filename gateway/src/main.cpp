@@ -1,7 +1,8 @@
 // goblin-gateway: the client-protocol fronts of goblin-core.
 //   HTTP/1.1 reverse cache (mirror mode):  --mirror http://ORIGIN --http-port 8080
 //   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
-// Each front runs its own event loop thread with its own ring connection to the core.
+// Each front runs its own event loop thread with its own ring connection to the core, and
+// stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
 #include <unistd.h>
 
 #include <cstdio>
@@ -82,6 +83,9 @@ int main(int argc, char** argv) {
                     "How long a client may stay above the soft limit");
   uint64_t ring = r.core_ring_bytes;
   AddSizeOption(app, "--core-ring-bytes", &ring, "Ring size towards goblin-core (per direction)");
+  AddSizeOption(app, "--core-queue-limit", &r.core_queue_limit,
+                "RESP front: requests queued for a busy goblin-core before clients are not "
+                "read (back-pressure)");
   app.add_option("--max-clients", r.max_clients, "Concurrent clients per front")
       ->capture_default_str();
   AddDurationOption(app, "--busy-poll", &r.busy_poll,
@@ -171,17 +175,19 @@ int main(int argc, char** argv) {
     const auto& st = hs->stats();
     GOBLIN_LOG_INFO(kLog,
                     "HTTP: {} requests, {} hits, {} misses ({} coalesced), {} passes, {} origin "
-                    "requests ({} errors), {} fills ({} aborted), {} purges, {} bad requests",
+                    "requests ({} errors), {} fills ({} aborted), {} purges, {} bad requests, "
+                    "{} answered 503 for the core ({} core disconnects)",
                     st.requests, st.hits, st.misses, st.coalesced, st.passes, st.origin_requests,
-                    st.origin_errors, st.fills, st.fills_aborted, st.purges, st.bad_requests);
+                    st.origin_errors, st.fills, st.fills_aborted, st.purges, st.bad_requests,
+                    st.core_unavailable, st.core_disconnects);
   }
   if (rs) {
     const auto& st = rs->stats();
     GOBLIN_LOG_INFO(kLog,
                     "RESP: {} clients, {} commands, {} messages out, {} dropped for output "
-                    "limits, {} protocol errors",
+                    "limits, {} protocol errors, {} waits for a busy core",
                     st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
-                    st.protocol_errors);
+                    st.protocol_errors, st.stalled_for_core);
   }
   if (http_result && !http_result->ok()) return Fail(*http_result);
   if (!resp_result.ok()) return Fail(resp_result);

@@ -19,12 +19,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core_link.h"
 #include "goblin/common/buffer.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/log.h"
 #include "goblin/gateway/resp.h"
-#include "goblin/ring/client.h"
 #include "goblin/ring/unix_socket.h"
 #include "goblin/wire/goblin_wire.h"
 
@@ -111,6 +111,7 @@ class RespServer::Impl {
     bool close_after_write = false;
     bool closed = false;
     bool epollout = false;
+    bool stalled = false;  // not read while the core link is backlogged
     uint64_t soft_since = 0;
     size_t out_size() const { return out.size() - out_pos; }
     bool subscribed() const { return sub_count > 0 || shard_count > 0; }
@@ -175,41 +176,42 @@ class RespServer::Impl {
   // for the confirmations before its next command. Returns the last correlation id.
   uint64_t SendSubscribe(Client* c, uint64_t session, wire::SubKind kind, bool subscribe,
                          std::span<const std::string_view> names, uint64_t seq, bool silent);
-  bool SendToCore(const std::function<size_t(uint8_t*, size_t)>& encode, size_t max_bytes);
-  size_t PollCore();
+  enum class Sent { kOk, kTooLarge, kDown };
+  Sent SendToCore(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
   void OnCoreMessage(std::span<const uint8_t> m);
   void OnDelivery(const wire::DeliveryDecoder& d);
-  bool FlushCoreQueue();
+  // The core went away: its replies will never come, its subscriptions are gone.
+  void OnCoreDown();
+  // Back-pressure: a client is not read while the core link's queue is over its limit.
+  void Stall(Client& c);
+  void ResumeStalled();
+  void SetReadInterest(Client& c);
 
   RespServerOptions options_;
-  std::unique_ptr<ring::RingClient> core_;
   UniqueFd epoll_, tcp_, unix_;
+  std::unique_ptr<CoreLink> core_;
   std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
   uint64_t next_client_ = kFirstClientTag;
   std::unordered_map<uint64_t, Pending> pending_;  // by correlation id
   uint64_t next_corr_ = 1;
-  std::vector<std::vector<uint8_t>> core_queue_;  // requests waiting for ring space
-  std::vector<Client*> dirty_;                    // clients with output to write
-  ByteBuffer encode_buf_;                         // not zero-filled: resident as used
+  std::vector<Client*> dirty_;     // clients with output to write
+  std::vector<uint64_t> stalled_;  // clients not read until the core link drains
   std::string delivery_fmt_[2];
   RespParser parser_;
   std::vector<std::string_view> argv_;
   std::string err_;
-  bool core_gone_ = false;
 };
 
 VoidResult RespServer::Impl::Init() {
-  ring::ClientOptions co;
-  co.name = "goblin-gateway";
-  co.ring_bytes = options_.core_ring_bytes;
-  co.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
-  GOBLIN_ASSIGN_OR_RETURN(core_, ring::RingClient::Connect(options_.core_socket, co));
-  encode_buf_ = ByteBuffer(core_->max_message());
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
-  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), core_->doorbell_fd(), EPOLLIN, kTagCoreBell));
-  GOBLIN_RETURN_IF_ERROR(
-      EpollAdd(epoll_.get(), core_->socket_fd(), EPOLLIN | EPOLLRDHUP, kTagCoreSock));
+  CoreLinkOptions lo;
+  lo.socket_path = options_.core_socket;
+  lo.name = "goblin-gateway";
+  lo.ring_bytes = options_.core_ring_bytes;
+  lo.queue_limit = options_.core_queue_limit;
+  GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
+  core_->set_on_down([this] { OnCoreDown(); });
   if (options_.port != 0) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return ErrnoErr("socket", errno);
@@ -246,9 +248,13 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
   uint64_t last_work = MonotonicNanos();
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
   bool stop = false;
-  while (!stop && !core_gone_) {
-    size_t work = PollCore();
-    if (!core_queue_.empty() && FlushCoreQueue()) ++work;
+  while (!stop) {
+    size_t work = core_->Poll([&](std::span<const uint8_t> m) { OnCoreMessage(m); }, 256);
+    if (core_->queued_bytes() > 0 && core_->Flush()) ++work;
+    if (!stalled_.empty() && core_->queued_bytes() <= options_.core_queue_limit / 2) {
+      ResumeStalled();
+      ++work;
+    }
     for (Client* c : dirty_) {
       if (!c->closed) FlushClient(*c);
     }
@@ -264,10 +270,13 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
     }
     int timeout = 0;
     uint64_t now = MonotonicNanos();
+    core_->Tick(now);
     if (work > 0) {
       last_work = now;
     } else if (now - last_work >= busy_ns) {
-      timeout = core_->PrepareSleep(!core_queue_.empty()) ? -1 : 0;
+      timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? -1 : 0;
+      if (int r = core_->MillisUntilReconnect(now); r >= 0 && (timeout < 0 || r < timeout))
+        timeout = r;
     } else if (options_.yield_when_polling) {
       sched_yield();
     } else {
@@ -285,10 +294,7 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
       } else if (tag == kTagCoreBell) {
         // drained by FinishSleep; messages are polled at the top of the loop
       } else if (tag == kTagCoreSock) {
-        if (auto r = core_->CheckAlive(); !r) {
-          GOBLIN_LOG_ERROR(kLog, "goblin-core went away: {}", r.error());
-          core_gone_ = true;
-        }
+        core_->OnSocketEvent();
       } else if (tag == kTagTcp) {
         Accept(tcp_.get(), true);
       } else if (tag == kTagUnix) {
@@ -304,7 +310,6 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
   for (auto& [id, c] : clients_) c->fd.Reset();
   clients_.clear();
   if (!options_.unix_path.empty()) unlink(options_.unix_path.c_str());
-  if (core_gone_) return goblin::Err(StatusCode::kUnavailable, "goblin-core went away");
   return {};
 }
 
@@ -353,6 +358,10 @@ void RespServer::Impl::OnReadable(Client& c) {
 
 void RespServer::Impl::ProcessInput(Client& c) {
   while (!c.closed && !c.close_after_write && c.blocked == 0 && c.in_pos < c.in.size()) {
+    if (core_->over_limit()) {  // the core is behind: this client waits (TCP pushes back)
+      Stall(c);
+      break;
+    }
     auto st = parser_.Parse(c.in, &c.in_pos, &argv_, &err_, c.authed);
     if (st == RespParser::Status::kNeedMore) break;
     if (st == RespParser::Status::kError) {
@@ -401,11 +410,58 @@ void RespServer::Impl::FlushClient(Client& c) {
   }
   bool want_out = c.out_size() > 0;
   if (want_out != c.epollout) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | (want_out ? uint32_t{EPOLLOUT} : 0u);
-    ev.data.u64 = c.id;
-    epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
     c.epollout = want_out;
+    SetReadInterest(c);
+  }
+}
+
+void RespServer::Impl::SetReadInterest(Client& c) {
+  epoll_event ev{};
+  ev.events =
+      (c.stalled ? 0u : uint32_t{EPOLLIN | EPOLLRDHUP}) | (c.epollout ? uint32_t{EPOLLOUT} : 0u);
+  ev.data.u64 = c.id;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+}
+
+void RespServer::Impl::Stall(Client& c) {
+  if (c.stalled) return;
+  c.stalled = true;
+  ++stats_.stalled_for_core;
+  stalled_.push_back(c.id);
+  SetReadInterest(c);
+}
+
+void RespServer::Impl::ResumeStalled() {
+  std::vector<uint64_t> ids = std::move(stalled_);
+  stalled_.clear();
+  for (uint64_t id : ids) {
+    auto it = clients_.find(id);
+    if (it == clients_.end() || it->second->closed) continue;
+    Client& c = *it->second;
+    c.stalled = false;
+    SetReadInterest(c);
+    ProcessInput(c);  // what it sent meanwhile (more may wait in the socket: EPOLLIN says)
+  }
+}
+
+void RespServer::Impl::OnCoreDown() {
+  // Subscribers would silently stop receiving: close them (a Redis client reconnects and
+  // subscribes again, as after a server restart). Requests in flight are answered -ERR.
+  std::vector<Client*> subscribers;
+  for (auto& [id, c] : clients_) {
+    if (!c->closed && (c->subscribed() || c->blocked > 0)) subscribers.push_back(c.get());
+  }
+  for (Client* c : subscribers) {
+    c->sub_count = c->shard_count = 0;
+    c->blocked = 0;
+    Close(*c, "goblin-core went away: its subscriptions are gone; closing the client");
+  }
+  auto pending = std::move(pending_);
+  pending_.clear();
+  partial_.clear();
+  for (auto& [corr, p] : pending) {
+    if (p.kind == ReqKind::kSilent) continue;
+    CompleteSlot(p.client, p.seq, Err("ERR goblin-core is unavailable"));
   }
 }
 
@@ -850,6 +906,10 @@ uint64_t RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubK
   // As many Subscribe messages as the ring's message size needs; the client's reply is the
   // confirmations of all of them, in order.
   const size_t max = core_->max_message() - 64;
+  if (!core_->up()) {
+    if (c != nullptr && !silent) CompleteSlot(session, seq, Err("ERR goblin-core is unavailable"));
+    return 0;
+  }
   size_t i = 0;
   uint64_t corr = 0;
   do {
@@ -869,7 +929,7 @@ uint64_t RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubK
     p.expect = i - first;
     p.final_part = i == names.size();
     std::span<const std::string_view> part = names.subspan(first, i - first);
-    bool sent = SendToCore(
+    Sent sent = SendToCore(
         [&](uint8_t* b, size_t cap) {
           wire::SubscribeEncoder e(b, cap);
           e.set_correlation_id(corr)
@@ -881,9 +941,12 @@ uint64_t RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubK
           return e.Finish();
         },
         bytes + 64);
-    if (!sent) {
+    if (sent != Sent::kOk) {
       if (c != nullptr && !silent) {
-        CompleteSlot(session, seq, Err("ERR a channel name is too large for goblin-core's ring"));
+        CompleteSlot(
+            session, seq,
+            Err(sent == Sent::kDown ? "ERR goblin-core is unavailable"
+                                    : "ERR a channel name is too large for goblin-core's ring"));
       }
       return 0;
     }
@@ -893,30 +956,28 @@ uint64_t RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubK
   return corr;
 }
 
-bool RespServer::Impl::SendToCore(const std::function<size_t(uint8_t*, size_t)>& encode,
-                                  size_t max_bytes) {
-  size_t cap = std::min<size_t>(encode_buf_.size(), std::max<size_t>(max_bytes, 64));
-  size_t n = encode(encode_buf_.data(), cap);
-  if (n == 0 || n > core_->max_message()) return false;
-  std::span<const uint8_t> msg(encode_buf_.data(), n);
-  if (core_queue_.empty() && core_->TrySend(msg) == ring::SendStatus::kOk) return true;
-  core_queue_.emplace_back(msg.begin(), msg.end());  // the ring is full: keep order
-  return true;
-}
-
-bool RespServer::Impl::FlushCoreQueue() {
-  size_t sent = 0;
-  while (sent < core_queue_.size() && core_->TrySend(core_queue_[sent]) == ring::SendStatus::kOk)
-    ++sent;
-  core_queue_.erase(core_queue_.begin(), core_queue_.begin() + static_cast<ptrdiff_t>(sent));
-  return sent > 0;
+RespServer::Impl::Sent RespServer::Impl::SendToCore(FunctionRef<size_t(uint8_t*, size_t)> encode,
+                                                    size_t max_bytes) {
+  // Never dropped once parsed: ProcessInput stops reading clients while the queue is over its
+  // limit, so it exceeds the limit by at most the commands already in hand.
+  switch (core_->SendAlways(encode, max_bytes)) {
+    case CoreLink::SendResult::kSent:
+    case CoreLink::SendResult::kQueued:
+    case CoreLink::SendResult::kBusy:
+      return Sent::kOk;
+    case CoreLink::SendResult::kTooLarge:
+      return Sent::kTooLarge;
+    case CoreLink::SendResult::kDown:
+      return Sent::kDown;
+  }
+  return Sent::kDown;
 }
 
 void RespServer::Impl::CmdPublish(Client& c, std::vector<std::string_view>& argv, bool sharded) {
   uint64_t seq = PendingSlot(c);
   uint64_t corr = next_corr_++;
   std::string_view channel = argv[1], payload = argv[2];
-  bool sent = SendToCore(
+  Sent sent = SendToCore(
       [&](uint8_t* b, size_t cap) {
         return wire::PublishEncoder(b, cap)
             .set_correlation_id(corr)
@@ -926,7 +987,8 @@ void RespServer::Impl::CmdPublish(Client& c, std::vector<std::string_view>& argv
             .Finish();
       },
       channel.size() + payload.size() + 64);
-  if (!sent) {
+  if (sent == Sent::kDown) return CompleteSlot(c.id, seq, Err("ERR goblin-core is unavailable"));
+  if (sent != Sent::kOk) {
     return CompleteSlot(c.id, seq,
                         Err(fmt::format("ERR a {}-byte message is larger than goblin-core's ring "
                                         "carries ({} bytes)",
@@ -982,7 +1044,7 @@ void RespServer::Impl::CmdPubsub(Client& c, std::vector<std::string_view>& argv)
   uint64_t corr = next_corr_++;
   size_t bytes = 64;
   for (size_t i = 2; i < argv.size(); ++i) bytes += argv[i].size() + 4;
-  bool sent = SendToCore(
+  Sent sent = SendToCore(
       [&](uint8_t* b, size_t cap) {
         wire::PubsubQueryEncoder e(b, cap);
         e.set_correlation_id(corr).set_query(q);
@@ -991,23 +1053,14 @@ void RespServer::Impl::CmdPubsub(Client& c, std::vector<std::string_view>& argv)
         return e.Finish();
       },
       bytes);
-  if (!sent) return CompleteSlot(c.id, seq, Err("ERR PUBSUB arguments too large"));
+  if (sent == Sent::kDown) return CompleteSlot(c.id, seq, Err("ERR goblin-core is unavailable"));
+  if (sent != Sent::kOk) return CompleteSlot(c.id, seq, Err("ERR PUBSUB arguments too large"));
   Pending p;
   p.client = c.id;
   p.seq = seq;
   p.kind = ReqKind::kQuery;
   p.query = q;
   pending_.emplace(corr, std::move(p));
-}
-
-size_t RespServer::Impl::PollCore() {
-  auto n = core_->Poll([&](std::span<const uint8_t> m) { OnCoreMessage(m); }, 256);
-  if (!n) {
-    GOBLIN_LOG_ERROR(kLog, "core link: {}", n.error());
-    core_gone_ = true;
-    return 0;
-  }
-  return *n;
 }
 
 void RespServer::Impl::OnCoreMessage(std::span<const uint8_t> m) {

@@ -1,6 +1,7 @@
-// Fuzz target: HTTP request and response heads, the chunked decoder and the Range /
-// Cache-Control / date helpers. The first byte picks the parser; any input must give a
-// result without reading out of bounds, and a complete head's views must lie inside it.
+// Fuzz target: HTTP request and response heads, the chunked decoder, stored header blocks
+// (ForEachHeaderLine) and the Range / Cache-Control / date helpers. The first byte picks the
+// parser; any input must give a result without reading out of bounds, and a complete head's
+// views must lie inside it.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -23,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Limits limits;
   limits.max_request_line = 512;
   limits.max_header_bytes = 4096;
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: {
       Request r;
       int status = 0;
@@ -69,6 +70,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (i > 0 && ranges[i].first <= ranges[i - 1].last + 1) std::abort();  // coalesced
         }
       }
+      break;
+    }
+    case 4: {
+      size_t lines = 0;
+      ForEachHeaderLine(in, [&](std::string_view name, std::string_view value) {
+        Inside(in, name);
+        Inside(in, value);
+        if (name.empty()) std::abort();
+        for (char c : value) {
+          if (c == '\r' || c == '\n') std::abort();
+        }
+        ++lines;
+      });
+      if (lines > in.size()) std::abort();
       break;
     }
     default:

@@ -11,12 +11,22 @@ Paths:
   /files/<name>          a file under --files
 Query parameters (any path):
   cc=<value>             Cache-Control header (default: max-age=3600)
-  fault=500|reset|truncate|hang|slow|cookie
+  fault=500|reset|truncate|hang|slow|cookie|fin|rst|chunkcut|silence|long|badhead
       500: status 500; reset: close the connection after half the body; truncate: declare
       the full length, send half and close; hang: never answer; slow: 64 KiB every 50 ms;
-      cookie: add Set-Cookie (uncacheable)
+      cookie: add Set-Cookie (uncacheable);
+      fin: declare the length, send half, FIN; rst: the same ending in a TCP RST;
+      chunkcut: a chunked body cut after half, without its last chunk, then FIN;
+      silence: declare the length, send half, then say nothing (the connection stays open);
+      long: send 100 bytes more than the declared length, in the body's last write;
+      badhead: a malformed response head
+  once=1                 the fault happens on the first request for this path only (the
+                         origin "recovers": later requests get the whole object)
+  pace=<ms>              sleep this long after every 64 KiB of body (clients can join a fill)
   chunked=1              send the body chunked (no Content-Length)
 """
+import socket
+import struct
 import argparse
 import hashlib
 import http.server
@@ -28,6 +38,7 @@ import time
 import urllib.parse
 
 LOG_LOCK = threading.Lock()
+FAULTED = set()  # paths whose once=1 fault has happened
 ARGS = None
 BOOT = time.time()
 
@@ -82,6 +93,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         q = dict(urllib.parse.parse_qsl(url.query))
         fault = q.get("fault", "")
+        if q.get("once") == "1":
+            with LOG_LOCK:
+                if url.path in FAULTED:
+                    fault = ""
+                else:
+                    FAULTED.add(url.path)
+        pace = int(q.get("pace", "0")) / 1000.0
+        if fault == "badhead":
+            time.sleep(pace * 8)  # (with pace: late, so other clients wait for it)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nBad Header\r\n\r\n")
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if fault == "hang":
             time.sleep(3600)
             return
@@ -134,7 +158,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Set-Cookie", "session=1")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-        chunked = q.get("chunked") == "1"
+        chunked = q.get("chunked") == "1" or fault == "chunkcut"
         if chunked:
             self.send_header("Transfer-Encoding", "chunked")
         else:
@@ -148,15 +172,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.connection.sendfile(content, offset=start, count=length)
             return
         sent = 0
-        step = 1 << 20
-        limit = length // 2 if fault in ("reset", "truncate") else length
+        step = 65536 if fault == "slow" or pace > 0 else 1 << 20
+        cut = fault in ("reset", "truncate", "fin", "rst", "chunkcut", "silence")
+        limit = length // 2 if cut else length
         while sent < limit:
-            n = min(step if fault != "slow" else 65536, limit - sent)
+            n = min(step, limit - sent)
+            if fault == "long" and limit - sent > 100:
+                n = min(n, limit - sent - 100)  # the last write: 100 bytes + 100 too many
             if content is None:
                 data = pattern(url.path, start + sent, n)
             else:
                 content.seek(start + sent)
                 data = content.read(n)
+            if fault == "long" and sent + n == limit:
+                data += b"X" * 100  # more than declared, in the same write
             if chunked:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             else:
@@ -164,11 +193,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
             sent += n
             if fault == "slow":
                 time.sleep(0.05)
-        if fault in ("reset", "truncate"):
+            elif pace > 0:
+                self.wfile.flush()
+                time.sleep(pace)
+        if fault == "silence":
+            self.wfile.flush()
+            time.sleep(3600)
+            return
+        if fault == "rst":
+            self.wfile.flush()
+            self.close_connection = True
+            # SO_LINGER 0: close() sends a RST instead of a FIN.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+            self.connection.close()
+            return
+        if cut:
             self.wfile.flush()
             self.close_connection = True
             try:
-                self.connection.shutdown(2)
+                self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             return

@@ -99,6 +99,36 @@ std::optional<int64_t> ParseHttpDate(std::string_view s);
 std::string FormatHttpDate(int64_t unix_seconds);
 
 bool IEquals(std::string_view a, std::string_view b);
+// RFC 9110 token characters (header names, methods).
+bool IsTokenChar(char c);
+
+// A stored header block: "Name: value" lines as goblin-gateway keeps an origin's end-to-end
+// headers in an object's metadata (other writers, e.g. `goblin put --meta`, may store
+// anything). Calls fn(name, value) for each well-formed line (a token, a colon, optional
+// spaces, a value without CR, LF or NUL; trailing spaces dropped) and skips the rest; lines
+// end in CRLF or LF, the last may have neither. Never reads outside `block`.
+template <typename Fn>
+void ForEachHeaderLine(std::string_view block, Fn&& fn) {
+  size_t pos = 0;
+  while (pos < block.size()) {
+    size_t nl = block.find('\n', pos);
+    size_t end = nl == std::string_view::npos ? block.size() : nl;
+    std::string_view line = block.substr(pos, end - pos);
+    pos = nl == std::string_view::npos ? block.size() : nl + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    size_t colon = line.find(':');
+    if (colon == 0 || colon == std::string_view::npos) continue;
+    std::string_view name = line.substr(0, colon), value = line.substr(colon + 1);
+    bool ok = true;
+    for (char c : name) ok = ok && IsTokenChar(c);
+    for (char c : value) ok = ok && c != '\r' && c != '\n' && c != '\0';
+    if (!ok) continue;
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    fn(name, value);
+  }
+}
 // True when a comma-separated header value lists `token` (case-insensitive).
 bool HasToken(std::string_view value, std::string_view token);
 

@@ -5,7 +5,12 @@
 // protocol). Replies keep command order per client even when some come from the core;
 // a client's commands after a (P|S)(UN)SUBSCRIBE wait until the core confirmed it (so
 // subscribed-mode checks are exact). Pub/sub output limits per client (Redis's defaults:
-// 32 MiB hard, 8 MiB soft for 60 s) drop a client that does not read.
+// 32 MiB hard, 8 MiB soft for 60 s) drop a client that does not read. Requests queued for a
+// core that falls behind are bounded (core_queue_limit): clients are then not read until the
+// queue drains. When the core goes away the front stays up: subscribed clients are closed
+// (their subscriptions died with the core), requests in flight get -ERR, commands that need
+// the core answer "-ERR goblin-core is unavailable" until it is back (reconnected with
+// back-off).
 // Threading: one event loop thread (epoll); Run() until the stop fd is readable.
 #pragma once
 
@@ -28,6 +33,9 @@ struct RespServerOptions {
   size_t output_soft_limit = 8ull << 20;
   std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
   uint32_t core_ring_bytes = 1u << 20;
+  // Requests waiting for room in the core's ring: past this, clients are not read until it
+  // drains to half (TCP pushes back on a publisher flooding a slow core).
+  size_t core_queue_limit = 8u << 20;
   size_t max_clients = 10000;
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
   // Yield the CPU between polls while busy-polling (sharing a CPU with goblin-core).
@@ -37,6 +45,7 @@ struct RespServerOptions {
 struct RespStats {
   uint64_t accepted = 0, closed = 0, commands = 0, protocol_errors = 0;
   uint64_t dropped_for_output_limit = 0, messages_out = 0;
+  uint64_t stalled_for_core = 0;  // times a client was not read because the core was behind
 };
 
 class RespServer {
@@ -44,7 +53,7 @@ class RespServer {
   // Connects to the core and binds the listeners (the unix socket appears once it listens).
   static Result<std::unique_ptr<RespServer>> Start(const RespServerOptions& options);
   ~RespServer();
-  // Serves until `stop_fd` becomes readable or the core goes away (an Unavailable error).
+  // Serves until `stop_fd` becomes readable (the core may come and go meanwhile).
   VoidResult Run(int stop_fd);
   const RespStats& stats() const;
   int port() const;  // the TCP port bound (useful with port 0... which disables TCP: use -1

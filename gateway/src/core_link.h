@@ -1,0 +1,133 @@
+// CoreLink: one gateway front's connection to goblin-core over the ring plane, and what
+// outlives a single connection. It owns the ring client, the queue of messages waiting for
+// ring space (bounded: Send refuses past `queue_limit` bytes so the caller pushes back on
+// its clients), the read-only mappings of the core's pools (HTTP front) and reconnection.
+// When the core goes away (socket EOF, corrupt ring) the link goes down: its fds leave the
+// caller's epoll set, the queue is dropped, the pool mappings are retired (kept mapped while
+// lent bytes still point into them, freed at the last Unhold) and on_down runs; Tick()
+// reconnects with exponential back-off (min_backoff doubling to max_backoff) and runs on_up
+// once the core answers again (with fresh pool mappings). Each connection is an epoch:
+// loans of an older epoch are never released to the new core.
+// Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "goblin/common/buffer.h"
+#include "goblin/common/function_ref.h"
+#include "goblin/common/mapping.h"
+#include "goblin/common/status.h"
+#include "goblin/ring/client.h"
+
+namespace goblin::gateway {
+
+struct CoreLinkOptions {
+  std::string socket_path;
+  std::string name = "goblin-gateway";
+  uint32_t ring_bytes = 1u << 20;
+  bool map_pools = false;          // MapPools at every (re)connect: the head pool and I/O buffers
+  size_t queue_limit = 64u << 20;  // bytes waiting for ring space before Send says kBusy
+  std::chrono::milliseconds min_backoff{50}, max_backoff{2000};
+};
+
+class CoreLink {
+ public:
+  // The core's pools as this process maps them (read-only), for one epoch.
+  struct Pools {
+    Mapping head, io;
+    uint64_t epoch = 0;
+    uint64_t holds = 0;  // lent pieces still pointing into these mappings
+    bool retired = false;
+  };
+
+  // Connects now (the core must be there: a first connection that fails is an error),
+  // registers the link's fds in `epoll_fd` with the two tags, and maps the pools if asked.
+  static Result<std::unique_ptr<CoreLink>> Connect(const CoreLinkOptions& options, int epoll_fd,
+                                                   uint64_t bell_tag, uint64_t socket_tag);
+  ~CoreLink();
+  CoreLink(const CoreLink&) = delete;
+  CoreLink& operator=(const CoreLink&) = delete;
+
+  void set_on_down(std::function<void()> fn) { on_down_ = std::move(fn); }
+  void set_on_up(std::function<void()> fn) { on_up_ = std::move(fn); }
+
+  bool up() const { return client_ != nullptr; }
+  uint64_t epoch() const { return epoch_; }
+  uint32_t max_message() const { return max_message_; }
+
+  enum class SendResult { kSent, kQueued, kTooLarge, kBusy, kDown };
+  // Encodes with `encode(buf, cap)` (0: does not fit) into a scratch buffer of at most
+  // `max_bytes` and sends it, or queues it in order behind earlier messages when the ring
+  // is full. kBusy: the queue is over queue_limit (nothing sent); kDown: no core.
+  SendResult Send(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  // Like Send, but queues past queue_limit too (messages that must not be lost while the
+  // link is up: loan releases, fill data the caller already bounded).
+  SendResult SendAlways(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  size_t queued_bytes() const { return queued_bytes_; }
+  bool over_limit() const { return queued_bytes_ > options_.queue_limit; }
+  // Moves queued messages into the ring; true if any went.
+  bool Flush();
+
+  // Hands received messages to fn; a corrupt ring takes the link down. Returns how many.
+  size_t Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max);
+  // The socket tag fired: EOF or an error means the core went away.
+  void OnSocketEvent();
+  // Reconnects when the back-off has passed. `now` is MonotonicNanos().
+  void Tick(uint64_t now);
+  // Milliseconds until the next reconnection attempt (-1: the link is up).
+  int MillisUntilReconnect(uint64_t now) const;
+
+  // The sleep protocol of the ring (see ring::RingClient); true when down (nothing to wake).
+  bool PrepareSleep(bool want_space) { return client_ ? client_->PrepareSleep(want_space) : true; }
+  void FinishSleep() {
+    if (client_) client_->FinishSleep();
+  }
+
+  // The current epoch's pools (nullptr while down or without map_pools).
+  Pools* pools() const { return pools_.get() != nullptr && up() ? pools_.get() : nullptr; }
+  // A piece of `p`'s memory was handed to the kernel: keep it mapped until Unhold.
+  static void Hold(Pools* p) { ++p->holds; }
+  // A held piece is done: unholds `p` and gives the loan back to the core if `p` is this
+  // epoch's (a retired mapping is freed at its last unhold).
+  void ReleaseLoan(uint64_t loan_id, Pools* p);
+  // Gives back a loan of this epoch that was never held (nobody wants its bytes).
+  void ReturnLoan(uint64_t loan_id);
+
+  struct Stats {
+    uint64_t connects = 0, disconnects = 0, reconnect_failures = 0, refused_busy = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  explicit CoreLink(const CoreLinkOptions& o) : options_(o) {}
+  VoidResult Open(std::chrono::milliseconds timeout);
+  VoidResult MapPools(std::chrono::milliseconds timeout);
+  void GoDown(const Status& why);
+  SendResult SendEncoded(std::span<const uint8_t> msg, bool bounded);
+
+  CoreLinkOptions options_;
+  int epoll_ = -1;
+  uint64_t bell_tag_ = 0, socket_tag_ = 0;
+  std::unique_ptr<ring::RingClient> client_;
+  uint32_t max_message_ = 0;
+  ByteBuffer encode_buf_;
+  std::deque<std::vector<uint8_t>> queue_;
+  size_t queued_bytes_ = 0;
+  std::unique_ptr<Pools> pools_;
+  std::list<std::unique_ptr<Pools>> retired_;
+  uint64_t epoch_ = 0;
+  uint64_t reconnect_at_ = 0;
+  std::chrono::milliseconds backoff_{0};
+  Stats stats_;
+  std::function<void()> on_down_, on_up_;
+};
+
+}  // namespace goblin::gateway

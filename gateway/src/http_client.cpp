@@ -1,0 +1,410 @@
+// The HTTP front's client connections: accept, read and parse requests, dispatch them,
+// queue and write responses (--net sync: epoll readiness and writev; --net async: NetRing),
+// and close. See http_server_impl.h.
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/config.h"
+#include "goblin/common/log.h"
+#include "http_server_impl.h"
+
+namespace goblin::gateway {
+namespace {
+constexpr std::string_view kLog = "http";
+
+VoidResult EpollCtl(int ep, int op, int fd, uint32_t events, uint64_t tag) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = tag;
+  if (epoll_ctl(ep, op, fd, &ev) != 0) return ErrnoErr("epoll_ctl", errno);
+  return {};
+}
+}  // namespace
+
+using detail::ErrorBody;
+using detail::Reason;
+
+void HttpServer::Impl::Accept() {
+  for (;;) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    int fd = accept4(listen_.get(), reinterpret_cast<sockaddr*>(&peer), &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (conns_.size() >= options_.max_clients) {
+      close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->id = next_tag_++;
+    c->fd = UniqueFd(fd);
+    char ip[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
+    c->peer = ip;
+    c->last_active = MonotonicNanos();
+    if (async_) {
+      c->rbuf = std::make_unique<char[]>(64 * 1024);
+      Conn& ref = *c;
+      conns_.emplace(c->id, std::move(c));
+      ++stats_.accepted;
+      PostRecv(ref);
+      continue;
+    }
+    if (!EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c->id)) continue;
+    ++stats_.accepted;
+    conns_.emplace(c->id, std::move(c));
+  }
+}
+
+void HttpServer::Impl::OnReadable(Conn& c) {
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = read(c.fd.get(), buf, sizeof buf);
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      c.last_active = MonotonicNanos();
+      if (c.in.size() > options_.limits.max_header_bytes * 4 && c.ex) break;  // pipelined: enough
+      continue;
+    }
+    if (n == 0) {
+      // The peer finished sending: answer what it sent, then close.
+      c.reading = false;
+      (void)EpollCtl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), c.epollout ? uint32_t{EPOLLOUT} : 0u,
+                     c.id);
+      break;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      Close(c);
+      return;
+    }
+    if (errno == EINTR) continue;
+    break;
+  }
+  ProcessRequests(c);
+  // A peer that finished sending is closed once everything it asked for is answered.
+  if (!c.reading && !c.ex && c.out.empty()) Close(c);
+}
+
+void HttpServer::Impl::ProcessRequests(Conn& c) {
+  while (!c.closed && !c.ex && !c.close_after && !c.in.empty()) {
+    http::Request r;
+    int status = 400;
+    auto p = http::ParseRequest(c.in, options_.limits, &r, &status);
+    if (p == http::Parse::kNeedMore) return;
+    if (p == http::Parse::kError) {
+      ++stats_.bad_requests;
+      c.close_after = true;
+      Respond(c, status, fmt::format("{} {}\n", status, Reason(status)), "Connection: close\r\n");
+      return;
+    }
+    // Bodies: proxied methods may carry one with a Content-Length up to --max-body (the
+    // whole body is read before the request goes to the origin); chunked request bodies
+    // are refused with 411.
+    uint64_t body = r.framing.content_length.value_or(0);
+    if (r.framing.chunked) {
+      ++stats_.bad_requests;
+      c.close_after = true;
+      Respond(c, 411, "411 Length Required: send a Content-Length\n", "Connection: close\r\n");
+      return;
+    }
+    if (body > options_.max_body) {
+      ++stats_.bad_requests;
+      c.close_after = true;
+      Respond(c, 413, fmt::format("413 Content Too Large (limit {} bytes)\n", options_.max_body),
+              "Connection: close\r\n");
+      return;
+    }
+    if (c.in.size() < r.head_bytes + body) return;  // wait for the whole body
+    ++stats_.requests;
+    BuildExchange(c, r);  // copies what it needs out of the buffer
+    c.ex->body = c.in.substr(r.head_bytes, body);
+    // The request leaves the buffer before it is answered (an answer may start the next
+    // pipelined request).
+    c.in.erase(0, r.head_bytes + body);
+    Dispatch(c);
+  }
+}
+
+void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
+  auto ex = std::make_unique<Exchange>();
+  ex->method = std::string(r.method);
+  ex->target = std::string(r.target);
+  ex->host = detail::Lower(r.Get("host"));
+  ex->key = ex->host + ex->target;  // Varnish's default hash: Host + URL
+  ex->range = std::string(r.Get("range"));
+  ex->inm = std::string(r.Get("if-none-match"));
+  ex->ims = std::string(r.Get("if-modified-since"));
+  ex->keep_alive = r.keep_alive;
+  ex->minor0 = r.minor == 0;
+  ex->head = r.method == "HEAD";
+  if (!ex->keep_alive) c.close_after = true;
+  ex->purge_token_ok =
+      !options_.purge_token.empty() && r.Get("x-purge-token") == options_.purge_token;
+  ex->purge_mode = detail::Lower(r.Get("x-purge"));
+  ex->content_type_in = std::string(r.Get("content-type"));
+  c.ex = std::move(ex);
+}
+
+void HttpServer::Impl::Dispatch(Conn& c) {
+  Exchange& e = *c.ex;
+  if (e.method == "PURGE") return Purge(c);
+  if (e.method != "GET" && e.method != "HEAD") {
+    // Other methods go to the origin, uncached.
+    ++stats_.passes;
+    Origin* o = OpenOrigin(e.method, e.target, "", e.content_type_in, e.body);
+    if (o == nullptr) return Fail(c, 502, detail::Describe(OriginFault::kUnreachable));
+    o->pass_conn = c.id;
+    e.state = ExState::kOrigin;
+    return;
+  }
+  if (!core_->up()) {
+    ++stats_.core_unavailable;
+    return Respond(c, 503, ErrorBody(503, "goblin-core is unavailable"), "Retry-After: 1\r\n");
+  }
+  // Plain GETs ask for the body at once (the best first byte); the rest look first.
+  e.via_head_lookup = e.head || !e.range.empty() || !e.inm.empty() || !e.ims.empty();
+  if (e.via_head_lookup) {
+    CoreHead(c);
+  } else {
+    CoreGet(c, 0, UINT64_MAX, /*follow=*/true);
+  }
+}
+
+void HttpServer::Impl::Respond(Conn& c, int status, std::string_view body, std::string_view extra) {
+  std::string head = fmt::format(
+      "HTTP/1.1 {} {}\r\nDate: {}\r\nServer: goblin\r\nContent-Type: text/plain\r\nContent-Length: "
+      "{}\r\n{}{}\r\n",
+      status, Reason(status), http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())),
+      body.size(), extra, c.close_after ? "Connection: close\r\n" : "");
+  Write(c, head + std::string(c.ex && c.ex->head ? std::string_view() : body), true);
+  FinishExchange(c);
+}
+
+void HttpServer::Impl::Fail(Conn& c, int status, std::string_view why) {
+  c.close_after = true;
+  if (c.ex && !c.ex->head_sent) {
+    Respond(c, status, ErrorBody(status, why));
+    return;
+  }
+  // Headers are out: closing mid-body is the only honest signal.
+  c.ex.reset();
+  dirty_.push_back(&c);
+}
+
+void HttpServer::Impl::FinishExchange(Conn& c) {
+  c.ex.reset();
+  dirty_.push_back(&c);
+  if (!c.close_after && !c.in.empty()) ProcessRequests(c);
+  if (async_ && !c.ex) PostRecv(c);
+}
+
+void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head) {
+  if (bytes.empty()) return;
+  if (response_head && c.ex) c.ex->head_sent = true;
+  if (c.out.empty()) c.last_progress = MonotonicNanos();
+  c.out_bytes += bytes.size();
+  Piece p;
+  p.owned = std::move(bytes);
+  p.response_head = response_head;
+  c.out.push_back(std::move(p));
+  dirty_.push_back(&c);
+}
+
+void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t loan,
+                                 CoreLink::Pools* pools) {
+  if (c.out.empty()) c.last_progress = MonotonicNanos();
+  c.out_bytes += n;
+  Piece p;
+  p.ptr = ptr;
+  p.len = n;
+  p.loan = loan;
+  p.pools = pools;
+  c.out.push_back(std::move(p));
+  dirty_.push_back(&c);
+}
+
+void HttpServer::Impl::Flush(Conn& c) {
+#if GOBLIN_HAVE_URING
+  if (async_) {
+    if (c.closed || c.write_inflight) return;
+    if (c.out.empty()) {
+      if (!c.ex && (c.close_after || !c.reading)) Close(c);
+      return;
+    }
+    c.wiov_bytes = Gather(c, &c.wiov, 64);
+    c.write_inflight = true;
+    ++c.ops;
+    net_.Writev(c.fd.get(), c.wiov.data(), static_cast<unsigned>(c.wiov.size()),
+                (c.id << 2) | kOpWrite);
+    return;
+  }
+#endif
+  std::vector<iovec>& iov = c.wiov;
+  while (!c.out.empty()) {
+    Gather(c, &iov, 16);
+    ssize_t n = writev(c.fd.get(), iov.data(), static_cast<int>(iov.size()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      Close(c);
+      return;
+    }
+    Advance(c, static_cast<size_t>(n));
+  }
+  if (c.out.empty() && !c.ex && (c.close_after || !c.reading)) {
+    Close(c);
+    return;
+  }
+  bool want = !c.out.empty();
+  if (want != c.epollout) {
+    uint32_t in = c.reading ? uint32_t{EPOLLIN | EPOLLRDHUP} : 0u;
+    (void)EpollCtl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), in | (want ? uint32_t{EPOLLOUT} : 0u),
+                   c.id);
+    c.epollout = want;
+  }
+}
+
+size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max) {
+  iov->clear();
+  size_t bytes = 0, off = c.first_off;
+  // A write that starts a response stops kFirstSendBytes after its headers.
+  size_t limit = SIZE_MAX;
+  for (auto it = c.out.begin(); it != c.out.end() && iov->size() < max; ++it) {
+    if (it->response_head && off == 0) {
+      if (!iov->empty()) break;  // the previous response's bytes go on their own
+      limit = it->owned.size() + kFirstSendBytes;
+    }
+    const uint8_t* base =
+        it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());
+    size_t len = std::min((it->owned.empty() ? it->len : it->owned.size()) - off, limit - bytes);
+    iov->push_back({const_cast<uint8_t*>(base + off), len});
+    bytes += len;
+    off = 0;
+    if (bytes == limit) break;
+  }
+  return bytes;
+}
+
+void HttpServer::Impl::Advance(Conn& c, size_t left) {
+  c.last_active = c.last_progress = MonotonicNanos();
+  c.out_bytes -= left;
+  while (left > 0 && !c.out.empty()) {
+    Piece& p = c.out.front();
+    size_t len = p.owned.empty() ? p.len : p.owned.size();
+    size_t rest = len - c.first_off;
+    if (left >= rest) {
+      left -= rest;
+      if (p.loan != 0) ReleaseLoan(p.loan, p.pools);
+      c.out.pop_front();
+      c.first_off = 0;
+    } else {
+      c.first_off += left;
+      left = 0;
+    }
+  }
+}
+
+void HttpServer::Impl::ReleasePieces(Conn& c) {
+  for (Piece& p : c.out) {
+    if (p.loan != 0) ReleaseLoan(p.loan, p.pools);
+  }
+  c.out.clear();
+  c.out_bytes = 0;
+  c.first_off = 0;
+}
+
+void HttpServer::Impl::PostRecv(Conn& c) {
+#if GOBLIN_HAVE_URING
+  if (c.closed || c.recv_inflight || !c.reading) return;
+  if (c.in.size() > (1u << 20) && c.ex) return;  // enough pipelined input: wait for this one
+  c.recv_inflight = true;
+  ++c.ops;
+  net_.Recv(c.fd.get(), c.rbuf.get(), 64 * 1024, (c.id << 2) | kOpRecv);
+#else
+  (void)c;
+#endif
+}
+
+void HttpServer::Impl::OnNetCompletion(uint64_t ud, int32_t res) {
+  uint64_t id = ud >> 2, op = ud & 3;
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  if (op == kOpCancel) return;
+  --c.ops;
+  if (op == kOpRecv) {
+    c.recv_inflight = false;
+    if (c.closed) return;
+    if (res > 0) {
+      c.in.append(c.rbuf.get(), static_cast<size_t>(res));
+      c.last_active = MonotonicNanos();
+      ProcessRequests(c);
+      PostRecv(c);
+    } else if (res == 0) {
+      c.reading = false;  // the peer finished sending: answer it, then close
+      ProcessRequests(c);
+      if (!c.ex && c.out.empty()) Close(c);
+    } else if (res != -EINTR && res != -EAGAIN) {
+      Close(c);
+    } else {
+      PostRecv(c);
+    }
+    return;
+  }
+  // op == kOpWrite
+  c.write_inflight = false;
+  if (c.closed) {
+    // Loans are given back only now that the kernel no longer reads their memory.
+    ReleasePieces(c);
+    return;
+  }
+  if (res < 0) {
+    if (res == -EINTR || res == -EAGAIN) return Flush(c);
+    return Close(c);
+  }
+  Advance(c, static_cast<size_t>(res));
+  Flush(c);
+}
+
+void HttpServer::Impl::Close(Conn& c) {
+  if (c.closed) return;
+  c.closed = true;
+  // The peer sees the end now (FIN), even while io_uring still holds a reference to the
+  // socket for requests in flight: a close(2) alone would wait for them.
+  shutdown(c.fd.get(), SHUT_RDWR);
+#if GOBLIN_HAVE_URING
+  if (async_ && c.ops > 0) net_.Cancel(c.fd.get(), (c.id << 2) | kOpCancel);
+#endif
+  if (!async_) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  c.fd.Reset();
+  if (!c.write_inflight) ReleasePieces(c);
+  // A fill this client led goes on without it (others follow it; the cache wants it); a
+  // pass-through for it is dropped.
+  if (c.ex && c.ex->state == ExState::kOrigin) {
+    std::vector<Fill*> unread;
+    for (auto& [ptr, f] : all_fills_) {
+      if (f->leader != c.id) continue;
+      f->leader = 0;
+      if (f->stage == Stage::kUncached) unread.push_back(ptr);  // nobody reads it now
+    }
+    for (Fill* f : unread) EndFill(*f);
+    for (auto& [tag, o] : origins_) {
+      if (o->pass_conn == c.id) {
+        o->pass_conn = 0;
+        CloseOrigin(*o);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace goblin::gateway

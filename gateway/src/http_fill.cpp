@@ -1,0 +1,374 @@
+// Misses of the HTTP front: one origin fetch per key, written to the core as a fill while
+// the requesting client (the leader) reads it straight from the origin; other requests for
+// the key wait for the origin's answer (waiters) and then follow the fill through the core
+// (followers). How a fill ends (http_server_impl.h): committed, or aborted by an origin fault
+// (AbortFill: nothing stored, everyone reading it cut off or answered 5xx, the key free at
+// once), or left uncached by the core (Uncache: refused, aborted by the core, link lost; the
+// leader finishes from the origin).
+#include <algorithm>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/log.h"
+#include "http_server_impl.h"
+
+namespace goblin::gateway {
+namespace {
+constexpr std::string_view kLog = "http";
+}  // namespace
+
+using detail::Describe;
+using detail::StatusFor;
+
+void HttpServer::Impl::Miss(Conn& c) {
+  Exchange& ex = *c.ex;
+  ex.is_miss = true;
+  ++stats_.misses;
+  bool ranged = !ex.range.empty();
+  auto fit = fills_.find(ex.key);
+  Fill* f = fit == fills_.end() ? nullptr : fit->second;
+  if (f != nullptr && !ranged) {
+    ++stats_.coalesced;
+    if (f->stage == Stage::kFilling || f->stage == Stage::kCommitting) return Follow(c);
+    f->waiters.push_back(c.id);  // kFetching or kLeasing: until the origin/core decide
+    ex.state = ExState::kWaitFill;
+    return;
+  }
+  if (ranged) {
+    // Answer the range from the origin at once; fill the whole object behind it.
+    if (f == nullptr) StartFill(ex, false, 0);
+    return PassToOrigin(c);
+  }
+  if (StartFill(ex, true, c.id) == nullptr) {
+    return Fail(c, 502, Describe(OriginFault::kUnreachable));
+  }
+  ex.state = ExState::kOrigin;
+}
+
+HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is_client,
+                                                    uint64_t leader) {
+  Origin* o = OpenOrigin("GET", ex.target, "");
+  if (o == nullptr) return nullptr;
+  auto f = std::make_unique<Fill>();
+  f->key = ex.key;
+  f->target = ex.target;
+  f->host = ex.host;
+  f->leader = leader_is_client ? leader : 0;
+  f->leader_head = leader_is_client && ex.head;
+  f->origin = o;
+  o->fill = f.get();
+  Fill* p = f.get();
+  fills_[p->key] = p;
+  all_fills_.emplace(p, std::move(f));
+  return p;
+}
+
+void HttpServer::Impl::OnFillHead(Origin& o) {
+  Fill& f = *o.fill;
+  const http::Response& r = o.resp;
+  std::string passthrough;
+  for (const auto& h : r.headers) {
+    if (detail::EndToEnd(h.name)) passthrough += fmt::format("{}: {}\r\n", h.name, h.value);
+  }
+  auto cc = http::ParseCacheControl(r.Get("cache-control"));
+  bool cacheable = r.status == 200 && !cc.no_store && !cc.is_private && !cc.no_cache &&
+                   r.Get("set-cookie").empty();
+  int64_t ttl = options_.default_ttl.count();
+  if (cc.s_maxage) {
+    ttl = *cc.s_maxage;
+  } else if (cc.max_age) {
+    ttl = *cc.max_age;
+  } else if (auto exp = http::ParseHttpDate(r.Get("expires"))) {
+    auto date = http::ParseHttpDate(r.Get("date"));
+    ttl = *exp - (date ? *date : static_cast<int64_t>(detail::NowSeconds()));
+  }
+  if (ttl <= 0) cacheable = false;
+  if (Conn* leader = Find(f.leader)) {
+    std::string framing;
+    if (r.framing.content_length) {
+      framing = fmt::format("Content-Length: {}\r\n", *r.framing.content_length);
+    } else if (!leader->ex->minor0) {
+      framing = "Transfer-Encoding: chunked\r\n";
+    }
+    leader->ex->chunked_out = framing.starts_with("Transfer") && !leader->ex->head;
+    if (framing.empty()) leader->close_after = true;
+    Write(*leader,
+          fmt::format("HTTP/1.1 {} {}\r\n{}Date: {}\r\nAge: 0\r\nVia: 1.1 goblin\r\nX-Cache: "
+                      "MISS\r\n{}{}{}\r\n",
+                      r.status, r.reason, passthrough,
+                      http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())),
+                      cacheable ? "Accept-Ranges: bytes\r\n" : "", framing,
+                      leader->close_after ? "Connection: close\r\n" : ""),
+          true);
+    if (leader->ex->head) {
+      leader->ex->state = ExState::kDone;
+      f.leader = 0;
+      FinishExchange(*leader);
+    }
+  }
+  if (!cacheable) {
+    ++stats_.passes;
+    return Uncache(f, "");  // each waiter fetches for itself
+  }
+  uint64_t corr = next_corr_++;
+  uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
+  const std::string& key = f.key;
+  auto sent = core_->Send(
+      [&](uint8_t* b, size_t cap) {
+        return wire::PutBeginEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_expected_size(expected)
+            .set_ttl_nanos(static_cast<uint64_t>(ttl) * 1'000'000'000ULL)
+            .set_key(key)
+            .set_metadata(passthrough)
+            .Finish();
+      },
+      key.size() + passthrough.size() + 96);
+  if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) {
+    return Uncache(f, sent == CoreLink::SendResult::kDown   ? "goblin-core is unavailable"
+                      : sent == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
+                                                            : "the headers do not fit the ring");
+  }
+  f.begin_corr = corr;
+  f.stage = Stage::kLeasing;
+  corr_[corr] = {CorrKind::kFill, 0, &f};
+}
+
+void HttpServer::Impl::OnFillBody(Origin& o, std::string_view bytes) {
+  Fill& f = *o.fill;
+  f.received += bytes.size();
+  Conn* leader = Find(f.leader);
+  if (leader != nullptr && leader->ex) {
+    if (leader->ex->chunked_out) Write(*leader, fmt::format("{:x}\r\n", bytes.size()));
+    Write(*leader, std::string(bytes));
+    if (leader->ex->chunked_out) Write(*leader, "\r\n");
+  }
+  if (f.stage == Stage::kFilling) {
+    SendPutData(f, bytes);
+  } else if (f.stage == Stage::kLeasing) {
+    f.pending.append(bytes);  // until the lease arrives
+  }
+  // The origin waits for the slowest of: the leader, the core's ring, the lease.
+  if (core_->queued_bytes() > kCoreBacklogHigh || f.pending.size() > kCoreBacklogHigh ||
+      (leader != nullptr && leader->out_bytes > kClientOutputHigh)) {
+    PauseOrigin(o);
+  }
+}
+
+void HttpServer::Impl::SendPutData(Fill& f, std::string_view bytes) {
+  const size_t max = core_->max_message() - 64;
+  while (!bytes.empty()) {
+    size_t n = std::min(max, bytes.size());
+    std::string_view part = bytes.substr(0, n);
+    uint64_t offset = f.sent;
+    f.sent += n;
+    // Always queued (bounded by pausing the origin): a lost PutData would break the fill.
+    auto r = core_->SendAlways(
+        [&](uint8_t* b, size_t cap) {
+          return wire::PutDataEncoder(b, cap)
+              .set_put_id(f.put_id)
+              .set_offset(offset)
+              .set_bytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(part.data()),
+                                                  part.size()))
+              .Finish();
+        },
+        n + 64);
+    if (r == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
+    bytes.remove_prefix(n);
+  }
+}
+
+void HttpServer::Impl::SendPutAbort(uint64_t put_id) {
+  core_->SendAlways(
+      [&](uint8_t* b, size_t cap) {
+        return wire::PutAbortEncoder(b, cap).set_put_id(put_id).Finish();
+      },
+      64);
+}
+
+void HttpServer::Impl::OnFillReply(CorrTarget t, uint64_t corr, uint16_t template_id,
+                                   std::span<const uint8_t> m) {
+  if (t.kind == CorrKind::kOrphanLease) {
+    // The fill ended before its lease came: give a granted lease straight back.
+    corr_.erase(corr);
+    if (template_id == wire::FillLeaseDecoder::kTemplateId) {
+      auto lease = wire::FillLeaseDecoder::Decode(m);
+      if (lease && lease->state() == wire::LeaseState::kGranted) SendPutAbort(lease->put_id());
+    }
+    return;
+  }
+  Fill& f = *t.fill;
+  if (template_id == wire::FillLeaseDecoder::kTemplateId && t.kind == CorrKind::kFill) {
+    auto lease = wire::FillLeaseDecoder::Decode(m);
+    if (lease && lease->state() == wire::LeaseState::kGranted) {
+      f.put_id = lease->put_id();
+      return FillGranted(f);  // (the id stays: the core names it in errors about the fill)
+    }
+    // Another process fills this key: our waiters follow that fill, our leader keeps
+    // streaming from the origin, nothing of ours is stored.
+    corr_.erase(corr);
+    f.begin_corr = 0;
+    f.stage = Stage::kUncached;
+    f.pending.clear();
+    fills_.erase(f.key);
+    ReleaseWaiters(f, /*follow=*/true);
+    if (f.origin_done) EndFill(f);
+    return;
+  }
+  if (template_id == wire::PutResultDecoder::kTemplateId && t.kind == CorrKind::kFillCommit) {
+    corr_.erase(corr);
+    ++stats_.fills;
+    return EndFill(f);
+  }
+  if (template_id != wire::ErrorDecoder::kTemplateId) return;
+  auto e = wire::ErrorDecoder::Decode(m);
+  std::string text = e ? std::string(e->text()) : "error";
+  corr_.erase(corr);
+  GOBLIN_LOG_WARN(kLog, "fill of '{}' not stored: {}", f.key, text);
+  ++stats_.fills_aborted;
+  if (t.kind == CorrKind::kFillCommit) return EndFill(f);  // followers were told by the core
+  // Refused at PutBegin (a full tier, ...) or aborted by the core mid-fill (its followers
+  // are cut off by the core): the leader still gets the origin's bytes.
+  f.begin_corr = 0;
+  Uncache(f, text);
+}
+
+void HttpServer::Impl::FillGranted(Fill& f) {
+  f.stage = Stage::kFilling;
+  if (!f.pending.empty()) {
+    std::string p = std::move(f.pending);
+    f.pending.clear();
+    SendPutData(f, p);
+  }
+  ReleaseWaiters(f, /*follow=*/true);
+  if (f.origin_done) CommitFill(f);
+}
+
+void HttpServer::Impl::CommitFill(Fill& f) {
+  uint64_t corr = next_corr_++;
+  auto r = core_->SendAlways(
+      [&](uint8_t* b, size_t cap) {
+        return wire::PutCommitEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_put_id(f.put_id)
+            .set_total_size(f.received)
+            .Finish();
+      },
+      64);
+  if (r == CoreLink::SendResult::kDown) return EndFill(f);
+  f.stage = Stage::kCommitting;
+  f.commit_corr = corr;
+  corr_[corr] = {CorrKind::kFillCommit, 0, &f};
+}
+
+void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
+  if (!why.empty()) GOBLIN_LOG_INFO(kLog, "'{}' is served uncached: {}", f.key, why);
+  if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
+    corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
+  } else if (f.stage == Stage::kFilling && f.put_id != 0) {
+    SendPutAbort(f.put_id);  // (a no-op when the link is down: the core dropped it already)
+    if (f.begin_corr != 0) corr_.erase(f.begin_corr);
+  }
+  f.begin_corr = 0;
+  f.stage = Stage::kUncached;
+  f.pending.clear();
+  if (auto it = fills_.find(f.key); it != fills_.end() && it->second == &f) fills_.erase(it);
+  ReleaseWaiters(f, /*follow=*/false);                         // each fetches for itself
+  if (f.origin_done || Find(f.leader) == nullptr) EndFill(f);  // (no one reads the origin)
+}
+
+void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {
+  if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
+    corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
+    f.begin_corr = 0;
+  } else if ((f.stage == Stage::kFilling || f.stage == Stage::kCommitting) && f.put_id != 0) {
+    SendPutAbort(f.put_id);  // the core cuts off its followers (Aborted)
+  }
+  if (f.stage != Stage::kFetching && f.stage != Stage::kUncached) ++stats_.fills_aborted;
+  const int status = StatusFor(fault);
+  if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
+    Fail(*leader, status, Describe(fault));
+  }
+  f.leader = 0;
+  std::vector<uint64_t> waiters = std::move(f.waiters);
+  f.waiters.clear();
+  for (uint64_t id : waiters) {
+    if (Conn* c = Find(id); c != nullptr && c->ex) Fail(*c, status, Describe(fault));
+  }
+  EndFill(f);
+}
+
+void HttpServer::Impl::OnFillOriginDone(Fill& f, bool ok, OriginFault fault) {
+  f.origin = nullptr;
+  if (!ok) return AbortFill(f, fault);
+  f.origin_done = true;
+  Conn* leader = Find(f.leader);
+  if (leader != nullptr && leader->ex && leader->ex->state == ExState::kOrigin) {
+    if (leader->ex->chunked_out) Write(*leader, "0\r\n\r\n");
+    f.leader = 0;
+    FinishExchange(*leader);
+  }
+  switch (f.stage) {
+    case Stage::kFilling:
+      return CommitFill(f);
+    case Stage::kLeasing:
+      return;  // FillGranted commits when the lease arrives
+    default:
+      return EndFill(f);
+  }
+}
+
+void HttpServer::Impl::ReleaseWaiters(Fill& f, bool follow) {
+  std::vector<uint64_t> waiters = std::move(f.waiters);
+  f.waiters.clear();
+  for (uint64_t id : waiters) {
+    Conn* c = Find(id);
+    if (c == nullptr || !c->ex) continue;
+    if (follow && c->ex->range.empty()) {
+      Follow(*c);
+    } else {
+      PassToOrigin(*c);
+    }
+  }
+}
+
+void HttpServer::Impl::PassToOrigin(Conn& c) {
+  ++stats_.passes;
+  Origin* o = OpenOrigin(c.ex->head ? "HEAD" : "GET", c.ex->target, c.ex->range);
+  if (o == nullptr) return Fail(c, 502, Describe(OriginFault::kUnreachable));
+  o->pass_conn = c.id;
+  c.ex->state = ExState::kOrigin;
+}
+
+void HttpServer::Impl::Follow(Conn& c) {
+  // An in-progress fill is visible to ObjectGet (follow) only, so HEAD and conditional
+  // requests read it as a GET (a HEAD stops after the headers).
+  c.ex->follow = true;
+  c.ex->via_head_lookup = false;
+  CoreGet(c, 0, c.ex->head ? 0 : UINT64_MAX, true);
+}
+
+void HttpServer::Impl::EndFill(Fill& f) {
+  if (f.ended) return;
+  f.ended = true;
+  if (f.origin != nullptr) {
+    Origin* o = f.origin;
+    f.origin = nullptr;
+    o->fill = nullptr;
+    CloseOrigin(*o);
+  }
+  if (f.begin_corr != 0) {
+    if (auto it = corr_.find(f.begin_corr); it != corr_.end() && it->second.fill == &f)
+      corr_.erase(it);
+  }
+  if (f.commit_corr != 0) {
+    if (auto it = corr_.find(f.commit_corr); it != corr_.end() && it->second.fill == &f)
+      corr_.erase(it);
+  }
+  if (auto it = fills_.find(f.key); it != fills_.end() && it->second == &f) fills_.erase(it);
+  if (auto it = all_fills_.find(&f); it != all_fills_.end()) {
+    dead_fills_.push_back(std::move(it->second));
+    all_fills_.erase(it);
+  }
+}
+
+}  // namespace goblin::gateway

@@ -1,0 +1,419 @@
+// The HTTP front's side of the core link: lookups and their answers (hits from the lent
+// pools, ranges, multipart/byteranges, conditionals, HEAD), PURGE, and what the front does
+// when the core link goes down. See http_server_impl.h.
+#include <algorithm>
+#include <random>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/log.h"
+#include "goblin/sbe/wire_flags.h"
+#include "http_server_impl.h"
+
+namespace goblin::gateway {
+namespace {
+constexpr std::string_view kLog = "http";
+}  // namespace
+
+using detail::ErrorBody;
+using detail::MetaGet;
+using detail::Reason;
+
+void HttpServer::Impl::ExpectCoreReply() {
+  poll_until_ = std::max(
+      poll_until_, MonotonicNanos() + static_cast<uint64_t>(options_.core_reply_poll.count()));
+}
+
+bool HttpServer::Impl::SendRequest(Conn& c, FunctionRef<size_t(uint8_t*, size_t)> encode,
+                                   size_t max_bytes) {
+  switch (core_->Send(encode, max_bytes)) {
+    case CoreLink::SendResult::kSent:
+    case CoreLink::SendResult::kQueued:
+      return true;
+    case CoreLink::SendResult::kTooLarge:
+      Fail(c, 414, "the URL is too long for goblin-core's ring");
+      return false;
+    case CoreLink::SendResult::kBusy:
+      ++stats_.core_unavailable;
+      Fail(c, 503, "goblin-core is overloaded");
+      return false;
+    case CoreLink::SendResult::kDown:
+      ++stats_.core_unavailable;
+      Fail(c, 503, "goblin-core is unavailable");
+      return false;
+  }
+  return false;
+}
+
+uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bool follow) {
+  uint64_t corr = next_corr_++;
+  const std::string& key = c.ex->key;
+  uint32_t flags = wire::kGetLoans | (follow ? wire::kGetFollowFill : 0);
+  bool sent = SendRequest(
+      c,
+      [&](uint8_t* b, size_t cap) {
+        return wire::ObjectGetEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_offset(offset)
+            .set_length(length)
+            .set_flags(flags)
+            .set_key(key)
+            .Finish();
+      },
+      key.size() + 64);
+  if (!sent) return 0;
+  corr_[corr] = {CorrKind::kLookup, c.id, nullptr};
+  c.ex->corr = corr;
+  c.ex->state = ExState::kLookup;
+  ExpectCoreReply();
+  return corr;
+}
+
+uint64_t HttpServer::Impl::CoreHead(Conn& c) {
+  uint64_t corr = next_corr_++;
+  const std::string& key = c.ex->key;
+  bool sent = SendRequest(
+      c,
+      [&](uint8_t* b, size_t cap) {
+        return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
+      },
+      key.size() + 64);
+  if (!sent) return 0;
+  corr_[corr] = {CorrKind::kHeadLookup, c.id, nullptr};
+  c.ex->corr = corr;
+  c.ex->state = ExState::kLookup;
+  ExpectCoreReply();
+  return corr;
+}
+
+void HttpServer::Impl::Purge(Conn& c) {
+  Exchange& e = *c.ex;
+  bool allowed = std::find(options_.purge_allow.begin(), options_.purge_allow.end(), c.peer) !=
+                 options_.purge_allow.end();
+  if (e.purge_token_ok) allowed = true;
+  if (!allowed) return Respond(c, 403, "403 Forbidden: PURGE is not allowed from here\n");
+  uint64_t corr = next_corr_++;
+  bool many = e.purge_mode == "prefix" || e.purge_mode == "all";
+  // A prefix purge takes the key up to the query (Host + path); "all" empties the cache.
+  std::string key = e.purge_mode == "all"      ? std::string()
+                    : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find('?'))
+                                               : e.key;
+  bool sent = SendRequest(
+      c,
+      [&](uint8_t* b, size_t cap) {
+        if (many)
+          return wire::ObjectPurgeEncoder(b, cap).set_correlation_id(corr).set_prefix(key).Finish();
+        return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
+      },
+      key.size() + 64);
+  if (!sent) return;
+  corr_[corr] = {CorrKind::kPurge, c.id, nullptr};
+  e.corr = corr;
+}
+
+std::string HttpServer::Impl::HitHead(Exchange& ex, int status, std::string_view meta,
+                                      uint64_t created_ns, std::string_view extra,
+                                      bool drop_content_type) {
+  uint64_t now = detail::NowUnixNanos();
+  uint64_t age = created_ns != 0 && now > created_ns ? (now - created_ns) / 1'000'000'000ULL : 0;
+  std::string out = fmt::format("HTTP/1.1 {} {}\r\n", status, Reason(status));
+  detail::AppendStoredHeaders(&out, meta, drop_content_type);
+  fmt::format_to(std::back_inserter(out),
+                 "Date: {}\r\nAge: {}\r\nVia: 1.1 goblin\r\nX-Cache: {}\r\nAccept-Ranges: "
+                 "bytes\r\n{}{}\r\n",
+                 http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())), age,
+                 ex.is_miss ? "MISS" : "HIT", extra, ex.keep_alive ? "" : "Connection: close\r\n");
+  return out;
+}
+
+void HttpServer::Impl::OnCoreMessage(std::span<const uint8_t> m) {
+  sbe::MessageHeader h;
+  if (!sbe::MessageHeader::Read(m, &h) || m.size() < 16) return;
+  uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
+  auto it = corr_.find(corr);
+  if (it == corr_.end()) {
+    if (h.template_id == wire::LoanDecoder::kTemplateId) {  // nobody wants it any more
+      if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id());
+    }
+    return;
+  }
+  CorrTarget t = it->second;
+  if (t.kind == CorrKind::kFill || t.kind == CorrKind::kFillCommit ||
+      t.kind == CorrKind::kOrphanLease) {
+    return OnFillReply(t, corr, h.template_id, m);
+  }
+  OnExchangeReply(t, corr, h.template_id, m);
+}
+
+void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t template_id,
+                                       std::span<const uint8_t> m) {
+  auto it = corr_.find(corr);
+  Conn* c = Find(t.conn);
+  if (c == nullptr || !c->ex || c->ex->corr != corr) {
+    // The client went away (or moved on): give back what was lent, forget the id at the end.
+    bool last_message = true;
+    if (template_id == wire::LoanDecoder::kTemplateId) {
+      if (auto l = wire::LoanDecoder::Decode(m)) {
+        core_->ReturnLoan(l->loan_id());
+        last_message = l->last() != 0;
+      }
+    } else if (template_id == wire::ObjectDataDecoder::kTemplateId) {
+      if (auto d = wire::ObjectDataDecoder::Decode(m)) last_message = d->last() != 0;
+    } else if (template_id == wire::ObjectInfoDecoder::kTemplateId) {
+      auto info = wire::ObjectInfoDecoder::Decode(m);
+      last_message =
+          !info || info->status() == wire::LookupStatus::kMiss || t.kind == CorrKind::kHeadLookup;
+    }
+    if (last_message) corr_.erase(it);
+    return;
+  }
+  switch (template_id) {
+    case wire::ObjectInfoDecoder::kTemplateId: {
+      auto info = wire::ObjectInfoDecoder::Decode(m);
+      if (!info) return;
+      // A HEAD lookup or a miss is the whole answer; a GET's body follows.
+      if (info->status() == wire::LookupStatus::kMiss || t.kind == CorrKind::kHeadLookup)
+        corr_.erase(it);
+      OnObjectInfo(*c, *info);
+      return;
+    }
+    case wire::LoanDecoder::kTemplateId: {
+      auto l = wire::LoanDecoder::Decode(m);
+      if (!l) return;
+      CoreLink::Pools* pools = core_->pools();
+      bool last = l->last() != 0;
+      if (last) corr_.erase(it);
+      bool used = false;
+      for (auto seg : l->segments()) {
+        const Mapping& pool = seg.pool() == wire::PoolKind::kHead ? pools->head : pools->io;
+        if (seg.pool_offset() + seg.length() > pool.size()) {
+          GOBLIN_LOG_ERROR(kLog, "a loan outside the core's pool (offset {} + {} > {})",
+                           seg.pool_offset(), seg.length(), pool.size());
+          break;
+        }
+        stats_.bytes_lent += seg.length();
+        CoreLink::Hold(pools);
+        used = true;
+        OnCoreBody(*c, {pool.data() + seg.pool_offset(), seg.length()}, l->loan_id(), last);
+        break;  // one segment per loan
+      }
+      if (!used) {
+        core_->ReturnLoan(l->loan_id());
+        Fail(*c, 502, "goblin-core lent memory outside its pools");
+      }
+      return;
+    }
+    case wire::ObjectDataDecoder::kTemplateId: {
+      auto d = wire::ObjectDataDecoder::Decode(m);
+      if (!d) return;
+      bool last = d->last() != 0;
+      if (last) corr_.erase(it);
+      OnCoreBody(*c, d->bytes_bytes(), 0, last);
+      return;
+    }
+    case wire::PurgeAckDecoder::kTemplateId: {
+      auto a = wire::PurgeAckDecoder::Decode(m);
+      corr_.erase(it);
+      ++stats_.purges;
+      return Respond(*c, 200, fmt::format("200 Purged {} objects\n", a ? a->deleted() : 0));
+    }
+    case wire::DeleteAckDecoder::kTemplateId: {
+      auto a = wire::DeleteAckDecoder::Decode(m);
+      corr_.erase(it);
+      ++stats_.purges;
+      if (a && a->deleted()) return Respond(*c, 200, "200 Purged\n");
+      return Respond(*c, 404, "404 Not in cache\n");
+    }
+    case wire::ErrorDecoder::kTemplateId: {
+      auto e = wire::ErrorDecoder::Decode(m);
+      corr_.erase(it);
+      std::string text = e ? std::string(e->text()) : "error";
+      if (c->ex->head_sent) {
+        // A followed fill that was abandoned, a damaged extent, ...: cut the body off.
+        GOBLIN_LOG_WARN(kLog, "'{}' failed mid-body: {}", c->ex->key, text);
+      }
+      return Fail(*c, 503, text);
+    }
+    default:
+      return;
+  }
+}
+
+void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info) {
+  Exchange& ex = *c.ex;
+  if (ex.state == ExState::kCoreBody) return;  // a later part of a multi-range answer
+  if (info.status() == wire::LookupStatus::kMiss) {
+    // (also when the fill we meant to follow ended before we asked: committed and gone,
+    // or abandoned)
+    ex.follow = false;
+    return Miss(c);
+  }
+  std::string meta(info.metadata());
+  uint64_t size = info.object_size();
+  bool filling = info.status() == wire::LookupStatus::kFilling;
+  // Only a committed object is a HIT; a fill in progress is streamed as a MISS.
+  if (filling) {
+    if (!ex.is_miss) ++stats_.coalesced;
+    ex.is_miss = true;
+  } else if (!ex.is_miss) {
+    ++stats_.hits;
+  }
+  if (ex.via_head_lookup) {
+    // Conditionals first, then ranges.
+    std::string_view etag = MetaGet(meta, "etag");
+    std::string_view lm = MetaGet(meta, "last-modified");
+    bool not_modified = false;
+    if (!ex.inm.empty()) {
+      not_modified = detail::EtagMatches(ex.inm, etag);
+    } else if (!ex.ims.empty() && !lm.empty()) {
+      auto since = http::ParseHttpDate(ex.ims), modified = http::ParseHttpDate(lm);
+      not_modified = since && modified && *modified <= *since;
+    }
+    if (not_modified) {
+      Write(c, HitHead(ex, 304, meta, info.created_nanos(), ""), true);
+      return FinishExchange(c);
+    }
+    if (ex.head) {
+      Write(
+          c,
+          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+          true);
+      return FinishExchange(c);
+    }
+    auto rr = http::ParseRange(ex.range, size, &ex.ranges);
+    if (rr == http::RangeResult::kUnsatisfiable) {
+      Write(c,
+            HitHead(ex, 416, "", info.created_nanos(),
+                    fmt::format("Content-Range: bytes */{}\r\nContent-Length: 0\r\n", size)),
+            true);
+      return FinishExchange(c);
+    }
+    ex.size = size;
+    if (rr == http::RangeResult::kOk && ex.ranges.size() == 1) {
+      const auto& r = ex.ranges[0];
+      Write(c,
+            HitHead(ex, 206, meta, info.created_nanos(),
+                    fmt::format("Content-Range: bytes {}-{}/{}\r\nContent-Length: {}\r\n", r.first,
+                                r.last, size, r.length())),
+            true);
+      if (CoreGet(c, r.first, r.length(), false) != 0) ex.state = ExState::kCoreBody;
+      return;
+    }
+    if (rr == http::RangeResult::kOk) {
+      // multipart/byteranges: the length is known up front; the parts carry the type.
+      std::mt19937_64 rng(detail::NowUnixNanos());
+      ex.boundary = fmt::format("goblin{:016x}", rng());
+      ex.content_type = std::string(MetaGet(meta, "content-type"));
+      uint64_t total = 0;
+      for (const auto& r : ex.ranges) {
+        total +=
+            fmt::format("\r\n--{}\r\n{}Content-Range: bytes {}-{}/{}\r\n\r\n", ex.boundary,
+                        ex.content_type.empty() ? "" : "Content-Type: " + ex.content_type + "\r\n",
+                        r.first, r.last, size)
+                .size() +
+            r.length();
+      }
+      total += fmt::format("\r\n--{}--\r\n", ex.boundary).size();
+      Write(
+          c,
+          HitHead(ex, 206, meta, info.created_nanos(),
+                  fmt::format("Content-Type: multipart/byteranges; boundary={}\r\nContent-Length: "
+                              "{}\r\n",
+                              ex.boundary, total),
+                  /*drop_content_type=*/true),
+          true);
+      ex.range_idx = 0;
+      ex.state = ExState::kCoreBody;
+      return StartRangePart(c);
+    }
+    // No (usable) range: the whole object.
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+          true);
+    if (CoreGet(c, 0, UINT64_MAX, false) != 0) ex.state = ExState::kCoreBody;
+    return;
+  }
+  // ObjectGet answered: the body follows.
+  ex.size = size;
+  if (ex.head) {
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(),
+                  size == UINT64_MAX ? "" : fmt::format("Content-Length: {}\r\n", size)),
+          true);
+    return FinishExchange(c);
+  }
+  if (filling && size == UINT64_MAX) {
+    ex.chunked_out = !ex.minor0;
+    if (ex.minor0) c.close_after = true;
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(),
+                  ex.chunked_out ? "Transfer-Encoding: chunked\r\n" : ""),
+          true);
+  } else {
+    Write(c,
+          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+          true);
+  }
+  // (a zero-byte object: the core still sends one empty last record, which ends it)
+  ex.state = ExState::kCoreBody;
+}
+
+void HttpServer::Impl::StartRangePart(Conn& c) {
+  Exchange& ex = *c.ex;
+  const auto& r = ex.ranges[ex.range_idx];
+  Write(c, fmt::format("\r\n--{}\r\n{}Content-Range: bytes {}-{}/{}\r\n\r\n", ex.boundary,
+                       ex.content_type.empty() ? "" : "Content-Type: " + ex.content_type + "\r\n",
+                       r.first, r.last, ex.size));
+  if (CoreGet(c, r.first, r.length(), false) != 0) ex.state = ExState::kCoreBody;
+}
+
+void HttpServer::Impl::OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan,
+                                  bool last) {
+  Exchange& ex = *c.ex;
+  if (ex.chunked_out && !bytes.empty()) Write(c, fmt::format("{:x}\r\n", bytes.size()));
+  if (loan != 0) {
+    if (bytes.empty()) {
+      ReleaseLoan(loan, core_->pools());
+    } else {
+      WriteLoan(c, bytes.data(), bytes.size(), loan, core_->pools());
+    }
+  } else if (!bytes.empty()) {
+    Write(c, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  }
+  if (ex.chunked_out && !bytes.empty()) Write(c, "\r\n");
+  if (!last) return;
+  if (!ex.ranges.empty() && ex.ranges.size() > 1) {
+    if (++ex.range_idx < ex.ranges.size()) return StartRangePart(c);
+    Write(c, fmt::format("\r\n--{}--\r\n", ex.boundary));
+  }
+  if (ex.chunked_out) Write(c, "0\r\n\r\n");
+  FinishExchange(c);
+}
+
+void HttpServer::Impl::OnCoreDown() {
+  ++stats_.core_disconnects;
+  // Every request to the core is gone with it; fills lose their lease.
+  std::vector<uint64_t> waiting;
+  for (auto& [corr, t] : corr_) {
+    if (t.conn != 0) waiting.push_back(t.conn);
+  }
+  corr_.clear();
+  std::vector<Fill*> fills;
+  for (auto& [ptr, f] : all_fills_) fills.push_back(ptr);
+  for (Fill* f : fills) {
+    if (f->stage == Stage::kCommitting) {
+      EndFill(*f);  // the origin is done; the commit's fate is unknown: not stored here
+    } else if (f->stage != Stage::kFetching && f->stage != Stage::kUncached) {
+      Uncache(*f, "the core link went down");
+    }
+  }
+  for (uint64_t id : waiting) {
+    Conn* c = Find(id);
+    if (c == nullptr || !c->ex) continue;
+    if (c->ex->state == ExState::kLookup || c->ex->state == ExState::kCoreBody) {
+      ++stats_.core_unavailable;
+      Fail(*c, 503, "goblin-core is unavailable");
+    }
+  }
+}
+
+}  // namespace goblin::gateway

@@ -1,0 +1,276 @@
+// The HTTP front's state and its parts, one file each:
+//   http_server.cpp  setup, the event loop, timers (idle clients, slow clients, origins)
+//   http_client.cpp  client connections: accept, parse, dispatch, queue and write responses
+//                    (--net sync: epoll readiness; --net async: NetRing), close
+//   http_hit.cpp     answers from the core: lookups, ranges, multipart, conditionals, PURGE,
+//                    what happens when the core link goes down
+//   http_fill.cpp    misses: the fill of one key from the origin into the core, its leader,
+//                    its waiters and followers, and how it ends (committed or aborted)
+//   http_origin.cpp  origin connections: address, connect, keep-alive pool, response parsing
+// A fill ends exactly one way: committed (PutResult) or aborted (origin fault, core error,
+// core link lost); on abort nothing is stored, every client reading it is cut off or told
+// 5xx, and the key is free for the next request at once. See docs/architecture.md.
+// Threading: everything here runs on the front's one loop thread.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core_link.h"
+#include "goblin/common/fd.h"
+#include "goblin/gateway/http.h"
+#include "goblin/gateway/http_server.h"
+#include "goblin/wire/goblin_wire.h"
+#include "http_util.h"
+#include "net_ring.h"
+
+namespace goblin::gateway {
+
+using detail::OriginFault;
+
+inline constexpr size_t kClientOutputHigh = 8 << 20;  // pause the origin above this per client
+inline constexpr size_t kCoreBacklogHigh = 16 << 20;  // pause origins while the core is behind
+// Body bytes sent with a response's headers in its first write (the rest follows at once).
+inline constexpr size_t kFirstSendBytes = 64 << 10;
+// epoll tags: small numbers for fixed fds; connections count up from kFirstTag; origins
+// have kOriginTagBit set.
+inline constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTagListen = 4,
+                          kTagNetRing = 5;
+inline constexpr uint64_t kOriginTagBit = 1ull << 62;
+inline constexpr uint64_t kFirstTag = 16;
+// --net async user data: connection id << 2 | operation.
+inline constexpr uint64_t kOpRecv = 1, kOpWrite = 2, kOpCancel = 3;
+
+class HttpServer::Impl {
+ public:
+  explicit Impl(const HttpServerOptions& o) : options_(o) {}
+  VoidResult Init();
+  VoidResult Run(int stop_fd);
+  HttpStats stats_;
+  int port_ = 0;
+
+ private:
+  struct Piece {
+    std::string owned;
+    const uint8_t* ptr = nullptr;  // borrowed (a loan) when owned is empty
+    size_t len = 0;
+    uint64_t loan = 0;
+    CoreLink::Pools* pools = nullptr;  // the mapping a loan's bytes live in
+    bool response_head = false;        // a status line and headers: see kFirstSendBytes
+  };
+  struct Fill;
+  enum class ExState { kLookup, kCoreBody, kWaitFill, kOrigin, kDone };
+  struct Exchange {
+    ExState state = ExState::kLookup;
+    std::string method, target, key, range, inm, ims, host;
+    bool head = false, keep_alive = true, minor0 = false;
+    bool head_sent = false;  // a response head went to the client: failures now close it
+    uint64_t corr = 0;
+    bool via_head_lookup = false;  // ObjectHead first (ranges, conditionals, HEAD)
+    bool chunked_out = false;      // the body goes out chunked (size unknown)
+    std::vector<http::ByteRange> ranges;
+    size_t range_idx = 0;
+    std::string boundary, content_type;
+    uint64_t size = 0;
+    bool follow = false;  // reading a fill through the core
+    bool is_miss = false;
+    bool purge_token_ok = false;
+    std::string purge_mode;  // X-Purge: "" (this URL), "prefix" or "all"
+    std::string body, content_type_in;
+  };
+  struct Conn {
+    uint64_t id = 0;
+    UniqueFd fd;
+    std::string in;
+    std::deque<Piece> out;
+    size_t first_off = 0;
+    size_t out_bytes = 0;
+    uint64_t last_active = 0;
+    uint64_t last_progress = 0;  // last time output moved (slow-client timeout)
+    bool close_after = false, closed = false, epollout = false, reading = true;
+    std::string peer;
+    std::unique_ptr<Exchange> ex;
+    // --net async
+    std::unique_ptr<char[]> rbuf;
+    bool recv_inflight = false, write_inflight = false;
+    uint32_t ops = 0;  // io_uring requests in flight (the Conn lives until they complete)
+    std::vector<iovec> wiov;
+    size_t wiov_bytes = 0;
+  };
+  struct Origin {
+    uint64_t tag = 0;
+    UniqueFd fd;
+    std::string out;  // request bytes not yet sent
+    std::string in;
+    http::Response resp;
+    bool head_done = false;
+    http::ChunkedDecoder chunked;
+    uint64_t body_left = 0;
+    bool until_close = false;
+    bool head_request = false;
+    uint64_t deadline = 0;
+    bool paused = false;
+    // Owner: a fill (cacheable fetch) or a pass-through exchange.
+    Fill* fill = nullptr;
+    uint64_t pass_conn = 0;
+    // Keep-alive: a connection back in the pool is idle; a request on a reused connection
+    // that fails before any answer is sent again on a fresh one.
+    bool idle = false, reused = false;
+    uint64_t idle_since = 0;
+    std::string request;  // the bytes of the current request (for that retry)
+  };
+  // One key being fetched from the origin. Stages: kFetching (the origin's head awaited),
+  // then kUncached (not stored: uncacheable, filled elsewhere, refused or lost by the core;
+  // the leader still streams from the origin), or kLeasing (PutBegin sent) -> kFilling
+  // (lease granted; body bytes go to the core as PutData) -> kCommitting (PutCommit sent).
+  enum class Stage { kFetching, kUncached, kLeasing, kFilling, kCommitting };
+  struct Fill {
+    std::string key, target, host;
+    Stage stage = Stage::kFetching;
+    Origin* origin = nullptr;
+    uint64_t leader = 0;            // the connection streaming straight from the origin
+    std::vector<uint64_t> waiters;  // connections waiting for the origin's answer
+    bool leader_head = false;       // the leader asked HEAD
+    uint64_t put_id = 0, begin_corr = 0, commit_corr = 0;
+    uint64_t received = 0;  // body bytes from the origin
+    uint64_t sent = 0;      // body bytes sent to the core (PutData)
+    std::string pending;    // body bytes waiting for the lease
+    bool origin_done = false;
+    bool ended = false;
+  };
+  // What a correlation id sent to the core belongs to. A fill keeps its PutBegin's id for its
+  // whole life (the core reports a fill it had to abort with an Error carrying it); a fill
+  // that ended before its lease came leaves kOrphanLease behind, so a lease granted late is
+  // given back at once.
+  enum class CorrKind : uint8_t { kLookup, kHeadLookup, kFill, kFillCommit, kOrphanLease, kPurge };
+  struct CorrTarget {
+    CorrKind kind;
+    uint64_t conn = 0;
+    Fill* fill = nullptr;
+  };
+
+  // ---- clients (http_client.cpp) ----
+  void Accept();
+  void OnReadable(Conn& c);
+  void ProcessRequests(Conn& c);
+  void BuildExchange(Conn& c, const http::Request& r);
+  void Dispatch(Conn& c);
+  // A complete response of its own (status line, our headers, `body`), ending the exchange.
+  void Respond(Conn& c, int status, std::string_view body = {}, std::string_view extra = {});
+  // The exchange cannot go on: a 5xx (status, body saying the same) if no response head went
+  // out yet, else the connection is closed once the bytes already queued are written (the
+  // only honest signal mid-body). Either way the connection does not serve another request.
+  void Fail(Conn& c, int status, std::string_view why);
+  // Queues bytes for the client. `response_head`: these are a response's status line and
+  // headers; the write that sends them carries at most kFirstSendBytes of what follows, so
+  // the client's first byte is not held back behind copying a whole RAM head.
+  void Write(Conn& c, std::string bytes, bool response_head = false);
+  void WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t loan, CoreLink::Pools* pools);
+  void Flush(Conn& c);
+  void Close(Conn& c);
+  void FinishExchange(Conn& c);
+  void ReleasePieces(Conn& c);
+  Conn* Find(uint64_t id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() || it->second->closed ? nullptr : it->second.get();
+  }
+  // --net async
+  void PostRecv(Conn& c);
+  void OnNetCompletion(uint64_t ud, int32_t res);
+  void Advance(Conn& c, size_t n);  // n output bytes left the process
+  // The output pieces as iovecs (at most `max`), from the unsent part of the first one.
+  size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max);
+
+  // ---- the core (http_hit.cpp) ----
+  // Sends a request that belongs to `c`'s exchange; false (and the exchange answered: 414
+  // too large, 503 core away or backlogged) when it could not go.
+  bool SendRequest(Conn& c, FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  uint64_t CoreGet(Conn& c, uint64_t offset, uint64_t length, bool follow);
+  uint64_t CoreHead(Conn& c);
+  void Purge(Conn& c);
+  // A lookup went to the core: the loop keeps polling for its answer up to
+  // options_.core_reply_poll before it sleeps (a client's first byte waits on it).
+  void ExpectCoreReply();
+  void OnCoreMessage(std::span<const uint8_t> m);
+  void OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t template_id,
+                       std::span<const uint8_t> m);
+  void OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info);
+  void StartRangePart(Conn& c);
+  void OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan, bool last);
+  void ReleaseLoan(uint64_t loan, CoreLink::Pools* pools) { core_->ReleaseLoan(loan, pools); }
+  std::string HitHead(Exchange& ex, int status, std::string_view meta, uint64_t created_ns,
+                      std::string_view extra, bool drop_content_type = false);
+  // The core link went down: every exchange waiting on the core is answered (503 before a
+  // head, closed after one), every fill continues uncached or ends.
+  void OnCoreDown();
+
+  // ---- fills (http_fill.cpp) ----
+  void Miss(Conn& c);
+  Fill* StartFill(Exchange& ex, bool leader_is_client, uint64_t leader);
+  void OnFillReply(CorrTarget t, uint64_t corr, uint16_t template_id, std::span<const uint8_t> m);
+  void OnFillHead(Origin& o);                          // the origin's head: store it or not
+  void OnFillBody(Origin& o, std::string_view bytes);  // origin body bytes of a fill
+  void OnFillOriginDone(Fill& f, bool ok, OriginFault fault);
+  void FillGranted(Fill& f);
+  void CommitFill(Fill& f);  // PutCommit of everything the origin sent
+  // The core will not keep this fill (refused, aborted it, or the link went down): the leader
+  // keeps streaming from the origin, waiters fetch for themselves, nothing is stored.
+  void Uncache(Fill& f, std::string_view why);
+  // The origin failed: the core's fill (if any) is aborted, the leader and every waiter are
+  // failed, the key is free at once.
+  void AbortFill(Fill& f, OriginFault fault);
+  void ReleaseWaiters(Fill& f, bool follow);
+  void PassToOrigin(Conn& c);  // this request fetches for itself, uncached
+  void Follow(Conn& c);
+  void EndFill(Fill& f);
+  void SendPutData(Fill& f, std::string_view bytes);
+  void SendPutAbort(uint64_t put_id);
+
+  // ---- the origin (http_origin.cpp) ----
+  VoidResult ParseMirror();
+  bool ResolveOrigin();  // getaddrinfo (at start, and again after a connection failure)
+  Origin* OpenOrigin(const std::string& method, const std::string& target, const std::string& range,
+                     const std::string& content_type = {}, const std::string& body = {});
+  void OnOriginEvent(Origin& o, uint32_t events);
+  void OnOriginHead(Origin& o);
+  void OnOriginBody(Origin& o, std::string_view bytes);
+  void OnOriginDone(Origin& o, bool ok, OriginFault fault = OriginFault::kUnreachable);
+  void PauseOrigin(Origin& o);
+  void ResumeOrigins();
+  void CloseOrigin(Origin& o);
+  // After a complete answer: back to the keep-alive pool if the origin allows, else closed.
+  void ReleaseOrigin(Origin& o);
+  bool ConnectOrigin(Origin& o);  // a fresh connection for o (same tag)
+
+  HttpServerOptions options_;
+  std::string origin_host_, origin_port_, origin_prefix_, origin_hostport_;
+  sockaddr_storage origin_addr_{};
+  socklen_t origin_addr_len_ = 0;
+  uint64_t last_resolve_ = 0;  // MonotonicNanos of the last getaddrinfo
+  bool resolve_again_ = false;
+  std::vector<uint64_t> idle_origins_;
+  std::unique_ptr<CoreLink> core_;
+  UniqueFd epoll_, listen_;
+  bool async_ = false;
+  NetRing net_;
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::unordered_map<uint64_t, std::unique_ptr<Origin>> origins_;
+  // Every fill lives in all_fills_ until it ends; fills_ names the ones a request for the key
+  // can still join (not kUncached: the key is free again for the next request).
+  std::unordered_map<Fill*, std::unique_ptr<Fill>> all_fills_;
+  std::unordered_map<std::string, Fill*> fills_;
+  std::vector<std::unique_ptr<Fill>> dead_fills_;  // ended this round, freed at its end
+  std::unordered_map<uint64_t, CorrTarget> corr_;
+  uint64_t next_tag_ = kFirstTag, next_corr_ = 1;
+  uint64_t poll_until_ = 0;
+  std::vector<Conn*> dirty_;
+};
+
+}  // namespace goblin::gateway

@@ -1,0 +1,214 @@
+// Test helper for the HTTP mirror end to end: a goblin-core with a disk tier, the project's
+// test origin (tests/support/test_origin.py, which logs every request) and goblin-gateway
+// --mirror in front of it, each a child process of the test with its own log; curl and raw
+// sockets as clients. Used by http_mirror_test and http_fault_test.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tests/system/process.h"
+
+namespace goblin::test {
+
+inline std::string ReadFileBytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+class MirrorHarness {
+ public:
+  struct Reply {
+    int code = 0;       // 0: no status line arrived
+    int curl_exit = 0;  // curl's exit status (18: body shorter than declared, 52, 56, ...)
+    std::string headers, body;
+  };
+
+  // Prepares a tier and starts goblin-core (`core_extra`: "--flag", "value" pairs that
+  // replace or add to the defaults) and the test origin. `name` names the scratch directory.
+  bool StartCoreAndOrigin(const std::string& name, std::vector<std::string> core_extra = {}) {
+    dir_ = fmt::format("{}/httpmirror-{}-{}", TmpDir(), getpid(), name);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    tier_ = dir_ + "/tier";
+    core_sock_ = SocketPath("hcore");
+    if (RunCommand({GOBLIN_CORE_BIN, "--prepare", tier_}, dir_ + "/prep.log").first != 0)
+      return false;
+    // Defaults, each replaced by the same flag in `core_extra` ("--flag", "value" pairs).
+    std::vector<std::pair<std::string, std::string>> flags{
+        {"--listen-unix", core_sock_}, {"--ssd-dir", tier_},
+        {"--memory", "64M"},           {"--block", "64K"},
+        {"--ram-head", "64K"},         {"--extent-size", "1M"},
+        {"--tier-file-size", "256M"}};
+    for (size_t i = 0; i + 1 < core_extra.size(); i += 2) {
+      auto it = std::find_if(flags.begin(), flags.end(),
+                             [&](const auto& f) { return f.first == core_extra[i]; });
+      if (it != flags.end()) {
+        it->second = core_extra[i + 1];
+      } else {
+        flags.emplace_back(core_extra[i], core_extra[i + 1]);
+      }
+    }
+    core_args_ = {GOBLIN_CORE_BIN};
+    for (const auto& [flag, value] : flags) {
+      core_args_.push_back(flag);
+      core_args_.push_back(value);
+    }
+    if (!StartCore()) return false;
+    origin_ = std::make_unique<Process>(
+        std::vector<std::string>{
+            "/usr/bin/python3", std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
+            "--port-file", dir_ + "/origin.port", "--log", dir_ + "/access.log"},
+        dir_ + "/origin.log");
+    if (!WaitForPath(dir_ + "/origin.port", std::chrono::seconds(10))) return false;
+    origin_port_ = ReadFileBytes(dir_ + "/origin.port");
+    return true;
+  }
+  // (Re)starts goblin-core with the same arguments (its log is appended to core.log).
+  bool StartCore() {
+    std::filesystem::remove(core_sock_);
+    core_ = std::make_unique<Process>(core_args_, dir_ + "/core.log." + std::to_string(cores_++));
+    return WaitForPath(core_sock_, std::chrono::seconds(10));
+  }
+  void StartGateway(const std::string& net, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{GOBLIN_GATEWAY_BIN,
+                                  "--core",
+                                  "unix:" + core_sock_,
+                                  "--mirror",
+                                  "http://127.0.0.1:" + origin_port_,
+                                  "--http-port=-1",
+                                  "--origin-timeout",
+                                  "2s",
+                                  "--net",
+                                  net};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    gateway_ = std::make_unique<Process>(argv, dir_ + "/gateway.log");
+    port_.clear();
+    for (int i = 0; i < 500 && port_.empty(); ++i) {
+      std::string log = gateway_->Output();
+      size_t at = log.find("on 127.0.0.1:");
+      if (at != std::string::npos) {
+        size_t end = log.find(' ', at + 13);
+        port_ = log.substr(at + 13, end - at - 13);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    base_ = "http://127.0.0.1:" + port_;
+  }
+  void StopAll() {
+    gateway_.reset();
+    origin_.reset();
+    core_.reset();
+    std::filesystem::remove(core_sock_);
+    std::filesystem::remove_all(dir_);
+  }
+
+  // curl through the gateway (20 s bound); `tag` separates concurrent clients' files.
+  Reply Curl(const std::string& path, std::vector<std::string> args = {},
+             const std::string& tag = "c") {
+    std::vector<std::string> argv{"/usr/bin/curl",   "-s",         "-D", dir_ + "/h" + tag, "-o",
+                                  dir_ + "/b" + tag, "--max-time", "20"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(base_ + path);
+    Reply r;
+    r.curl_exit = RunCommand(argv, dir_ + "/curl" + tag + ".log", std::chrono::seconds(30)).first;
+    return Collect(tag, r);
+  }
+  // A curl started in the background; Finish() waits for it and reads what it got.
+  struct Background {
+    std::unique_ptr<Process> process;
+    std::string tag;
+  };
+  Background CurlInBackground(const std::string& path, const std::string& tag) {
+    std::filesystem::remove(dir_ + "/h" + tag);
+    std::filesystem::remove(dir_ + "/b" + tag);
+    Background b;
+    b.tag = tag;
+    b.process = std::make_unique<Process>(
+        std::vector<std::string>{"/usr/bin/curl", "-s", "-D", dir_ + "/h" + tag, "-o",
+                                 dir_ + "/b" + tag, "--max-time", "20", base_ + path},
+        dir_ + "/curl" + tag + ".log");
+    return b;
+  }
+  Reply Finish(Background& b) {
+    Reply r;
+    r.curl_exit = b.process->Wait(std::chrono::seconds(30));
+    return Collect(b.tag, r);
+  }
+
+  // The object straight from the origin.
+  std::string Origin(const std::string& path) {
+    std::vector<std::string> argv{"/usr/bin/curl", "-s", "-o", dir_ + "/ob",
+                                  "http://127.0.0.1:" + origin_port_ + path};
+    RunCommand(argv, dir_ + "/curl.log", std::chrono::seconds(30));
+    std::string b = ReadFileBytes(dir_ + "/ob");
+    std::filesystem::remove(dir_ + "/ob");
+    return b;
+  }
+  // Origin requests whose path (with query) is exactly `path` so far.
+  int OriginHits(const std::string& path) {
+    std::ifstream f(dir_ + "/access.log");
+    int n = 0;
+    for (std::string line; std::getline(f, line);) {
+      if (line.find(" " + path + " ") != std::string::npos) ++n;
+    }
+    return n;
+  }
+  static bool HasHeader(const std::string& headers, const std::string& line) {
+    return headers.find(line + "\r\n") != std::string::npos;
+  }
+
+  std::string dir_, tier_, core_sock_, origin_port_, port_, base_;
+  std::vector<std::string> core_args_;
+  int cores_ = 0;
+  std::unique_ptr<Process> core_, origin_, gateway_;
+
+ private:
+  Reply Collect(const std::string& tag, Reply r) {
+    r.headers = ReadFileBytes(dir_ + "/h" + tag);
+    r.body = ReadFileBytes(dir_ + "/b" + tag);
+    // With redirects or 1xx there could be several heads: the last one counts.
+    size_t at = r.headers.rfind("HTTP/1.1 ");
+    if (at != std::string::npos && r.headers.size() >= at + 12)
+      r.code = std::stoi(r.headers.substr(at + 9, 3));
+    std::filesystem::remove(dir_ + "/h" + tag);
+    std::filesystem::remove(dir_ + "/b" + tag);
+    return r;
+  }
+};
+
+// A raw request on a fresh connection (5 s receive timeout): everything until the close.
+inline std::string RawExchange(const std::string& port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  shutdown(fd, SHUT_WR);
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+}  // namespace goblin::test
