@@ -52,11 +52,10 @@ int main(int argc, char** argv) {
   CLI::App app("fill_rate_bench: small-object fill rate and restart time of goblin-core",
                "fill_rate_bench");
   std::string core_bin, dir = "/var/tmp/goblin-fill-bench";
-  uint64_t min_size = 4 << 10, max_size = 64 << 10, extent = 64 << 10,
-           tier_file = 4ull << 30;
+  uint64_t min_size = 4 << 10, max_size = 64 << 10, extent = 64 << 10, tier_file = 4ull << 30;
   int clients = 16;
   double seconds = 5;
-  uint64_t churn = 0, keep = 20000;
+  uint64_t churn = 0, keep = 20000, ring_bytes = 1 << 20;
   std::vector<std::string> core_extra;
   app.add_option("--core", core_bin, "Path of goblin-core")->required();
   app.add_option("--dir", dir, "Scratch directory on the disk to measure (emptied)")
@@ -70,6 +69,8 @@ int main(int argc, char** argv) {
   app.add_option("--churn", churn, "Operations of the restart phase (0: skip it)")
       ->capture_default_str();
   app.add_option("--keep", keep, "Keys the churn phase spreads over")->capture_default_str();
+  AddSizeOption(app, "--ring-bytes", &ring_bytes,
+                "Ring size of each client connection (a gateway's is 1M; libgoblin's default 4K)");
   app.add_option("--core-arg", core_extra, "Extra goblin-core argument (repeatable)");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (min_size == 0 || max_size < min_size || clients < 1) {
@@ -84,12 +85,24 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "fill_rate_bench: goblin-core --prepare failed\n");
     return 1;
   }
-  std::vector<std::string> args{core_bin,         "--listen-unix",  sock,
-                                "--ssd-dir",      tier,             "--memory",
-                                "512M",           "--block",        "64K",
-                                "--ram-head",     "64K",            "--extent-size",
-                                FormatSize(extent), "--tier-file-size", FormatSize(tier_file),
-                                "--max-objects",  "1000000",        "--log-level",
+  std::vector<std::string> args{core_bin,
+                                "--listen-unix",
+                                sock,
+                                "--ssd-dir",
+                                tier,
+                                "--memory",
+                                "512M",
+                                "--block",
+                                "64K",
+                                "--ram-head",
+                                "64K",
+                                "--extent-size",
+                                FormatSize(extent),
+                                "--tier-file-size",
+                                FormatSize(tier_file),
+                                "--max-objects",
+                                "1000000",
+                                "--log-level",
                                 "info"};
   args.insert(args.end(), core_extra.begin(), core_extra.end());
   bench::CoreLauncher core;
@@ -98,7 +111,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto connect = [&] {
-    auto c = client::Connection::Open("unix:" + sock, {.timeout = std::chrono::seconds(60)});
+    auto c = client::Connection::Open(
+        "unix:" + sock,
+        {.ring_bytes = static_cast<uint32_t>(ring_bytes), .timeout = std::chrono::seconds(60)});
     if (!c) {
       fmt::print(stderr, "fill_rate_bench: {}\n", c.error());
       std::exit(1);
@@ -109,8 +124,9 @@ int main(int argc, char** argv) {
   std::mt19937_64 fill_rng(0x9e3779b97f4a7c15ULL);
   for (auto& b : data) b = static_cast<uint8_t>(fill_rng());
 
-  fmt::print("# fill_rate_bench: {} clients, objects {}-{}, extent {}, dir {}\n", clients,
-             FormatSize(min_size), FormatSize(max_size), FormatSize(extent), dir);
+  fmt::print("# fill_rate_bench: {} clients ({} rings), objects {}-{}, extent {}, dir {}\n",
+             clients, FormatSize(ring_bytes), FormatSize(min_size), FormatSize(max_size),
+             FormatSize(extent), dir);
 
   // Phase 1: the fill rate.
   std::atomic<bool> stop{false};
@@ -215,13 +231,15 @@ int main(int argc, char** argv) {
                puts.load(), deletes.load(), keep, keep, churn_secs);
     fmt::print("before the stop: journal {} , checkpoint {}; after the clean stop: journal {}\n",
                HumanSize(journal), HumanSize(checkpoint), HumanSize(journal_after_stop));
-    fmt::print("restart: socket after {:.0f} ms, first hit after {:.0f} ms; {} of ~200 sampled "
-               "kept keys missing\n",
-               static_cast<double>(socket_up - r0) / 1e6,
-               static_cast<double>(first_hit - r0) / 1e6, missing);
+    fmt::print(
+        "restart: socket after {:.0f} ms, first hit after {:.0f} ms; {} of ~200 sampled "
+        "kept keys missing\n",
+        static_cast<double>(socket_up - r0) / 1e6, static_cast<double>(first_hit - r0) / 1e6,
+        missing);
     fmt::print("core: {}\n", LastLineWith(log, "store: "));
   }
   core.Stop();
+  if (auto j = LastLineWith(log, "journal: "); !j.empty()) fmt::print("core: {}\n", j);
   fs::remove_all(dir);
   return 0;
 }

@@ -48,6 +48,7 @@ void CoreService::OnClose(ring::Session& session) {
       }
     }
     downloads_.erase(session.id());  // the stream releases what it holds
+    describes_.remove_if([&](const PendingDescribe& p) { return p.session == session.id(); });
     if (auto l = lenders_.find(session.id()); l != lenders_.end()) {
       for (auto& [id, lent] : l->second.loans) ReleaseLent(lent);
       lenders_.erase(l);
@@ -174,7 +175,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       f.set_correlation_id(d.correlation_id())
           .set_put_id(granted ? r->second : 0)
           .set_state(granted ? wire::LeaseState::kGranted : wire::LeaseState::kInProgress);
-      if (granted) uploads_[r->second] = Upload{session.id(), 0};
+      if (granted) uploads_[r->second] = Upload{session.id(), d.correlation_id(), 0, Status()};
       Send(session, f.Finish());
       return;
     }
@@ -191,16 +192,14 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       if (!up.failed.ok()) return;  // already failed and reported: drop the rest quietly
       if (d.offset() != up.received) {
         store_->Abort(d.put_id());
-        up.failed =
-            Status(StatusCode::kInvalidArgument,
-                   fmt::format("PutData at offset {} but {} bytes were received: fill aborted",
-                               d.offset(), up.received));
-        return SendStatusError(session, 0, up.failed);
+        return FailUpload(
+            up, Status(StatusCode::kInvalidArgument,
+                       fmt::format("PutData at offset {} but {} bytes were received: fill aborted",
+                                   d.offset(), up.received)));
       }
       auto bytes = d.bytes_bytes();
       if (auto r = store_->Append(d.put_id(), bytes); !r) {
-        up.failed = r.error();  // the store aborted the fill
-        return SendStatusError(session, 0, up.failed);
+        return FailUpload(up, r.error());  // the store aborted the fill
       }
       up.received += bytes.size();
       counters_.bytes_in += bytes.size();
@@ -220,14 +219,23 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       uploads_.erase(it);
       if (!failed.ok()) return SendStatusError(session, d.correlation_id(), failed);
       const uint64_t t0 = MonotonicNanos();
-      auto gen = store_->Commit(d.put_id(), d.total_size());
-      histograms_.put_commit.Record(MonotonicNanos() - t0);
-      wire::PutResultEncoder p(out_.data(), out_.size());
-      p.set_correlation_id(d.correlation_id()).set_put_id(d.put_id());
-      if (!gen) return SendStatusError(session, d.correlation_id(), gen.error());
-      ++counters_.puts;
-      p.set_code(wire::ErrorCode::kOk).set_generation(*gen).set_size(d.total_size());
-      Send(session, p.Finish());
+      // The loop does not wait: the last write is started, the object becomes visible when
+      // its writes land, and PutResult goes once its record is durable (group commit).
+      auto r = store_->CommitAsync(
+          d.put_id(), d.total_size(),
+          [this, sid = session.id(), corr = d.correlation_id(), put = d.put_id(),
+           size = d.total_size(), t0](Result<uint64_t> gen) {
+            histograms_.put_commit.Record(MonotonicNanos() - t0);
+            ring::Session* s = SessionById(sid);
+            if (s == nullptr) return;
+            if (!gen) return SendStatusError(*s, corr, gen.error());
+            ++counters_.puts;
+            wire::PutResultEncoder p(out_.data(), out_.size());
+            p.set_correlation_id(corr).set_put_id(put);
+            p.set_code(wire::ErrorCode::kOk).set_generation(*gen).set_size(size);
+            Send(*s, p.Finish());
+          });
+      if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       return;
     }
     case wire::PutAbortDecoder::kTemplateId: {
@@ -316,32 +324,36 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       auto r = store_->DeletePrefix(d.prefix());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       GOBLIN_LOG_INFO(kLog, "purged {} objects with prefix '{}'", *r, d.prefix());
-      wire::PurgeAckEncoder a(out_.data(), out_.size());
-      a.set_correlation_id(d.correlation_id()).set_deleted(*r);
-      Send(session, a.Finish());
+      store_->WhenDurable(
+          [this, sid = session.id(), corr = d.correlation_id(), n = *r](const Status& st) {
+            ring::Session* s = SessionById(sid);
+            if (s == nullptr) return;
+            if (!st.ok()) return SendStatusError(*s, corr, st);
+            wire::PurgeAckEncoder a(out_.data(), out_.size());
+            a.set_correlation_id(corr).set_deleted(n);
+            Send(*s, a.Finish());
+          });
       return;
     }
     case wire::ObjectDescribeDecoder::kTemplateId: {
       wire::ObjectDescribeDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectDescribe", e);
-      auto r = store_->Describe(d.key());
+      std::unique_ptr<store::Store::Stream> refill;
+      auto r = store_->Describe(d.key(), store::Store::DiskRead::kAsync, &refill);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
-      wire::HeadDescriptorEncoder hd(out_.data(), out_.size());
-      hd.set_correlation_id(d.correlation_id())
-          .set_status(*r ? wire::LookupStatus::kHit : wire::LookupStatus::kMiss)
-          .set_entry(sbe::kNoHeadEntry);
-      if (*r) {
-        const store::HeadDescription& h = **r;
-        hd.set_object_size(h.info.size)
-            .set_generation(h.info.generation)
-            .set_entry(h.entry)
-            .set_pool_offset(h.head.offset)
-            .set_head_length(h.head.length)
-            .set_checksum(h.head.checksum);
+      if (refill) {  // the head is on disk only: read it asynchronously, answer then
+        describes_.push_back(
+            {session.id(), d.correlation_id(), std::string(d.key()), std::move(refill)});
+        PendingDescribe* p = &describes_.back();
+        p->refill->SetReadyCallback([this, p] {
+          p->ready = true;
+          describes_ready_ = true;
+        });
+        describes_ready_ = true;  // (the first Peek starts the read)
+        return;
       }
-      Send(session, hd.Finish());
-      return;
+      return SendDescription(session, d.correlation_id(), *r);
     }
     case wire::MapPoolsDecoder::kTemplateId: {
       wire::MapPoolsDecoder d;
@@ -361,9 +373,15 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
         return bad("ObjectDelete", e);
       auto r = store_->Delete(d.key());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
-      wire::DeleteAckEncoder a(out_.data(), out_.size());
-      a.set_correlation_id(d.correlation_id()).set_deleted(*r ? 1 : 0);
-      Send(session, a.Finish());
+      store_->WhenDurable(
+          [this, sid = session.id(), corr = d.correlation_id(), deleted = *r](const Status& st) {
+            ring::Session* s = SessionById(sid);
+            if (s == nullptr) return;
+            if (!st.ok()) return SendStatusError(*s, corr, st);
+            wire::DeleteAckEncoder a(out_.data(), out_.size());
+            a.set_correlation_id(corr).set_deleted(deleted ? 1 : 0);
+            Send(*s, a.Finish());
+          });
       return;
     }
     default:
@@ -569,9 +587,69 @@ std::vector<CoreService::SessionView> CoreService::Sessions() const {
   return out;
 }
 
+void CoreService::SendDescription(ring::Session& session, uint64_t correlation_id,
+                                  const std::optional<store::HeadDescription>& d) {
+  wire::HeadDescriptorEncoder hd(out_.data(), out_.size());
+  hd.set_correlation_id(correlation_id)
+      .set_status(d ? wire::LookupStatus::kHit : wire::LookupStatus::kMiss)
+      .set_entry(sbe::kNoHeadEntry);
+  if (d) {
+    hd.set_object_size(d->info.size)
+        .set_generation(d->info.generation)
+        .set_entry(d->entry)
+        .set_pool_offset(d->head.offset)
+        .set_head_length(d->head.length)
+        .set_checksum(d->head.checksum);
+  }
+  Send(session, hd.Finish());
+}
+
+void CoreService::PumpDescribes() {
+  if (!describes_ready_) return;
+  describes_ready_ = false;
+  for (auto it = describes_.begin(); it != describes_.end();) {
+    if (!it->ready) {
+      ++it;
+      continue;
+    }
+    it->ready = false;
+    std::span<const uint8_t> bytes;
+    auto step = it->refill->Peek(&bytes);
+    if (step && *step == store::Store::Stream::Step::kWait) {
+      ++it;
+      continue;
+    }
+    // The first chunk is in (the head adopted into RAM if the pool had room), or the read
+    // failed (a damaged extent drops the object): describe again, without the disk.
+    it->refill.reset();
+    if (ring::Session* s = SessionById(it->session)) {
+      auto r = store_->Describe(it->key, store::Store::DiskRead::kNever);
+      if (!r) {
+        SendStatusError(*s, it->correlation_id, r.error());
+      } else {
+        SendDescription(*s, it->correlation_id, *r);
+      }
+    }
+    it = describes_.erase(it);
+  }
+}
+
+void CoreService::FailUpload(Upload& up, Status why) {
+  up.failed = std::move(why);
+  auto s = sessions_.find(up.session);
+  if (s != sessions_.end()) SendStatusError(*s->second, up.begin_correlation, up.failed);
+}
+
 size_t CoreService::OnPoll() {
   if (store_ == nullptr) return 0;
   if (auto r = store_->Poll(); !r) GOBLIN_LOG_ERROR(kLog, "store: {}", r.error());
+  PumpDescribes();
+  for (store::Store::FillId id : store_->TakeTimedOutFills()) {
+    auto it = uploads_.find(id);
+    if (it == uploads_.end() || !it->second.failed.ok()) continue;
+    FailUpload(it->second,
+               Status(StatusCode::kTimeout, "the fill received no data for too long: aborted"));
+  }
   return 0;
 }
 

@@ -156,6 +156,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-objects", so.max_objects,
                  "Evict beyond this many objects (0: only when a tier is full)")
       ->capture_default_str();
+  uint64_t checkpoint_bytes = 64ull << 20, checkpoint_records = 100000;
+  AddSizeOption(app, "--checkpoint-journal-size", &checkpoint_bytes,
+                "Write an index checkpoint (in the background) once the journal is this large");
+  app.add_option("--checkpoint-journal-records", checkpoint_records,
+                 "... or once it holds this many records (0: no limit)")
+      ->capture_default_str();
+  std::chrono::nanoseconds fill_timeout = std::chrono::seconds(30);
+  AddDurationOption(app, "--fill-timeout", &fill_timeout,
+                    "A fill that receives no data for this long is aborted (its readers are "
+                    "cut off, the key is free again); 0: never");
   app.add_option("--head-descriptors", so.head_descriptors,
                  "Heads describable at once for one-sided reads (the head table's entries)")
       ->check(CLI::Range(1u, 1u << 26))
@@ -277,6 +287,10 @@ int main(int argc, char** argv) {
     so.tier.extent_bytes = static_cast<uint32_t>(extent_bytes);
     so.tier.file_bytes = tier_file_bytes;
     so.io = *store::ParseIoChoice(io);
+    so.fill_timeout_ns = static_cast<uint64_t>(fill_timeout.count());
+    so.group_commit = true;
+    so.checkpoint.journal_bytes = checkpoint_bytes;
+    so.checkpoint.journal_records = checkpoint_records;
     auto st = store::Store::Open(so);
     if (!st) return Fail(st.error());
     object_store = std::move(*st);
@@ -311,6 +325,7 @@ int main(int argc, char** argv) {
   if (!server) return Fail(server.error());
   if (object_store) {
     if (auto r = (*server)->AddWakeFd(object_store->event_fd()); !r) return Fail(r.error());
+    if (auto r = (*server)->AddWakeFd(object_store->sync_event_fd()); !r) return Fail(r.error());
   }
 #if GOBLIN_HAVE_VERBS
   if (auto devs = verbs::ListVerbsDevices(); devs) {
@@ -442,6 +457,18 @@ int main(int argc, char** argv) {
   quit.store(true);
   watcher.join();
   if (admin_server) admin_server->Shutdown(std::chrono::seconds(1));
+  if (object_store) {
+    // Everything acknowledged is durable already; make the rest durable and checkpoint, so
+    // the next start loads the checkpoint and replays nothing.
+    const auto& is = object_store->index().stats();
+    GOBLIN_LOG_INFO(kLog,
+                    "journal: {} group syncs carried {} records; {} background checkpoints "
+                    "({} failed), {} inline syncs to make room",
+                    is.group_syncs, is.synced_records, is.checkpoints, is.checkpoint_failures,
+                    object_store->stats().inline_syncs);
+    if (auto r = object_store->Close(); !r)
+      GOBLIN_LOG_ERROR(kLog, "store at shutdown: {}", r.error());
+  }
   if (!ran) return Fail(ran.error());
   const auto& st = (*server)->stats();
   GOBLIN_LOG_INFO(

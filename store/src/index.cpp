@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "goblin/common/clock.h"
+#include "goblin/common/log.h"
+
 namespace goblin::store {
 namespace {
 
@@ -261,23 +264,31 @@ bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
   return false;
 }
 
-Result<uint64_t> Index::Commit(ObjectRecord record, std::vector<Extent>* released) {
+VoidResult Index::AfterAppend() {
+  if (worker_) return {};  // a group sync makes it durable (Poll)
+  return journal_.Sync();  // durable before visible
+}
+
+Result<uint64_t> Index::Commit(ObjectRecord record, std::vector<Extent>* released,
+                               uint64_t* lsn_out) {
   record.generation = next_generation_;
   auto bytes = EncodeRecord(record);
   GOBLIN_ASSIGN_OR_RETURN(uint64_t lsn, journal_.Append(kPut, bytes));
-  GOBLIN_RETURN_IF_ERROR(journal_.Sync());  // durable before visible
+  GOBLIN_RETURN_IF_ERROR(AfterAppend());
   ++next_generation_;
   applied_lsn_ = lsn;
   uint64_t gen = record.generation;
   Apply(std::move(record), released);
+  if (lsn_out) *lsn_out = lsn;
   return gen;
 }
 
-Result<bool> Index::Delete(std::string_view key, std::vector<Extent>* released) {
+Result<bool> Index::Delete(std::string_view key, std::vector<Extent>* released, uint64_t* lsn_out) {
   if (Find(key) == nullptr) return false;
   GOBLIN_ASSIGN_OR_RETURN(uint64_t lsn, journal_.Append(kDelete, AsBytes(key)));
-  GOBLIN_RETURN_IF_ERROR(journal_.Sync());
+  GOBLIN_RETURN_IF_ERROR(AfterAppend());
   applied_lsn_ = lsn;
+  if (lsn_out) *lsn_out = lsn;
   return Remove(key, released);
 }
 
@@ -287,8 +298,7 @@ void Index::ForEach(const std::function<void(const ObjectRecord&)>& fn) const {
   }
 }
 
-VoidResult Index::Checkpoint() {
-  GOBLIN_RETURN_IF_ERROR(journal_.Sync());
+std::vector<uint8_t> Index::EncodeCheckpoint() const {
   Writer w;
   uint64_t magic;  // through an integer: GCC 12 misreports a vector insert of 8 chars here
   std::memcpy(&magic, kCheckpointMagic, 8);
@@ -301,10 +311,131 @@ VoidResult Index::Checkpoint() {
     w.Bytes(std::string_view(reinterpret_cast<const char*>(rec.data()), rec.size()));
   });
   w.Put<uint64_t>(XXH3_64bits(w.out.data(), w.out.size()));
-  GOBLIN_RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/index.checkpoint", w.out));
+  return std::move(w.out);
+}
+
+VoidResult Index::Checkpoint() {
+  GOBLIN_RETURN_IF_ERROR(SyncNow());
+  if (checkpoint_stage_ != CheckpointStage::kNone) {
+    // A background checkpoint is half done: let it finish, then write a fresh one.
+    while (!jobs_.empty()) {
+      worker_->WaitFor(jobs_.back().first);
+      GOBLIN_RETURN_IF_ERROR(Poll());
+    }
+    GOBLIN_RETURN_IF_ERROR(SyncNow());
+  }
+  const uint64_t t0 = MonotonicNanos();
+  std::vector<uint8_t> bytes = EncodeCheckpoint();
+  stats_.last_checkpoint_encode_ns = MonotonicNanos() - t0;
+  GOBLIN_RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/index.checkpoint", bytes));
+  ++stats_.checkpoints;
+  stats_.last_checkpoint_objects = size_;
+  stats_.last_checkpoint_bytes = bytes.size();
   // A crash here leaves a journal whose records are all <= the checkpoint's LSN: Open()
   // skips them. Then the journal restarts after the checkpoint.
   return journal_.Restart(applied_lsn_ + 1);
+}
+
+// ---- durability off the owner's thread ----
+
+VoidResult Index::StartWorker() {
+  if (worker_) return {};
+  GOBLIN_ASSIGN_OR_RETURN(worker_, SyncWorker::Start("goblin-sync"));
+  return {};
+}
+
+void Index::Submit(JobKind kind, SyncWorker::Job job) {
+  jobs_.emplace_back(worker_->Submit(std::move(job)), kind);
+}
+
+VoidResult Index::OnJobDone(JobKind kind, const Status& s) {
+  switch (kind) {
+    case JobKind::kSync:
+      return journal_.FinishSync(s);
+    case JobKind::kCheckpointFile:
+      if (!s.ok()) {
+        // The old checkpoint and the whole journal still describe everything: keep them.
+        GOBLIN_LOG_WARN("index", "background checkpoint of {} failed: {}", dir_, s);
+        ++stats_.checkpoint_failures;
+        journal_.Unmark();
+        checkpoint_stage_ = CheckpointStage::kNone;
+        next_checkpoint_try_ = MonotonicNanos() + 10'000'000'000ULL;
+        return {};
+      }
+      checkpoint_stage_ = CheckpointStage::kRestartingJournal;  // (the job starts in Poll)
+      return {};
+    case JobKind::kJournalRestart: {
+      checkpoint_stage_ = CheckpointStage::kNone;
+      GOBLIN_RETURN_IF_ERROR(journal_.FinishRestart(s));
+      ++stats_.checkpoints;
+      stats_.last_checkpoint_objects = checkpoint_objects_;
+      stats_.last_checkpoint_bytes = checkpoint_bytes_;
+      return {};
+    }
+  }
+  return {};
+}
+
+void Index::MaybeStartCheckpoint() {
+  if (checkpoint_stage_ != CheckpointStage::kNone || !journal_.broken().ok()) return;
+  bool due =
+      journal_.file_bytes() >= policy_.journal_bytes ||
+      (policy_.journal_records != 0 && journal_.records_in_file() >= policy_.journal_records);
+  if (!due || MonotonicNanos() < next_checkpoint_try_) return;
+  // The map as of the last appended record, encoded here (the map is this thread's); the
+  // worker writes it. Records appended from now on are kept aside for the new journal.
+  const uint64_t t0 = MonotonicNanos();
+  auto bytes = std::make_shared<std::vector<uint8_t>>(EncodeCheckpoint());
+  stats_.last_checkpoint_encode_ns = MonotonicNanos() - t0;
+  checkpoint_objects_ = size_;
+  checkpoint_bytes_ = bytes->size();
+  journal_.Mark(applied_lsn_);
+  checkpoint_stage_ = CheckpointStage::kWritingFile;
+  Submit(JobKind::kCheckpointFile, [bytes, path = dir_ + "/index.checkpoint"]() -> Status {
+    auto r = WriteFileAtomically(path, *bytes);
+    return r ? Status() : r.error();
+  });
+}
+
+VoidResult Index::Poll() {
+  if (!worker_) return {};
+  Status failed;
+  if (!jobs_.empty()) {
+    for (const SyncWorker::Done& d : worker_->Poll()) {
+      if (jobs_.empty() || jobs_.front().first != d.id) continue;  // (not ours: cannot happen)
+      JobKind kind = jobs_.front().second;
+      jobs_.pop_front();
+      if (auto r = OnJobDone(kind, d.status); !r && failed.ok()) failed = r.error();
+    }
+  }
+  if (!failed.ok()) return goblin::Err(failed);
+  if (!journal_.broken().ok()) return {};
+  if (checkpoint_stage_ == CheckpointStage::kRestartingJournal && !journal_.job_in_flight()) {
+    if (auto job = journal_.RestartJob()) Submit(JobKind::kJournalRestart, std::move(job));
+  } else if (!journal_.job_in_flight() && journal_.has_pending()) {
+    if (auto job = journal_.SyncJob()) {
+      ++stats_.group_syncs;
+      stats_.synced_records += journal_.last_lsn() - journal_.durable_lsn();
+      Submit(JobKind::kSync, std::move(job));
+    }
+  }
+  MaybeStartCheckpoint();
+  return {};
+}
+
+VoidResult Index::SyncNow() {
+  if (!worker_) return journal_.Sync();
+  // Wait for what is in flight (it may be a checkpoint too), then sync the rest.
+  for (int round = 0; round < 1000; ++round) {
+    if (!journal_.broken().ok()) return goblin::Err(journal_.broken());
+    if (journal_.durable_lsn() >= journal_.last_lsn() &&
+        checkpoint_stage_ != CheckpointStage::kRestartingJournal) {
+      return {};
+    }
+    if (!jobs_.empty()) worker_->WaitFor(jobs_.back().first);
+    GOBLIN_RETURN_IF_ERROR(Poll());
+  }
+  return goblin::Err(StatusCode::kInternal, "{}: the journal does not become durable", dir_);
 }
 
 }  // namespace goblin::store

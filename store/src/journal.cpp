@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -148,6 +149,7 @@ Result<ReplayStats> Journal::Replay(
     }
   }
   next_lsn_ = lsn;
+  durable_lsn_ = lsn - 1;
   file_end_ = pos;
   replayed_ = true;
   return stats;
@@ -168,33 +170,127 @@ Result<uint64_t> Journal::Append(uint16_t type, std::span<const uint8_t> payload
   Put<uint64_t>(h + 16, RecordHash(h, payload));
   pending_.insert(pending_.end(), h, h + sizeof h);
   pending_.insert(pending_.end(), payload.begin(), payload.end());
+  if (marked_) {
+    since_mark_.insert(since_mark_.end(), h, h + sizeof h);
+    since_mark_.insert(since_mark_.end(), payload.begin(), payload.end());
+  }
   return next_lsn_++;
 }
 
-VoidResult Journal::Sync() {
-  if (!broken_.ok()) return Err(broken_);
-  if (pending_.empty()) return {};
-  size_t n = pending_.size();
+Status Journal::Fail(Status s) {
   // After a failed write nobody knows what reached the disk: fail-stop. Replay after a
   // restart decides (whole records survive, a torn one is cut).
-  auto fail = [&](Status s) {
-    broken_ = Status(s.code(),
-                     fmt::format("{} (the journal stops here; restart to recover)", s.message()));
-    return Err(broken_);
-  };
-  if (g_crash_after >= 0) {
-    size_t cut = std::min(n, static_cast<size_t>(g_crash_after));
-    (void)WriteAll(fd_.get(), pending_.data(), cut, file_end_, path_);
-    fdatasync(fd_.get());
-    return fail(
-        Status(StatusCode::kAborted, fmt::format("injected crash after {} of {} bytes", cut, n)));
+  broken_ =
+      Status(s.code(), fmt::format("{} (the journal stops here; restart to recover)", s.message()));
+  return broken_;
+}
+
+namespace {
+// Writes `bytes` at `offset` of `fd` and fdatasyncs (honouring the crash-injection hook).
+Status WriteAndSync(int fd, const std::vector<uint8_t>& bytes, uint64_t offset,
+                    const std::string& path, int64_t crash_after) {
+  size_t n = bytes.size();
+  if (crash_after >= 0) {
+    size_t cut = std::min(n, static_cast<size_t>(crash_after));
+    (void)WriteAll(fd, bytes.data(), cut, offset, path);
+    fdatasync(fd);
+    return Status(StatusCode::kAborted, fmt::format("injected crash after {} of {} bytes", cut, n));
   }
-  if (auto r = WriteAll(fd_.get(), pending_.data(), n, file_end_, path_); !r)
-    return fail(r.error());
-  if (fdatasync(fd_.get()) != 0)
-    return fail(ErrnoStatus(fmt::format("fdatasync({})", path_), errno));
-  file_end_ += n;
+  if (auto r = WriteAll(fd, bytes.data(), n, offset, path); !r) return r.error();
+  if (fdatasync(fd) != 0) return ErrnoStatus(fmt::format("fdatasync({})", path), errno);
+  return Status();
+}
+}  // namespace
+
+VoidResult Journal::Sync() {
+  if (!broken_.ok()) return Err(broken_);
+  if (job_in_flight())
+    return Err(StatusCode::kFailedPrecondition, "{}: a sync job is in flight", path_);
+  if (pending_.empty()) return {};
+  if (Status st = WriteAndSync(fd_.get(), pending_, file_end_, path_, g_crash_after); !st.ok())
+    return Err(Fail(st));
+  file_end_ += pending_.size();
   pending_.clear();
+  durable_lsn_ = next_lsn_ - 1;
+  return {};
+}
+
+std::function<Status()> Journal::SyncJob() {
+  if (!broken_.ok() || pending_.empty() || job_in_flight()) return {};
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(pending_));
+  pending_.clear();
+  sync_in_flight_ = true;
+  inflight_bytes_ = bytes->size();
+  inflight_last_lsn_ = next_lsn_ - 1;
+  int fd = fd_.get();
+  uint64_t offset = file_end_;
+  int64_t crash = g_crash_after;
+  return [fd, offset, bytes, path = path_, crash]() {
+    return WriteAndSync(fd, *bytes, offset, path, crash);
+  };
+}
+
+VoidResult Journal::FinishSync(const Status& job_result) {
+  sync_in_flight_ = false;
+  if (!job_result.ok()) return Err(Fail(job_result));
+  file_end_ += inflight_bytes_;
+  durable_lsn_ = inflight_last_lsn_;
+  return {};
+}
+
+void Journal::Mark(uint64_t checkpoint_lsn) {
+  marked_ = true;
+  mark_lsn_ = checkpoint_lsn;
+  since_mark_.clear();
+}
+
+void Journal::Unmark() {
+  marked_ = false;
+  since_mark_.clear();
+  since_mark_.shrink_to_fit();
+}
+
+std::function<Status()> Journal::RestartJob() {
+  if (!broken_.ok() || !marked_ || job_in_flight()) return {};
+  restart_in_flight_ = true;
+  inflight_last_lsn_ = next_lsn_ - 1;
+  // What the new journal holds: the header, then every record after the checkpoint. Records
+  // still pending are in it; they leave pending_ when the job succeeds.
+  auto bytes = std::make_shared<std::vector<uint8_t>>(kFileHeader + since_mark_.size());
+  EncodeFileHeader(bytes->data(), mark_lsn_ + 1);
+  std::copy(since_mark_.begin(), since_mark_.end(), bytes->begin() + kFileHeader);
+  restart_pending_ = pending_.size();  // (the pending prefix the new file carries)
+  restart_len_ = since_mark_.size();
+  restart_fd_ = std::make_shared<int>(-1);
+  return [bytes, path = path_, out = restart_fd_]() -> Status {
+    std::string tmp = path + ".new";
+    UniqueFd fd(open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+    if (!fd) return ErrnoStatus(fmt::format("create({})", tmp), errno);
+    if (auto r = WriteAll(fd.get(), bytes->data(), bytes->size(), 0, tmp); !r) return r.error();
+    if (fsync(fd.get()) != 0) return ErrnoStatus(fmt::format("fsync({})", tmp), errno);
+    if (rename(tmp.c_str(), path.c_str()) != 0)
+      return ErrnoStatus(fmt::format("rename({})", path), errno);
+    if (auto r = FsyncDir(path); !r) return r.error();
+    *out = fd.Release();
+    return Status();
+  };
+}
+
+VoidResult Journal::FinishRestart(const Status& job_result) {
+  restart_in_flight_ = false;
+  int fd = restart_fd_ ? *restart_fd_ : -1;
+  restart_fd_.reset();
+  if (!job_result.ok()) {
+    if (fd >= 0) close(fd);
+    return Err(Fail(job_result));
+  }
+  fd_ = UniqueFd(fd);
+  base_lsn_ = mark_lsn_ + 1;
+  file_end_ = kFileHeader + restart_len_;
+  // Records appended while the job ran are still pending (and not in the new file).
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(restart_pending_));
+  durable_lsn_ = inflight_last_lsn_;
+  Unmark();
   return {};
 }
 
@@ -205,8 +301,10 @@ VoidResult Journal::Restart(uint64_t base_lsn) {
   if (!fd) return ErrnoErr(fmt::format("open({})", path_), errno);
   fd_ = std::move(fd);
   base_lsn_ = next_lsn_ = base_lsn;
+  durable_lsn_ = base_lsn - 1;
   file_end_ = kFileHeader;
   replayed_ = true;
+  Unmark();
   return {};
 }
 

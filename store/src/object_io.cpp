@@ -42,6 +42,23 @@ void ObjectWriter::OnIoComplete(uint32_t tag, int32_t result) {
                         : Status(StatusCode::kIoError,
                                  fmt::format("short write ({} of {} bytes)", result, want));
   }
+  if (in_flight_ == 0 && finished_) std::exchange(finished_, nullptr)();
+}
+
+VoidResult ObjectWriter::FinishAsync(std::function<void()> done) {
+  if (!failed_) {
+    if (auto r = SubmitCurrent(); !r) {
+      failed_ = true;
+      error_ = r.error();
+    }
+  }
+  if (failed_) return Err(error_);
+  if (in_flight_ == 0) {
+    done();
+  } else {
+    finished_ = std::move(done);
+  }
+  return {};
 }
 
 VoidResult ObjectWriter::WaitFor(uint32_t max_in_flight) {

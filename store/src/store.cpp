@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/common/units.h"
 
@@ -96,6 +97,12 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   }
   s->io_ = std::make_unique<IoRouter>(s->engine_.get(), s->buffers_.get());
   s->stats_.objects = s->index_->size();
+  s->pending_free_slots_.assign(s->tiers_.size(), 0);
+  if (o.group_commit) {
+    // From here on changes are synced in groups on the store's worker thread.
+    GOBLIN_RETURN_IF_ERROR(s->index_->StartWorker());
+    s->index_->set_checkpoint_policy(o.checkpoint);
+  }
   const auto& rec = s->index_->recovery();
   GOBLIN_LOG_INFO(
       kLog,
@@ -111,6 +118,9 @@ Store::~Store() {
   for (auto& [id, f] : fills_) {
     for (Stream* st : f.followers) st->fill_ = 0;
     if (f.writer) f.writer->Abort();
+  }
+  if (index_) {
+    if (auto r = index_->SyncNow(); !r) GOBLIN_LOG_ERROR(kLog, "store: final sync: {}", r.error());
   }
 }
 
@@ -144,9 +154,10 @@ Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_
   f.expected_size = expected_size;
   f.metadata = std::string(metadata);
   f.started_unix_ns = NowNs();
+  f.last_data_ns = MonotonicNanos();
   Placement place = Place(UINT64_MAX, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
   f.writer = std::make_unique<ObjectWriter>(io_.get(), tiers(), place.tier0_bytes);
-  f.writer->SetMakeRoom([this](uint16_t tier) { return EvictOne(tier); });
+  f.writer->SetMakeRoom([this](uint16_t tier) { return MakeRoom(tier); });
   filling_[f.key] = id;
   fills_.emplace(id, std::move(f));
   ++stats_.fills_started;
@@ -157,6 +168,8 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
   auto it = fills_.find(id);
   if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);
   Fill& f = it->second;
+  if (f.committing) return Err(StatusCode::kFailedPrecondition, "fill {} is being committed", id);
+  f.last_data_ns = MonotonicNanos();
   // The head goes to RAM as it arrives (and to disk with the rest).
   if (f.head_len < options_.ram_head && !data.empty()) {
     if (!f.head && f.head_len == 0) {
@@ -179,7 +192,8 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
 
 Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
   auto it = fills_.find(id);
-  if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);
+  if (it == fills_.end() || it->second.committing)
+    return Err(StatusCode::kNotFound, "no fill {}", id);
   Fill& f = it->second;
   uint64_t size = f.writer->bytes();
   if (expected_size != UINT64_MAX && expected_size != size) {
@@ -188,6 +202,37 @@ Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
     Abort(id);  // destroys `f`
     return err;
   }
+  return CommitWritten(id);  // (Finish waits for the writes here)
+}
+
+VoidResult Store::CommitAsync(FillId id, uint64_t expected_size,
+                              std::function<void(Result<uint64_t>)> done) {
+  auto it = fills_.find(id);
+  if (it == fills_.end() || it->second.committing)
+    return Err(StatusCode::kNotFound, "no fill {}", id);
+  Fill& f = it->second;
+  uint64_t size = f.writer->bytes();
+  if (expected_size != UINT64_MAX && expected_size != size) {
+    auto err = Err(StatusCode::kInvalidArgument, "fill of '{}' received {} bytes, announced {}",
+                   f.key, size, expected_size);
+    Abort(id);
+    return err;
+  }
+  f.committing = true;
+  f.on_commit = std::move(done);
+  if (auto r = f.writer->FinishAsync([this, id] { commits_written_.push_back(id); }); !r) {
+    f.on_commit = nullptr;
+    Abort(id);
+    return r;
+  }
+  return {};
+}
+
+Result<uint64_t> Store::CommitWritten(FillId id) {
+  auto it = fills_.find(id);
+  if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);
+  Fill& f = it->second;
+  uint64_t size = f.writer->bytes();
   auto extents = f.writer->Finish();
   if (!extents) {
     Abort(id);
@@ -203,13 +248,14 @@ Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
   const ObjectRecord* old = index_->Find(f.key);
   uint64_t old_generation = old ? old->generation : 0;
   std::vector<Extent> released;
-  auto gen = index_->Commit(std::move(rec), &released);
+  uint64_t lsn = 0;
+  auto gen = index_->Commit(std::move(rec), &released, &lsn);
   if (!gen) {
     for (const Extent& e : *extents) tiers_[e.tier]->Free(e);
     Abort(id);
     return Err(gen.error());
   }
-  if (old_generation) Retire(f.key, old_generation, std::move(released));
+  if (old_generation) Retire(f.key, old_generation, std::move(released), lsn);
   // A small object keeps a slot of its own size, not a full head slot.
   std::optional<PoolSlot> head = f.head;
   uint64_t head_alloc = options_.ram_head;  // the length `head` was allocated for
@@ -252,10 +298,12 @@ void Store::Abort(FillId id) {
   f.writer->Abort();
   if (f.head) pool_->Free(*f.head, options_.ram_head);
   std::vector<Stream*> followers = std::move(f.followers);
+  auto on_commit = std::move(f.on_commit);
   filling_.erase(f.key);
   fills_.erase(it);
   ++stats_.fills_aborted;
   for (Stream* s : followers) s->FillEnded(nullptr);
+  if (on_commit) on_commit(Err(StatusCode::kAborted, "the fill was aborted"));
 }
 
 void Store::AddResident(const std::string& key, Resident r) {
@@ -272,7 +320,8 @@ void Store::AddResident(const std::string& key, Resident r) {
   }
 }
 
-void Store::Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents) {
+void Store::Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
+                   uint64_t lsn) {
   std::optional<PoolSlot> head;
   uint64_t head_len = 0;
   if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == generation) {
@@ -283,13 +332,100 @@ void Store::Retire(const std::string& key, uint64_t generation, std::vector<Exte
   }
   if (auto l = loaned_.find(generation); l != loaned_.end()) {
     l->second.retired = true;
+    l->second.retired_lsn = lsn;
     l->second.extents = std::move(extents);
     l->second.head = head;
     l->second.head_len = head_len;
     return;
   }
-  for (const Extent& e : extents) tiers_[e.tier]->Free(e);
-  if (head) FreeHead(*head, head_len);
+  FreeWhenDurable(std::move(extents), lsn);
+  if (head) FreeHead(*head, head_len);  // (RAM: nothing to wait for)
+}
+
+void Store::FreeWhenDurable(std::vector<Extent> extents, uint64_t lsn) {
+  if (extents.empty()) return;
+  if (lsn <= index_->durable_lsn()) {
+    for (const Extent& e : extents) tiers_[e.tier]->Free(e);
+    return;
+  }
+  for (const Extent& e : extents) ++pending_free_slots_[e.tier];
+  pending_frees_.push_back({lsn, std::move(extents)});
+}
+
+void Store::FreeDurable() {
+  if (pending_frees_.empty()) return;
+  const uint64_t durable = index_->durable_lsn();
+  auto keep = std::partition(pending_frees_.begin(), pending_frees_.end(),
+                             [&](const PendingFree& p) { return p.lsn > durable; });
+  for (auto it = keep; it != pending_frees_.end(); ++it) {
+    for (const Extent& e : it->extents) {
+      tiers_[e.tier]->Free(e);
+      --pending_free_slots_[e.tier];
+    }
+  }
+  pending_frees_.erase(keep, pending_frees_.end());
+}
+
+void Store::FinishDurability() {
+  FreeDurable();
+  const uint64_t durable = index_->durable_lsn();
+  while (!durable_waiters_.empty() && durable_waiters_.front().first <= durable) {
+    auto done = std::move(durable_waiters_.front().second);
+    durable_waiters_.pop_front();
+    done(Status());
+  }
+}
+
+void Store::WhenDurable(std::function<void(const Status&)> done) {
+  const uint64_t lsn = index_->last_lsn();
+  if (lsn <= index_->durable_lsn() && durable_waiters_.empty()) {
+    done(Status());
+    return;
+  }
+  durable_waiters_.emplace_back(lsn, std::move(done));
+}
+
+VoidResult Store::SyncNow() {
+  auto r = index_->SyncNow();
+  if (!r) {
+    auto waiters = std::move(durable_waiters_);
+    durable_waiters_.clear();
+    for (auto& [lsn, done] : waiters) done(r.error());
+    return r;
+  }
+  FinishDurability();
+  return {};
+}
+
+VoidResult Store::Close() {
+  GOBLIN_RETURN_IF_ERROR(SyncNow());
+  if (index_->journal_records() > 0) {
+    GOBLIN_RETURN_IF_ERROR(index_->Checkpoint());
+    GOBLIN_LOG_INFO(kLog, "store: checkpoint of {} objects written at shutdown", index_->size());
+  }
+  return {};
+}
+
+bool Store::MakeRoom(uint16_t tier) {
+  // Space that waits for a durable record is the cheapest to get back: one sync.
+  if (pending_free_slots_[tier] == 0) {
+    // Evict a batch now (S3-FIFO order), so that one sync makes room for many extents.
+    const uint64_t batch = std::max<uint64_t>(1, tiers_[tier]->capacity_slots() / 64);
+    bool any = false;
+    while (pending_free_slots_[tier] < batch) {
+      if (!EvictOne(tier)) break;
+      any = true;
+      if (!tiers_[tier]->at_capacity()) return true;  // freed at once (already durable)
+    }
+    if (!any) return false;
+    if (pending_free_slots_[tier] == 0) return true;  // (held by loans: evict more next time)
+  }
+  ++stats_.inline_syncs;
+  if (auto r = SyncNow(); !r) {
+    GOBLIN_LOG_ERROR(kLog, "store: sync to make room on tier {}: {}", tier, r.error());
+    return false;
+  }
+  return true;
 }
 
 std::optional<PoolSlot> Store::AllocateHead(uint64_t len) {
@@ -424,11 +560,24 @@ Result<std::optional<Loan>> Store::Get(std::string_view key) {
   return std::optional<Loan>(MakeLoan(*index_->Find(key)));
 }
 
-Result<std::optional<HeadDescription>> Store::Describe(std::string_view key) {
+Result<std::optional<HeadDescription>> Store::Describe(std::string_view key, DiskRead disk,
+                                                       std::unique_ptr<Stream>* refill) {
   GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
   if (!info) return std::optional<HeadDescription>();
   policy_.Touch(key);
-  GOBLIN_RETURN_IF_ERROR(EnsureHead(*index_->Find(key)));
+  const ObjectRecord& rec = *index_->Find(key);
+  if (disk == DiskRead::kBlock) {
+    GOBLIN_RETURN_IF_ERROR(EnsureHead(rec));
+  } else if (disk == DiskRead::kAsync && refill != nullptr && rec.size > 0 &&
+             !heads_.count(rec.key)) {
+    // The head's first extent read like any stream's; its arrival adopts the head.
+    std::unique_ptr<Stream> st(new Stream(this));
+    st->loan_ = MakeLoan(rec);
+    st->pos_ = 0;
+    st->end_ = std::min(rec.size, options_.ram_head);
+    ++stats_.streams_open;
+    *refill = std::move(st);
+  }
   HeadDescription d;
   d.info = std::move(*info);
   auto h = heads_.find(d.info.key);
@@ -462,7 +611,7 @@ void Store::Release(const Loan& loan) {
   auto it = loaned_.find(gen);
   if (it == loaned_.end() || --it->second.count > 0) return;
   if (it->second.retired) {
-    for (const Extent& e : it->second.extents) tiers_[e.tier]->Free(e);
+    FreeWhenDurable(std::move(it->second.extents), it->second.retired_lsn);
     if (it->second.head) FreeHead(*it->second.head, it->second.head_len);
   }
   loaned_.erase(it);
@@ -534,10 +683,11 @@ Result<bool> Store::Delete(std::string_view key) {
   if (r == nullptr) return false;
   uint64_t gen = r->generation;
   std::vector<Extent> released;
-  GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released));
+  uint64_t lsn = 0;
+  GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released, &lsn));
   if (removed) {
     policy_.Remove(key);
-    Retire(std::string(key), gen, std::move(released));
+    Retire(std::string(key), gen, std::move(released), lsn);
   }
   stats_.objects = index_->size();
   return removed;
@@ -621,20 +771,79 @@ void Store::ForEachObject(
 }
 
 int Store::MillisUntilDue() const {
-  if (expiries_.empty()) return -1;
-  uint64_t due = expiries_.top().first, now = NowNs();
-  if (due <= now) return 0;
-  return static_cast<int>(std::min<uint64_t>((due - now + 999'999) / 1'000'000, 60'000));
+  int ms = -1;
+  if (!expiries_.empty()) {
+    uint64_t due = expiries_.top().first, now = NowNs();
+    ms = due <= now
+             ? 0
+             : static_cast<int>(std::min<uint64_t>((due - now + 999'999) / 1'000'000, 60'000));
+  }
+  if (options_.fill_timeout_ns != 0 && !fills_.empty()) {
+    uint64_t now = MonotonicNanos();
+    int stall = next_stall_check_ <= now
+                    ? 0
+                    : static_cast<int>((next_stall_check_ - now + 999'999) / 1'000'000);
+    ms = ms < 0 ? stall : std::min(ms, stall);
+  }
+  return ms;
+}
+
+void Store::AbortStalledFills(uint64_t now) {
+  // Checked a few times per timeout: a stalled fill goes within ~1.25x the timeout.
+  next_stall_check_ = now + std::max<uint64_t>(options_.fill_timeout_ns / 4, 1'000'000);
+  std::vector<FillId> stalled;
+  for (const auto& [id, f] : fills_) {
+    if (!f.committing && now - f.last_data_ns >= options_.fill_timeout_ns) stalled.push_back(id);
+  }
+  for (FillId id : stalled) {
+    GOBLIN_LOG_WARN(kLog, "fill of '{}' received nothing for {}: aborted", fills_.at(id).key,
+                    FormatDuration(std::chrono::nanoseconds(options_.fill_timeout_ns)));
+    Abort(id);
+    ++stats_.fills_timed_out;
+    timed_out_.push_back(id);
+  }
 }
 
 VoidResult Store::Poll() {
   if (io_->in_flight() > 0) GOBLIN_RETURN_IF_ERROR(io_->Poll(0));
+  // Commits whose writes have landed: the record now (visible), the answer once durable.
+  while (!commits_written_.empty()) {
+    std::vector<FillId> ready = std::move(commits_written_);
+    commits_written_.clear();
+    for (FillId id : ready) {
+      auto it = fills_.find(id);
+      if (it == fills_.end()) continue;  // aborted meanwhile (it was told)
+      auto done = std::move(it->second.on_commit);
+      auto gen = CommitWritten(id);
+      if (!gen) {
+        if (done) done(Err(gen.error()));
+        continue;
+      }
+      if (done) {
+        WhenDurable([done = std::move(done), g = *gen](const Status& s) {
+          done(s.ok() ? Result<uint64_t>(g) : Result<uint64_t>(Err(s)));
+        });
+      }
+    }
+  }
+  if (auto r = index_->Poll(); !r) {
+    // The journal stopped: nothing more becomes durable. Everyone waiting is told.
+    auto waiters = std::move(durable_waiters_);
+    durable_waiters_.clear();
+    for (auto& [lsn, done] : waiters) done(r.error());
+    return r;
+  }
+  FinishDurability();
   if (!starved_.empty() && buffers_->free_count() > 0) {
     std::vector<Stream*> wake;
     wake.swap(starved_);
     for (Stream* s : wake) s->Wake();
   }
   if (!expiries_.empty()) ExpireDue(NowNs(), kExpiriesPerPoll);
+  if (options_.fill_timeout_ns != 0 && !fills_.empty() && (++polls_ & 63) == 0) {
+    uint64_t now = MonotonicNanos();  // (every 64th round: the loop polls in a tight spin)
+    if (now >= next_stall_check_) AbortStalledFills(now);
+  }
   return {};
 }
 

@@ -198,6 +198,131 @@ TEST_F(IndexTest, JournalThatSkipsRecordsIsCorruption) {
   EXPECT_NE(idx.error().message().find("records are missing"), std::string::npos);
 }
 
+// ---- group commit and background checkpoints (a worker thread) ----
+
+// Polls until everything appended is durable (bounded).
+void PollUntilDurable(Index& idx) {
+  for (int i = 0; i < 5000 && idx.durable_lsn() < idx.last_lsn(); ++i) {
+    ASSERT_TRUE(idx.Poll());
+    usleep(200);
+  }
+  ASSERT_EQ(idx.durable_lsn(), idx.last_lsn());
+}
+
+TEST_F(IndexTest, GroupCommitMakesManyRecordsDurableWithOneSync) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx->StartWorker());
+  const uint64_t before = idx->durable_lsn();
+  uint64_t lsn = 0;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(idx->Commit(Obj("/g" + std::to_string(i), 100 + i), nullptr, &lsn));
+    EXPECT_NE(idx->Find("/g" + std::to_string(i)), nullptr);  // visible at once
+  }
+  ASSERT_TRUE(idx->Delete("/g0", nullptr, &lsn));
+  EXPECT_EQ(lsn, idx->last_lsn());
+  EXPECT_EQ(idx->durable_lsn(), before);  // nothing synced on this thread
+  ASSERT_NO_FATAL_FAILURE(PollUntilDurable(*idx));
+  // 101 records, one job (nothing was in flight when the first Poll came).
+  EXPECT_EQ(idx->stats().group_syncs, 1u);
+  EXPECT_EQ(idx->stats().synced_records, 101u);
+  auto snap = Snapshot(*idx);
+  idx.reset();
+  auto again = OpenIndex();
+  EXPECT_EQ(Snapshot(*again), snap);
+}
+
+TEST_F(IndexTest, ABackgroundCheckpointKeepsTheJournalBounded) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx->StartWorker());
+  idx->set_checkpoint_policy({.journal_bytes = 64 << 10, .journal_records = 200});
+  // 20 keys, rewritten and deleted again and again: 5,000 records over a bounded map.
+  uint64_t max_journal = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::string key = "/k" + std::to_string(i % 20);
+    if (i % 7 == 6) {
+      ASSERT_TRUE(idx->Delete(key, nullptr));
+    } else {
+      ASSERT_TRUE(idx->Commit(Obj(key, 1000 + i), nullptr));
+    }
+    ASSERT_TRUE(idx->Poll());
+    max_journal = std::max(max_journal, idx->journal_bytes());
+    // (records pile up only while a checkpoint is being written: wait for each here, so
+    // the bound below does not depend on this disk's speed)
+    for (int w = 0; w < 5000 && idx->checkpoint_running(); ++w) {
+      ASSERT_TRUE(idx->Poll());
+      usleep(100);
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(PollUntilDurable(*idx));
+  EXPECT_GE(idx->stats().checkpoints, 5000u / 201);
+  EXPECT_EQ(idx->stats().checkpoint_failures, 0u);
+  // 5,000 records would be ~400 KiB of journal; it never held more than ~200 of them.
+  EXPECT_LT(max_journal, 32u << 10);
+  EXPECT_LT(fs::file_size(dir_ + "/index.journal"), 32u << 10);
+  auto snap = Snapshot(*idx);
+  EXPECT_LE(snap.size(), 20u);
+  idx.reset();
+  auto again = OpenIndex();
+  EXPECT_EQ(Snapshot(*again), snap);
+  EXPECT_LT(again->recovery().journal_records, 2000u);  // (most came from the checkpoint)
+}
+
+TEST_F(IndexTest, ACrashBetweenTheBackgroundCheckpointAndTheJournalRestartLosesNothing) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx->StartWorker());
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(idx->Commit(Obj("/c" + std::to_string(i), 10), nullptr));
+  ASSERT_NO_FATAL_FAILURE(PollUntilDurable(*idx));
+  idx->set_checkpoint_policy({.journal_bytes = 1, .journal_records = 1});
+  ASSERT_TRUE(idx->Poll());  // the checkpoint file job starts
+  ASSERT_TRUE(idx->checkpoint_running());
+  // More changes while it is written: they go to the old journal (and are kept aside).
+  ASSERT_TRUE(idx->Commit(Obj("/after", 20), nullptr));
+  ASSERT_TRUE(idx->Delete("/c3", nullptr));
+  // Durable in the old journal; the restart has not happened when the process "dies".
+  for (int i = 0; i < 5000 && idx->durable_lsn() < idx->last_lsn(); ++i) {
+    ASSERT_TRUE(idx->Poll());
+    usleep(200);
+    if (idx->checkpoint_running() && !fs::exists(dir_ + "/index.checkpoint")) continue;
+  }
+  auto snap = Snapshot(*idx);
+  ASSERT_TRUE(snap.count("/after"));
+  ASSERT_FALSE(snap.count("/c3"));
+  // A copy of the directory as a crash would leave it: whatever the checkpoint/journal pair
+  // is right now (checkpoint written or not, journal restarted or not), it recovers `snap`.
+  std::string copy = dir_ + "-crash";
+  fs::remove_all(copy);
+  fs::copy(dir_, copy);
+  idx.reset();
+  auto crashed = Index::Open(copy);
+  ASSERT_TRUE(crashed) << crashed.error().ToString();
+  EXPECT_EQ(Snapshot(**crashed), snap);
+  fs::remove_all(copy);
+  auto again = OpenIndex();
+  EXPECT_EQ(Snapshot(*again), snap);
+}
+
+TEST_F(IndexTest, AFailedGroupSyncStopsEverything) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx->StartWorker());
+  ASSERT_TRUE(idx->Commit(Obj("/ok", 10), nullptr));
+  ASSERT_NO_FATAL_FAILURE(PollUntilDurable(*idx));
+  SetJournalCrashAfterBytesForTest(5);
+  ASSERT_TRUE(idx->Commit(Obj("/lost", 10), nullptr));
+  bool failed = false;
+  for (int i = 0; i < 5000 && !failed; ++i) {
+    failed = !idx->Poll();
+    usleep(200);
+  }
+  EXPECT_TRUE(failed);
+  SetJournalCrashAfterBytesForTest(-1);
+  EXPECT_FALSE(idx->Commit(Obj("/after", 10), nullptr));  // fail-stop
+  EXPECT_FALSE(idx->SyncNow());
+  idx.reset();
+  auto again = OpenIndex();
+  EXPECT_NE(again->Find("/ok"), nullptr);
+  EXPECT_EQ(again->Find("/lost"), nullptr);  // never acknowledged: may be lost, and is
+}
+
 TEST(IndexRecord, RoundTripAndHostileInput) {
   ObjectRecord r;
   r.key = "/path?q=1";

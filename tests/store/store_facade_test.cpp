@@ -242,6 +242,95 @@ TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
   EXPECT_EQ(store_->eviction().stats().evicted_small, 1u);
 }
 
+// ---- group commit (goblin-core's mode) ----
+
+TEST_F(StoreTest, GroupCommitAcknowledgesOnceTheSyncIsDone) {
+  opts_.group_commit = true;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/a", Data(3 * kExtent, 1)));
+  ASSERT_TRUE(Put("/b", Data(1000, 2)));
+  ASSERT_TRUE(store_->Delete("/b"));
+  EXPECT_TRUE(store_->Head("/a").value());  // visible before it is durable
+  std::vector<int> acks;
+  store_->WhenDurable([&](const Status& s) { acks.push_back(s.ok() ? 1 : -1); });
+  store_->WhenDurable([&](const Status& s) { acks.push_back(s.ok() ? 2 : -2); });
+  EXPECT_TRUE(acks.empty()) << "acknowledged before any sync ran";
+  for (int i = 0; i < 5000 && acks.size() < 2; ++i) {
+    ASSERT_TRUE(store_->Poll());
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  EXPECT_EQ(acks, (std::vector<int>{1, 2}));  // in order
+  // Nothing more to wait for: at once.
+  bool now = false;
+  store_->WhenDurable([&](const Status&) { now = true; });
+  EXPECT_TRUE(now);
+  EXPECT_LE(store_->index().stats().group_syncs, 2u);
+  OpenStore();  // (a clean reopen)
+  EXPECT_TRUE(store_->Head("/a").value());
+  EXPECT_FALSE(store_->Head("/b").value());
+}
+
+TEST_F(StoreTest, TheSpaceOfADeleteIsReusedOnlyOnceTheDeleteIsDurable) {
+  opts_.group_commit = true;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/x", Data(4 * kExtent, 3)));
+  ASSERT_TRUE(store_->SyncNow());
+  const uint64_t used = store_->tier().stats().slots_used;
+  EXPECT_EQ(used, 4u);
+  ASSERT_TRUE(store_->Delete("/x"));
+  // A crash now would replay /x: its extents must still hold its bytes.
+  EXPECT_EQ(store_->tier().stats().slots_used, used);
+  ASSERT_TRUE(store_->SyncNow());
+  EXPECT_EQ(store_->tier().stats().slots_used, 0u);
+}
+
+TEST_F(StoreTest, AFullTierUnderGroupCommitEvictsAndSyncsToMakeRoom) {
+  opts_.group_commit = true;
+  opts_.tier.max_files = 1;
+  opts_.tier.file_bytes = 16 * kExtent;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (int i = 0; i < 12; ++i) {  // 12 x 6 extents through a 16-extent tier
+    auto data = Data(6 * kExtent, 10 + i);
+    ASSERT_TRUE(Put("/o" + std::to_string(i), data)) << i;
+    EXPECT_EQ(GetAll("/o" + std::to_string(i)).value(), data);
+    ASSERT_TRUE(store_->Poll());
+  }
+  EXPECT_GE(store_->stats().evicted, 9u);
+  EXPECT_GE(store_->stats().inline_syncs, 1u);
+  EXPECT_LE(store_->tier().stats().slots_used, 16u);
+}
+
+TEST_F(StoreTest, DescribeCanLeaveTheDiskReadToAStream) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(3 * kExtent, 4);
+  ASSERT_TRUE(Put("/d", data));
+  OpenStore();  // restart: the head is on disk only
+  std::unique_ptr<Store::Stream> refill;
+  auto d = store_->Describe("/d", Store::DiskRead::kAsync, &refill);
+  ASSERT_TRUE(d && *d);
+  EXPECT_EQ((*d)->entry, sbe::kNoHeadEntry);  // not yet
+  ASSERT_NE(refill, nullptr);
+  std::span<const uint8_t> bytes;
+  for (int i = 0; i < 5000; ++i) {
+    auto step = refill->Peek(&bytes);
+    ASSERT_TRUE(step);
+    if (*step != Store::Stream::Step::kWait) break;
+    ASSERT_TRUE(store_->Poll());
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  refill.reset();
+  auto d2 = store_->Describe("/d", Store::DiskRead::kNever);
+  ASSERT_TRUE(d2 && *d2);
+  EXPECT_NE((*d2)->entry, sbe::kNoHeadEntry);  // the stream's first chunk brought it in
+  EXPECT_EQ((*d2)->head.length, kHead);
+  // kNever on a head that is not in RAM: no entry, and no disk read.
+  OpenStore();
+  auto d3 = store_->Describe("/d", Store::DiskRead::kNever);
+  ASSERT_TRUE(d3 && *d3);
+  EXPECT_EQ((*d3)->entry, sbe::kNoHeadEntry);
+  EXPECT_EQ(store_->stats().head_refills, 0u);
+}
+
 TEST_F(StoreTest, AnObjectLargerThanTheTierIsRefusedAndEvictsNothing) {
   opts_.tier.max_files = 1;
   opts_.tier.file_bytes = 16 * kExtent;

@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "goblin/client/connection.h"
 #include "goblin/ring/client.h"
@@ -91,13 +93,15 @@ TEST(CoreSystem, UnservedRequestGetsAnErrorNamingIt) {
 
 // A core with a small disk tier (1 MiB extents, so objects span several I/O buffers).
 struct StoreCore {
-  explicit StoreCore(const std::string& tag)
+  explicit StoreCore(const std::string& tag, std::vector<std::string> extra = {})
       : tier(fmt::format("{}/tier-{}-{}", test::TmpDir(), tag, getpid())) {
     std::filesystem::remove_all(tier);
     auto [rc, out] = RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log");
     EXPECT_EQ(rc, 0) << out;
-    core.emplace(tag, std::vector<std::string>{"--ssd-dir", tier, "--extent-size", "1M",
-                                               "--tier-file-size", "64M", "--io-buffers", "16"});
+    std::vector<std::string> args{"--ssd-dir",        tier,  "--extent-size", "1M",
+                                  "--tier-file-size", "64M", "--io-buffers",  "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    core.emplace(tag, args);
   }
   ~StoreCore() {
     core.reset();
@@ -123,6 +127,64 @@ Result<std::vector<uint8_t>> GetAll(client::Connection& c, const std::string& ke
   }));
   if (!meta.found) return Err(StatusCode::kNotFound, "miss");
   return out;
+}
+
+// A writer that takes a lease and then goes quiet must not hold the key hostage: after
+// --fill-timeout the core aborts the fill itself, its follower is told (Aborted), the key is
+// free for the next writer, and the stalled writer's own commit fails.
+TEST(CoreSystem, AFillNobodyFeedsIsAbortedByTheCore) {
+  StoreCore sc("stall", {"--fill-timeout", "1s"});
+  auto writer = client::Connection::Open("unix:" + sc.core->sock);
+  auto reader = client::Connection::Open("unix:" + sc.core->sock);
+  auto other = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(writer && reader && other);
+  std::atomic<bool> started{false}, stalled{true};
+  std::optional<Result<uint64_t>> put;
+  std::thread t([&] {
+    bool first = true;
+    put = (*writer)->Put(
+        "stalled",
+        [&](std::span<uint8_t> out) -> Result<size_t> {
+          if (first) {
+            first = false;
+            size_t n = std::min<size_t>(out.size(), 4096);
+            std::fill_n(out.begin(), n, uint8_t{7});
+            started = true;
+            return n;
+          }
+          std::this_thread::sleep_for(4s);  // the origin went quiet
+          stalled = false;
+          return size_t{0};
+        },
+        1 << 20);
+  });
+  for (int i = 0; i < 500 && !started; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(started);
+  std::this_thread::sleep_for(100ms);  // (the first bytes reach the core)
+  uint64_t got = 0;
+  auto follow = (*reader)->Get(
+      "stalled",
+      [&](uint64_t, std::span<const uint8_t> b) {
+        got += b.size();
+        return VoidResult();
+      },
+      0, UINT64_MAX, /*follow_fill=*/true);
+  ASSERT_FALSE(follow) << "a follower of a fill nobody feeds must not wait for ever";
+  EXPECT_EQ(follow.error().code(), StatusCode::kAborted) << follow.error().ToString();
+  EXPECT_TRUE(stalled) << "the core should have aborted the fill before the writer woke up";
+  // The key is free again while the first writer still sleeps.
+  std::vector<uint8_t> data = {1, 2, 3};
+  auto again = (*other)->Put("stalled", data);
+  EXPECT_TRUE(again) << again.error().ToString();
+  EXPECT_TRUE(stalled);
+  t.join();
+  ASSERT_TRUE(put.has_value());
+  EXPECT_FALSE(*put) << "the stalled writer's fill must not commit";
+  auto back = GetAll(**reader, "stalled");
+  ASSERT_TRUE(back) << back.error().ToString();
+  EXPECT_EQ(*back, data);
+  EXPECT_NE(sc.core->proc.Output().find("received nothing for 1s: aborted"), std::string::npos)
+      << sc.core->proc.Output();
 }
 
 TEST(CoreSystem, ZeroCopyGetReadsTheCoresMemoryInPlace) {

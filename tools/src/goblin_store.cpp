@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
   app.add_option("--hdd-dir", hdd_dir, "Second disk tier");
   AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
                 "With both tiers: bytes after the head on the first", true);
+  std::chrono::nanoseconds origin_timeout = std::chrono::seconds(30);
+  AddDurationOption(app, "--origin-timeout", &origin_timeout,
+                    "Origin silence after which a fetch fails (504, or a cut body); a fill that "
+                    "receives nothing this long is also aborted by goblin-core");
   app.add_option("--socket-dir", socket_dir,
                  "Where the core's ring socket goes (default: a private "
                  "directory under /tmp)");
@@ -157,6 +161,10 @@ int main(int argc, char** argv) {
   }
   if (numa >= 0) core_args.insert(core_args.end(), {"--numa", std::to_string(numa)});
   if (no_promotion) core_args.push_back("--no-numa-promotion");
+  // The core's own guard against a fill nobody feeds: a little longer than the gateway's
+  // origin timeout, so the gateway normally reports the origin's silence first.
+  core_args.insert(core_args.end(),
+                   {"--fill-timeout", FormatDuration(origin_timeout + origin_timeout / 4)});
   core_args.insert(core_args.end(), core_extra.begin(), core_extra.end());
   pid_t core = Spawn(core_args);
   if (core < 0) return Fail("cannot start goblin-core");
@@ -182,7 +190,9 @@ int main(int argc, char** argv) {
                                    "--http-port",
                                    std::to_string(http_port),
                                    "--net",
-                                   net};
+                                   net,
+                                   "--origin-timeout",
+                                   FormatDuration(origin_timeout)};
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
   gw_args.insert(gw_args.end(), gateway_extra.begin(), gateway_extra.end());
   pid_t gw = Spawn(gw_args);

@@ -9,7 +9,9 @@
 // outstanding (a gateway: kMaxLoansPerGateway, and half the I/O buffers), each given back
 // with LoanRelease or when the session ends). A session may have many ObjectGets streaming
 // at once (a gateway serving many clients); they take turns.
-// ObjectDelete -> DeleteAck. Everything else gets an Error naming it.
+// ObjectDelete -> DeleteAck, ObjectPurge -> PurgeAck. PutResult, DeleteAck and PurgeAck go
+// out once the change is durable (the store's group commit). Everything else gets an Error
+// naming it.
 // Pub/sub (pubsub::Engine): Subscribe (any kind, subscribe or unsubscribe, names or all)
 // -> SubscribeAck(s) with Redis's per-name confirmations and counts; Publish -> the
 // deliveries, then PublishAck(receivers); each receiving ring session gets one Delivery per
@@ -17,7 +19,9 @@
 // PubsubQuery -> PubsubReply(s) (`number` is the total, entries may span several replies).
 // A subscriber is (ring session, sessionId); a ring session that falls behind its output
 // limits (hard, or soft for too long) is dropped and logged, the publisher is not slowed.
-// A session that goes away aborts its fills, releases its loans and its subscriptions.
+// A session that goes away aborts its fills, releases its loans and its subscriptions. A
+// fill that fails on the core's side (write error, full tier, no data for the store's fill
+// timeout) is reported at once with an Error carrying the PutBegin's correlation id.
 // Threading: called only from the ring server's loop thread.
 #pragma once
 
@@ -93,9 +97,13 @@ class CoreService : public ring::Handler {
  private:
   struct Upload {
     uint64_t session = 0;
+    uint64_t begin_correlation = 0;  // the PutBegin's: errors about the fill carry it
     uint64_t received = 0;
     Status failed;  // set once the fill failed: later PutData is dropped, PutCommit gets it
   };
+  // The fill failed on the core's side (a write error, a full tier, no data for too long):
+  // the store has aborted it; its owner gets an Error with the PutBegin's correlation id.
+  void FailUpload(Upload& up, Status why);
   struct Download {
     uint64_t correlation_id = 0;
     std::unique_ptr<store::Store::Stream> stream;
@@ -125,6 +133,10 @@ class CoreService : public ring::Handler {
   // A request that did not decode: counted, answered with InvalidArgument naming it.
   void SendMalformed(ring::Session& session, std::string_view what, sbe::DecodeError e);
   bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
+  ring::Session* SessionById(uint64_t id) {
+    auto it = sessions_.find(id);
+    return it == sessions_.end() ? nullptr : it->second;
+  }
   // Sends what one download can send now; false when it is finished (or failed).
   bool Pump(ring::Session& session, Download& d);
   void HandlePubsub(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
@@ -148,6 +160,11 @@ class CoreService : public ring::Handler {
   void ReleaseLent(const Lent& l);
   void HandleObject(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
+  void SendDescription(ring::Session& session, uint64_t correlation_id,
+                       const std::optional<store::HeadDescription>& d);
+  // ObjectDescribes whose head is being read from disk (never on the loop): answered once
+  // their refill stream has its first chunk (the head is then in RAM, or cannot be).
+  void PumpDescribes();
 
   store::Store* store_;
   CoreCounters counters_;
@@ -157,7 +174,15 @@ class CoreService : public ring::Handler {
   std::unordered_map<uint64_t, Upload> uploads_;           // fill id -> owner
   std::unordered_map<uint64_t, Downloads> downloads_;      // session id -> streams in progress
   std::unordered_map<uint64_t, Lender> lenders_;           // session id -> loans out
-  UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;           // read-only fds of the pools
+  struct PendingDescribe {
+    uint64_t session = 0, correlation_id = 0;
+    std::string key;
+    std::unique_ptr<store::Store::Stream> refill;
+    bool ready = true;
+  };
+  std::list<PendingDescribe> describes_;  // (stable addresses: the refill callbacks hold them)
+  bool describes_ready_ = false;
+  UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;  // read-only fds of the pools
   uint64_t next_loan_id_ = 1;
 
   pubsub::Engine pubsub_;

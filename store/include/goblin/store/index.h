@@ -1,13 +1,20 @@
 // Index: the durable map from object key to object record (size, generation, times, the
 // gateway's metadata blob, and the disk extents that hold the object whole with a checksum
-// each). Every change is a journal record made durable before it is applied, so a crash
-// never loses a committed object and never shows an uncommitted one; Checkpoint() writes the
-// whole map atomically and restarts the journal. Keys are looked up by their XXH3-128
-// digest and compared in full, so digest collisions cost a probe, never a wrong object.
-// Threading: one owner thread (a core shard).
+// each). Every change is a journal record. Without a worker (tests, tools) each change is
+// synced before it is applied. With StartWorker() (goblin-core) changes apply at once and
+// are made durable off the owner's thread by group commit: one write + fdatasync covers
+// every record appended since the previous one, and durable_lsn() says how far the disk
+// has them (the store acknowledges a commit only then). Checkpoint() writes the whole map
+// atomically and restarts the journal; with a worker Poll() does it in the background when
+// the journal passes the checkpoint policy (the map is encoded on the owner's thread, the
+// file written on the worker, then the journal restarted holding only what came after).
+// Keys are looked up by their XXH3-128 digest and compared in full, so digest collisions
+// cost a probe, never a wrong object.
+// Threading: one owner thread (a core shard); the worker touches only the jobs it is given.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,6 +26,7 @@
 
 #include "goblin/common/status.h"
 #include "goblin/store/journal.h"
+#include "goblin/store/sync_worker.h"
 
 namespace goblin::store {
 
@@ -58,6 +66,18 @@ struct IndexRecovery {
   uint64_t discarded_bytes = 0;  // torn journal tail cut off
 };
 
+struct CheckpointPolicy {
+  uint64_t journal_bytes = 64ull << 20;  // checkpoint once the journal file is this large
+  uint64_t journal_records = 100000;     // ... or holds this many records (0: no limit)
+};
+
+struct IndexStats {
+  uint64_t group_syncs = 0, synced_records = 0;  // group-commit jobs and the records they carried
+  uint64_t checkpoints = 0, checkpoint_failures = 0;
+  uint64_t last_checkpoint_objects = 0, last_checkpoint_bytes = 0;
+  uint64_t last_checkpoint_encode_ns = 0;  // on the owner's thread
+};
+
 class Index {
  public:
   // Loads `dir`/index.checkpoint (if present) and replays `dir`/index.journal. A damaged
@@ -65,23 +85,41 @@ class Index {
   // refuses to start rather than serve a silently shrunken cache.
   static Result<std::unique_ptr<Index>> Open(const std::string& dir);
 
-  // Makes `record` durable (generation assigned here) and visible, replacing any object
-  // with the same key. `released` receives the replaced object's extents (their space is
-  // free once the caller has no loans on them).
-  Result<uint64_t> Commit(ObjectRecord record, std::vector<Extent>* released);
-  // Removes `key` durably; false when it was not present.
-  Result<bool> Delete(std::string_view key, std::vector<Extent>* released);
+  // Records `record` (generation assigned here) and makes it visible, replacing any object
+  // with the same key. `released` receives the replaced object's extents (their space may be
+  // reused once the record is durable and the caller has no loans on them). `*lsn` (if
+  // given): the record's LSN, durable once durable_lsn() reaches it (at once without a worker).
+  Result<uint64_t> Commit(ObjectRecord record, std::vector<Extent>* released,
+                          uint64_t* lsn = nullptr);
+  // Removes `key`; false when it was not present (nothing recorded then).
+  Result<bool> Delete(std::string_view key, std::vector<Extent>* released, uint64_t* lsn = nullptr);
 
   const ObjectRecord* Find(std::string_view key) const;
   size_t size() const { return size_; }
   void ForEach(const std::function<void(const ObjectRecord&)>& fn) const;
 
   // Writes every live record to a new checkpoint (tmp + fsync + rename), then restarts the
-  // journal after it.
+  // journal after it. Blocking (waits for the worker's jobs first).
   VoidResult Checkpoint();
+
+  // ---- durability off the owner's thread ----
+  VoidResult StartWorker();
+  void set_checkpoint_policy(const CheckpointPolicy& p) { policy_ = p; }
+  // Reaps finished jobs, starts the next group sync when records wait, and a background
+  // checkpoint when the journal is past the policy. Never blocks. An error: a sync failed
+  // and the journal has stopped (every later change fails too).
+  VoidResult Poll();
+  // Blocks until every record appended so far is durable.
+  VoidResult SyncNow();
+  uint64_t last_lsn() const { return journal_.last_lsn(); }
+  uint64_t durable_lsn() const { return journal_.durable_lsn(); }
+  int event_fd() const { return worker_ ? worker_->event_fd() : -1; }
+  bool checkpoint_running() const { return checkpoint_stage_ != CheckpointStage::kNone; }
+  const IndexStats& stats() const { return stats_; }
 
   const IndexRecovery& recovery() const { return recovery_; }
   uint64_t journal_bytes() const { return journal_.file_bytes(); }
+  uint64_t journal_records() const { return journal_.records_in_file(); }
 
  private:
   explicit Index(Journal j) : journal_(std::move(j)) {}
@@ -93,6 +131,13 @@ class Index {
   void Apply(ObjectRecord r, std::vector<Extent>* released);
   bool Remove(std::string_view key, std::vector<Extent>* released);
   ObjectRecord* FindMutable(std::string_view key);
+  std::vector<uint8_t> EncodeCheckpoint() const;
+  // Durable before visible without a worker; with one the record waits for a group sync.
+  VoidResult AfterAppend();
+  enum class JobKind : uint8_t { kSync, kCheckpointFile, kJournalRestart };
+  void Submit(JobKind kind, SyncWorker::Job job);
+  VoidResult OnJobDone(JobKind kind, const Status& s);
+  void MaybeStartCheckpoint();
 
   std::string dir_;
   Journal journal_;
@@ -102,6 +147,14 @@ class Index {
   uint64_t next_generation_ = 1;
   uint64_t applied_lsn_ = 0;
   IndexRecovery recovery_;
+  std::unique_ptr<SyncWorker> worker_;
+  std::deque<std::pair<uint64_t, JobKind>> jobs_;  // submitted, not reaped (in order)
+  CheckpointPolicy policy_;
+  enum class CheckpointStage : uint8_t { kNone, kWritingFile, kRestartingJournal };
+  CheckpointStage checkpoint_stage_ = CheckpointStage::kNone;
+  uint64_t checkpoint_objects_ = 0, checkpoint_bytes_ = 0;
+  uint64_t next_checkpoint_try_ = 0;  // MonotonicNanos: after a failure, wait before retrying
+  IndexStats stats_;
 };
 
 }  // namespace goblin::store

@@ -43,6 +43,10 @@ class ObjectWriter final : public IoClient {
   VoidResult Append(std::span<const uint8_t> data);
   // Writes what remains and waits for every write; the extents carry their checksums.
   Result<std::vector<Extent>> Finish();
+  // Starts the last write and returns at once; `done` runs (from inside the router's Poll,
+  // or from here when nothing is in flight) once every write has landed. Finish() then
+  // returns without waiting. Nothing may be appended after it.
+  VoidResult FinishAsync(std::function<void()> done);
   // Waits for in-flight writes and frees every allocated extent.
   void Abort();
   uint64_t bytes() const { return bytes_; }
@@ -86,6 +90,7 @@ class ObjectWriter final : public IoClient {
   bool done_ = false;
   Status error_;
   std::function<bool(uint16_t)> make_room_;
+  std::function<void()> finished_;  // FinishAsync's: runs once the last write lands
 };
 
 class ExtentReader final : public IoClient {

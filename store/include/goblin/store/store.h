@@ -54,11 +54,22 @@ struct StoreOptions {
   uint32_t read_ahead = 4;            // extents in flight per stream
   uint64_t max_objects = 0;           // 0: no limit but space
   uint32_t head_descriptors = 65536;  // head table entries (heads describable at once)
+  // A fill that receives no data for this long is aborted by the store itself (its followers
+  // see Aborted, the key is free again); 0: never. The owner learns of it from
+  // TakeTimedOutFills().
+  uint64_t fill_timeout_ns = 0;
+  // Group commit: changes are acknowledged (WhenDurable) once a background sync covering
+  // them is done, one sync for everything written since the last; space they free is reused
+  // only then. false: every change syncs on the caller's thread before it returns.
+  bool group_commit = false;
+  CheckpointPolicy checkpoint;  // background checkpoints (with group_commit)
 };
 
 struct StoreStats {
   uint64_t objects = 0;
   uint64_t fills_started = 0, fills_committed = 0, fills_aborted = 0, fills_refused = 0;
+  uint64_t fills_timed_out = 0;
+  uint64_t inline_syncs = 0;  // a fill needed space that only a sync could give back
   uint64_t hits = 0, misses = 0, expired = 0;
   uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0, heads_demoted = 0;
   uint64_t evicted = 0, eviction_failures = 0;
@@ -99,6 +110,7 @@ class Store {
   static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
   ~Store();
 
+  class Stream;
   using FillId = uint64_t;
   enum class FillStart { kGranted, kInProgress };
   // Starts a fill of `key`. kInProgress: another fill of the key runs (follow it, try again
@@ -108,9 +120,16 @@ class Store {
                                                  std::string_view metadata,
                                                  uint64_t expected_size = UINT64_MAX);
   VoidResult Append(FillId fill, std::span<const uint8_t> data);
-  // Makes the object durable and visible (replacing an older version); returns its generation.
-  // `expected_size` (if not UINT64_MAX) must equal what was appended.
+  // Makes the object visible (replacing an older version), waiting here for its last disk
+  // write; returns its generation. `expected_size` (if not UINT64_MAX) must equal what was
+  // appended. Durable at return without group_commit; with it, see WhenDurable.
   Result<uint64_t> Commit(FillId fill, uint64_t expected_size = UINT64_MAX);
+  // The same without waiting on this thread: the last write is started, the object becomes
+  // visible from a later Poll() once its writes have landed, and `done` runs once its
+  // record is durable (the generation) or the commit failed. An error returned here: it
+  // failed at once (`done` does not run).
+  VoidResult CommitAsync(FillId fill, uint64_t expected_size,
+                         std::function<void(Result<uint64_t>)> done);
   void Abort(FillId fill);
 
   // nullopt: not stored (or expired, which also removes it).
@@ -127,15 +146,22 @@ class Store {
   // object and returns Corruption.
   VoidResult Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out);
   Result<bool> Delete(std::string_view key);
-  // Describes `key`'s head for one-sided readers (bringing it into RAM like Get, and
-  // publishing it in the head table on first use); nullopt: not stored. The entry stays
-  // current until the head leaves RAM or the version leaves the index.
-  Result<std::optional<HeadDescription>> Describe(std::string_view key);
+  // Describes `key`'s head for one-sided readers (publishing it in the head table on first
+  // use); nullopt: not stored. The entry stays current until the head leaves RAM or the
+  // version leaves the index. A head not in RAM is brought in first, as `disk` says:
+  //   kBlock: read here (blocking; tools and tests);
+  //   kAsync: not read here: the description has no entry and `*refill` gets a stream of the
+  //           head; Peek it (its first chunk from disk brings the head into RAM; kWait means
+  //           its ready callback runs later), then Describe again with kNever;
+  //   kNever: the description has no entry (the head is read two-sided).
+  enum class DiskRead { kBlock, kAsync, kNever };
+  Result<std::optional<HeadDescription>> Describe(std::string_view key,
+                                                  DiskRead disk = DiskRead::kBlock,
+                                                  std::unique_ptr<Stream>* refill = nullptr);
   // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
   // O(objects): an administrative operation, not for the request path.
   Result<uint64_t> DeletePrefix(std::string_view prefix);
 
-  class Stream;
   enum class Lookup { kHit, kMiss, kFilling };
   struct Opened {
     Lookup status = Lookup::kMiss;
@@ -150,9 +176,25 @@ class Store {
   // Dispatches disk completions and does due background work (TTL expiry). Never blocks.
   VoidResult Poll();
   // Milliseconds until Poll() has background work due (-1: none scheduled), so the owner's
-  // loop wakes for it (an expired object must leave even when no request comes).
+  // loop wakes for it (an expired object must leave even when no request comes, a stalled
+  // fill must be aborted even when nothing else happens).
   int MillisUntilDue() const;
+  // Fills Poll() aborted since the last call because they received nothing for
+  // fill_timeout_ns (their owner still thinks they run: tell it).
+  std::vector<FillId> TakeTimedOutFills() { return std::exchange(timed_out_, {}); }
   int event_fd() const { return io_->event_fd(); }
+  // With group_commit: readable when a background sync or checkpoint finished (-1 without).
+  int sync_event_fd() const { return index_->event_fd(); }
+
+  // Runs `done` once every change made so far (commits, deletes, purges, evictions) is
+  // durable: at once when it already is, else from a later Poll(); with an error if the
+  // journal failed. Callbacks run in the order they were registered.
+  void WhenDurable(std::function<void(const Status&)> done);
+  // Blocks until everything changed so far is durable (shutdown, tools).
+  VoidResult SyncNow();
+  // Clean shutdown: everything durable, and a checkpoint if the journal holds anything, so
+  // the next start replays nothing.
+  VoidResult Close();
 
   const StoreStats& stats() const { return stats_; }
   // Administrative reads (O(objects) for the walk): every committed object with the bytes of
@@ -168,6 +210,7 @@ class Store {
   size_t tier_count() const { return tiers_.size(); }
   const IoBufferPool& buffers() const { return *buffers_; }
   const S3Fifo& eviction() const { return policy_; }
+  const Index& index() const { return *index_; }
   VoidResult Checkpoint() { return index_->Checkpoint(); }
 
  private:
@@ -181,8 +224,15 @@ class Store {
     std::optional<PoolSlot> head;
     uint64_t head_len = 0;  // bytes copied into the head slot so far
     uint64_t started_unix_ns = 0;
+    uint64_t last_data_ns = 0;  // MonotonicNanos of BeginFill or the last Append
     std::vector<Stream*> followers;
+    // CommitAsync: the last writes are in flight; then the record, then `on_commit`.
+    bool committing = false;
+    uint64_t commit_size = UINT64_MAX;
+    std::function<void(Result<uint64_t>)> on_commit;
   };
+  // Commit's second half, once every write of `id` has landed.
+  Result<uint64_t> CommitWritten(FillId id);
   struct Resident {  // in-memory only: the head slot of the current version of a key
     uint64_t generation = 0;
     PoolSlot slot;
@@ -194,6 +244,7 @@ class Store {
   struct Loaned {  // per generation with loans out
     uint32_t count = 0;
     bool retired = false;          // replaced or deleted: free what it held at the last release
+    uint64_t retired_lsn = 0;      // the record that retired it (its space waits for it)
     std::vector<Extent> extents;   // (when retired)
     std::optional<PoolSlot> head;  // (when retired)
     uint64_t head_len = 0;
@@ -201,7 +252,16 @@ class Store {
   Store() = default;
   // A version of `key` left the index (replaced or deleted): free its extents and head now,
   // or at the last release of its loans.
-  void Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents);
+  void Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
+              uint64_t lsn);
+  // Extents of a version that left the index at record `lsn`: free once it is durable (a
+  // crash before that replays the version, whose bytes must still be there).
+  void FreeWhenDurable(std::vector<Extent> extents, uint64_t lsn);
+  void FreeDurable();  // frees what has become durable
+  // A writer found tier `tier` full: frees space (waiting for a sync if that is what holds
+  // it back, evicting a batch otherwise). False: nothing more can be freed.
+  bool MakeRoom(uint16_t tier);
+  void FinishDurability();  // after Poll: waiters and frees up to the durable LSN
   // A resident head leaves RAM or its version leaves the index: readers of its descriptor
   // must see it stale from now on, before the slot can be freed and reused.
   void Withdraw(Resident& r) {
@@ -236,6 +296,7 @@ class Store {
     return r.expires_unix_ns != 0 && now >= r.expires_unix_ns;
   }
   void ExpireDue(uint64_t now, size_t max);
+  void AbortStalledFills(uint64_t now_mono);
   uint64_t NowNs() const;
   Tiers tiers() const { return {tier_ptrs_.data(), tier_ptrs_.size()}; }
 
@@ -260,6 +321,17 @@ class Store {
   using Due = std::pair<uint64_t, std::string>;
   std::priority_queue<Due, std::vector<Due>, std::greater<>> expiries_;
   uint64_t next_fill_ = 1, next_loan_ = 1;
+  std::vector<FillId> timed_out_;
+  std::vector<FillId> commits_written_;  // CommitAsync fills whose writes have all landed
+  struct PendingFree {
+    uint64_t lsn;
+    std::vector<Extent> extents;
+  };
+  std::vector<PendingFree> pending_frees_;
+  std::vector<uint64_t> pending_free_slots_;  // per tier
+  std::deque<std::pair<uint64_t, std::function<void(const Status&)>>> durable_waiters_;
+  uint64_t next_stall_check_ = 0;  // MonotonicNanos
+  uint64_t polls_ = 0;
   StoreStats stats_;
 };
 
