@@ -162,6 +162,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-journal-records", checkpoint_records,
                  "... or once it holds this many records (0: no limit)")
       ->capture_default_str();
+  AddSizeOption(app, "--fill-staging", &so.fill_staging_bytes,
+                "Heap memory fills may stage extents in when every I/O buffer is out (many "
+                "fills at once)");
   std::chrono::nanoseconds fill_timeout = std::chrono::seconds(30);
   AddDurationOption(app, "--fill-timeout", &fill_timeout,
                     "A fill that receives no data for this long is aborted (its readers are "

@@ -29,8 +29,13 @@ ObjectWriter::~ObjectWriter() {
 
 void ObjectWriter::OnIoComplete(uint32_t tag, int32_t result) {
   --in_flight_;
-  buffers_->Release(in_buffer_[tag]);
+  if (in_buffer_[tag] != IoRouter::kNoBuffer) buffers_->Release(in_buffer_[tag]);
   in_buffer_[tag] = IoRouter::kNoBuffer;
+  if (staging_[tag]) {
+    staging_[tag].reset();
+    io_->GiveStaging(staging_cap_[tag]);
+  }
+  in_memory_[tag] = nullptr;
   const Extent& e = extents_[tag];
   uint32_t want = RoundUp4K(static_cast<uint32_t>(e.length));
   tiers_[e.tier]->NoteIo(/*write=*/true, result, want);
@@ -73,8 +78,38 @@ uint32_t ObjectWriter::CurrentLimit() const {
   return ext;
 }
 
+void ObjectWriter::DropCurrent() {
+  if (cur_buf_) buffers_->Release(*cur_buf_);
+  cur_buf_.reset();
+  if (cur_staging_) {
+    cur_staging_.reset();
+    io_->GiveStaging(cur_staging_cap_);
+  }
+  cur_staging_cap_ = 0;
+}
+
+VoidResult ObjectWriter::GrowStaging(uint32_t need, uint32_t limit) {
+  if (need <= cur_staging_cap_) return {};
+  uint32_t cap = std::max<uint32_t>(cur_staging_cap_ * 2, 16 << 10);
+  cap = std::min(std::max(cap, RoundUp4K(need)), RoundUp4K(limit));
+  if (!io_->TakeStaging(cap - cur_staging_cap_)) {
+    return Err(StatusCode::kResourceExhausted,
+               "too many fills at once: all {} I/O buffers are out and {} of staging is used",
+               buffers_->count(), io_->staging_limit());
+  }
+  StagingBuffer b(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlignment, cap)));
+  if (!b) {
+    io_->GiveStaging(cap - cur_staging_cap_);
+    return Err(StatusCode::kResourceExhausted, "out of memory for a {}-byte staging buffer", cap);
+  }
+  if (cur_len_ > 0) std::memcpy(b.get(), cur_staging_.get(), cur_len_);
+  cur_staging_ = std::move(b);
+  cur_staging_cap_ = cap;
+  return {};
+}
+
 VoidResult ObjectWriter::SubmitCurrent() {
-  if (!cur_buf_ || cur_len_ == 0) return {};
+  if (!has_current() || cur_len_ == 0) return {};
   TierSpace* tier = tiers_[cur_start_ < tier0_bytes_ ? 0 : 1];
   auto one = tier->Allocate(cur_len_);
   // At the tier's capacity the store evicts; a file system that runs out first is an error.
@@ -83,26 +118,42 @@ VoidResult ObjectWriter::SubmitCurrent() {
   }
   if (!one) return Err(one.error());
   Extent e = (*one)[0];
-  uint8_t* buf = buffers_->Buffer(*cur_buf_);
+  uint8_t* buf = current();
   e.checksum = XXH3_64bits(buf, cur_len_);
   uint32_t padded = RoundUp4K(cur_len_);
+  if (cur_staging_ && padded > cur_staging_cap_) {  // (staging grows in 4 KiB steps: cannot be)
+    tier->Free(e);
+    return Err(StatusCode::kInternal, "staging buffer smaller than its padded extent");
+  }
   if (padded > cur_len_) std::memset(buf + cur_len_, 0, padded - cur_len_);
   uint32_t tag = static_cast<uint32_t>(extents_.size());
+  const uint32_t pool_buf = cur_buf_ ? *cur_buf_ : IoRouter::kNoBuffer;
   extents_.push_back(e);
   starts_.push_back(cur_start_);
-  in_buffer_.push_back(*cur_buf_);
+  in_buffer_.push_back(pool_buf);
+  in_memory_.push_back(buf);
+  staging_.emplace_back();
+  staging_cap_.push_back(0);
   IoRequest r{tier->FileFd(e.file), e.offset, buf, padded, true, 0};
-  while (!io_->Submit(client_, tag, r, *cur_buf_)) {
+  while (!io_->Submit(client_, tag, r, pool_buf)) {
     if (auto w = io_->Poll(1); !w) {
       tier->Free(e);
       extents_.pop_back();
       starts_.pop_back();
       in_buffer_.pop_back();
+      in_memory_.pop_back();
+      staging_.pop_back();
+      staging_cap_.pop_back();
       return Err(w.error());
     }
   }
   ++in_flight_;
   cur_start_ += cur_len_;
+  if (cur_staging_) {  // it lives until the write lands
+    staging_[tag] = std::move(cur_staging_);
+    staging_cap_[tag] = cur_staging_cap_;
+    cur_staging_cap_ = 0;
+  }
   cur_buf_.reset();
   cur_len_ = 0;
   return io_->Flush();
@@ -111,21 +162,19 @@ VoidResult ObjectWriter::SubmitCurrent() {
 VoidResult ObjectWriter::Append(std::span<const uint8_t> data) {
   if (failed_) return Err(error_);
   while (!data.empty()) {
-    if (!cur_buf_) {
-      cur_buf_ = buffers_->Acquire();
-      while (!cur_buf_) {
-        // Every buffer is out: wait for any stream's I/O to give one back.
-        if (io_->in_flight() == 0) {
-          return Err(StatusCode::kResourceExhausted,
-                     "no free I/O buffer (all {} are lent to readers)", buffers_->count());
-        }
-        GOBLIN_RETURN_IF_ERROR(io_->Poll(1));
-        cur_buf_ = buffers_->Acquire();
-      }
-    }
+    // An I/O buffer for the extent, or (every one is out: many fills at once, or readers)
+    // a staging buffer of the writer's own, grown as the bytes come; never a wait.
+    if (!has_current()) cur_buf_ = buffers_->Acquire();
     uint32_t limit = CurrentLimit();
     uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(data.size(), limit - cur_len_));
-    std::memcpy(buffers_->Buffer(*cur_buf_) + cur_len_, data.data(), take);
+    if (!cur_buf_) {
+      if (auto g = GrowStaging(cur_len_ + take, limit); !g) {
+        failed_ = true;
+        error_ = g.error();
+        return g;
+      }
+    }
+    std::memcpy(current() + cur_len_, data.data(), take);
     cur_len_ += take;
     bytes_ += take;
     data = data.subspan(take);
@@ -142,18 +191,17 @@ VoidResult ObjectWriter::Append(std::span<const uint8_t> data) {
 }
 
 ObjectWriter::Location ObjectWriter::Locate(uint64_t offset) const {
-  if (cur_buf_ && offset >= cur_start_ && offset < cur_start_ + cur_len_) {
-    return {{buffers_->Buffer(*cur_buf_) + (offset - cur_start_), cur_start_ + cur_len_ - offset},
-            SIZE_MAX};
+  if (has_current() && offset >= cur_start_ && offset < cur_start_ + cur_len_) {
+    return {{current() + (offset - cur_start_), cur_start_ + cur_len_ - offset}, SIZE_MAX};
   }
   // The extent holding `offset`: the last one starting at or before it.
   auto it = std::upper_bound(starts_.begin(), starts_.end(), offset);
   if (it == starts_.begin()) return {};
   size_t i = static_cast<size_t>(it - starts_.begin()) - 1;
   if (offset >= starts_[i] + extents_[i].length) return {};
-  if (in_buffer_[i] != IoRouter::kNoBuffer) {
+  if (in_memory_[i] != nullptr) {
     uint64_t end = starts_[i] + extents_[i].length;
-    return {{buffers_->Buffer(in_buffer_[i]) + (offset - starts_[i]), end - offset}, SIZE_MAX};
+    return {{in_memory_[i] + (offset - starts_[i]), end - offset}, SIZE_MAX};
   }
   return {{}, i};
 }
@@ -179,12 +227,14 @@ Result<std::vector<Extent>> ObjectWriter::Finish() {
 
 void ObjectWriter::Abort() {
   (void)WaitFor(0);
-  if (cur_buf_) buffers_->Release(*cur_buf_);
-  cur_buf_.reset();
+  DropCurrent();
   for (const Extent& e : extents_) tiers_[e.tier]->Free(e);
   extents_.clear();
   starts_.clear();
   in_buffer_.clear();
+  in_memory_.clear();
+  staging_.clear();  // (all written by now: WaitFor(0))
+  staging_cap_.clear();
   done_ = true;
 }
 

@@ -44,7 +44,9 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
     s->tier_ptrs_.push_back(t.get());
     s->tiers_.push_back(std::move(t));
   }
+  const uint64_t index_t0 = MonotonicNanos();
   GOBLIN_ASSIGN_OR_RETURN(s->index_, Index::Open(o.tier_dirs[0]));
+  const uint64_t index_ns = MonotonicNanos() - index_t0;
   // Rebuild each tier's free space from the index; a record that does not fit its tier is
   // damaged and dropped (counted and logged), never served. A record on a tier that is not
   // configured now is a configuration error, not damage: refuse to start rather than drop.
@@ -96,6 +98,7 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
                     reg.error().ToString());
   }
   s->io_ = std::make_unique<IoRouter>(s->engine_.get(), s->buffers_.get());
+  s->io_->set_staging_limit(o.fill_staging_bytes);
   s->stats_.objects = s->index_->size();
   s->pending_free_slots_.assign(s->tiers_.size(), 0);
   if (o.group_commit) {
@@ -106,10 +109,10 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   const auto& rec = s->index_->recovery();
   GOBLIN_LOG_INFO(
       kLog,
-      "store: {} objects ({} from the checkpoint, {} journal records, {} torn bytes cut), "
-      "{} tier(s), I/O via {}{}",
+      "store: {} objects ({} from the checkpoint, {} journal records, {} torn bytes cut; "
+      "index loaded in {:.1f} ms), {} tier(s), I/O via {}{}",
       s->stats_.objects, rec.from_checkpoint, rec.journal_records, rec.discarded_bytes,
-      s->tiers_.size(), IoBackendName(s->engine_->backend()),
+      static_cast<double>(index_ns) / 1e6, s->tiers_.size(), IoBackendName(s->engine_->backend()),
       s->engine_->buffers_registered() ? " (registered buffers)" : "");
   return s;
 }

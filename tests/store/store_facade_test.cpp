@@ -331,6 +331,37 @@ TEST_F(StoreTest, DescribeCanLeaveTheDiskReadToAStream) {
   EXPECT_EQ(store_->stats().head_refills, 0u);
 }
 
+TEST_F(StoreTest, MoreFillsAtOnceThanIoBuffersStageTheirBytesUpToALimit) {
+  opts_.io_buffers = 8;
+  opts_.fill_staging_bytes = 40 * (16 << 10);  // 40 small staging buffers
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  std::vector<std::pair<Store::FillId, std::vector<uint8_t>>> fills;
+  for (int i = 0; i < 48; ++i) {  // 8 take an I/O buffer each, 40 stage
+    auto start = store_->BeginFill("/many" + std::to_string(i), 0, "");
+    ASSERT_TRUE(start);
+    auto data = Data(5000 + static_cast<size_t>(i) * 100, 100 + i);
+    ASSERT_TRUE(store_->Append(start->second, data)) << i;
+    fills.emplace_back(start->second, std::move(data));
+  }
+  // One more: neither an I/O buffer nor staging left.
+  auto extra = store_->BeginFill("/one-too-many", 0, "");
+  ASSERT_TRUE(extra);
+  auto refused = store_->Append(extra->second, Data(5000, 1));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message().find("too many fills at once"), std::string::npos);
+  for (size_t i = 0; i < fills.size(); ++i) {
+    ASSERT_TRUE(store_->Commit(fills[i].first, fills[i].second.size())) << i;
+  }
+  for (size_t i = 0; i < fills.size(); ++i) {
+    EXPECT_EQ(GetAll("/many" + std::to_string(i)).value(), fills[i].second) << i;
+  }
+  // Everything given back: a new fill takes an I/O buffer again.
+  EXPECT_TRUE(Put("/after", Data(3 * kExtent, 9)));
+  OpenStore();  // and it all survives a restart (read back from the extents)
+  EXPECT_EQ(GetAll("/many47").value(), fills[47].second);
+}
+
 TEST_F(StoreTest, AnObjectLargerThanTheTierIsRefusedAndEvictsNothing) {
   opts_.tier.max_files = 1;
   opts_.tier.file_bytes = 16 * kExtent;

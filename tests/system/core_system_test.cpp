@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -185,6 +186,97 @@ TEST(CoreSystem, AFillNobodyFeedsIsAbortedByTheCore) {
   EXPECT_EQ(*back, data);
   EXPECT_NE(sc.core->proc.Output().find("received nothing for 1s: aborted"), std::string::npos)
       << sc.core->proc.Output();
+}
+
+// Many fills and purges: background checkpoints keep the journal under a fixed bound; a
+// crash (SIGKILL) right after the last acknowledgement keeps every acknowledged change; a
+// clean stop leaves nothing to replay.
+TEST(CoreSystem, TheJournalStaysBoundedAndRestartsKeepEveryAcknowledgedChange) {
+  const std::string tier = fmt::format("{}/tier-journal-{}", test::TmpDir(), getpid());
+  std::filesystem::remove_all(tier);
+  ASSERT_EQ(RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log").first, 0);
+  const std::vector<std::string> args{"--ssd-dir",
+                                      tier,
+                                      "--extent-size",
+                                      "64K",
+                                      "--tier-file-size",
+                                      "64M",
+                                      "--io-buffers",
+                                      "16",
+                                      "--memory",
+                                      "16M",
+                                      "--checkpoint-journal-records",
+                                      "300",
+                                      "--checkpoint-journal-size",
+                                      "1M"};
+  auto version_bytes = [](int key, int version) {
+    std::vector<uint8_t> v(1000 + static_cast<size_t>((key * 7919 + version * 104729) % 7000));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(key + version * 31 + i);
+    return v;
+  };
+  std::map<int, int> want;  // key -> version (absent: deleted or never put)
+  uint64_t max_journal = 0;
+  {
+    Core core("journal", args);
+    auto c = client::Connection::Open("unix:" + core.sock);
+    ASSERT_TRUE(c);
+    uint32_t rng = 12345;
+    for (int op = 0; op < 4000; ++op) {
+      rng = rng * 1103515245 + 12345;
+      int key = static_cast<int>((rng >> 8) % 150);
+      std::string name = fmt::format("j/{}", key);
+      if ((rng >> 20) % 5 == 0) {
+        auto d = (*c)->Delete(name);
+        ASSERT_TRUE(d) << d.error().ToString();
+        want.erase(key);
+      } else {
+        auto p = (*c)->Put(name, version_bytes(key, op));
+        ASSERT_TRUE(p) << p.error().ToString();
+        want[key] = op;
+      }
+      if (op % 100 == 0) {
+        max_journal =
+            std::max<uint64_t>(max_journal, std::filesystem::file_size(tier + "/index.journal"));
+      }
+    }
+    // ~4,000 records would be ~5 MiB of journal; checkpoints every ~300 keep it small.
+    EXPECT_LT(max_journal, 1u << 20);
+    core.proc.Signal(SIGKILL);  // a crash right after the last acknowledgement
+    core.proc.Wait(5s);
+  }
+  auto check = [&](const std::string& sock) {
+    auto c = client::Connection::Open("unix:" + sock);
+    ASSERT_TRUE(c);
+    for (int key = 0; key < 150; ++key) {
+      std::string name = fmt::format("j/{}", key);
+      auto got = GetAll(**c, name);
+      auto it = want.find(key);
+      if (it == want.end()) {
+        EXPECT_FALSE(got) << name << " was deleted";
+      } else {
+        ASSERT_TRUE(got) << name << ": " << got.error().ToString();
+        EXPECT_EQ(*got, version_bytes(key, it->second)) << name;
+      }
+    }
+  };
+  {
+    Core core("journal2", args);
+    ASSERT_NO_FATAL_FAILURE(check(core.sock));
+    std::string log = core.proc.Output();
+    EXPECT_NE(log.find("from the checkpoint"), std::string::npos) << log;
+    EXPECT_EQ(log.find(" 0 from the checkpoint"), std::string::npos) << log;
+    core.proc.Signal(SIGTERM);  // a clean stop: checkpoint, empty journal
+    EXPECT_EQ(core.proc.Wait(10s), 0) << core.proc.Output();
+    EXPECT_NE(core.proc.Output().find("checkpoint of"), std::string::npos) << core.proc.Output();
+  }
+  {
+    Core core("journal3", args);
+    ASSERT_NO_FATAL_FAILURE(check(core.sock));
+    EXPECT_NE(core.proc.Output().find(", 0 journal records"), std::string::npos)
+        << core.proc.Output();
+  }
+  std::filesystem::remove_all(tier);
+  std::filesystem::remove(tier + ".log");
 }
 
 TEST(CoreSystem, ZeroCopyGetReadsTheCoresMemoryInPlace) {

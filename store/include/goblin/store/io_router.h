@@ -52,6 +52,18 @@ class IoRouter {
   IoBufferPool& buffers() { return *buffers_; }
   uint64_t orphaned_completions() const { return orphaned_; }
 
+  // Staging: heap memory writers use for an extent when every I/O buffer is out (many fills
+  // at once), bounded by `limit` bytes for the whole shard.
+  void set_staging_limit(uint64_t limit) { staging_limit_ = limit; }
+  bool TakeStaging(uint64_t bytes) {
+    if (staging_bytes_ + bytes > staging_limit_) return false;
+    staging_bytes_ += bytes;
+    return true;
+  }
+  void GiveStaging(uint64_t bytes) { staging_bytes_ -= bytes; }
+  uint64_t staging_bytes() const { return staging_bytes_; }
+  uint64_t staging_limit() const { return staging_limit_; }
+
  private:
   struct Pending {
     uint64_t client = 0;
@@ -65,6 +77,7 @@ class IoRouter {
   std::vector<Pending> pending_;  // by user_data
   std::vector<uint32_t> free_;    // free pending_ slots
   uint64_t orphaned_ = 0;
+  uint64_t staging_bytes_ = 0, staging_limit_ = 256ull << 20;
 };
 
 }  // namespace goblin::store

@@ -14,8 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -61,7 +63,7 @@ class ObjectWriter final : public IoClient {
   Location Locate(uint64_t offset) const;
   const std::vector<Extent>& extents() const { return extents_; }
   uint64_t extent_start(size_t i) const { return starts_[i]; }
-  bool extent_on_disk(size_t i) const { return in_buffer_[i] == IoRouter::kNoBuffer; }
+  bool extent_on_disk(size_t i) const { return in_memory_[i] == nullptr; }
   // Called when a tier is full: frees space on tier `tier` (evicting) and returns true, or
   // false when nothing more can be freed (the write then fails with ResourceExhausted).
   void SetMakeRoom(std::function<bool(uint16_t tier)> fn) { make_room_ = std::move(fn); }
@@ -79,9 +81,26 @@ class ObjectWriter final : public IoClient {
   uint64_t tier0_bytes_;
   uint64_t client_ = 0;
   std::vector<Extent> extents_;
-  std::vector<uint64_t> starts_;     // object offset of each extent
-  std::vector<uint32_t> in_buffer_;  // per extent: its buffer while the write is in flight
+  std::vector<uint64_t> starts_;  // object offset of each extent
+  // A private, 4 KiB-aligned staging buffer (the I/O buffers were all out).
+  struct Staging {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using StagingBuffer = std::unique_ptr<uint8_t, Staging>;
+  // Per extent while its write is in flight: its I/O buffer (or kNoBuffer), its staging
+  // buffer and capacity (or null), and where its bytes are (null once on disk).
+  std::vector<uint32_t> in_buffer_;
+  std::vector<StagingBuffer> staging_;
+  std::vector<uint32_t> staging_cap_;
+  std::vector<const uint8_t*> in_memory_;
   std::optional<uint32_t> cur_buf_;
+  StagingBuffer cur_staging_;  // instead of cur_buf_ when the pool had none
+  uint32_t cur_staging_cap_ = 0;
+  uint8_t* current() const { return cur_buf_ ? buffers_->Buffer(*cur_buf_) : cur_staging_.get(); }
+  bool has_current() const { return cur_buf_.has_value() || cur_staging_ != nullptr; }
+  // Room for `need` bytes in the current staging buffer (grown up to `limit`).
+  VoidResult GrowStaging(uint32_t need, uint32_t limit);
+  void DropCurrent();
   uint32_t cur_len_ = 0;
   uint64_t cur_start_ = 0;  // object offset of the current buffer's first byte
   uint64_t bytes_ = 0;

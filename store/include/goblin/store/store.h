@@ -62,6 +62,9 @@ struct StoreOptions {
   // them is done, one sync for everything written since the last; space they free is reused
   // only then. false: every change syncs on the caller's thread before it returns.
   bool group_commit = false;
+  // Heap memory fills may stage extents in when every I/O buffer is out (many fills at
+  // once); past it a fill fails with ResourceExhausted.
+  uint64_t fill_staging_bytes = 256ull << 20;
   CheckpointPolicy checkpoint;  // background checkpoints (with group_commit)
 };
 
