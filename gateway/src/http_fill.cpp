@@ -82,7 +82,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
     ttl = *exp - (date ? *date : static_cast<int64_t>(detail::NowSeconds()));
   }
   if (ttl <= 0) cacheable = false;
-  if (Conn* leader = Find(f.leader)) {
+  if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
     std::string framing;
     if (r.framing.content_length) {
       framing = fmt::format("Content-Length: {}\r\n", *r.framing.content_length);
