@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   uint64_t min_size = 4 << 10, max_size = 64 << 10, extent = 64 << 10, tier_file = 4ull << 30;
   int clients = 16;
   double seconds = 5;
-  uint64_t churn = 0, keep = 20000, ring_bytes = 1 << 20;
+  uint64_t churn = 0, keep = 20000, ring_bytes = 1 << 20, memory = 512 << 20;
   std::vector<std::string> core_extra;
   app.add_option("--core", core_bin, "Path of goblin-core")->required();
   app.add_option("--dir", dir, "Scratch directory on the disk to measure (emptied)")
@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   app.add_option("--churn", churn, "Operations of the restart phase (0: skip it)")
       ->capture_default_str();
   app.add_option("--keep", keep, "Keys the churn phase spreads over")->capture_default_str();
+  AddSizeOption(app, "--memory", &memory, "--memory of the core (its head pool)");
   AddSizeOption(app, "--ring-bytes", &ring_bytes,
                 "Ring size of each client connection (a gateway's is 1M; libgoblin's default 4K)");
   app.add_option("--core-arg", core_extra, "Extra goblin-core argument (repeatable)");
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
                                 "--ssd-dir",
                                 tier,
                                 "--memory",
-                                "512M",
+                                FormatSize(memory),
                                 "--block",
                                 "64K",
                                 "--ram-head",

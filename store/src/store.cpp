@@ -370,8 +370,10 @@ void Store::FreeDurable() {
 }
 
 void Store::FinishDurability() {
-  FreeDurable();
   const uint64_t durable = index_->durable_lsn();
+  if (durable == finished_lsn_) return;  // (called every loop round: nothing new)
+  finished_lsn_ = durable;
+  FreeDurable();
   while (!durable_waiters_.empty() && durable_waiters_.front().first <= durable) {
     auto done = std::move(durable_waiters_.front().second);
     durable_waiters_.pop_front();

@@ -331,6 +331,7 @@ class Store {
     std::vector<Extent> extents;
   };
   std::vector<PendingFree> pending_frees_;
+  uint64_t finished_lsn_ = 0;  // durable LSN FinishDurability last acted on
   std::vector<uint64_t> pending_free_slots_;  // per tier
   std::deque<std::pair<uint64_t, std::function<void(const Status&)>>> durable_waiters_;
   uint64_t next_stall_check_ = 0;  // MonotonicNanos
