@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "epoll_ctl.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/wire/goblin_wire.h"
@@ -13,13 +14,6 @@ namespace goblin::gateway {
 namespace {
 constexpr std::string_view kLog = "core-link";
 
-VoidResult EpollAdd(int ep, int fd, uint32_t events, uint64_t tag) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return ErrnoErr("epoll_ctl(ADD)", errno);
-  return {};
-}
 }  // namespace
 
 Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& options, int epoll_fd,

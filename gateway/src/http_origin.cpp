@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "epoll_ctl.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "http_server_impl.h"
@@ -19,14 +20,6 @@
 namespace goblin::gateway {
 namespace {
 constexpr std::string_view kLog = "http";
-
-VoidResult EpollCtl(int ep, int op, int fd, uint32_t events, uint64_t tag) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  if (epoll_ctl(ep, op, fd, &ev) != 0) return ErrnoErr("epoll_ctl", errno);
-  return {};
-}
 
 OriginFault FaultOf(int err) {
   switch (err) {

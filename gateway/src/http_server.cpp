@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "epoll_ctl.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/log.h"
@@ -16,13 +17,6 @@ namespace goblin::gateway {
 namespace {
 constexpr std::string_view kLog = "http";
 
-VoidResult EpollCtl(int ep, int op, int fd, uint32_t events, uint64_t tag) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  if (epoll_ctl(ep, op, fd, &ev) != 0) return ErrnoErr("epoll_ctl", errno);
-  return {};
-}
 }  // namespace
 
 VoidResult HttpServer::Impl::Init() {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core_link.h"
+#include "epoll_ctl.h"
 #include "goblin/common/buffer.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
@@ -64,14 +65,6 @@ std::string_view KindName(wire::SubKind k, bool subscribe) {
     default:
       return subscribe ? "subscribe" : "unsubscribe";
   }
-}
-
-VoidResult EpollAdd(int ep, int fd, uint32_t events, uint64_t tag) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return ErrnoErr("epoll_ctl(ADD)", errno);
-  return {};
 }
 
 // epoll tags: small numbers for fixed fds, client ids above.

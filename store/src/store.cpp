@@ -193,7 +193,7 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
   return {};
 }
 
-Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
+Result<Store::Fill*> Store::CommittableFill(FillId id, uint64_t expected_size) {
   auto it = fills_.find(id);
   if (it == fills_.end() || it->second.committing)
     return Err(StatusCode::kNotFound, "no fill {}", id);
@@ -205,22 +205,18 @@ Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
     Abort(id);  // destroys `f`
     return err;
   }
+  return &f;
+}
+
+Result<uint64_t> Store::Commit(FillId id, uint64_t expected_size) {
+  GOBLIN_RETURN_IF_ERROR(CommittableFill(id, expected_size));
   return CommitWritten(id);  // (Finish waits for the writes here)
 }
 
 VoidResult Store::CommitAsync(FillId id, uint64_t expected_size,
                               std::function<void(Result<uint64_t>)> done) {
-  auto it = fills_.find(id);
-  if (it == fills_.end() || it->second.committing)
-    return Err(StatusCode::kNotFound, "no fill {}", id);
-  Fill& f = it->second;
-  uint64_t size = f.writer->bytes();
-  if (expected_size != UINT64_MAX && expected_size != size) {
-    auto err = Err(StatusCode::kInvalidArgument, "fill of '{}' received {} bytes, announced {}",
-                   f.key, size, expected_size);
-    Abort(id);
-    return err;
-  }
+  GOBLIN_ASSIGN_OR_RETURN(Fill * fill, CommittableFill(id, expected_size));
+  Fill& f = *fill;
   f.committing = true;
   f.on_commit = std::move(done);
   if (auto r = f.writer->FinishAsync([this, id] { commits_written_.push_back(id); }); !r) {

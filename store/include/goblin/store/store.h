@@ -234,6 +234,8 @@ class Store {
     uint64_t commit_size = UINT64_MAX;
     std::function<void(Result<uint64_t>)> on_commit;
   };
+  // Commit's first half: the fill, if it may commit with `expected_size` (else aborted).
+  Result<Fill*> CommittableFill(FillId id, uint64_t expected_size);
   // Commit's second half, once every write of `id` has landed.
   Result<uint64_t> CommitWritten(FillId id);
   struct Resident {  // in-memory only: the head slot of the current version of a key
@@ -331,7 +333,7 @@ class Store {
     std::vector<Extent> extents;
   };
   std::vector<PendingFree> pending_frees_;
-  uint64_t finished_lsn_ = 0;  // durable LSN FinishDurability last acted on
+  uint64_t finished_lsn_ = 0;                 // durable LSN FinishDurability last acted on
   std::vector<uint64_t> pending_free_slots_;  // per tier
   std::deque<std::pair<uint64_t, std::function<void(const Status&)>>> durable_waiters_;
   uint64_t next_stall_check_ = 0;  // MonotonicNanos
