@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -194,6 +195,52 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   ASSERT_TRUE(c2);
   EXPECT_NE(c2->client_id(), c->client_id());
   EXPECT_TRUE(GetAll(*c2, "obj/4").value() == big);
+}
+
+// A writer that takes a lease and goes quiet: the core aborts the fill after --fill-timeout,
+// on every plane; the follower is told (Aborted), the key is free for the next writer, and
+// the stalled writer's commit fails.
+TEST_P(NativePlane, AFillNobodyFeedsIsAbortedByTheCore) {
+  NativeCore nc(Tag("stall"), GetParam(), true, {"--fill-timeout", "1s"});
+  auto writer = nc.Connect(), reader = nc.Connect(), other = nc.Connect();
+  ASSERT_TRUE(writer && reader && other);
+  std::atomic<bool> started{false}, stalled{true};
+  std::optional<Result<uint64_t>> put;
+  std::thread t([&] {
+    bool first = true;
+    put = writer->Put(
+        "stalled",
+        [&](std::span<uint8_t> out) -> Result<size_t> {
+          if (first) {
+            first = false;
+            size_t n = std::min<size_t>(out.size(), 4096);
+            std::fill_n(out.begin(), n, uint8_t{9});
+            started = true;
+            return n;
+          }
+          std::this_thread::sleep_for(4s);
+          stalled = false;
+          return size_t{0};
+        },
+        1 << 20);
+  });
+  for (int i = 0; i < 500 && !started; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(started);
+  std::this_thread::sleep_for(100ms);
+  auto follow = reader->Get(
+      "stalled", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); }, 0, UINT64_MAX,
+      /*follow_fill=*/true);
+  ASSERT_FALSE(follow) << "a follower of a fill nobody feeds must not wait for ever";
+  EXPECT_EQ(follow.error().code(), StatusCode::kAborted) << follow.error().ToString();
+  EXPECT_TRUE(stalled);
+  auto data = Pattern(70000, 3);
+  auto again = other->Put("stalled", data);
+  EXPECT_TRUE(again) << again.error().ToString();
+  EXPECT_TRUE(stalled);
+  t.join();
+  ASSERT_TRUE(put.has_value());
+  EXPECT_FALSE(*put);
+  EXPECT_TRUE(GetAll(*reader, "stalled").value() == data);
 }
 
 // One-sided head reads through the same API on every plane (ring: the mapped pool; UCX:
