@@ -9,6 +9,7 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
+#include "goblin/gateway/cache_policy.h"
 #include "http_server_impl.h"
 
 namespace goblin::gateway {
@@ -69,19 +70,10 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   for (const auto& h : r.headers) {
     if (detail::EndToEnd(h.name)) passthrough += fmt::format("{}: {}\r\n", h.name, h.value);
   }
-  auto cc = http::ParseCacheControl(r.Get("cache-control"));
-  bool cacheable = r.status == 200 && !cc.no_store && !cc.is_private && !cc.no_cache &&
-                   r.Get("set-cookie").empty();
-  int64_t ttl = options_.default_ttl.count();
-  if (cc.s_maxage) {
-    ttl = *cc.s_maxage;
-  } else if (cc.max_age) {
-    ttl = *cc.max_age;
-  } else if (auto exp = http::ParseHttpDate(r.Get("expires"))) {
-    auto date = http::ParseHttpDate(r.Get("date"));
-    ttl = *exp - (date ? *date : static_cast<int64_t>(detail::NowSeconds()));
-  }
-  if (ttl <= 0) cacheable = false;
+  const policy::Storability verdict = policy::Decide(
+      r, options_.default_ttl.count(), static_cast<int64_t>(detail::NowSeconds()));
+  const bool cacheable = verdict.store;
+  const int64_t ttl = verdict.ttl_seconds;
   if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
     std::string framing;
     if (r.framing.content_length) {

@@ -6,6 +6,7 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
+#include "goblin/gateway/cache_policy.h"
 #include "goblin/sbe/wire_flags.h"
 #include "http_server_impl.h"
 
@@ -259,16 +260,8 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   }
   if (ex.via_head_lookup) {
     // Conditionals first, then ranges.
-    std::string_view etag = MetaGet(meta, "etag");
-    std::string_view lm = MetaGet(meta, "last-modified");
-    bool not_modified = false;
-    if (!ex.inm.empty()) {
-      not_modified = detail::EtagMatches(ex.inm, etag);
-    } else if (!ex.ims.empty() && !lm.empty()) {
-      auto since = http::ParseHttpDate(ex.ims), modified = http::ParseHttpDate(lm);
-      not_modified = since && modified && *modified <= *since;
-    }
-    if (not_modified) {
+    if (policy::NotModified(ex.inm, ex.ims, MetaGet(meta, "etag"),
+                            MetaGet(meta, "last-modified"))) {
       Write(c, HitHead(ex, 304, meta, info.created_nanos(), ""), true);
       return FinishExchange(c);
     }

@@ -102,25 +102,6 @@ void AppendStoredHeaders(std::string* out, std::string_view meta, bool drop_cont
   });
 }
 
-bool EtagMatches(std::string_view if_none_match, std::string_view etag) {
-  if (etag.empty()) return false;
-  auto strip = [](std::string_view e) {
-    if (e.starts_with("W/")) e.remove_prefix(2);
-    return e;
-  };
-  std::string_view want = strip(etag);
-  while (!if_none_match.empty()) {
-    size_t comma = if_none_match.find(',');
-    std::string_view item = if_none_match.substr(0, comma);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item == "*" || strip(item) == want) return true;
-    if (comma == std::string_view::npos) break;
-    if_none_match.remove_prefix(comma + 1);
-  }
-  return false;
-}
-
 uint64_t NowSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);

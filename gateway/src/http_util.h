@@ -1,6 +1,7 @@
 // Small pieces of the HTTP front shared by its files: reason phrases, which headers are
-// end-to-end, the stored metadata of an object (an origin's end-to-end headers), ETag
-// matching, clocks, and the kinds of origin failure with the status each maps to.
+// end-to-end, the stored metadata of an object (an origin's end-to-end headers), clocks,
+// and the kinds of origin failure with the status each maps to. (Cache rules proper are in
+// goblin/gateway/cache_policy.h.)
 // Threading: pure functions.
 #pragma once
 
@@ -21,9 +22,6 @@ std::string_view MetaGet(std::string_view meta, std::string_view name);
 // Appends the block's well-formed end-to-end lines, each ending in CRLF (whatever the
 // stored block ends with), optionally without Content-Type (multipart parts carry it).
 void AppendStoredHeaders(std::string* out, std::string_view meta, bool drop_content_type);
-
-// If-None-Match against an ETag (weak comparison, "*" matches anything stored).
-bool EtagMatches(std::string_view if_none_match, std::string_view etag);
 
 uint64_t NowSeconds();    // CLOCK_REALTIME
 uint64_t NowUnixNanos();  // CLOCK_REALTIME
