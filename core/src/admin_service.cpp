@@ -410,6 +410,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["descriptors_withdrawn"] = s.descriptors_withdrawn;
       m["fills_timed_out"] = s.fills_timed_out;
       m["inline_syncs"] = s.inline_syncs;
+      m["fill_disk_waits"] = s.fill_disk_waits;
       const store::Index& index = ctx_.store->index();
       const store::IndexStats& is = index.stats();
       m["journal_group_syncs"] = is.group_syncs;

@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddSizeOption(app, "--fill-staging", &so.fill_staging_bytes,
                 "Heap memory fills may stage extents in when every I/O buffer is out (many "
-                "fills at once)");
+                "fills at once; past it a fill waits for the disk)");
   std::chrono::nanoseconds fill_timeout = std::chrono::seconds(30);
   AddDurationOption(app, "--fill-timeout", &fill_timeout,
                     "A fill that receives no data for this long is aborted (its readers are "

@@ -163,31 +163,44 @@ VoidResult ObjectWriter::Append(std::span<const uint8_t> data) {
   if (failed_) return Err(error_);
   while (!data.empty()) {
     // An I/O buffer for the extent, or (every one is out: many fills at once, or readers)
-    // a staging buffer of the writer's own, grown as the bytes come; never a wait.
+    // a staging buffer of the writer's own, grown as the bytes come. The disk is the limit
+    // only when it falls behind: a writer that already has kOwnWritesBeforeWaiting writes
+    // on their way, or finds the staging allowance spent, waits for a write to land (the
+    // loop holds that long; the sender backs up behind it) instead of failing the fill.
     if (!has_current()) cur_buf_ = buffers_->Acquire();
     uint32_t limit = CurrentLimit();
     uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(data.size(), limit - cur_len_));
-    if (!cur_buf_) {
-      if (auto g = GrowStaging(cur_len_ + take, limit); !g) {
-        failed_ = true;
-        error_ = g.error();
-        return g;
+    while (!cur_buf_) {
+      if (!has_current() && in_flight_ >= kOwnWritesBeforeWaiting) {
+        ++disk_waits_;
+        if (auto w = WaitFor(in_flight_ - 1); !w) return Fail(w.error());
+        cur_buf_ = buffers_->Acquire();
+        continue;
       }
+      auto g = GrowStaging(cur_len_ + take, limit);
+      if (g) break;
+      if (g.error().code() != StatusCode::kResourceExhausted || io_->in_flight() == 0)
+        return Fail(g.error());
+      ++disk_waits_;
+      if (auto w = io_->Poll(1); !w) return Fail(w.error());  // someone's write lands
+      if (!has_current()) cur_buf_ = buffers_->Acquire();
     }
     std::memcpy(current() + cur_len_, data.data(), take);
     cur_len_ += take;
     bytes_ += take;
     data = data.subspan(take);
     if (cur_len_ == limit) {
-      if (auto r = SubmitCurrent(); !r) {
-        failed_ = true;
-        error_ = r.error();
-        return r;
-      }
+      if (auto r = SubmitCurrent(); !r) return Fail(r.error());
     }
     if (failed_) return Err(error_);
   }
   return {};
+}
+
+VoidResult ObjectWriter::Fail(Status s) {
+  failed_ = true;
+  error_ = s;
+  return Err(std::move(s));
 }
 
 ObjectWriter::Location ObjectWriter::Locate(uint64_t offset) const {

@@ -278,10 +278,18 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   policy_.Insert(f.key);
   if (committed->expires_unix_ns != 0) expiries_.emplace(committed->expires_unix_ns, f.key);
   std::vector<Stream*> followers = std::move(f.followers);
+  const bool purged = f.delete_after_commit;
+  const std::string key = f.key;
   filling_.erase(f.key);
+  stats_.fill_disk_waits += f.writer->disk_waits();
   fills_.erase(it);
   ++stats_.fills_committed;
-  for (Stream* s : followers) s->FillEnded(committed);
+  for (Stream* s : followers) s->FillEnded(committed);  // (they hold loans: purge-safe)
+  if (purged) {
+    if (auto d = DeleteCommitted(key); !d) {
+      GOBLIN_LOG_ERROR(kLog, "deleting '{}' purged while it committed: {}", key, d.error());
+    }
+  }
   uint64_t generation = *gen;
   while (options_.max_objects != 0 && index_->size() > options_.max_objects) {
     if (!EvictOne(-1)) break;
@@ -299,6 +307,7 @@ void Store::Abort(FillId id) {
   std::vector<Stream*> followers = std::move(f.followers);
   auto on_commit = std::move(f.on_commit);
   filling_.erase(f.key);
+  stats_.fill_disk_waits += f.writer->disk_waits();
   fills_.erase(it);
   ++stats_.fills_aborted;
   for (Stream* s : followers) s->FillEnded(nullptr);
@@ -471,7 +480,7 @@ bool Store::EvictOne(int tier) {
     ++stats_.eviction_failures;
     return false;
   }
-  auto removed = Delete(*victim);
+  auto removed = DeleteCommitted(*victim);
   if (!removed) {
     GOBLIN_LOG_ERROR(kLog, "evicting '{}': {}", *victim, removed.error());
     return false;
@@ -489,7 +498,7 @@ Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
   if (Expired(*r, NowNs())) {
     ++stats_.expired;
     ++stats_.misses;
-    GOBLIN_RETURN_IF_ERROR(Delete(key));
+    GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
     return std::optional<ObjectInfo>();
   }
   ++stats_.hits;
@@ -632,7 +641,7 @@ void Store::DropCorrupt(const std::string& key, uint64_t generation, const Statu
   if (cur == nullptr || cur->generation != generation) return;
   ++stats_.corrupt_dropped;
   GOBLIN_LOG_WARN(kLog, "dropping '{}': {}", key, why);
-  (void)Delete(key);
+  (void)DeleteCommitted(key);
 }
 
 VoidResult Store::ReadRange(const std::vector<Extent>& extents, uint64_t offset,
@@ -680,6 +689,18 @@ VoidResult Store::Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out
 }
 
 Result<bool> Store::Delete(std::string_view key) {
+  // A fill of the key whose bytes are all in (committing) is deleted as soon as its record
+  // is written: a purge never loses to a commit that was already on its way.
+  bool pending = false;
+  if (auto f = filling_.find(std::string(key)); f != filling_.end()) {
+    Fill& fill = fills_.at(f->second);
+    if (fill.committing) pending = fill.delete_after_commit = true;
+  }
+  GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
+  return removed || pending;
+}
+
+Result<bool> Store::DeleteCommitted(std::string_view key) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) return false;
   uint64_t gen = r->generation;
@@ -700,6 +721,13 @@ Result<uint64_t> Store::DeletePrefix(std::string_view prefix) {
     if (std::string_view(r.key).starts_with(prefix)) keys.push_back(r.key);
   });
   uint64_t n = 0;
+  for (auto& [id, f] : fills_) {  // (see Delete)
+    if (f.committing && !f.delete_after_commit && std::string_view(f.key).starts_with(prefix) &&
+        index_->Find(f.key) == nullptr) {
+      f.delete_after_commit = true;
+      ++n;
+    }
+  }
   for (const std::string& k : keys) {
     GOBLIN_ASSIGN_OR_RETURN(bool removed, Delete(k));
     n += removed ? 1 : 0;
@@ -711,10 +739,19 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
                                         bool follow_fill) {
   Opened o;
   if (follow_fill) {
-    if (auto f = filling_.find(std::string(key)); f != filling_.end()) {
+    // (a committing fill that was purged is gone for new readers already)
+    if (auto f = filling_.find(std::string(key));
+        f != filling_.end() && !fills_.at(f->second).delete_after_commit) {
       Fill& fill = fills_.at(f->second);
-      o.status = Lookup::kFilling;
-      o.info = ObjectInfo{fill.key, fill.expected_size, 0, fill.started_unix_ns, 0, fill.metadata};
+      // Every byte of a committing fill is in and checksummed: a hit (its record is on the
+      // way), of the size it has.
+      o.status = fill.committing ? Lookup::kHit : Lookup::kFilling;
+      o.info = ObjectInfo{fill.key,
+                          fill.committing ? fill.writer->bytes() : fill.expected_size,
+                          0,
+                          fill.started_unix_ns,
+                          0,
+                          fill.metadata};
       std::unique_ptr<Stream> s(new Stream(this));
       s->fill_ = f->second;
       s->loan_.info = o.info;
@@ -754,7 +791,7 @@ void Store::ExpireDue(uint64_t now, size_t max) {
     const ObjectRecord* r = index_->Find(due.second);
     if (r == nullptr || r->expires_unix_ns != due.first) continue;  // replaced or deleted
     ++stats_.expired;
-    if (auto d = Delete(due.second); !d) {
+    if (auto d = DeleteCommitted(due.second); !d) {
       GOBLIN_LOG_ERROR(kLog, "expiring '{}': {}", due.second, d.error());
       return;
     }

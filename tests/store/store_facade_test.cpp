@@ -300,6 +300,55 @@ TEST_F(StoreTest, AFullTierUnderGroupCommitEvictsAndSyncsToMakeRoom) {
   EXPECT_LE(store_->tier().stats().slots_used, 16u);
 }
 
+// CommitAsync: every byte is in once it is called, so a new reader is a hit (it follows
+// the fill to its record); a purge in that window wins over the commit on its way.
+TEST_F(StoreTest, ACommittingFillIsAHitAndAPurgeOfItWins) {
+  opts_.group_commit = true;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(3 * kExtent + 5, 21);
+  auto start = store_->BeginFill("/c", 0, "m");
+  ASSERT_TRUE(start);
+  ASSERT_TRUE(store_->Append(start->second, data));
+  std::optional<Result<uint64_t>> committed;
+  ASSERT_TRUE(store_->CommitAsync(start->second, data.size(),
+                                  [&](Result<uint64_t> g) { committed = std::move(g); }));
+  auto o = store_->OpenStream("/c", 0, UINT64_MAX, /*follow_fill=*/true);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->status, Store::Lookup::kHit);
+  EXPECT_EQ(o->info.size, data.size());
+  auto got = Drain(*o->stream, [&] { ASSERT_TRUE(store_->Poll()); });
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(*got, data);
+  for (int i = 0; i < 5000 && !committed; ++i) {
+    ASSERT_TRUE(store_->Poll());
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(committed && *committed);
+  EXPECT_TRUE(store_->Head("/c").value());
+  // Again, purged while committing: new readers miss at once, and it never appears.
+  auto s2 = store_->BeginFill("/p", 0, "");
+  ASSERT_TRUE(s2);
+  ASSERT_TRUE(store_->Append(s2->second, data));
+  std::optional<Result<uint64_t>> c2;
+  ASSERT_TRUE(store_->CommitAsync(s2->second, data.size(),
+                                  [&](Result<uint64_t> g) { c2 = std::move(g); }));
+  EXPECT_TRUE(store_->Delete("/p").value());  // something was there to purge
+  auto miss = store_->OpenStream("/p", 0, UINT64_MAX, true);
+  ASSERT_TRUE(miss);
+  EXPECT_EQ(miss->status, Store::Lookup::kMiss);
+  for (int i = 0; i < 5000 && !c2; ++i) {
+    ASSERT_TRUE(store_->Poll());
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(c2);
+  EXPECT_FALSE(store_->Head("/p").value());
+  ASSERT_TRUE(store_->SyncNow());
+  o->stream.reset();  // (streams never outlive their store)
+  OpenStore();
+  EXPECT_FALSE(store_->Head("/p").value());
+  EXPECT_TRUE(store_->Head("/c").value());
+}
+
 TEST_F(StoreTest, DescribeCanLeaveTheDiskReadToAStream) {
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto data = Data(3 * kExtent, 4);
@@ -360,6 +409,31 @@ TEST_F(StoreTest, MoreFillsAtOnceThanIoBuffersStageTheirBytesUpToALimit) {
   EXPECT_TRUE(Put("/after", Data(3 * kExtent, 9)));
   OpenStore();  // and it all survives a restart (read back from the extents)
   EXPECT_EQ(GetAll("/many47").value(), fills[47].second);
+}
+
+TEST_F(StoreTest, AFillThatOutrunsTheDiskWaitsForItInsteadOfFailing) {
+  // A sender faster than the disk (a 2 GiB object on a busy disk): the writer's buffers are
+  // all on their way and staging is small. It waits for its writes; it is never aborted.
+  opts_.io_buffers = 4;
+  opts_.fill_staging_bytes = 2 * kExtent;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto small = store_->BeginFill("/small", 0, "");  // another fill holds a buffer meanwhile
+  ASSERT_TRUE(small);
+  auto small_data = Data(5000, 3);
+  ASSERT_TRUE(store_->Append(small->second, small_data));
+  auto big = store_->BeginFill("/big", 0, "");
+  ASSERT_TRUE(big);
+  auto data = Data(40 * kExtent + 123, 4);
+  for (size_t off = 0; off < data.size(); off += kExtent / 3) {
+    size_t n = std::min<size_t>(kExtent / 3, data.size() - off);
+    ASSERT_TRUE(store_->Append(big->second, std::span(data).subspan(off, n))) << off;
+  }
+  ASSERT_TRUE(store_->Commit(big->second, data.size()));
+  ASSERT_TRUE(store_->Commit(small->second, small_data.size()));
+  EXPECT_GT(store_->stats().fill_disk_waits, 0u);
+  EXPECT_EQ(store_->stats().fills_aborted, 0u);
+  EXPECT_EQ(GetAll("/big").value(), data);
+  EXPECT_EQ(GetAll("/small").value(), small_data);
 }
 
 TEST_F(StoreTest, AnObjectLargerThanTheTierIsRefusedAndEvictsNothing) {

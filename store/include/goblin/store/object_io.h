@@ -69,9 +69,15 @@ class ObjectWriter final : public IoClient {
   void SetMakeRoom(std::function<bool(uint16_t tier)> fn) { make_room_ = std::move(fn); }
 
   void OnIoComplete(uint32_t tag, int32_t result) override;
+  // Times Append waited for the disk (no I/O buffer and the writer's share used up).
+  uint64_t disk_waits() const { return disk_waits_; }
+  // Writes one writer keeps on their way before it waits for the disk rather than staging
+  // more (when every I/O buffer is out).
+  static constexpr uint32_t kOwnWritesBeforeWaiting = 4;
 
  private:
   VoidResult SubmitCurrent();
+  VoidResult Fail(Status s);
   VoidResult WaitFor(uint32_t max_in_flight);
   uint32_t CurrentLimit() const;  // bytes the current buffer may take before it is written
 
@@ -105,6 +111,7 @@ class ObjectWriter final : public IoClient {
   uint64_t cur_start_ = 0;  // object offset of the current buffer's first byte
   uint64_t bytes_ = 0;
   uint32_t in_flight_ = 0;
+  uint64_t disk_waits_ = 0;
   bool failed_ = false;
   bool done_ = false;
   Status error_;

@@ -63,7 +63,7 @@ struct StoreOptions {
   // only then. false: every change syncs on the caller's thread before it returns.
   bool group_commit = false;
   // Heap memory fills may stage extents in when every I/O buffer is out (many fills at
-  // once); past it a fill fails with ResourceExhausted.
+  // once); past it (or with a few writes of its own on the way) a fill waits for the disk.
   uint64_t fill_staging_bytes = 256ull << 20;
   CheckpointPolicy checkpoint;  // background checkpoints (with group_commit)
 };
@@ -73,6 +73,7 @@ struct StoreStats {
   uint64_t fills_started = 0, fills_committed = 0, fills_aborted = 0, fills_refused = 0;
   uint64_t fills_timed_out = 0;
   uint64_t inline_syncs = 0;  // a fill needed space that only a sync could give back
+  uint64_t fill_disk_waits = 0;  // a fill's Append waited for a write to land (disk behind)
   uint64_t hits = 0, misses = 0, expired = 0;
   uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0, heads_demoted = 0;
   uint64_t evicted = 0, eviction_failures = 0;
@@ -148,6 +149,9 @@ class Store {
   // from the pool, the rest from disk with checksums verified. A damaged extent drops the
   // object and returns Corruption.
   VoidResult Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out);
+  // Deletes `key`'s committed version, and a fill of it that is already committing (all
+  // its bytes in) once its record is written; true if either was there. Fills still
+  // receiving bytes are not touched (they become the next version).
   Result<bool> Delete(std::string_view key);
   // Describes `key`'s head for one-sided readers (publishing it in the head table on first
   // use); nullopt: not stored. The entry stays current until the head leaves RAM or the
@@ -231,9 +235,12 @@ class Store {
     std::vector<Stream*> followers;
     // CommitAsync: the last writes are in flight; then the record, then `on_commit`.
     bool committing = false;
+    bool delete_after_commit = false;  // deleted (purged) while committing
     uint64_t commit_size = UINT64_MAX;
     std::function<void(Result<uint64_t>)> on_commit;
   };
+  // Deletes the committed version only (eviction, expiry, damage).
+  Result<bool> DeleteCommitted(std::string_view key);
   // Commit's first half: the fill, if it may commit with `expected_size` (else aborted).
   Result<Fill*> CommittableFill(FillId id, uint64_t expected_size);
   // Commit's second half, once every write of `id` has landed.
