@@ -1,7 +1,9 @@
 # goblin_add_test(NAME n SOURCES ... [LIBS ...] LABELS unit|system|fuzz|rdma|slow [TIMEOUT s]
 #                 [ENVIRONMENT K=V ...] [SLOW_TESTS gtest-pattern])
 #   Builds a GoogleTest binary and registers each of its test cases with ctest, labelled.
-#   Cases matching SLOW_TESTS get the label "slow" instead (the sanitizer runs skip them).
+#   Cases matching SLOW_TESTS get the label "slow" instead (the sanitizer runs skip them);
+#   they take the lock "big_objects" (one at a time: each writes gigabytes to the disk) and
+#   a high COST, so that ctest starts them first and the short cases run beside them.
 # goblin_add_fuzz(NAME n SOURCES ... [LIBS ...] [SECONDS s] [CORPUS dir])
 #   Builds a fuzz target exporting LLVMFuzzerTestOneInput. Under the Fuzz build type it links
 #   clang's libFuzzer and ctest runs it for SECONDS; in every other build it links
@@ -28,7 +30,8 @@ function(goblin_add_test)
       DISCOVERY_MODE PRE_TEST
       DISCOVERY_TIMEOUT 60
       TEST_FILTER "${T_SLOW_TESTS}"
-      PROPERTIES LABELS slow TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENVIRONMENT}")
+      PROPERTIES LABELS slow TIMEOUT ${T_TIMEOUT} RESOURCE_LOCK big_objects COST 5000
+                 ENVIRONMENT "${T_ENVIRONMENT}")  # (last: an empty value takes nothing)
   else()
     gtest_discover_tests(${T_NAME}
       DISCOVERY_MODE PRE_TEST

@@ -258,21 +258,17 @@ TEST_F(RespClients, APublishFloodAgainstAStoppedCoreIsBounded) {
   std::string burst;
   for (int i = 0; i < 64; ++i) burst += cmd;
   // Send without blocking until the gateway stops taking bytes (or 256 MiB went: unbounded).
+  // Never block here: a stopped core must make the gateway stop reading mid-command, and a
+  // blocking send would then wait for as long as the core stays stopped.
   uint64_t sent = 0;
+  size_t off = 0;  // into the burst: commands are finished after the core resumes
   int idle = 0;
   while (sent < (256ull << 20) && idle < 50) {
-    ssize_t n = send(pub, burst.data(), burst.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = send(pub, burst.data() + off, burst.size() - off, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<uint64_t>(n);
+      off = (off + static_cast<size_t>(n)) % burst.size();
       idle = 0;
-      // (a partial send: finish this burst blocking-free later; keep commands whole)
-      size_t off = static_cast<size_t>(n);
-      while (off < burst.size()) {
-        ssize_t m = send(pub, burst.data() + off, burst.size() - off, MSG_NOSIGNAL);
-        if (m <= 0) break;
-        off += static_cast<size_t>(m);
-        sent += static_cast<uint64_t>(m);
-      }
       continue;
     }
     ++idle;
@@ -285,10 +281,19 @@ TEST_F(RespClients, APublishFloodAgainstAStoppedCoreIsBounded) {
 #endif
   RecordProperty("bytes_taken_while_the_core_was_stopped", std::to_string(sent));
   core_->Signal(SIGCONT);
-  // Every command gets its reply (":0" each: nobody listens), in order.
-  const uint64_t commands = sent / cmd.size();
+  // Finish the burst that was cut (the gateway reads again once its core drains).
   timeval tv{20, 0};
+  setsockopt(pub, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   setsockopt(pub, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  while (off != 0) {
+    ssize_t m = send(pub, burst.data() + off, burst.size() - off, MSG_NOSIGNAL);
+    ASSERT_GT(m, 0) << "the gateway did not read again after its core resumed";
+    sent += static_cast<uint64_t>(m);
+    off = (off + static_cast<size_t>(m)) % burst.size();
+  }
+  // Every command gets its reply (":0" each: nobody listens), in order.
+  ASSERT_EQ(sent % cmd.size(), 0u);
+  const uint64_t commands = sent / cmd.size();
   std::string replies;
   char buf[65536];
   while (replies.size() < commands * 4) {
