@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench/run_concurrency_benchmark.sh end to end on a tiny small-object mix: Goblin, nginx and
+# Varnish each from an empty cache, prewarm with the origin-count check, two connection
+# counts measured by bench/http_load, the tables with goblin's ratio. Then http_load alone
+# against the origin: a wrong size in the manifest fails the run.
+# Usage: concurrency_benchmark_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+SRC=$1
+BUILD=$2
+OUT=$(mktemp -d /tmp/goblin-conc-test.XXXXXX)
+ORIGIN_PID=""
+cleanup() {
+  [ -n "$ORIGIN_PID" ] && kill -KILL "$ORIGIN_PID" 2>/dev/null || true
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+MIXES=small SMALL_OBJECTS=150 CONNS="1 8" PASSES=1 GOBLIN_MEMORY=64M PORT=18441 \
+  ORIGIN_PORT=18442 OUT="$OUT/run" BUILD_DIR="$BUILD" \
+  timeout 400 "$SRC/bench/run_concurrency_benchmark.sh" --no-build > "$OUT/log" 2>&1 ||
+  { cat "$OUT/log"; fail "run_concurrency_benchmark.sh failed"; }
+for c in goblin nginx varnish; do
+  grep -q "concurrency-bench: $c: prewarmed .* origin saw 150 GETs for 150 objects" "$OUT/log" ||
+    { cat "$OUT/log"; fail "$c: no prewarm with the origin check"; }
+  for n in 1 8; do
+    grep -q "^$c: $n connections on .* 150 requests (0 failed" "$OUT/run/small-$c-$n.txt" ||
+      { cat "$OUT/log"; fail "$c: no error-free run at $n connections"; }
+  done
+  grep -q "| 8 | $c | <=64K |" "$OUT/run/results.md" || fail "$c is missing from the tables"
+done
+grep -qE "^\| 8 \| [0-9.]+ \([0-9]+\) .*\| [0-9.]+x \|$" "$OUT/run/results.md" ||
+  { cat "$OUT/run/results.md"; fail "no ratio row"; }
+
+# http_load alone against the origin: right sizes pass, a wrong one fails the run.
+/usr/bin/python3 "$SRC/tests/support/test_origin.py" --port 18443 --log "$OUT/origin.log" \
+  > "$OUT/origin.out" 2>&1 &
+ORIGIN_PID=$!
+for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/18443) 2>/dev/null && break; sleep 0.1; done
+M=$OUT/run/manifest-small.txt
+"$BUILD/bench/http_load" --target http://127.0.0.1:18443 --manifest "$M" --connections 4 \
+  > "$OUT/ok.txt" 2>&1 || { cat "$OUT/ok.txt"; fail "direct run failed"; }
+awk 'NR == 1 {$2 = $2 + 1} {print}' "$M" > "$OUT/bad-manifest.txt"
+if "$BUILD/bench/http_load" --target http://127.0.0.1:18443 --manifest "$OUT/bad-manifest.txt" \
+    --connections 4 > "$OUT/bad.txt" 2>&1; then
+  fail "a wrong length passed"
+fi
+grep -q "(1 failed" "$OUT/bad.txt" || { cat "$OUT/bad.txt"; fail "the mismatch is not counted"; }
+echo "PASS"
