@@ -374,6 +374,8 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
     m["publishes"] = k.publishes;
     m["deliveries_sent"] = k.deliveries_sent;
     m["slow_subscribers_dropped"] = k.slow_subscribers_dropped;
+    m["reservations"] = k.reservations;
+    m["gets_parked"] = k.gets_parked;
     const ring::ServerStats& rs = ctx_.ring->stats();
     m["ring_accepted"] = rs.accepted;
     m["ring_rejected"] = rs.rejected;

@@ -48,6 +48,7 @@ void CoreService::OnClose(ring::Session& session) {
       }
     }
     downloads_.erase(session.id());  // the stream releases what it holds
+    ReplayParked();  // (its own parked gets are dropped; others' fills it reserved ended)
     describes_.remove_if([&](const PendingDescribe& p) { return p.session == session.id(); });
     if (auto l = lenders_.find(session.id()); l != lenders_.end()) {
       for (auto& [id, lent] : l->second.loans) ReleaseLent(lent);
@@ -133,6 +134,7 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
     case wire::PutDataDecoder::kTemplateId:
     case wire::PutCommitDecoder::kTemplateId:
     case wire::PutAbortDecoder::kTemplateId:
+    case wire::PutHeadDecoder::kTemplateId:
     case wire::ObjectHeadDecoder::kTemplateId:
     case wire::ObjectGetDecoder::kTemplateId:
     case wire::ObjectDeleteDecoder::kTemplateId:
@@ -168,14 +170,31 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::PutBeginDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutBegin", e);
-      auto r = store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size());
+      const bool reserve = (d.flags() & wire::kPutReserve) != 0;
+      if (reserve) {
+        // Committed since the client looked (its fill was committing): read that instead.
+        auto h = store_->Head(d.key());
+        if (h && *h) {
+          wire::FillLeaseEncoder f(out_.data(), out_.size());
+          f.set_correlation_id(d.correlation_id())
+              .set_put_id(0)
+              .set_state(wire::LeaseState::kInProgress);
+          Send(session, f.Finish());
+          return;
+        }
+      }
+      auto r = store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size(), reserve);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       wire::FillLeaseEncoder f(out_.data(), out_.size());
       bool granted = r->first == store::Store::FillStart::kGranted;
+      if (granted && reserve) ++counters_.reservations;
       f.set_correlation_id(d.correlation_id())
           .set_put_id(granted ? r->second : 0)
           .set_state(granted ? wire::LeaseState::kGranted : wire::LeaseState::kInProgress);
-      if (granted) uploads_[r->second] = Upload{session.id(), d.correlation_id(), 0, Status()};
+      if (granted) {
+        uploads_[r->second] =
+            Upload{session.id(), d.correlation_id(), 0, std::string(d.key()), Status()};
+      }
       Send(session, f.Finish());
       return;
     }
@@ -246,7 +265,35 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
           it != uploads_.end() && it->second.session == session.id()) {
         store_->Abort(d.put_id());
         uploads_.erase(it);
+        ReplayParked();
       }
+      return;
+    }
+    case wire::PutHeadDecoder::kTemplateId: {
+      wire::PutHeadDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("PutHead", e);
+      auto it = uploads_.find(d.put_id());
+      if (it == uploads_.end() || it->second.session != session.id()) {
+        return SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kNotFound),
+                         fmt::format("PutHead for unknown put {}", d.put_id()));
+      }
+      Upload& up = it->second;
+      if (!up.failed.ok()) return;
+      const std::string key = up.key;
+      if ((d.flags() & wire::kHeadUncacheable) != 0) {
+        store_->Abort(d.put_id());  // nothing to store: whoever waits asks for itself
+        uploads_.erase(it);
+        return ReplayParked(key);
+      }
+      if (auto r = store_->SetFillHead(d.put_id(), d.expected_size(), d.ttl_nanos(), d.metadata());
+          !r) {
+        store_->Abort(d.put_id());
+        ReplayParked(key);  // refused (too large): its followers read a miss
+        FailUpload(up, r.error());
+        return;
+      }
+      ReplayParked();  // its followers now open it
       return;
     }
     case wire::ObjectHeadDecoder::kTemplateId:
@@ -273,6 +320,19 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
         return SendError(
             session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
             fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
+      }
+      if (get && (flags & wire::kGetFollowFill) != 0 && store_->FillAwaitingHead(key)) {
+        // Reserved by a cache that is asking its origin: wait for the head it sends.
+        if (parked_.size() >= kMaxDownloadsPerSession * 4) {
+          return SendError(session, corr,
+                           static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
+                           "too many ObjectGets waiting for reserved fills");
+        }
+        ++counters_.gets_parked;
+        parked_.push_back(ParkedGet{session.id(), std::move(key),
+                                    std::vector<uint8_t>(msg.begin(), msg.end()), block_length,
+                                    version});
+        return;
       }
       wire::LookupStatus status = wire::LookupStatus::kMiss;
       std::optional<store::ObjectInfo> info;
@@ -638,6 +698,37 @@ void CoreService::FailUpload(Upload& up, Status why) {
   up.failed = std::move(why);
   auto s = sessions_.find(up.session);
   if (s != sessions_.end()) SendStatusError(*s->second, up.begin_correlation, up.failed);
+  ReplayParked();
+}
+
+void CoreService::ReplayParked(std::string_view as_miss) {
+  if (parked_.empty() || store_ == nullptr) return;
+  std::vector<std::pair<ParkedGet, bool>> ready;  // (get, handle again)
+  std::erase_if(parked_, [&](ParkedGet& p) {
+    if (sessions_.count(p.session) == 0) return true;  // its session went away
+    if (!as_miss.empty() && p.key == as_miss) {
+      ready.emplace_back(std::move(p), true);
+      return true;
+    }
+    if (store_->FillAwaitingHead(p.key)) return false;
+    // The fill went on (or something else filled or committed the key meanwhile); or it
+    // ended without a head: the fill this get followed was aborted.
+    bool again = store_->Filling(p.key) || store_->index().Find(p.key) != nullptr;
+    ready.emplace_back(std::move(p), again);
+    return true;
+  });
+  for (auto& [p, again] : ready) {
+    auto s = sessions_.find(p.session);
+    if (s == sessions_.end()) continue;
+    if (again) {
+      HandleObject(*s->second, wire::ObjectGetDecoder::kTemplateId, p.msg, p.block_length,
+                   p.version);
+    } else {
+      const uint64_t corr = p.msg.size() >= 16 ? sbe::Load<uint64_t>(p.msg.data() + 8) : 0;
+      SendError(*s->second, corr, static_cast<uint16_t>(wire::ErrorCode::kAborted),
+                fmt::format("the fill of '{}' it followed was aborted before its head", p.key));
+    }
+  }
 }
 
 size_t CoreService::OnPoll() {
@@ -650,6 +741,7 @@ size_t CoreService::OnPoll() {
     FailUpload(it->second,
                Status(StatusCode::kTimeout, "the fill received no data for too long: aborted"));
   }
+  ReplayParked();
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/gateway/cache_policy.h"
+#include "goblin/sbe/wire_flags.h"
 #include "http_server_impl.h"
 
 namespace goblin::gateway {
@@ -36,13 +37,95 @@ void HttpServer::Impl::Miss(Conn& c) {
   }
   if (ranged) {
     // Answer the range from the origin at once; fill the whole object behind it.
-    if (f == nullptr) StartFill(ex, false, 0);
+    if (f == nullptr && Reserve(ex, 0) == nullptr) StartFill(ex, false, 0);
     return PassToOrigin(c);
   }
-  if (StartFill(ex, true, c.id) == nullptr) {
+  if (Reserve(ex, c.id) == nullptr && StartFill(ex, true, c.id) == nullptr) {
     return Fail(c, 502, Describe(OriginFault::kUnreachable));
   }
   ex.state = ExState::kOrigin;
+}
+
+HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader) {
+  const uint64_t corr = next_corr_++;
+  const std::string& key = ex.key;
+  auto sent = core_->Send(
+      [&](uint8_t* b, size_t cap) {
+        return wire::PutBeginEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_expected_size(UINT64_MAX)
+            .set_ttl_nanos(0)
+            .set_flags(wire::kPutReserve)
+            .set_key(key)
+            .set_metadata(std::string_view())
+            .Finish();
+      },
+      key.size() + 96);
+  if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) return nullptr;
+  auto f = std::make_unique<Fill>();
+  f->key = ex.key;
+  f->target = ex.target;
+  f->host = ex.host;
+  f->leader = leader;
+  f->leader_head = leader != 0 && ex.head;
+  f->stage = Stage::kReserving;
+  f->begin_corr = corr;
+  Fill* p = f.get();
+  corr_[corr] = {CorrKind::kFill, 0, p};
+  fills_[p->key] = p;
+  all_fills_.emplace(p, std::move(f));
+  return p;
+}
+
+void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_id,
+                                     std::span<const uint8_t> m) {
+  std::optional<wire::FillLeaseDecoder> lease;
+  if (template_id == wire::FillLeaseDecoder::kTemplateId) {
+    if (auto d = wire::FillLeaseDecoder::Decode(m)) lease = *d;
+  }
+  if (lease && lease->state() == wire::LeaseState::kGranted) {
+    // Ours: now ask the origin (the id stays: the core names it in errors about the fill).
+    f.put_id = lease->put_id();
+    f.reserved = true;
+    Origin* o = OpenOrigin("GET", f.target, "");
+    if (o == nullptr) {
+      SendPutAbort(f.put_id);
+      f.put_id = 0;
+      f.reserved = false;
+      corr_.erase(corr);
+      f.begin_corr = 0;
+      return AbortFill(f, OriginFault::kUnreachable);
+    }
+    f.origin = o;
+    o->fill = &f;
+    f.stage = Stage::kFetching;
+    return;
+  }
+  corr_.erase(corr);
+  f.begin_corr = 0;
+  std::vector<uint64_t> readers = std::move(f.waiters);
+  f.waiters.clear();
+  if (f.leader != 0) readers.insert(readers.begin(), f.leader);
+  f.leader = 0;
+  const bool elsewhere = lease && lease->state() == wire::LeaseState::kInProgress;
+  if (!elsewhere && template_id == wire::ErrorDecoder::kTemplateId) {
+    auto e = wire::ErrorDecoder::Decode(m);
+    GOBLIN_LOG_WARN(kLog, "'{}' is served uncached: the core refused to reserve it: {}", f.key,
+                    e ? e->text() : "error");
+  }
+  EndFill(f);
+  // In progress elsewhere (another worker or gateway): everyone follows that fill (the core
+  // holds the follow until its head is in). Refused: each fetches for itself, uncached.
+  for (uint64_t id : readers) {
+    Conn* c = Find(id);
+    if (c == nullptr || !c->ex) continue;
+    if (elsewhere && c->ex->range.empty()) {
+      ++stats_.coalesced;
+      Follow(*c);
+    } else {
+      PassToOrigin(*c);
+    }
+  }
 }
 
 HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is_client,
@@ -97,9 +180,45 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
       FinishExchange(*leader);
     }
   }
+  if (f.stage == Stage::kUncached) return;  // (the core went away meanwhile: just stream)
   if (!cacheable) {
     ++stats_.passes;
+    if (f.reserved) {  // the reservation ends; whoever waits for it elsewhere asks again
+      core_->SendAlways(
+          [&](uint8_t* b, size_t cap) {
+            return wire::PutHeadEncoder(b, cap)
+                .set_put_id(f.put_id)
+                .set_expected_size(0)
+                .set_ttl_nanos(0)
+                .set_flags(wire::kHeadUncacheable)
+                .set_metadata(std::string_view())
+                .Finish();
+          },
+          64);
+      if (f.begin_corr != 0) corr_.erase(f.begin_corr);
+      f.begin_corr = 0;
+      f.put_id = 0;
+      f.reserved = false;
+    }
     return Uncache(f, "");  // each waiter fetches for itself
+  }
+  if (f.reserved) {
+    // The reservation's head: from now on the core lets followers in, at once.
+    const uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
+    auto sent = core_->SendAlways(
+        [&](uint8_t* b, size_t cap) {
+          return wire::PutHeadEncoder(b, cap)
+              .set_put_id(f.put_id)
+              .set_expected_size(expected)
+              .set_ttl_nanos(static_cast<uint64_t>(ttl) * 1'000'000'000ULL)
+              .set_flags(0)
+              .set_metadata(passthrough)
+              .Finish();
+        },
+        passthrough.size() + 64);
+    if (sent == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
+    f.reserved = false;
+    return FillGranted(f);
   }
   uint64_t corr = next_corr_++;
   uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
@@ -189,6 +308,8 @@ void HttpServer::Impl::OnFillReply(CorrTarget t, uint64_t corr, uint16_t templat
     return;
   }
   Fill& f = *t.fill;
+  if (f.stage == Stage::kReserving && t.kind == CorrKind::kFill)
+    return OnReservation(f, corr, template_id, m);
   if (template_id == wire::FillLeaseDecoder::kTemplateId && t.kind == CorrKind::kFill) {
     auto lease = wire::FillLeaseDecoder::Decode(m);
     if (lease && lease->state() == wire::LeaseState::kGranted) {
@@ -254,12 +375,19 @@ void HttpServer::Impl::CommitFill(Fill& f) {
 
 void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
   if (!why.empty()) GOBLIN_LOG_INFO(kLog, "'{}' is served uncached: {}", f.key, why);
-  if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
+  if (f.stage == Stage::kReserving) {
+    // Nobody has asked the origin yet: the leader, too, fetches for itself.
+    if (f.begin_corr != 0) corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
+    if (f.leader != 0) f.waiters.insert(f.waiters.begin(), f.leader);
+    f.leader = 0;
+  } else if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
     corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
-  } else if (f.stage == Stage::kFilling && f.put_id != 0) {
+  } else if ((f.stage == Stage::kFilling || f.reserved) && f.put_id != 0) {
     SendPutAbort(f.put_id);  // (a no-op when the link is down: the core dropped it already)
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   }
+  f.put_id = 0;
+  f.reserved = false;
   f.begin_corr = 0;
   f.stage = Stage::kUncached;
   f.pending.clear();
@@ -269,13 +397,16 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
 }
 
 void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {
-  if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
+  if ((f.stage == Stage::kLeasing || f.stage == Stage::kReserving) && f.begin_corr != 0) {
     corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
     f.begin_corr = 0;
-  } else if ((f.stage == Stage::kFilling || f.stage == Stage::kCommitting) && f.put_id != 0) {
-    SendPutAbort(f.put_id);  // the core cuts off its followers (Aborted)
+  } else if ((f.stage == Stage::kFilling || f.stage == Stage::kCommitting || f.reserved) &&
+             f.put_id != 0) {
+    SendPutAbort(f.put_id);  // the core cuts off its followers (Aborted) or lets them in
   }
-  if (f.stage != Stage::kFetching && f.stage != Stage::kUncached) ++stats_.fills_aborted;
+  if (f.reserved || (f.stage != Stage::kFetching && f.stage != Stage::kUncached))
+    ++stats_.fills_aborted;
+  f.reserved = false;
   const int status = StatusFor(fault);
   if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
     Fail(*leader, status, Describe(fault));

@@ -232,6 +232,10 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t tem
         // A followed fill that was abandoned, a damaged extent, ...: cut the body off.
         GOBLIN_LOG_WARN(kLog, "'{}' failed mid-body: {}", c->ex->key, text);
       }
+      // A fill it waited for ended before its head (the origin failed it): the origin's fault.
+      if (e && e->code() == wire::ErrorCode::kAborted) {
+        return Fail(*c, 502, text);
+      }
       return Fail(*c, 503, text);
     }
     default:
@@ -251,11 +255,15 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   std::string meta(info.metadata());
   uint64_t size = info.object_size();
   bool filling = info.status() == wire::LookupStatus::kFilling;
-  // Only a committed object is a HIT; a fill in progress is streamed as a MISS.
+  // Only a committed object is a HIT (every byte in and checksummed: its record may still
+  // be on the way); a fill in progress is streamed as a MISS. A miss that went to follow a
+  // fill and found it complete reads a hit.
   if (filling) {
     if (!ex.is_miss) ++stats_.coalesced;
     ex.is_miss = true;
-  } else if (!ex.is_miss) {
+  } else {
+    if (ex.is_miss && stats_.misses > 0) --stats_.misses;
+    ex.is_miss = false;
     ++stats_.hits;
   }
   if (ex.via_head_lookup) {
@@ -395,7 +403,7 @@ void HttpServer::Impl::OnCoreDown() {
   for (Fill* f : fills) {
     if (f->stage == Stage::kCommitting) {
       EndFill(*f);  // the origin is done; the commit's fate is unknown: not stored here
-    } else if (f->stage != Stage::kFetching && f->stage != Stage::kUncached) {
+    } else if (f->stage != Stage::kUncached && (f->stage != Stage::kFetching || f->reserved)) {
       Uncache(*f, "the core link went down");
     }
   }

@@ -19,6 +19,26 @@ constexpr std::string_view kLog = "http";
 
 }  // namespace
 
+HttpStats& HttpStats::operator+=(const HttpStats& o) {
+  accepted += o.accepted;
+  requests += o.requests;
+  hits += o.hits;
+  misses += o.misses;
+  passes += o.passes;
+  coalesced += o.coalesced;
+  origin_requests += o.origin_requests;
+  origin_errors += o.origin_errors;
+  fills += o.fills;
+  fills_aborted += o.fills_aborted;
+  purges += o.purges;
+  bad_requests += o.bad_requests;
+  bytes_lent += o.bytes_lent;
+  slow_clients_dropped += o.slow_clients_dropped;
+  core_unavailable += o.core_unavailable;
+  core_disconnects += o.core_disconnects;
+  return *this;
+}
+
 VoidResult HttpServer::Impl::Init() {
   GOBLIN_RETURN_IF_ERROR(ParseMirror());
   if (!ResolveOrigin()) {
@@ -29,7 +49,8 @@ VoidResult HttpServer::Impl::Init() {
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   CoreLinkOptions lo;
   lo.socket_path = options_.core_socket;
-  lo.name = "goblin-gateway-http";
+  lo.name = options_.worker == 0 ? std::string("goblin-gateway-http")
+                                  : fmt::format("goblin-gateway-http-{}", options_.worker);
   lo.ring_bytes = options_.core_ring_bytes;
   lo.map_pools = true;  // hits are written to sockets from the core's pools
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
@@ -45,6 +66,9 @@ VoidResult HttpServer::Impl::Init() {
   listen_ = UniqueFd(fd);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (options_.reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    return ErrnoErr("setsockopt SO_REUSEPORT", errno);
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(options_.port < 0 ? 0 : options_.port));

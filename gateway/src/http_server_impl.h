@@ -126,11 +126,16 @@ class HttpServer::Impl {
     uint64_t idle_since = 0;
     std::string request;  // the bytes of the current request (for that retry)
   };
-  // One key being fetched from the origin. Stages: kFetching (the origin's head awaited),
-  // then kUncached (not stored: uncacheable, filled elsewhere, refused or lost by the core;
-  // the leader still streams from the origin), or kLeasing (PutBegin sent) -> kFilling
-  // (lease granted; body bytes go to the core as PutData) -> kCommitting (PutCommit sent).
-  enum class Stage { kFetching, kUncached, kLeasing, kFilling, kCommitting };
+  // One key being fetched from the origin. A miss first reserves the key in the core
+  // (kReserving: PutBegin with kPutReserve sent, the origin not asked yet), so that one
+  // origin request serves every client of every worker and gateway: granted -> kFetching
+  // with the reservation (`reserved`, put_id); in progress elsewhere -> everyone follows
+  // that fill. Without a reservation (the core could not be asked) kFetching asks for the
+  // lease once the head is in (kLeasing). At the origin's head: kUncached (not stored:
+  // uncacheable, filled elsewhere, refused or lost by the core; the leader still streams
+  // from the origin), or kFilling (PutHead or the lease; body bytes go to the core as
+  // PutData) -> kCommitting (PutCommit sent).
+  enum class Stage { kReserving, kFetching, kUncached, kLeasing, kFilling, kCommitting };
   struct Fill {
     std::string key, target, host;
     Stage stage = Stage::kFetching;
@@ -139,6 +144,7 @@ class HttpServer::Impl {
     std::vector<uint64_t> waiters;  // connections waiting for the origin's answer
     bool leader_head = false;       // the leader asked HEAD
     uint64_t put_id = 0, begin_corr = 0, commit_corr = 0;
+    bool reserved = false;  // put_id is a reservation whose head (PutHead) is still due
     uint64_t received = 0;  // body bytes from the origin
     uint64_t sent = 0;      // body bytes sent to the core (PutData)
     std::string pending;    // body bytes waiting for the lease
@@ -214,6 +220,10 @@ class HttpServer::Impl {
   // ---- fills (http_fill.cpp) ----
   void Miss(Conn& c);
   Fill* StartFill(Exchange& ex, bool leader_is_client, uint64_t leader);
+  // A fill that reserves the key in the core before the origin is asked (nullptr: the core
+  // cannot be asked now; StartFill then).
+  Fill* Reserve(Exchange& ex, uint64_t leader);
+  void OnReservation(Fill& f, uint64_t corr, uint16_t template_id, std::span<const uint8_t> m);
   void OnFillReply(CorrTarget t, uint64_t corr, uint16_t template_id, std::span<const uint8_t> m);
   void OnFillHead(Origin& o);                          // the origin's head: store it or not
   void OnFillBody(Origin& o, std::string_view bytes);  // origin body bytes of a fill

@@ -1,8 +1,10 @@
 // goblin-gateway: the client-protocol fronts of goblin-core.
 //   HTTP/1.1 reverse cache (mirror mode):  --mirror http://ORIGIN --http-port 8080
 //   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
-// Each front runs its own event loop thread with its own ring connection to the core, and
-// stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
+// Each front runs its own event loop thread(s) with its own ring connection(s) to the core,
+// and stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
+// HTTP runs --threads workers (default one per allowed CPU), each with its own listener on
+// the port (SO_REUSEPORT), loop and core connection.
 #include <unistd.h>
 
 #include <cstdio>
@@ -86,7 +88,7 @@ int main(int argc, char** argv) {
   AddSizeOption(app, "--core-queue-limit", &r.core_queue_limit,
                 "RESP front: requests queued for a busy goblin-core before clients are not "
                 "read (back-pressure)");
-  app.add_option("--max-clients", r.max_clients, "Concurrent clients per front")
+  app.add_option("--max-clients", r.max_clients, "Concurrent clients per front (per HTTP worker)")
       ->capture_default_str();
   AddDurationOption(app, "--busy-poll", &r.busy_poll,
                     "RESP front: poll this long after the last work before sleeping (0: sleep "
@@ -95,7 +97,12 @@ int main(int argc, char** argv) {
                "RESP front: yield the CPU between polls while busy-polling (sharing a CPU "
                "with goblin-core)");
   std::string cpus;
-  app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3)");
+  app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3; HTTP worker i on the i-th)");
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "HTTP workers, each with its own loop, listener and core connection (0: one "
+                 "per allowed CPU)")
+      ->check(CLI::Range(0, 1024));
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (!requirepass_file.empty()) {
@@ -103,11 +110,16 @@ int main(int argc, char** argv) {
     if (!pass) return Fail(pass.error());
     r.requirepass = std::move(*pass);
   }
+  std::vector<int> cpu_list;
   if (!cpus.empty()) {
     auto list = ParseCpuList(cpus);
     if (!list) return Fail(list.error().WithContext("--cpus"));
     if (auto p = PinCurrentThread(*list); !p) return Fail(p.error());
+    cpu_list = std::move(*list);
+  } else if (auto a = CurrentThreadAffinity(); a) {
+    cpu_list = std::move(*a);
   }
+  if (threads == 0) threads = std::max<int>(1, static_cast<int>(cpu_list.size()));
 
   std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();
@@ -136,14 +148,20 @@ int main(int argc, char** argv) {
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error());
 
-  std::unique_ptr<gateway::HttpServer> hs;
+  std::vector<std::unique_ptr<gateway::HttpServer>> workers;
   std::unique_ptr<gateway::RespServer> rs;
   if (http) {
-    auto s = gateway::HttpServer::Start(h);
-    if (!s) return Fail(s.error().WithContext("HTTP"));
-    hs = std::move(*s);
-    GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {})", h.mirror, listen_address,
-                    hs->port(), net);
+    h.reuse_port = threads > 1;
+    for (int i = 0; i < threads; ++i) {
+      gateway::HttpServerOptions w = h;
+      w.worker = i;
+      if (i > 0) w.port = workers[0]->port();  // (the first may have taken any free port)
+      auto s = gateway::HttpServer::Start(w);
+      if (!s) return Fail(s.error().WithContext(fmt::format("HTTP worker {}", i)));
+      workers.push_back(std::move(*s));
+    }
+    GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {}, {} worker{})", h.mirror,
+                    listen_address, workers[0]->port(), net, threads, threads == 1 ? "" : "s");
   }
   if (resp) {
     auto s = gateway::RespServer::Start(r);
@@ -155,12 +173,18 @@ int main(int argc, char** argv) {
                     r.unix_path.empty() ? "" : "unix:" + r.unix_path);
   }
   GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core unix:{}", getpid(), core_socket);
-  std::optional<Status> http_result;
-  std::thread http_thread;
-  if (hs) {
-    http_thread = std::thread([&] {
-      auto res = hs->Run((*signals)->fd());
-      http_result = res ? Status() : res.error();
+  std::vector<Status> http_results(workers.size());
+  std::vector<std::thread> http_threads;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    http_threads.emplace_back([&, i] {
+      if (cpu_list.size() > 1 && workers.size() > 1) {  // worker i on the i-th CPU
+        const int cpu = cpu_list[i % cpu_list.size()];
+        if (auto p = PinCurrentThread(std::span<const int>(&cpu, 1)); !p) {
+          GOBLIN_LOG_WARN(kLog, "HTTP worker {}: {}", i, p.error());
+        }
+      }
+      auto res = workers[i]->Run((*signals)->fd());
+      if (!res) http_results[i] = res.error();
       (*signals)->Request();  // one front ending ends the process
     });
   }
@@ -170,9 +194,10 @@ int main(int argc, char** argv) {
     if (!res) resp_result = res.error();
     (*signals)->Request();
   }
-  if (http_thread.joinable()) http_thread.join();
-  if (hs) {
-    const auto& st = hs->stats();
+  for (auto& t : http_threads) t.join();
+  if (!workers.empty()) {
+    gateway::HttpStats st;
+    for (const auto& w : workers) st += w->stats();
     GOBLIN_LOG_INFO(kLog,
                     "HTTP: {} requests, {} hits, {} misses ({} coalesced), {} passes, {} origin "
                     "requests ({} errors), {} fills ({} aborted), {} purges, {} bad requests, "
@@ -189,7 +214,9 @@ int main(int argc, char** argv) {
                     st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
                     st.protocol_errors, st.stalled_for_core);
   }
-  if (http_result && !http_result->ok()) return Fail(*http_result);
+  for (const Status& r : http_results) {
+    if (!r.ok()) return Fail(r);
+  }
   if (!resp_result.ok()) return Fail(resp_result);
   return 0;
 }

@@ -127,28 +127,39 @@ Store::~Store() {
   }
 }
 
+VoidResult Store::CheckFits(std::string_view key, uint64_t expected_size) const {
+  if (expected_size == UINT64_MAX) return {};
+  // An object larger than a tier could never be stored: refuse it before evicting anything.
+  Placement p = Place(expected_size, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    uint64_t bytes = i == 0 ? p.tier0_bytes : p.tier1_bytes;
+    if (tiers_[i]->SlotsFor(bytes) > tiers_[i]->capacity_slots()) {
+      return Err(StatusCode::kResourceExhausted, "'{}' ({}) does not fit disk tier {} ({} capacity)",
+                 key, FormatSize(expected_size), tiers_[i]->dir().path(),
+                 FormatSize(tiers_[i]->capacity_bytes()));
+    }
+  }
+  return {};
+}
+
 Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_view key,
                                                                     uint64_t ttl_ns,
                                                                     std::string_view metadata,
-                                                                    uint64_t expected_size) {
+                                                                    uint64_t expected_size,
+                                                                    bool head_pending) {
   if (key.empty()) return Err(StatusCode::kInvalidArgument, "empty object key");
   if (auto it = filling_.find(std::string(key)); it != filling_.end()) {
     ++stats_.fills_refused;
     return std::pair{FillStart::kInProgress, it->second};
   }
-  if (expected_size != UINT64_MAX) {
-    // An object larger than a tier could never be stored: refuse it before evicting anything.
-    Placement p = Place(expected_size, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
-    for (size_t i = 0; i < tiers_.size(); ++i) {
-      uint64_t bytes = i == 0 ? p.tier0_bytes : p.tier1_bytes;
-      if (tiers_[i]->SlotsFor(bytes) > tiers_[i]->capacity_slots()) {
-        ++stats_.fills_refused;
-        return Err(StatusCode::kResourceExhausted,
-                   "'{}' ({}) does not fit disk tier {} ({} capacity)", key,
-                   FormatSize(expected_size), tiers_[i]->dir().path(),
-                   FormatSize(tiers_[i]->capacity_bytes()));
-      }
-    }
+  if (head_pending) {
+    ttl_ns = 0;
+    metadata = {};
+    expected_size = UINT64_MAX;
+  }
+  if (auto fits = CheckFits(key, expected_size); !fits) {
+    ++stats_.fills_refused;
+    return Err(fits.error());
   }
   FillId id = next_fill_++;
   Fill f;
@@ -158,6 +169,7 @@ Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_
   f.metadata = std::string(metadata);
   f.started_unix_ns = NowNs();
   f.last_data_ns = MonotonicNanos();
+  f.head_pending = head_pending;
   Placement place = Place(UINT64_MAX, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
   f.writer = std::make_unique<ObjectWriter>(io_.get(), tiers(), place.tier0_bytes);
   f.writer->SetMakeRoom([this](uint16_t tier) { return MakeRoom(tier); });
@@ -165,6 +177,31 @@ Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_
   fills_.emplace(id, std::move(f));
   ++stats_.fills_started;
   return std::pair{FillStart::kGranted, id};
+}
+
+VoidResult Store::SetFillHead(FillId id, uint64_t expected_size, uint64_t ttl_ns,
+                              std::string_view metadata) {
+  auto it = fills_.find(id);
+  if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);
+  Fill& f = it->second;
+  if (!f.head_pending)
+    return Err(StatusCode::kFailedPrecondition, "fill {} is not waiting for its head", id);
+  if (f.writer->bytes() > expected_size) {
+    return Err(StatusCode::kInvalidArgument, "fill {} has {} bytes, more than its head's {}", id,
+               f.writer->bytes(), expected_size);
+  }
+  GOBLIN_RETURN_IF_ERROR(CheckFits(f.key, expected_size));
+  f.expected_size = expected_size;
+  f.ttl_ns = ttl_ns;
+  f.metadata = std::string(metadata);
+  f.head_pending = false;
+  f.last_data_ns = MonotonicNanos();
+  return {};
+}
+
+bool Store::FillAwaitingHead(std::string_view key) const {
+  auto it = filling_.find(std::string(key));
+  return it != filling_.end() && fills_.at(it->second).head_pending;
 }
 
 VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
@@ -740,8 +777,10 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   Opened o;
   if (follow_fill) {
     // (a committing fill that was purged is gone for new readers already)
+    // (a reserved fill without its head yet cannot be followed: read past it)
     if (auto f = filling_.find(std::string(key));
-        f != filling_.end() && !fills_.at(f->second).delete_after_commit) {
+        f != filling_.end() && !fills_.at(f->second).delete_after_commit &&
+        !fills_.at(f->second).head_pending) {
       Fill& fill = fills_.at(f->second);
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.

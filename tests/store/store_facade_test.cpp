@@ -302,6 +302,47 @@ TEST_F(StoreTest, AFullTierUnderGroupCommitEvictsAndSyncsToMakeRoom) {
 
 // CommitAsync: every byte is in once it is called, so a new reader is a hit (it follows
 // the fill to its record); a purge in that window wins over the commit on its way.
+TEST_F(StoreTest, AReservedFillIsFollowedOnlyOnceItsHeadIsKnown) {
+  opts_.tier.max_files = 1;
+  opts_.tier.file_bytes = 16 * kExtent;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto r = store_->BeginFill("/r", 77, "ignored", 5, /*head_pending=*/true);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->first, Store::FillStart::kGranted);
+  EXPECT_TRUE(store_->FillAwaitingHead("/r"));
+  EXPECT_FALSE(store_->FillAwaitingHead("/other"));
+  // Nobody can follow it yet: readers read past it (a miss here), a second fill waits.
+  auto early = store_->OpenStream("/r", 0, UINT64_MAX, /*follow_fill=*/true);
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->status, Store::Lookup::kMiss);
+  auto second = store_->BeginFill("/r", 0, "");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->first, Store::FillStart::kInProgress);
+  // A head that could never be stored is refused; the fill stays reserved.
+  auto big = store_->SetFillHead(r->second, 17 * kExtent, 0, "m");
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store_->FillAwaitingHead("/r"));
+  auto data = Data(2 * kExtent + 9, 31);
+  ASSERT_TRUE(store_->SetFillHead(r->second, data.size(), 3600'000'000'000ULL, "meta"));
+  EXPECT_FALSE(store_->FillAwaitingHead("/r"));
+  EXPECT_FALSE(store_->SetFillHead(r->second, data.size(), 0, "again"));
+  auto o = store_->OpenStream("/r", 0, UINT64_MAX, true);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->status, Store::Lookup::kFilling);
+  EXPECT_EQ(o->info.size, data.size());
+  EXPECT_EQ(o->info.metadata, "meta");
+  ASSERT_TRUE(store_->Append(r->second, data));
+  ASSERT_TRUE(store_->Commit(r->second, data.size()));
+  auto got = Drain(*o->stream, [&] { ASSERT_TRUE(store_->Poll()); });
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(*got, data);
+  auto head = store_->Head("/r").value();
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->metadata, "meta");
+  EXPECT_NE(head->expires_unix_ns, 0u);  // the head's TTL, not the reservation's
+}
+
 TEST_F(StoreTest, ACommittingFillIsAHitAndAPurgeOfItWins) {
   opts_.group_commit = true;
   ASSERT_NO_FATAL_FAILURE(OpenStore());

@@ -110,6 +110,111 @@ TEST_P(OriginFaults, EveryReaderIsCutOffNothingIsStoredTheNextRequestRefetches) 
   EXPECT_EQ(gateway_->Wait(0ms), -1) << "the gateway died:\n" << gateway_->Output();
 }
 
+// ---- two gateways (or workers) in front of one core: the core's reservation decides ----
+
+class TwoGateways : public testing::TestWithParam<std::string>, public test::MirrorHarness {
+ protected:
+  void SetUp() override {
+    if (!HaveTools()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin(TestName())) << (core_ ? core_->Output() : std::string());
+    StartGateway(GetParam(), {"--threads", "1"}, "gateway-a.log");
+    ASSERT_FALSE(port_.empty()) << gateway_->Output();
+    a_ = std::move(gateway_);
+    base_a_ = base_;
+    StartGateway(GetParam(), {"--threads", "1"}, "gateway-b.log");
+    ASSERT_FALSE(port_.empty()) << gateway_->Output();
+    base_b_ = base_;
+  }
+  void TearDown() override {
+    a_.reset();
+    StopAll();
+  }
+  // The leader through gateway A, a second client through B 120 ms later (one site name:
+  // the Host is part of the key).
+  std::pair<Reply, Reply> LeaderAndFollower(const std::string& url) {
+    base_ = base_a_;
+    auto lead = CurlInBackground(url, "a", Site());
+    std::this_thread::sleep_for(120ms);
+    base_ = base_b_;
+    auto follow = CurlInBackground(url, "b", Site());
+    Reply l = Finish(lead), f = Finish(follow);
+    return {l, f};
+  }
+  static std::vector<std::string> Site() { return {"-H", "Host: site.example"}; }
+  std::unique_ptr<test::Process> a_;
+  std::string base_a_, base_b_;
+};
+
+TEST_P(TwoGateways, OneOriginRequestServesBothAndTheCoreTellsEachWhatHappened) {
+  {  // A cacheable miss: B waits in the core for A's reservation, then follows the fill.
+    const std::string url = "/gen/1M/both?pace=40";
+    const std::string want = Origin("/gen/1M/both");
+    auto [l, f] = LeaderAndFollower(url);
+    for (const Reply* r : {&l, &f}) {
+      EXPECT_EQ(r->code, 200);
+      EXPECT_EQ(r->curl_exit, 0);
+      EXPECT_EQ(r->body, want);
+      EXPECT_TRUE(HasHeader(r->headers, "X-Cache: MISS")) << r->headers;
+    }
+    EXPECT_EQ(OriginHits(url), 1) << "one origin request across both gateways";
+    base_ = base_b_;
+    Reply hit = Curl(url, Site());
+    EXPECT_TRUE(HasHeader(hit.headers, "X-Cache: HIT")) << hit.headers;
+    EXPECT_EQ(hit.body, want);
+    EXPECT_EQ(OriginHits(url), 1);
+  }
+  {  // The origin fails the head: B, waiting for it in the core, is told (502), not hung.
+    const std::string url = "/gen/1M/bad?fault=badhead&once=1&pace=40";
+    auto [l, f] = LeaderAndFollower(url);
+    for (const Reply* r : {&l, &f}) {
+      EXPECT_EQ(r->code, 502) << r->headers;
+      EXPECT_TRUE(r->body.starts_with("502 Bad Gateway: ")) << r->body;
+    }
+    EXPECT_EQ(OriginHits(url), 1);
+    base_ = base_b_;  // and the key is free: the next request fetches and stores it
+    Reply next = Curl(url, Site());
+    EXPECT_EQ(next.code, 200);
+    EXPECT_EQ(next.body, Origin("/gen/1M/bad"));
+    EXPECT_EQ(OriginHits(url), 2);
+    base_ = base_a_;
+    EXPECT_TRUE(HasHeader(Curl(url, Site()).headers, "X-Cache: HIT"));
+  }
+  {  // Uncacheable: the reservation ends at the head and B asks the origin itself.
+    const std::string url = "/gen/1M/private?cc=no-store&pace=40";
+    const std::string want = Origin("/gen/1M/private?cc=no-store");
+    auto [l, f] = LeaderAndFollower(url);
+    for (const Reply* r : {&l, &f}) {
+      EXPECT_EQ(r->code, 200);
+      EXPECT_EQ(r->body, want);
+    }
+    EXPECT_EQ(OriginHits(url), 2);
+    base_ = base_a_;
+    Reply again = Curl(url, Site());
+    EXPECT_TRUE(HasHeader(again.headers, "X-Cache: MISS")) << again.headers;
+    EXPECT_EQ(OriginHits(url), 3);
+  }
+  {  // The leader's gateway dies while the origin is slow: B is told, the key is free.
+    const std::string url = "/gen/1M/gone?pace=40&fault=badhead";
+    base_ = base_a_;
+    auto lead = CurlInBackground(url, "a", Site());
+    std::this_thread::sleep_for(120ms);
+    base_ = base_b_;
+    auto follow = CurlInBackground(url, "b", Site());
+    std::this_thread::sleep_for(60ms);
+    a_->Signal(SIGKILL);
+    Reply f = Finish(follow);
+    Finish(lead);
+    EXPECT_EQ(f.code, 502) << f.headers;
+    base_ = base_b_;
+    Reply next = Curl("/gen/1M/gone?pace=1", Site());
+    EXPECT_EQ(next.code, 200);
+  }
+  EXPECT_EQ(gateway_->Wait(0ms), -1) << "gateway B died:\n" << gateway_->Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Net, TwoGateways, testing::Values("sync", "async"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
 INSTANTIATE_TEST_SUITE_P(
     Net, OriginFaults,
     testing::Combine(testing::Values("sync", "async"),

@@ -81,7 +81,8 @@ class MirrorHarness {
     core_ = std::make_unique<Process>(core_args_, dir_ + "/core.log." + std::to_string(cores_++));
     return WaitForPath(core_sock_, std::chrono::seconds(10));
   }
-  void StartGateway(const std::string& net, std::vector<std::string> extra = {}) {
+  void StartGateway(const std::string& net, std::vector<std::string> extra = {},
+                    const std::string& log = "gateway.log") {
     std::vector<std::string> argv{GOBLIN_GATEWAY_BIN,
                                   "--core",
                                   "unix:" + core_sock_,
@@ -93,7 +94,7 @@ class MirrorHarness {
                                   "--net",
                                   net};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    gateway_ = std::make_unique<Process>(argv, dir_ + "/gateway.log");
+    gateway_ = std::make_unique<Process>(argv, dir_ + "/" + log);
     port_.clear();
     for (int i = 0; i < 500 && port_.empty(); ++i) {
       std::string log = gateway_->Output();
@@ -131,15 +132,17 @@ class MirrorHarness {
     std::unique_ptr<Process> process;
     std::string tag;
   };
-  Background CurlInBackground(const std::string& path, const std::string& tag) {
+  Background CurlInBackground(const std::string& path, const std::string& tag,
+                              std::vector<std::string> args = {}) {
     std::filesystem::remove(dir_ + "/h" + tag);
     std::filesystem::remove(dir_ + "/b" + tag);
     Background b;
     b.tag = tag;
-    b.process = std::make_unique<Process>(
-        std::vector<std::string>{"/usr/bin/curl", "-s", "-D", dir_ + "/h" + tag, "-o",
-                                 dir_ + "/b" + tag, "--max-time", "20", base_ + path},
-        dir_ + "/curl" + tag + ".log");
+    std::vector<std::string> argv{"/usr/bin/curl", "-s", "-D", dir_ + "/h" + tag, "-o",
+                                  dir_ + "/b" + tag, "--max-time", "20"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(base_ + path);
+    b.process = std::make_unique<Process>(argv, dir_ + "/curl" + tag + ".log");
     return b;
   }
   Reply Finish(Background& b) {

@@ -51,6 +51,8 @@ struct CoreCounters {
   uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
   uint64_t bytes_lent = 0, loans = 0;
   uint64_t publishes = 0, deliveries_sent = 0, slow_subscribers_dropped = 0;
+  uint64_t reservations = 0;  // PutBegins with kPutReserve granted
+  uint64_t gets_parked = 0;   // follow-ObjectGets that waited for a reserved fill's head
 };
 
 struct CoreHistograms {
@@ -99,6 +101,7 @@ class CoreService : public ring::Handler {
     uint64_t session = 0;
     uint64_t begin_correlation = 0;  // the PutBegin's: errors about the fill carry it
     uint64_t received = 0;
+    std::string key;
     Status failed;  // set once the fill failed: later PutData is dropped, PutCommit gets it
   };
   // The fill failed on the core's side (a write error, a full tier, no data for too long):
@@ -181,6 +184,19 @@ class CoreService : public ring::Handler {
     bool ready = true;
   };
   std::list<PendingDescribe> describes_;  // (stable addresses: the refill callbacks hold them)
+  // Follow-ObjectGets of a key whose reserved fill has no head yet: handled again, in
+  // order, once the head came or the fill ended (ReplayParked).
+  struct ParkedGet {
+    uint64_t session = 0;
+    std::string key;
+    std::vector<uint8_t> msg;
+    uint16_t block_length = 0, version = 0;
+  };
+  std::vector<ParkedGet> parked_;
+  // Parked gets whose fill has its head (or is gone): handled again when it went on (a
+  // fill to follow, or a committed object), else answered Error(aborted). `as_miss` (a
+  // key): its parked gets are handled again whatever happened (they then read a miss).
+  void ReplayParked(std::string_view as_miss = {});
   bool describes_ready_ = false;
   UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;  // read-only fds of the pools
   uint64_t next_loan_id_ = 1;

@@ -18,7 +18,11 @@
 //   reading (send_timeout) are closed.
 // - --net sync: client sockets by epoll readiness and read/writev; --net async: client
 //   sockets read and written through io_uring (the same state machine on completions).
-// Threading: one event loop thread (epoll); Run() until the stop fd is readable.
+// Threading: one event loop thread (epoll); Run() until the stop fd is readable. A
+// gateway runs several (--threads): each worker is its own HttpServer with its own
+// listening socket on the same port (SO_REUSEPORT: the kernel spreads connections), its own
+// core connection and nothing shared; one origin request per key across workers (and
+// gateways) comes from the core's fill reservations (PutBegin with kPutReserve).
 #pragma once
 
 #include <chrono>
@@ -48,6 +52,8 @@ struct HttpServerOptions {
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
   bool net_async = false;  // --net async: client socket I/O through io_uring
+  bool reuse_port = false;  // SO_REUSEPORT on the listener (several workers on one port)
+  int worker = 0;           // its number among the workers (names its core client)
   // After asking the core for an object, poll (rather than sleep) this long for the answer:
   // a sleeping event loop adds a wake-up to every first byte.
   std::chrono::nanoseconds core_reply_poll{500'000};
@@ -58,6 +64,7 @@ struct HttpStats {
   uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
   uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
   uint64_t core_unavailable = 0, core_disconnects = 0;  // 503s while the core was away; losses
+  HttpStats& operator+=(const HttpStats& o);
 };
 
 class HttpServer {

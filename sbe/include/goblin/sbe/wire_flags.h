@@ -12,4 +12,18 @@ inline constexpr uint32_t kGetFollowFill = 1u << 0;  // stream an in-progress fi
 // LoanRelease; bytes that cannot be lent still come as ObjectData.
 inline constexpr uint32_t kGetLoans = 1u << 1;
 
+// PutBegin.flags
+// Reserve the key before its head is known (a cache asks before it goes to the origin, so
+// one origin request serves every client of every gateway): expectedSize, ttlNanos and
+// metadata are ignored and come in PutHead; followers' ObjectGets wait in the core until it
+// does (or the fill ends). A key with a committed object is not reserved: the answer is
+// inProgress (read the object).
+inline constexpr uint32_t kPutReserve = 1u << 0;
+
+// PutHead.flags
+// The origin's answer is not to be stored: the reservation ends and the ObjectGets waiting
+// for it read a miss (each asks for itself). A reservation that ends any other way without
+// a head (PutAbort, the owner gone, the fill timed out) answers them Error(aborted).
+inline constexpr uint32_t kHeadUncacheable = 1u << 0;
+
 }  // namespace goblin::wire

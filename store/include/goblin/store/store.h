@@ -120,9 +120,21 @@ class Store {
   // Starts a fill of `key`. kInProgress: another fill of the key runs (follow it, try again
   // later, or read the committed version). ttl_ns 0: no expiry. `expected_size` (UINT64_MAX
   // if unknown) is what followers are told.
+  // `head_pending`: a reservation made before the head is known (SetFillHead gives it);
+  // until then followers cannot open the fill (OpenStream reads past it) and
+  // FillAwaitingHead says so.
   Result<std::pair<FillStart, FillId>> BeginFill(std::string_view key, uint64_t ttl_ns,
                                                  std::string_view metadata,
-                                                 uint64_t expected_size = UINT64_MAX);
+                                                 uint64_t expected_size = UINT64_MAX,
+                                                 bool head_pending = false);
+  // The head of a reserved fill: what followers are told. ResourceExhausted (the fill left
+  // as it is; the caller aborts it) when `expected_size` could never be stored.
+  VoidResult SetFillHead(FillId fill, uint64_t expected_size, uint64_t ttl_ns,
+                         std::string_view metadata);
+  // A reserved fill of `key` whose head has not come yet.
+  bool FillAwaitingHead(std::string_view key) const;
+  // Any fill of `key` in progress (reserved, filling or committing).
+  bool Filling(std::string_view key) const { return filling_.count(std::string(key)) != 0; }
   VoidResult Append(FillId fill, std::span<const uint8_t> data);
   // Makes the object visible (replacing an older version), waiting here for its last disk
   // write; returns its generation. `expected_size` (if not UINT64_MAX) must equal what was
@@ -232,6 +244,7 @@ class Store {
     uint64_t head_len = 0;  // bytes copied into the head slot so far
     uint64_t started_unix_ns = 0;
     uint64_t last_data_ns = 0;  // MonotonicNanos of BeginFill or the last Append
+    bool head_pending = false;  // reserved; SetFillHead not yet called
     std::vector<Stream*> followers;
     // CommitAsync: the last writes are in flight; then the record, then `on_commit`.
     bool committing = false;
@@ -273,6 +286,8 @@ class Store {
   // A writer found tier `tier` full: frees space (waiting for a sync if that is what holds
   // it back, evicting a batch otherwise). False: nothing more can be freed.
   bool MakeRoom(uint16_t tier);
+  // ResourceExhausted when an object of `expected_size` could never fit a tier.
+  VoidResult CheckFits(std::string_view key, uint64_t expected_size) const;
   void FinishDurability();  // after Poll: waiters and frees up to the durable LSN
   // A resident head leaves RAM or its version leaves the index: readers of its descriptor
   // must see it stale from now on, before the slot can be freed and reused.
