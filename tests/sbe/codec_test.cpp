@@ -349,6 +349,16 @@ void ObjectCases() {
     EXPECT_EQ(RoundTrip<PutAbortDecoder>(b, a.Finish()).put_id(), 6u);
   }
   {
+    PutHeadEncoder e(b.data(), b.size());
+    e.set_put_id(6).set_expected_size(5000).set_ttl_nanos(9).set_flags(1).set_metadata("etag: x");
+    auto d = RoundTrip<PutHeadDecoder>(b, e.Finish());
+    EXPECT_EQ(d.put_id(), 6u);
+    EXPECT_EQ(d.expected_size(), 5000u);
+    EXPECT_EQ(d.ttl_nanos(), 9u);
+    EXPECT_EQ(d.flags(), 1u);
+    EXPECT_EQ(d.metadata(), "etag: x");
+  }
+  {
     PutResultEncoder e(b.data(), b.size());
     e.set_correlation_id(1)
         .set_put_id(6)

@@ -92,6 +92,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
   app.add_option("--numa", numa, "NUMA node for the core's threads and RAM pool");
+  int cores = 0;
+  app.add_option("--cores", cores,
+                 "CPUs to serve with: goblin-gateway's HTTP workers (0: one per allowed CPU)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   AddSizeOption(app, "--memory", &memory, "Head pool size");
   AddSizeOption(app, "--block", &block, "Head pool block");
   AddSizeOption(app, "--ram-head", &ram_head, "Bytes of each object kept in RAM");
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
                                    "--origin-timeout",
                                    FormatDuration(origin_timeout)};
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
+  if (cores != 0) gw_args.insert(gw_args.end(), {"--threads", std::to_string(cores)});
   gw_args.insert(gw_args.end(), gateway_extra.begin(), gateway_extra.end());
   pid_t gw = Spawn(gw_args);
   if (gw < 0) {
