@@ -3,8 +3,8 @@
 //   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
 // Each front runs its own event loop thread(s) with its own ring connection(s) to the core,
 // and stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
-// HTTP runs --threads workers (default one per allowed CPU), each with its own listener on
-// the port (SO_REUSEPORT), loop and core connection.
+// HTTP runs --threads workers (default half the allowed CPUs), each with its own listener
+// on the port (SO_REUSEPORT), loop and core connection.
 #include <unistd.h>
 
 #include <cstdio>
@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3; HTTP worker i on the i-th)");
   int threads = 0;
   app.add_option("--threads", threads,
-                 "HTTP workers, each with its own loop, listener and core connection (0: one "
-                 "per allowed CPU)")
+                 "HTTP workers, each with its own loop, listener and core connection (0: half "
+                 "the allowed CPUs, at least one)")
       ->check(CLI::Range(0, 1024));
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -119,7 +119,11 @@ int main(int argc, char** argv) {
   } else if (auto a = CurrentThreadAffinity(); a) {
     cpu_list = std::move(*a);
   }
-  if (threads == 0) threads = std::max<int>(1, static_cast<int>(cpu_list.size()));
+  // Default: half the allowed CPUs. goblin-core (one loop today) and the clients of a
+  // loopback or same-host deployment share them; measured on 2 CPUs, a second worker cost
+  // half the throughput at 16 connections (docs/benchmarks/concurrency.md). A dedicated
+  // gateway host gives --threads explicitly.
+  if (threads == 0) threads = std::max<int>(1, static_cast<int>(cpu_list.size()) / 2);
 
   std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();

@@ -108,24 +108,43 @@ TEST_P(HttpMirror, RangesConditionalsAndHead) {
   EXPECT_EQ(OriginHits("/gen/2M/r"), 2);  // everything above came from the cache
 }
 
-TEST_P(HttpMirror, ParallelMissesMakeOneOriginRequest) {
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
-  // A slow origin answer (64 KiB every 50 ms): the clients arrive while it is filling.
-  const std::string path = "/gen/1M/slow?fault=slow";
+// Six clients, 30 ms apart, for one slow object: one origin request, everyone the whole body.
+void ParallelMisses(test::MirrorHarness& h, const std::string& path) {
   std::vector<std::unique_ptr<test::Process>> clients;
   for (int i = 0; i < 6; ++i) {
     clients.push_back(std::make_unique<test::Process>(
         std::vector<std::string>{"/usr/bin/curl", "-s", "--max-time", "30", "-o",
-                                 dir_ + "/par" + std::to_string(i), base_ + path},
-        dir_ + "/par.log"));
+                                 h.dir_ + "/par" + std::to_string(i), h.base_ + path},
+        h.dir_ + "/par.log"));
     std::this_thread::sleep_for(30ms);
   }
   for (auto& c : clients) EXPECT_EQ(c->Wait(40s), 0);
-  std::string want = Origin("/gen/1M/slow");
+  std::string want = h.Origin(path.substr(0, path.find('?')));
   for (int i = 0; i < 6; ++i)
-    EXPECT_EQ(test::ReadFileBytes(dir_ + "/par" + std::to_string(i)), want) << i;
-  EXPECT_EQ(OriginHits("/gen/1M/slow?fault=slow"), 1);  // the rule: the origin log must not grow
-  EXPECT_TRUE(HasHeader(Curl(path).headers, "X-Cache: HIT"));
+    EXPECT_EQ(test::ReadFileBytes(h.dir_ + "/par" + std::to_string(i)), want) << i;
+  EXPECT_EQ(h.OriginHits(path), 1);  // the rule: the origin log must not grow
+  EXPECT_TRUE(test::MirrorHarness::HasHeader(h.Curl(path).headers, "X-Cache: HIT"));
+}
+
+TEST_P(HttpMirror, ParallelMissesMakeOneOriginRequest) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  // A slow origin answer (64 KiB every 50 ms): the clients arrive while it is filling.
+  ParallelMisses(*this, "/gen/1M/slow?fault=slow");
+}
+
+TEST_P(HttpMirror, ParallelMissesOnSeveralWorkersMakeOneOriginRequest) {
+  // Three workers on one port: the kernel spreads the connections, the core's reservation
+  // of the key decides who asks the origin; the others follow that fill.
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "3"}));
+  EXPECT_NE(gateway_->Output().find("3 workers"), std::string::npos) << gateway_->Output();
+  ParallelMisses(*this, "/gen/1M/slow3?fault=slow");
+  for (int i = 0; i < 50 && core_->Output().find("'goblin-gateway-http-2'") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(core_->Output().find("'goblin-gateway-http-2'"), std::string::npos)
+      << "every worker has its own core connection\n"
+      << core_->Output();
 }
 
 TEST_P(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {
