@@ -290,8 +290,16 @@ TEST_F(IndexTest, ACrashBetweenTheBackgroundCheckpointAndTheJournalRestartLosesN
   // A copy of the directory as a crash would leave it: whatever the checkpoint/journal pair
   // is right now (checkpoint written or not, journal restarted or not), it recovers `snap`.
   std::string copy = dir_ + "-crash";
-  fs::remove_all(copy);
-  fs::copy(dir_, copy);
+  // (the background job may rename a file while the copy walks the directory: copy again)
+  std::error_code copied;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    fs::remove_all(copy);
+    copied.clear();
+    fs::copy(dir_, copy, copied);
+    if (!copied) break;
+    usleep(1000);
+  }
+  ASSERT_FALSE(copied) << copied.message();
   idx.reset();
   auto crashed = Index::Open(copy);
   ASSERT_TRUE(crashed) << crashed.error().ToString();
