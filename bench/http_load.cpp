@@ -183,8 +183,8 @@ class Loop {
   void Send(size_t i) {
     Conn& c = conns_[i];
     while (c.out_off < c.out.size()) {
-      ssize_t n = send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off,
-                       MSG_NOSIGNAL);
+      ssize_t n =
+          send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN || errno == ENOTCONN) return WantOut(c, i, true);  // (connecting)
         return Failed(i);
@@ -355,8 +355,8 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Loop>> loops;
   for (int t = 0; t < threads; ++t) {
     int mine = connections / threads + (t < connections % threads ? 1 : 0);
-    loops.push_back(std::make_unique<Loop>(&work, &target, mine,
-                                           expect / static_cast<size_t>(threads) + 1024));
+    loops.push_back(
+        std::make_unique<Loop>(&work, &target, mine, expect / static_cast<size_t>(threads) + 1024));
   }
   rusage ru0{};
   getrusage(RUSAGE_SELF, &ru0);
@@ -391,10 +391,11 @@ int main(int argc, char** argv) {
   const double wall = static_cast<double>(t1 - t0) / 1e9;
   const double gbit = wall > 0 ? static_cast<double>(bytes) * 8 / wall / 1e9 : 0;
   const double rps = wall > 0 ? static_cast<double>(ok) / wall : 0;
-  fmt::print("{}: {} connections on {} threads, {} requests ({} failed, {} connect errors) in "
-             "{:.2f} s: {:.2f} Gbit/s payload, {:.0f} requests/s, client CPU {:.2f} s\n",
-             label, connections, threads, all.size(), errors, connect_errors, wall, gbit, rps,
-             cpu(ru1) - cpu(ru0));
+  fmt::print(
+      "{}: {} connections on {} threads, {} requests ({} failed, {} connect errors) in "
+      "{:.2f} s: {:.2f} Gbit/s payload, {:.0f} requests/s, client CPU {:.2f} s\n",
+      label, connections, threads, all.size(), errors, connect_errors, wall, gbit, rps,
+      cpu(ru1) - cpu(ru0));
   fmt::print("  {:>9} {:>8} {:>12} {:>12} {:>12} {:>12}\n", "size", "requests", "done p50 ms",
              "done p99 ms", "ttfb p50 ms", "ttfb p99 ms");
   std::string classes_json;
@@ -418,11 +419,12 @@ int main(int argc, char** argv) {
         classes_json.empty() ? "" : ",", sc.name, d.count, d.p50, d.p99, f.p50, f.p99);
   }
   if (json) {
-    fmt::print("{{\"label\":\"{}\",\"connections\":{},\"threads\":{},\"requests\":{},"
-               "\"failed\":{},\"seconds\":{:.4f},\"bytes\":{},\"gbit_s\":{:.4f},"
-               "\"requests_s\":{:.1f},\"client_cpu_s\":{:.3f},\"classes\":{{{}}}}}\n",
-               label, connections, threads, all.size(), errors, wall, bytes, gbit, rps,
-               cpu(ru1) - cpu(ru0), classes_json);
+    fmt::print(
+        "{{\"label\":\"{}\",\"connections\":{},\"threads\":{},\"requests\":{},"
+        "\"failed\":{},\"seconds\":{:.4f},\"bytes\":{},\"gbit_s\":{:.4f},"
+        "\"requests_s\":{:.1f},\"client_cpu_s\":{:.3f},\"classes\":{{{}}}}}\n",
+        label, connections, threads, all.size(), errors, wall, bytes, gbit, rps,
+        cpu(ru1) - cpu(ru0), classes_json);
   }
   if (!trace.empty()) {
     std::FILE* f = std::fopen(trace.c_str(), "w");

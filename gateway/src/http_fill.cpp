@@ -153,8 +153,8 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   for (const auto& h : r.headers) {
     if (detail::EndToEnd(h.name)) passthrough += fmt::format("{}: {}\r\n", h.name, h.value);
   }
-  const policy::Storability verdict = policy::Decide(
-      r, options_.default_ttl.count(), static_cast<int64_t>(detail::NowSeconds()));
+  const policy::Storability verdict =
+      policy::Decide(r, options_.default_ttl.count(), static_cast<int64_t>(detail::NowSeconds()));
   const bool cacheable = verdict.store;
   const int64_t ttl = verdict.ttl_seconds;
   if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {

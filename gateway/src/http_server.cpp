@@ -50,7 +50,7 @@ VoidResult HttpServer::Impl::Init() {
   CoreLinkOptions lo;
   lo.socket_path = options_.core_socket;
   lo.name = options_.worker == 0 ? std::string("goblin-gateway-http")
-                                  : fmt::format("goblin-gateway-http-{}", options_.worker);
+                                 : fmt::format("goblin-gateway-http-{}", options_.worker);
   lo.ring_bytes = options_.core_ring_bytes;
   lo.map_pools = true;  // hits are written to sockets from the core's pools
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));

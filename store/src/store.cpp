@@ -134,8 +134,9 @@ VoidResult Store::CheckFits(std::string_view key, uint64_t expected_size) const 
   for (size_t i = 0; i < tiers_.size(); ++i) {
     uint64_t bytes = i == 0 ? p.tier0_bytes : p.tier1_bytes;
     if (tiers_[i]->SlotsFor(bytes) > tiers_[i]->capacity_slots()) {
-      return Err(StatusCode::kResourceExhausted, "'{}' ({}) does not fit disk tier {} ({} capacity)",
-                 key, FormatSize(expected_size), tiers_[i]->dir().path(),
+      return Err(StatusCode::kResourceExhausted,
+                 "'{}' ({}) does not fit disk tier {} ({} capacity)", key,
+                 FormatSize(expected_size), tiers_[i]->dir().path(),
                  FormatSize(tiers_[i]->capacity_bytes()));
     }
   }
@@ -778,19 +779,16 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   if (follow_fill) {
     // (a committing fill that was purged is gone for new readers already)
     // (a reserved fill without its head yet cannot be followed: read past it)
-    if (auto f = filling_.find(std::string(key));
-        f != filling_.end() && !fills_.at(f->second).delete_after_commit &&
-        !fills_.at(f->second).head_pending) {
+    if (auto f = filling_.find(std::string(key)); f != filling_.end() &&
+                                                  !fills_.at(f->second).delete_after_commit &&
+                                                  !fills_.at(f->second).head_pending) {
       Fill& fill = fills_.at(f->second);
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.
       o.status = fill.committing ? Lookup::kHit : Lookup::kFilling;
-      o.info = ObjectInfo{fill.key,
-                          fill.committing ? fill.writer->bytes() : fill.expected_size,
-                          0,
-                          fill.started_unix_ns,
-                          0,
-                          fill.metadata};
+      o.info = ObjectInfo{fill.key, fill.committing ? fill.writer->bytes() : fill.expected_size,
+                          0,        fill.started_unix_ns,
+                          0,        fill.metadata};
       std::unique_ptr<Stream> s(new Stream(this));
       s->fill_ = f->second;
       s->loan_.info = o.info;

@@ -36,7 +36,8 @@ TEST(CachePolicy, SMaxageWinsOverMaxAgeWhichWinsOverExpires) {
   EXPECT_EQ(policy::Decide(Head(b), 120, kNow).ttl_seconds, 60);
   // Expires minus Date; without a Date, minus now.
   std::string c =
-      "HTTP/1.1 200 OK\r\nDate: Tue, 14 Nov 2023 23:00:00 GMT\r\nExpires: Wed, 15 Nov 2023 00:00:00 "
+      "HTTP/1.1 200 OK\r\nDate: Tue, 14 Nov 2023 23:00:00 GMT\r\nExpires: Wed, 15 Nov 2023 "
+      "00:00:00 "
       "GMT\r\nContent-Length: 0\r\n\r\n";
   EXPECT_EQ(policy::Decide(Head(c), 120, kNow).ttl_seconds, 3600);
   std::string d =
@@ -69,7 +70,8 @@ TEST(CachePolicy, WhatIsNeverStored) {
     EXPECT_NE(std::string(v.why_not).find(c.why), std::string::npos) << c.head << v.why_not;
   }
   // max-age overrides a bad Expires.
-  std::string t = "HTTP/1.1 200 OK\r\nExpires: 0\r\nCache-Control: max-age=5\r\nContent-Length: 0\r\n\r\n";
+  std::string t =
+      "HTTP/1.1 200 OK\r\nExpires: 0\r\nCache-Control: max-age=5\r\nContent-Length: 0\r\n\r\n";
   EXPECT_TRUE(policy::Decide(Head(t), 120, kNow).store);
 }
 

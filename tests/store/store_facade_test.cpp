@@ -371,8 +371,8 @@ TEST_F(StoreTest, ACommittingFillIsAHitAndAPurgeOfItWins) {
   ASSERT_TRUE(s2);
   ASSERT_TRUE(store_->Append(s2->second, data));
   std::optional<Result<uint64_t>> c2;
-  ASSERT_TRUE(store_->CommitAsync(s2->second, data.size(),
-                                  [&](Result<uint64_t> g) { c2 = std::move(g); }));
+  ASSERT_TRUE(
+      store_->CommitAsync(s2->second, data.size(), [&](Result<uint64_t> g) { c2 = std::move(g); }));
   EXPECT_TRUE(store_->Delete("/p").value());  // something was there to purge
   auto miss = store_->OpenStream("/p", 0, UINT64_MAX, true);
   ASSERT_TRUE(miss);

@@ -319,12 +319,12 @@ TEST_P(HttpMirror, TwoGibObjectMissThenHit) {
   // The body compared with the file as it streams (cmp names the first differing byte, or
   // "EOF on -" for a short body); X-Cache from the response head.
   auto fetch = [&](const std::string& tag) {
-    return test::RunCommand({"/bin/sh", "-c",
-                             "/usr/bin/curl -s -D '" + dir_ + "/head" + tag + "' --max-time 300 '" +
-                                 base_ + "/files/big.bin' | /usr/bin/cmp - '" + file +
-                                 "' && echo SAME; grep -i '^x-cache' '" + dir_ + "/head" + tag +
-                                 "'"},
-                            dir_ + "/fetch" + tag + ".log", 400s)
+    return test::RunCommand(
+               {"/bin/sh", "-c",
+                "/usr/bin/curl -s -D '" + dir_ + "/head" + tag + "' --max-time 300 '" + base_ +
+                    "/files/big.bin' | /usr/bin/cmp - '" + file +
+                    "' && echo SAME; grep -i '^x-cache' '" + dir_ + "/head" + tag + "'"},
+               dir_ + "/fetch" + tag + ".log", 400s)
         .second;
   };
   std::string miss = fetch("1");

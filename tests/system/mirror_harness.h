@@ -138,7 +138,7 @@ class MirrorHarness {
     std::filesystem::remove(dir_ + "/b" + tag);
     Background b;
     b.tag = tag;
-    std::vector<std::string> argv{"/usr/bin/curl", "-s", "-D", dir_ + "/h" + tag, "-o",
+    std::vector<std::string> argv{"/usr/bin/curl",   "-s",         "-D", dir_ + "/h" + tag, "-o",
                                   dir_ + "/b" + tag, "--max-time", "20"};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back(base_ + path);

@@ -93,9 +93,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--numa", numa, "NUMA node for the core's threads and RAM pool");
   int cores = 0;
-  app.add_option("--cores", cores,
-                 "CPUs to serve with: goblin-gateway's HTTP workers (0: the gateway's default, half "
-                 "the allowed CPUs)")
+  app.add_option(
+         "--cores", cores,
+         "CPUs to serve with: goblin-gateway's HTTP workers (0: the gateway's default, half "
+         "the allowed CPUs)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   AddSizeOption(app, "--memory", &memory, "Head pool size");

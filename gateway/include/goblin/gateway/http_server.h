@@ -51,7 +51,7 @@ struct HttpServerOptions {
   uint64_t max_body = 64ull << 20;        // request bodies proxied to the origin (413 above)
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
-  bool net_async = false;  // --net async: client socket I/O through io_uring
+  bool net_async = false;   // --net async: client socket I/O through io_uring
   bool reuse_port = false;  // SO_REUSEPORT on the listener (several workers on one port)
   int worker = 0;           // its number among the workers (names its core client)
   // After asking the core for an object, poll (rather than sleep) this long for the answer:

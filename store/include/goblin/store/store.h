@@ -72,7 +72,7 @@ struct StoreStats {
   uint64_t objects = 0;
   uint64_t fills_started = 0, fills_committed = 0, fills_aborted = 0, fills_refused = 0;
   uint64_t fills_timed_out = 0;
-  uint64_t inline_syncs = 0;  // a fill needed space that only a sync could give back
+  uint64_t inline_syncs = 0;     // a fill needed space that only a sync could give back
   uint64_t fill_disk_waits = 0;  // a fill's Append waited for a write to land (disk behind)
   uint64_t hits = 0, misses = 0, expired = 0;
   uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0, heads_demoted = 0;
