@@ -23,13 +23,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <fstream>
-#include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/manifest.h"
 #include "bench/stats.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/clock.h"
@@ -41,10 +39,7 @@ namespace {
 using namespace goblin;
 namespace http = goblin::gateway::http;
 
-struct Item {
-  std::string path;
-  uint64_t size = 0;
-};
+using Item = bench::ManifestItem;
 
 struct Sample {
   uint32_t item = 0;
@@ -268,18 +263,6 @@ class Loop {
   uint64_t connect_errors_ = 0;
 };
 
-bool ReadManifest(const std::string& path, std::vector<Item>* items) {
-  std::ifstream in(path);
-  if (!in) return false;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    Item it;
-    if (line.empty() || line[0] == '#' || !(ls >> it.path >> it.size)) continue;
-    items->push_back(std::move(it));
-  }
-  return !items->empty();
-}
-
 // Size classes of the report (upper bounds, inclusive).
 struct SizeClass {
   const char* name;
@@ -311,25 +294,21 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace, "CSV of every request");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
-  std::vector<Item> items;
-  if (!ReadManifest(manifest, &items)) {
+  const std::vector<Item> items = bench::ReadManifest(manifest);
+  if (items.empty()) {
     fmt::print(stderr, "http_load: cannot read a manifest from {}\n", manifest);
     return 2;
   }
   Target target;
   {
-    std::string hp = target_url.starts_with("http://") ? target_url.substr(7) : target_url;
-    if (auto slash = hp.find('/'); slash != std::string::npos) hp.resize(slash);
-    auto colon = hp.rfind(':');
-    std::string host = colon == std::string::npos ? hp : hp.substr(0, colon);
-    int port = colon == std::string::npos ? 80 : std::atoi(hp.c_str() + colon + 1);
-    target.addr.sin_family = AF_INET;
-    target.addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (inet_pton(AF_INET, host.c_str(), &target.addr.sin_addr) != 1) {
-      fmt::print(stderr, "http_load: --target needs an IPv4 address: {}\n", target_url);
+    auto t = bench::ParseHttpTarget(target_url);
+    if (!t || inet_pton(AF_INET, t->host.c_str(), &target.addr.sin_addr) != 1) {
+      fmt::print(stderr, "http_load: --target needs http://IPv4:PORT: {}\n", target_url);
       return 2;
     }
-    target.host_header = hp;
+    target.addr.sin_family = AF_INET;
+    target.addr.sin_port = htons(static_cast<uint16_t>(t->port));
+    target.host_header = t->host_header;
   }
   connections = std::max(1, connections);
   if (threads <= 0) {
@@ -339,13 +318,7 @@ int main(int argc, char** argv) {
 
   Work work;
   work.items = &items;
-  std::mt19937_64 rng(0x243f6a8885a308d3ULL);
-  for (int p = 0; p < std::max(1, passes); ++p) {
-    std::vector<uint32_t> pass(items.size());
-    for (uint32_t i = 0; i < pass.size(); ++i) pass[i] = i;
-    std::shuffle(pass.begin(), pass.end(), rng);
-    work.order.insert(work.order.end(), pass.begin(), pass.end());
-  }
+  work.order = bench::ShuffledPasses(items.size(), std::max(1, passes));
   size_t expect = work.order.size();
   if (seconds > 0) {
     work.cycle = true;

@@ -33,6 +33,7 @@
 
 #include <xxhash.h>
 
+#include "bench/manifest.h"
 #include "bench/stats.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/clock.h"
@@ -45,12 +46,7 @@ namespace {
 using namespace goblin;
 namespace http = goblin::gateway::http;
 
-struct Item {
-  std::string path;
-  uint64_t size = 0;
-  uint64_t xxh3 = 0;
-  bool has_hash = false;
-};
+using Item = bench::ManifestItem;
 
 struct Sample {
   int pass = 0;
@@ -263,7 +259,7 @@ int main(int argc, char** argv) {
                "mirror_proxy_benchmark");
   std::string target, manifest, trace, label = "cache", head_path;
   int passes = 3;
-  uint64_t seed = 0x243f6a8885a308d3ULL;
+  uint64_t seed = bench::kOrderSeed;
   uint64_t ceiling_bytes = 0;
   AddSizeOption(app, "--loopback-ceiling", &ceiling_bytes,
                 "Only measure a loopback TCP stream of this many bytes (MB/s) and exit", true);
@@ -322,34 +318,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mirror_proxy_benchmark: --target and --manifest are required\n");
     return 2;
   }
-  if (!target.starts_with("http://")) {
+  auto parsed = bench::ParseHttpTarget(target);
+  if (!parsed) {
     std::fprintf(stderr, "mirror_proxy_benchmark: --target must be http://HOST:PORT\n");
     return 2;
   }
-  std::string hp = target.substr(7);
-  while (!hp.empty() && hp.back() == '/') hp.pop_back();
-  size_t colon = hp.rfind(':');
-  std::string host = colon == std::string::npos ? hp : hp.substr(0, colon);
-  int port = colon == std::string::npos ? 80 : std::stoi(hp.substr(colon + 1));
-  std::vector<Item> items;
-  {
-    std::ifstream m(manifest);
-    std::string line;
-    while (std::getline(m, line)) {
-      std::istringstream in(line);
-      Item it;
-      std::string hex;
-      if (!(in >> it.path >> it.size)) continue;
-      if (in >> hex) {
-        it.has_hash = true;
-        it.xxh3 = std::strtoull(hex.c_str(), nullptr, 16);
-      }
-      if (verify && !it.has_hash) {
-        std::fprintf(stderr, "mirror_proxy_benchmark: --verify: no hash for %s in %s\n",
-                     it.path.c_str(), manifest.c_str());
-        return 2;
-      }
-      items.push_back(it);
+  const std::string host = parsed->host;
+  const int port = parsed->port;
+  std::vector<Item> items = bench::ReadManifest(manifest);
+  for (const Item& it : items) {
+    if (verify && !it.has_hash) {
+      std::fprintf(stderr, "mirror_proxy_benchmark: --verify: no hash for %s in %s\n",
+                   it.path.c_str(), manifest.c_str());
+      return 2;
     }
   }
   if (items.empty()) {
@@ -367,13 +348,11 @@ int main(int argc, char** argv) {
     if (h.status != 200) return 1;
   }
   // The request sequence: independent shuffles with one generator, fixed seed.
-  std::mt19937_64 rng(seed);
   std::vector<std::pair<int, size_t>> order;
-  for (int p = 1; p <= passes; ++p) {
-    std::vector<size_t> idx(items.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::shuffle(idx.begin(), idx.end(), rng);
-    for (size_t i : idx) order.emplace_back(p, i);
+  {
+    const std::vector<uint32_t> seq = bench::ShuffledPasses(items.size(), passes, seed);
+    for (size_t k = 0; k < seq.size(); ++k)
+      order.emplace_back(static_cast<int>(k / items.size()) + 1, seq[k]);
   }
   std::vector<Sample> samples;
   samples.reserve(order.size());

@@ -44,18 +44,10 @@ say() { echo "concurrency-bench: $*" | tee -a "$OUT/run.log"; }
 die() { say "ERROR: $*"; exit 1; }
 RUN=$(mktemp -d /tmp/goblin-conc-bench.XXXXXX)
 chmod 755 "$RUN"  # varnishd's and nginx's workers run as their own users
+# shellcheck source=bench/cache_bench_lib.sh
+. "$ROOT/bench/cache_bench_lib.sh"
 PIDS=()
-stop_all() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  PIDS=()
-  pkill -KILL -f "varnishd.*$RUN" 2>/dev/null || true
-}
+stop_all() { stop_pids; }
 trap 'stop_all; rm -rf "$RUN"' EXIT
 
 if [ "$BUILD" = 1 ]; then
@@ -64,14 +56,8 @@ if [ "$BUILD" = 1 ]; then
 fi
 CLIENT=$BUILD_DIR/bench/http_load
 [ -x "$CLIENT" ] || die "$CLIENT is missing (build it or drop --no-build)"
-for c in $CACHES; do
-  case $c in
-    goblin) ;;
-    varnish) command -v varnishd >/dev/null || die "varnishd not found (apt-get install varnish)" ;;
-    nginx) command -v nginx >/dev/null || die "nginx not found (apt-get install nginx-light)" ;;
-    *) die "unknown cache $c" ;;
-  esac
-done
+# shellcheck disable=SC2086
+require_caches $CACHES
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -100,13 +86,6 @@ else:
 PY
 }
 
-wait_port() {
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 origin_gets() { grep -c '^GET /gen/' "$1" 2>/dev/null || true; }
 # CPU seconds (user + system) of a process and its threads, and of its children's tree.
 tree_cpu() {  # pid...

@@ -49,20 +49,14 @@ die() { say "ERROR: $*"; exit 1; }
 mkdir -p "$OUT"
 RUN=$(mktemp -d /tmp/goblin-mirror-bench.XXXXXX)
 chmod 755 "$RUN"  # varnishd's and nginx's workers run as their own users
+# shellcheck source=bench/cache_bench_lib.sh
+. "$ROOT/bench/cache_bench_lib.sh"
 PIDS=()
 MONITOR=""
 stop_all() {
-  local p
   [ -n "$MONITOR" ] && kill -TERM "$MONITOR" 2>/dev/null && wait "$MONITOR" 2>/dev/null || true
   MONITOR=""
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  PIDS=()
-  pkill -KILL -f "varnishd.*$RUN" 2>/dev/null || true
+  stop_pids
 }
 trap 'stop_all; rm -rf "$RUN"' EXIT
 
@@ -73,14 +67,8 @@ if [ "$BUILD" = 1 ]; then
 fi
 CLIENT=$BUILD_DIR/bench/mirror_proxy_benchmark
 [ -x "$CLIENT" ] || die "$CLIENT is missing (build it or drop --no-build)"
-for c in $CACHES; do
-  case $c in
-    goblin) ;;
-    varnish) command -v varnishd >/dev/null || die "varnishd not found (apt-get install varnish)" ;;
-    nginx) command -v nginx >/dev/null || die "nginx not found (apt-get install nginx-light)" ;;
-    *) die "unknown cache $c" ;;
-  esac
-done
+# shellcheck disable=SC2086
+require_caches $CACHES
 
 # ---- the corpus: files of seeded random sizes, served by the origin under /files/ ----
 mkdir -p "$CORPUS_DIR"
@@ -199,13 +187,6 @@ in_cgroup() {  # in_cgroup PROCS_FILE cmd...: runs cmd (and its children) in the
 [ "$CG_KIND" = none ] && say "WARNING: no writable memory cgroup: caches are not memory-limited"
 
 origin_gets() { grep -c '^GET /files/' "$1" 2>/dev/null || true; }
-wait_port() {
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 INVALID=0
 for cache in $CACHES; do
