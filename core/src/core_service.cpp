@@ -202,11 +202,8 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::PutDataDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutData", e);
-      auto it = uploads_.find(d.put_id());
-      if (it == uploads_.end() || it->second.session != session.id()) {
-        return SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kNotFound),
-                         fmt::format("PutData for unknown put {}", d.put_id()));
-      }
+      auto it = OwnUpload(session, d.put_id(), "PutData", 0);
+      if (it == uploads_.end()) return;
       Upload& up = it->second;
       if (!up.failed.ok()) return;  // already failed and reported: drop the rest quietly
       if (d.offset() != up.received) {
@@ -228,12 +225,8 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::PutCommitDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutCommit", e);
-      auto it = uploads_.find(d.put_id());
-      if (it == uploads_.end() || it->second.session != session.id()) {
-        return SendError(session, d.correlation_id(),
-                         static_cast<uint16_t>(wire::ErrorCode::kNotFound),
-                         fmt::format("PutCommit for unknown put {}", d.put_id()));
-      }
+      auto it = OwnUpload(session, d.put_id(), "PutCommit", d.correlation_id());
+      if (it == uploads_.end()) return;
       Status failed = it->second.failed;
       uploads_.erase(it);
       if (!failed.ok()) return SendStatusError(session, d.correlation_id(), failed);
@@ -273,11 +266,8 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::PutHeadDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutHead", e);
-      auto it = uploads_.find(d.put_id());
-      if (it == uploads_.end() || it->second.session != session.id()) {
-        return SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kNotFound),
-                         fmt::format("PutHead for unknown put {}", d.put_id()));
-      }
+      auto it = OwnUpload(session, d.put_id(), "PutHead", 0);
+      if (it == uploads_.end()) return;
       Upload& up = it->second;
       if (!up.failed.ok()) return;
       const std::string key = up.key;
@@ -692,6 +682,15 @@ void CoreService::PumpDescribes() {
     }
     it = describes_.erase(it);
   }
+}
+
+CoreService::Uploads::iterator CoreService::OwnUpload(ring::Session& session, uint64_t put_id,
+                                                      std::string_view what, uint64_t corr) {
+  auto it = uploads_.find(put_id);
+  if (it != uploads_.end() && it->second.session == session.id()) return it;
+  SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kNotFound),
+            fmt::format("{} for unknown put {}", what, put_id));
+  return uploads_.end();
 }
 
 void CoreService::FailUpload(Upload& up, Status why) {

@@ -183,39 +183,13 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   if (f.stage == Stage::kUncached) return;  // (the core went away meanwhile: just stream)
   if (!cacheable) {
     ++stats_.passes;
-    if (f.reserved) {  // the reservation ends; whoever waits for it elsewhere asks again
-      core_->SendAlways(
-          [&](uint8_t* b, size_t cap) {
-            return wire::PutHeadEncoder(b, cap)
-                .set_put_id(f.put_id)
-                .set_expected_size(0)
-                .set_ttl_nanos(0)
-                .set_flags(wire::kHeadUncacheable)
-                .set_metadata(std::string_view())
-                .Finish();
-          },
-          64);
-      if (f.begin_corr != 0) corr_.erase(f.begin_corr);
-      f.begin_corr = 0;
-      f.put_id = 0;
-      f.reserved = false;
-    }
-    return Uncache(f, "");  // each waiter fetches for itself
+    return Uncache(f, "");  // each waiter (here or in another gateway) fetches for itself
   }
   if (f.reserved) {
     // The reservation's head: from now on the core lets followers in, at once.
     const uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
-    auto sent = core_->SendAlways(
-        [&](uint8_t* b, size_t cap) {
-          return wire::PutHeadEncoder(b, cap)
-              .set_put_id(f.put_id)
-              .set_expected_size(expected)
-              .set_ttl_nanos(static_cast<uint64_t>(ttl) * 1'000'000'000ULL)
-              .set_flags(0)
-              .set_metadata(passthrough)
-              .Finish();
-        },
-        passthrough.size() + 64);
+    auto sent =
+        SendPutHead(f, expected, static_cast<uint64_t>(ttl) * 1'000'000'000ULL, 0, passthrough);
     if (sent == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
     f.reserved = false;
     return FillGranted(f);
@@ -286,6 +260,23 @@ void HttpServer::Impl::SendPutData(Fill& f, std::string_view bytes) {
     if (r == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
     bytes.remove_prefix(n);
   }
+}
+
+CoreLink::SendResult HttpServer::Impl::SendPutHead(const Fill& f, uint64_t expected_size,
+                                                   uint64_t ttl_ns, uint32_t flags,
+                                                   std::string_view metadata) {
+  // Always queued (bounded by pausing the origin): followers in the core wait for it.
+  return core_->SendAlways(
+      [&](uint8_t* b, size_t cap) {
+        return wire::PutHeadEncoder(b, cap)
+            .set_put_id(f.put_id)
+            .set_expected_size(expected_size)
+            .set_ttl_nanos(ttl_ns)
+            .set_flags(flags)
+            .set_metadata(metadata)
+            .Finish();
+      },
+      metadata.size() + 64);
 }
 
 void HttpServer::Impl::SendPutAbort(uint64_t put_id) {
@@ -382,7 +373,12 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
     f.leader = 0;
   } else if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
     corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
-  } else if ((f.stage == Stage::kFilling || f.reserved) && f.put_id != 0) {
+  } else if (f.reserved && f.put_id != 0) {
+    // Not stored: those waiting for the reservation in the core read a miss and fetch for
+    // themselves, like our waiters (a no-op when the link is down).
+    SendPutHead(f, 0, 0, wire::kHeadUncacheable, {});
+    if (f.begin_corr != 0) corr_.erase(f.begin_corr);
+  } else if (f.stage == Stage::kFilling && f.put_id != 0) {
     SendPutAbort(f.put_id);  // (a no-op when the link is down: the core dropped it already)
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   }

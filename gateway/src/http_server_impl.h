@@ -242,6 +242,9 @@ class HttpServer::Impl {
   void EndFill(Fill& f);
   void SendPutData(Fill& f, std::string_view bytes);
   void SendPutAbort(uint64_t put_id);
+  // The head of a reserved fill (kHeadUncacheable in `flags`: the reservation ends).
+  CoreLink::SendResult SendPutHead(const Fill& f, uint64_t expected_size, uint64_t ttl_ns,
+                                   uint32_t flags, std::string_view metadata);
 
   // ---- the origin (http_origin.cpp) ----
   VoidResult ParseMirror();

@@ -174,9 +174,13 @@ class CoreService : public ring::Handler {
   CoreHistograms histograms_;
   std::unordered_map<uint64_t, ring::Session*> sessions_;  // open sessions by id
   ByteBuffer out_ = ByteBuffer(1 << 20);                   // not zero-filled: resident as used
-  std::unordered_map<uint64_t, Upload> uploads_;           // fill id -> owner
-  std::unordered_map<uint64_t, Downloads> downloads_;      // session id -> streams in progress
-  std::unordered_map<uint64_t, Lender> lenders_;           // session id -> loans out
+  using Uploads = std::unordered_map<uint64_t, Upload>;
+  Uploads uploads_;  // fill id -> owner
+  // The session's own fill `put_id`, or end() after answering `what` with NotFound.
+  Uploads::iterator OwnUpload(ring::Session& session, uint64_t put_id, std::string_view what,
+                              uint64_t corr);
+  std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
+  std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out
   struct PendingDescribe {
     uint64_t session = 0, correlation_id = 0;
     std::string key;
