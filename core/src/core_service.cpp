@@ -173,8 +173,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       const bool reserve = (d.flags() & wire::kPutReserve) != 0;
       if (reserve) {
         // Committed since the client looked (its fill was committing): read that instead.
-        auto h = store_->Head(d.key());
-        if (h && *h) {
+        if (store_->Committed(d.key())) {
           wire::FillLeaseEncoder f(out_.data(), out_.size());
           f.set_correlation_id(d.correlation_id())
               .set_put_id(0)
@@ -712,7 +711,7 @@ void CoreService::ReplayParked(std::string_view as_miss) {
     if (store_->FillAwaitingHead(p.key)) return false;
     // The fill went on (or something else filled or committed the key meanwhile); or it
     // ended without a head: the fill this get followed was aborted.
-    bool again = store_->Filling(p.key) || store_->index().Find(p.key) != nullptr;
+    bool again = store_->Filling(p.key) || store_->Committed(p.key);
     ready.emplace_back(std::move(p), again);
     return true;
   });

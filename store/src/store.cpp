@@ -149,7 +149,7 @@ Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_
                                                                     uint64_t expected_size,
                                                                     bool head_pending) {
   if (key.empty()) return Err(StatusCode::kInvalidArgument, "empty object key");
-  if (auto it = filling_.find(std::string(key)); it != filling_.end()) {
+  if (auto it = filling_.find(key); it != filling_.end()) {
     ++stats_.fills_refused;
     return std::pair{FillStart::kInProgress, it->second};
   }
@@ -201,7 +201,7 @@ VoidResult Store::SetFillHead(FillId id, uint64_t expected_size, uint64_t ttl_ns
 }
 
 bool Store::FillAwaitingHead(std::string_view key) const {
-  auto it = filling_.find(std::string(key));
+  auto it = filling_.find(key);
   return it != filling_.end() && fills_.at(it->second).head_pending;
 }
 
@@ -730,7 +730,7 @@ Result<bool> Store::Delete(std::string_view key) {
   // A fill of the key whose bytes are all in (committing) is deleted as soon as its record
   // is written: a purge never loses to a commit that was already on its way.
   bool pending = false;
-  if (auto f = filling_.find(std::string(key)); f != filling_.end()) {
+  if (auto f = filling_.find(key); f != filling_.end()) {
     Fill& fill = fills_.at(f->second);
     if (fill.committing) pending = fill.delete_after_commit = true;
   }
@@ -779,7 +779,7 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   if (follow_fill) {
     // (a committing fill that was purged is gone for new readers already)
     // (a reserved fill without its head yet cannot be followed: read past it)
-    if (auto f = filling_.find(std::string(key)); f != filling_.end() &&
+    if (auto f = filling_.find(key); f != filling_.end() &&
                                                   !fills_.at(f->second).delete_after_commit &&
                                                   !fills_.at(f->second).head_pending) {
       Fill& fill = fills_.at(f->second);

@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "goblin/common/string_hash.h"
 #include "goblin/pubsub/glob.h"
 
 namespace goblin::pubsub {
@@ -72,10 +73,6 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   using NameSet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
   struct SubscriberState {
     NameSet channels, patterns, shards;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "goblin/common/status.h"
+#include "goblin/common/string_hash.h"
 #include "goblin/store/disk_io.h"
 #include "goblin/store/eviction.h"
 #include "goblin/store/head_pool.h"
@@ -134,7 +135,12 @@ class Store {
   // A reserved fill of `key` whose head has not come yet.
   bool FillAwaitingHead(std::string_view key) const;
   // Any fill of `key` in progress (reserved, filling or committing).
-  bool Filling(std::string_view key) const { return filling_.count(std::string(key)) != 0; }
+  bool Filling(std::string_view key) const { return filling_.find(key) != filling_.end(); }
+  // A committed, unexpired version of `key` (no lookup counted, nothing copied).
+  bool Committed(std::string_view key) const {
+    const ObjectRecord* r = index_->Find(key);
+    return r != nullptr && !Expired(*r, NowNs());
+  }
   VoidResult Append(FillId fill, std::span<const uint8_t> data);
   // Makes the object visible (replacing an older version), waiting here for its last disk
   // write; returns its generation. `expected_size` (if not UINT64_MAX) must equal what was
@@ -337,7 +343,7 @@ class Store {
   std::unique_ptr<IoBufferPool> buffers_;
   std::unique_ptr<IoRouter> io_;
   std::unordered_map<FillId, Fill> fills_;
-  std::unordered_map<std::string, FillId> filling_;  // key -> fill
+  std::unordered_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
   std::unordered_map<std::string, Resident> heads_;
   std::unordered_map<uint64_t, Loaned> loaned_;             // generation -> loans
   std::unordered_map<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
