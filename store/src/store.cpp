@@ -780,8 +780,8 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
     // (a committing fill that was purged is gone for new readers already)
     // (a reserved fill without its head yet cannot be followed: read past it)
     if (auto f = filling_.find(key); f != filling_.end() &&
-                                                  !fills_.at(f->second).delete_after_commit &&
-                                                  !fills_.at(f->second).head_pending) {
+                                     !fills_.at(f->second).delete_after_commit &&
+                                     !fills_.at(f->second).head_pending) {
       Fill& fill = fills_.at(f->second);
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.
