@@ -13,6 +13,7 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
+#include "goblin/common/shard.h"
 #include "goblin/sbe/head_table.h"
 #include "goblin/sbe/runtime.h"
 #include "goblin/sbe/wire_flags.h"
@@ -36,13 +37,28 @@ Result<Target> ParseTarget(std::string_view text) {
   return Target{Target::Kind::kUnix, std::string(text)};
 }
 
-Connection::Connection() = default;
-
-Connection::~Connection() {
-  for (Mapping* m : {&head_pool_, &io_pool_, &head_table_}) {
-    if (m->base != nullptr) munmap(m->base, m->bytes);
+struct Connection::Link {
+  struct Mapping {
+    uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::unique_ptr<Transport> transport;
+  Mapping head_pool, io_pool, head_table;
+  bool remote_mapped = false;  // UCX: the pools' rkeys are unpacked
+  bool map_failed = false;
+  ~Link() {
+    for (Mapping* m : {&head_pool, &io_pool, &head_table}) {
+      if (m->base != nullptr) munmap(m->base, m->bytes);
+    }
   }
-}
+};
+
+namespace {
+bool Mapped(const auto& l) { return l.head_pool.base != nullptr; }
+}  // namespace
+
+Connection::Connection() = default;
+Connection::~Connection() = default;
 
 Result<std::unique_ptr<Connection>> Connection::Open(std::string_view target_text,
                                                      const ConnectOptions& options) {
@@ -54,17 +70,29 @@ Result<std::unique_ptr<Connection>> Connection::Open(std::string_view target_tex
   to.ring_bytes = options.ring_bytes;
   to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kClient);
   to.timeout = options.timeout;
-  if (target.kind == Target::Kind::kUcx) {
-    GOBLIN_ASSIGN_OR_RETURN(c->transport_, ConnectUcx(target.address, to));
-  } else {
-    GOBLIN_ASSIGN_OR_RETURN(c->transport_, ConnectRing(target.address, to));
+  GOBLIN_ASSIGN_OR_RETURN(auto transports,
+                          ConnectShards(target.kind == Target::Kind::kUcx, target.address, to));
+  for (auto& t : transports) {
+    c->links_.push_back(std::make_unique<Link>());
+    c->links_.back()->transport = std::move(t);
   }
   return c;
 }
 
-uint64_t Connection::client_id() const { return transport_->client_id(); }
-uint32_t Connection::server_pid() const { return transport_->server_pid(); }
-uint32_t Connection::max_message() const { return transport_->max_message(); }
+Connection::Link& Connection::LinkFor(std::string_view key) {
+  return *links_[ShardOf(key, static_cast<uint16_t>(links_.size()))];
+}
+
+uint64_t Connection::client_id() const { return links_.front()->transport->client_id(); }
+uint32_t Connection::server_pid() const { return links_.front()->transport->server_pid(); }
+uint32_t Connection::max_message() const { return links_.front()->transport->max_message(); }
+uint16_t Connection::shard_count() const { return static_cast<uint16_t>(links_.size()); }
+bool Connection::pools_mapped() const {
+  for (const auto& l : links_) {
+    if (Mapped(*l)) return true;
+  }
+  return false;
+}
 
 namespace {
 
@@ -81,7 +109,7 @@ uint16_t TemplateOf(std::span<const uint8_t> m) { return sbe::Load<uint16_t>(m.d
 
 }  // namespace
 
-VoidResult Connection::Receive(uint64_t correlation_id,
+VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
                                const std::function<bool(std::span<const uint8_t>)>& fn) {
   // The timeout bounds silence, not the whole exchange: a large object may take longer.
   const uint64_t patience = static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
@@ -91,16 +119,17 @@ VoidResult Connection::Receive(uint64_t correlation_id,
   while (!done && error.ok()) {
     uint64_t now = MonotonicNanos();
     if (now >= deadline) return Err(StatusCode::kTimeout, "no reply from goblin-core in time");
-    GOBLIN_ASSIGN_OR_RETURN(bool ready, transport_->Wait(std::chrono::nanoseconds(deadline - now)));
+    GOBLIN_ASSIGN_OR_RETURN(bool ready,
+                            l.transport->Wait(std::chrono::nanoseconds(deadline - now)));
     if (!ready) continue;
-    GOBLIN_ASSIGN_OR_RETURN(size_t n, transport_->Poll([&](std::span<const uint8_t> m) {
+    GOBLIN_ASSIGN_OR_RETURN(size_t n, l.transport->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
       if (m.size() < 16) return;
       uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
       bool mine = corr == correlation_id && !done && error.ok();
       if (!mine && TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
         // A loan nobody will read (an abandoned or failed request): give it back at once.
-        if (auto l = wire::LoanDecoder::Decode(m)) ReleaseLoan(l->loan_id());
+        if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
         return;
       }
       if (done || !error.ok()) return;
@@ -118,36 +147,36 @@ VoidResult Connection::Receive(uint64_t correlation_id,
   return {};
 }
 
-Result<std::vector<uint8_t>> Connection::AwaitReply(uint64_t correlation_id) {
+Result<std::vector<uint8_t>> Connection::AwaitReply(Link& l, uint64_t correlation_id) {
   std::vector<uint8_t> reply;
-  GOBLIN_RETURN_IF_ERROR(Receive(correlation_id, [&](std::span<const uint8_t> m) {
+  GOBLIN_RETURN_IF_ERROR(Receive(l, correlation_id, [&](std::span<const uint8_t> m) {
     reply.assign(m.begin(), m.end());
     return true;
   }));
   return reply;
 }
 
-VoidResult Connection::SendEncoded(uint32_t max,
+VoidResult Connection::SendEncoded(Link& l, uint32_t max,
                                    const std::function<size_t(uint8_t*, size_t)>& encode) {
   const uint64_t deadline =
       MonotonicNanos() + static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
   for (;;) {
-    uint8_t* p = transport_->Reserve(max);
+    uint8_t* p = l.transport->Reserve(max);
     if (p != nullptr) {
       size_t n = encode(p, max);
       if (n == 0) return Err(StatusCode::kInternal, "message did not encode");
-      transport_->Commit(static_cast<uint32_t>(n));
+      l.transport->Commit(static_cast<uint32_t>(n));
       return {};
     }
-    if (max > transport_->max_message()) {
+    if (max > l.transport->max_message()) {
       return Err(StatusCode::kInvalidArgument, "message of {} bytes exceeds the ring", max);
     }
-    GOBLIN_RETURN_IF_ERROR(transport_->CheckAlive());
+    GOBLIN_RETURN_IF_ERROR(l.transport->CheckAlive());
     if (MonotonicNanos() >= deadline)
       return Err(StatusCode::kTimeout, "the core did not drain the ring");
     // Drain what the core says meanwhile (an error for this put ends it early).
     Status early;
-    GOBLIN_RETURN_IF_ERROR(transport_->Poll([&](std::span<const uint8_t> m) {
+    GOBLIN_RETURN_IF_ERROR(l.transport->Poll([&](std::span<const uint8_t> m) {
       if (early.ok() && m.size() >= 4 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId) {
         early = ErrorReply(m);  // the first error is the cause; later ones are echoes
       }
@@ -158,16 +187,17 @@ VoidResult Connection::SendEncoded(uint32_t max,
 }
 
 Result<uint64_t> Connection::SendRequest(
-    size_t variable_bytes, const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode) {
+    Link& l, size_t variable_bytes,
+    const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode) {
   uint64_t corr = next_correlation_++;
   std::vector<uint8_t> buf(256 + variable_bytes);
   size_t n = encode(buf.data(), buf.size(), corr);
-  if (n == 0 || n > transport_->max_message()) {
+  if (n == 0 || n > l.transport->max_message()) {
     return Err(StatusCode::kInvalidArgument,
                "request does not fit a {}-byte ring message (key or metadata too long)",
-               transport_->max_message());
+               l.transport->max_message());
   }
-  GOBLIN_RETURN_IF_ERROR(transport_->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(l.transport->Send({buf.data(), n}, options_.timeout));
   return corr;
 }
 
@@ -189,7 +219,8 @@ Connection::ObjectMeta MetaOf(const wire::ObjectInfoDecoder& info) {
 
 Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
                                  uint64_t ttl_ns, std::string_view metadata) {
-  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(key.size() + metadata.size(),
+  Link& l = LinkFor(key);
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(l, key.size() + metadata.size(),
                                                      [&](uint8_t* b, size_t cap, uint64_t id) {
                                                        wire::PutBeginEncoder e(b, cap);
                                                        return e.set_correlation_id(id)
@@ -199,7 +230,7 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
                                                            .set_metadata(metadata)
                                                            .Finish();
                                                      }));
-  GOBLIN_ASSIGN_OR_RETURN(auto lease_msg, AwaitReply(corr));
+  GOBLIN_ASSIGN_OR_RETURN(auto lease_msg, AwaitReply(l, corr));
   auto lease = wire::FillLeaseDecoder::Decode(lease_msg);
   if (!lease) return Err(lease.error());
   if (lease->state() != wire::LeaseState::kGranted) {
@@ -207,7 +238,7 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
   }
   uint64_t put_id = lease->put_id();
   // PutData: as much as one ring record carries.
-  const uint32_t max = transport_->max_message();
+  const uint32_t max = l.transport->max_message();
   const size_t chunk = max - 64;
   std::vector<uint8_t> data(chunk);
   uint64_t offset = 0;
@@ -216,13 +247,13 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
     if (!got) {
       uint8_t ab[64];
       wire::PutAbortEncoder a(ab, sizeof ab);
-      (void)transport_->Send({ab, a.set_correlation_id(corr).set_put_id(put_id).Finish()},
-                             options_.timeout);
+      (void)l.transport->Send({ab, a.set_correlation_id(corr).set_put_id(put_id).Finish()},
+                              options_.timeout);
       return Err(got.error());
     }
     if (*got == 0) break;
     std::span<const uint8_t> piece(data.data(), *got);
-    GOBLIN_RETURN_IF_ERROR(SendEncoded(max, [&](uint8_t* p, size_t cap) {
+    GOBLIN_RETURN_IF_ERROR(SendEncoded(l, max, [&](uint8_t* p, size_t cap) {
       wire::PutDataEncoder d(p, cap);
       return d.set_put_id(put_id).set_offset(offset).set_bytes(piece).Finish();
     }));
@@ -231,12 +262,12 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
   uint8_t cb[64];
   wire::PutCommitEncoder c(cb, sizeof cb);
   GOBLIN_RETURN_IF_ERROR(
-      transport_->Send({cb, c.set_correlation_id(corr)
-                                .set_put_id(put_id)
-                                .set_total_size(size == UINT64_MAX ? offset : size)
-                                .Finish()},
-                       options_.timeout));
-  GOBLIN_ASSIGN_OR_RETURN(auto result_msg, AwaitReply(corr));
+      l.transport->Send({cb, c.set_correlation_id(corr)
+                                 .set_put_id(put_id)
+                                 .set_total_size(size == UINT64_MAX ? offset : size)
+                                 .Finish()},
+                        options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto result_msg, AwaitReply(l, corr));
   auto result = wire::PutResultDecoder::Decode(result_msg);
   if (!result) return Err(result.error());
   return result->generation();
@@ -258,11 +289,12 @@ Result<uint64_t> Connection::Put(std::string_view key, std::span<const uint8_t> 
 }
 
 Result<Connection::ObjectMeta> Connection::Head(std::string_view key) {
+  Link& l = LinkFor(key);
   GOBLIN_ASSIGN_OR_RETURN(
-      uint64_t corr, SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+      uint64_t corr, SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
         return wire::ObjectHeadEncoder(b, cap).set_correlation_id(id).set_key(key).Finish();
       }));
-  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, corr));
   auto info = wire::ObjectInfoDecoder::Decode(reply);
   if (!info) return Err(info.error());
   return MetaOf(*info);
@@ -284,7 +316,8 @@ bool Connection::TakeDelivery(std::span<const uint8_t> m) {
 
 Result<uint64_t> Connection::Publish(std::string_view channel, std::string_view payload,
                                      bool sharded) {
-  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(channel.size() + payload.size(),
+  Link& l = first();
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(l, channel.size() + payload.size(),
                                                      [&](uint8_t* b, size_t cap, uint64_t id) {
                                                        return wire::PublishEncoder(b, cap)
                                                            .set_correlation_id(id)
@@ -293,7 +326,7 @@ Result<uint64_t> Connection::Publish(std::string_view channel, std::string_view 
                                                            .set_payload(payload)
                                                            .Finish();
                                                      }));
-  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, corr));
   auto ack = wire::PublishAckDecoder::Decode(reply);
   if (!ack) return Err(ack.error());
   return ack->receivers();
@@ -301,10 +334,11 @@ Result<uint64_t> Connection::Publish(std::string_view channel, std::string_view 
 
 Result<std::vector<Connection::Confirmation>> Connection::Subscribe(
     SubKind kind, std::span<const std::string> names, bool unsubscribe, uint64_t session_id) {
+  Link& l = first();
   size_t bytes = 0;
   for (const auto& n : names) bytes += n.size() + 4;
   GOBLIN_ASSIGN_OR_RETURN(
-      uint64_t corr, SendRequest(bytes, [&](uint8_t* b, size_t cap, uint64_t id) {
+      uint64_t corr, SendRequest(l, bytes, [&](uint8_t* b, size_t cap, uint64_t id) {
         wire::SubscribeEncoder e(b, cap);
         e.set_correlation_id(id)
             .set_kind(static_cast<wire::SubKind>(kind))
@@ -318,7 +352,7 @@ Result<std::vector<Connection::Confirmation>> Connection::Subscribe(
   const bool all = unsubscribe && names.empty();
   std::vector<Confirmation> out;
   Status bad;
-  GOBLIN_RETURN_IF_ERROR(Receive(corr, [&](std::span<const uint8_t> m) {
+  GOBLIN_RETURN_IF_ERROR(Receive(l, corr, [&](std::span<const uint8_t> m) {
     auto a = wire::SubscribeAckDecoder::Decode(m);
     if (!a) {
       bad = a.error();
@@ -339,21 +373,22 @@ Result<std::vector<Connection::Confirmation>> Connection::Subscribe(
 
 Result<std::optional<Connection::Message>> Connection::NextMessage(
     std::chrono::nanoseconds timeout) {
+  Link& l = first();
   uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
   for (;;) {
-    GOBLIN_RETURN_IF_ERROR(transport_->Poll([&](std::span<const uint8_t> m) {
+    GOBLIN_RETURN_IF_ERROR(l.transport->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
       if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {  // a loan nobody waits for
-        if (auto l = wire::LoanDecoder::Decode(m)) ReleaseLoan(l->loan_id());
+        if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
       }
     }));
     if (!inbox_.empty()) break;
     uint64_t now = MonotonicNanos();
     if (now >= deadline) {
-      GOBLIN_RETURN_IF_ERROR(transport_->CheckAlive());
+      GOBLIN_RETURN_IF_ERROR(l.transport->CheckAlive());
       return std::optional<Message>();
     }
-    GOBLIN_RETURN_IF_ERROR(transport_->Wait(std::chrono::nanoseconds(deadline - now)));
+    GOBLIN_RETURN_IF_ERROR(l.transport->Wait(std::chrono::nanoseconds(deadline - now)));
   }
   Message m = std::move(inbox_.front());
   inbox_.pop_front();
@@ -362,15 +397,16 @@ Result<std::optional<Connection::Message>> Connection::NextMessage(
 
 Result<uint64_t> Connection::PublishAsync(std::string_view channel, std::string_view payload,
                                           bool sharded) {
+  Link& l = first();
   const size_t need = sbe::MessageHeader::kSize + wire::PublishEncoder::kBlockLength +
                       2 * sbe::DataLengthSize(sbe::SectionKind::kData32) + channel.size() +
                       payload.size();
-  if (need > transport_->max_message()) {
+  if (need > l.transport->max_message()) {
     return Err(StatusCode::kInvalidArgument,
                "a {}-byte PUBLISH does not fit a {}-byte ring message", need,
-               transport_->max_message());
+               l.transport->max_message());
   }
-  uint8_t* p = transport_->Reserve(static_cast<uint32_t>(need));
+  uint8_t* p = l.transport->Reserve(static_cast<uint32_t>(need));
   if (p == nullptr) return Err(StatusCode::kResourceExhausted, "the ring is full");
   uint64_t corr = next_correlation_++;
   size_t n = wire::PublishEncoder(p, need)
@@ -379,11 +415,12 @@ Result<uint64_t> Connection::PublishAsync(std::string_view channel, std::string_
                  .set_channel(channel)
                  .set_payload(payload)
                  .Finish();
-  transport_->Commit(static_cast<uint32_t>(n));
+  l.transport->Commit(static_cast<uint32_t>(n));
   return corr;
 }
 
 Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
+  Link& l = first();
   size_t handled = 0;
   while (!inbox_.empty() && handled < max) {
     Message m = std::move(inbox_.front());
@@ -399,7 +436,7 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
   }
   if (handled >= max) return handled;
   GOBLIN_ASSIGN_OR_RETURN(size_t n,
-                          transport_->Poll(
+                          l.transport->Poll(
                               [&](std::span<const uint8_t> m) {
                                 switch (m.size() < 8 ? 0 : TemplateOf(m)) {
                                   case wire::DeliveryDecoder::kTemplateId: {
@@ -428,8 +465,8 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
                                     return;
                                   }
                                   case wire::LoanDecoder::kTemplateId: {  // nobody waits for it
-                                    if (auto l = wire::LoanDecoder::Decode(m))
-                                      ReleaseLoan(l->loan_id());
+                                    if (auto loan = wire::LoanDecoder::Decode(m))
+                                      ReleaseLoan(l, loan->loan_id());
                                     return;
                                   }
                                   default:
@@ -440,18 +477,23 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
   return handled + n;
 }
 
-int Connection::wake_fd() const { return transport_->wake_fd(); }
-int Connection::liveness_fd() const { return transport_->liveness_fd(); }
-bool Connection::PrepareSleep() { return transport_->PrepareSleep(); }
-void Connection::FinishSleep() { transport_->FinishSleep(); }
-VoidResult Connection::CheckAlive() { return transport_->CheckAlive(); }
+// (pub/sub lives on shard 0: its transport is the one an event loop watches)
+int Connection::wake_fd() const { return links_.front()->transport->wake_fd(); }
+int Connection::liveness_fd() const { return links_.front()->transport->liveness_fd(); }
+bool Connection::PrepareSleep() { return first().transport->PrepareSleep(); }
+void Connection::FinishSleep() { first().transport->FinishSleep(); }
+VoidResult Connection::CheckAlive() {
+  for (auto& l : links_) GOBLIN_RETURN_IF_ERROR(l->transport->CheckAlive());
+  return {};
+}
 
 Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
                                                         std::span<const std::string> args) {
+  Link& l = first();
   size_t bytes = 0;
   for (const auto& a : args) bytes += a.size() + 4;
   GOBLIN_ASSIGN_OR_RETURN(
-      uint64_t corr, SendRequest(bytes, [&](uint8_t* b, size_t cap, uint64_t id) {
+      uint64_t corr, SendRequest(l, bytes, [&](uint8_t* b, size_t cap, uint64_t id) {
         wire::PubsubQueryEncoder e(b, cap);
         e.set_correlation_id(id).set_query(static_cast<wire::PubsubQueryKind>(q));
         auto g = e.BeginArgs();
@@ -460,7 +502,7 @@ Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
       }));
   QueryResult out;
   Status bad;
-  GOBLIN_RETURN_IF_ERROR(Receive(corr, [&](std::span<const uint8_t> m) {
+  GOBLIN_RETURN_IF_ERROR(Receive(l, corr, [&](std::span<const uint8_t> m) {
     auto r = wire::PubsubReplyDecoder::Decode(m);
     if (!r) {
       bad = r.error();
@@ -474,35 +516,36 @@ Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
   return out;
 }
 
-void Connection::ReleaseLoan(uint64_t loan_id) {
+void Connection::ReleaseLoan(Link& l, uint64_t loan_id) {
   uint8_t b[32];
   size_t n = wire::LoanReleaseEncoder(b, sizeof b).set_loan_id(loan_id).Finish();
-  (void)transport_->Send({b, n}, options_.timeout);  // a dead core frees everything anyway
+  (void)l.transport->Send({b, n}, options_.timeout);  // a dead core frees everything anyway
 }
 
-VoidResult Connection::MapPools() {
-  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(0, [&](uint8_t* b, size_t cap, uint64_t id) {
+VoidResult Connection::MapPools(Link& l) {
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
+                          SendRequest(l, 0, [&](uint8_t* b, size_t cap, uint64_t id) {
                             return wire::MapPoolsEncoder(b, cap).set_correlation_id(id).Finish();
                           }));
-  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
-  if (!transport_->local()) {
-    GOBLIN_RETURN_IF_ERROR(transport_->AttachRemotePools(reply));
-    remote_mapped_ = true;
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, corr));
+  if (!l.transport->local()) {
+    GOBLIN_RETURN_IF_ERROR(l.transport->AttachRemotePools(reply));
+    l.remote_mapped = true;
     return {};
   }
   std::vector<uint8_t> side;
   std::vector<UniqueFd> fds;
-  GOBLIN_RETURN_IF_ERROR(transport_->ReceiveSideFrame(&side, &fds, options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(l.transport->ReceiveSideFrame(&side, &fds, options_.timeout));
   auto map = wire::PoolMapDecoder::Decode(side);
   if (!map) return Err(map.error());
   size_t i = 0;
   for (auto p : map->pools()) {
     if (i >= fds.size()) return Err(StatusCode::kCorruption, "PoolMap names more pools than fds");
     int fd = fds[i++].get();
-    Mapping* m = p.pool() == wire::PoolKind::kHead        ? &head_pool_
-                 : p.pool() == wire::PoolKind::kIo        ? &io_pool_
-                 : p.pool() == wire::PoolKind::kHeadTable ? &head_table_
-                                                          : nullptr;
+    Link::Mapping* m = p.pool() == wire::PoolKind::kHead        ? &l.head_pool
+                       : p.pool() == wire::PoolKind::kIo        ? &l.io_pool
+                       : p.pool() == wire::PoolKind::kHeadTable ? &l.head_table
+                                                                : nullptr;
     if (m == nullptr) continue;  // a pool this library does not know
     void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fd, 0);
     if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(goblin-core pool)", errno));
@@ -510,17 +553,18 @@ VoidResult Connection::MapPools() {
     m->base = static_cast<uint8_t*>(a);
     m->bytes = p.bytes();
   }
-  if (head_pool_.base == nullptr || io_pool_.base == nullptr)
+  if (l.head_pool.base == nullptr || l.io_pool.base == nullptr)
     return Err(StatusCode::kCorruption, "PoolMap without both pools");
   return {};
 }
 
 Result<std::optional<Connection::HeadDescriptor>> Connection::Describe(std::string_view key) {
+  Link& l = LinkFor(key);
   GOBLIN_ASSIGN_OR_RETURN(
-      uint64_t corr, SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+      uint64_t corr, SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
         return wire::ObjectDescribeEncoder(b, cap).set_correlation_id(id).set_key(key).Finish();
       }));
-  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, corr));
   auto d = wire::HeadDescriptorDecoder::Decode(reply);
   if (!d) return Err(d.error());
   if (d->status() != wire::LookupStatus::kHit) return std::optional<HeadDescriptor>();
@@ -531,58 +575,61 @@ Result<std::optional<Connection::HeadDescriptor>> Connection::Describe(std::stri
   h.pool_offset = d->pool_offset();
   h.length = d->head_length();
   h.checksum = d->checksum();
+  h.shard = ShardOf(key, shard_count());
   return std::optional<HeadDescriptor>(h);
 }
 
-Result<std::array<uint64_t, 4>> Connection::ReadEntry(uint32_t entry) {
+Result<std::array<uint64_t, 4>> Connection::ReadEntry(Link& l, uint32_t entry) {
   const uint64_t at = uint64_t{entry} * sizeof(sbe::HeadTableEntry);
   std::array<uint64_t, 4> e{};
-  if (!transport_->local()) {
-    GOBLIN_RETURN_IF_ERROR(
-        transport_->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHeadTable), at,
-                               {reinterpret_cast<uint8_t*>(e.data()), sizeof e}, options_.timeout));
+  if (!l.transport->local()) {
+    GOBLIN_RETURN_IF_ERROR(l.transport->ReadRemote(
+        static_cast<uint8_t>(wire::PoolKind::kHeadTable), at,
+        {reinterpret_cast<uint8_t*>(e.data()), sizeof e}, options_.timeout));
     return e;
   }
-  if (at + sizeof e > head_table_.bytes)
+  if (at + sizeof e > l.head_table.bytes)
     return Err(StatusCode::kOutOfRange, "head table entry {} is outside the table", entry);
-  const auto* src = reinterpret_cast<const uint64_t*>(head_table_.base + at);
+  const auto* src = reinterpret_cast<const uint64_t*>(l.head_table.base + at);
   e[0] = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);  // the generation first (seqlock)
   for (int i = 1; i < 4; ++i) e[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
   return e;
 }
 
 Result<bool> Connection::ReadHead(const HeadDescriptor& d, std::span<uint8_t> dst) {
+  if (d.shard >= links_.size()) return Err(StatusCode::kInvalidArgument, "no shard {}", d.shard);
+  Link& l = *links_[d.shard];
   if (!d.readable()) return Err(StatusCode::kInvalidArgument, "the head has no descriptor entry");
   if (dst.size() < d.length) {
     return Err(StatusCode::kInvalidArgument, "a {}-byte buffer for a {}-byte head", dst.size(),
                d.length);
   }
-  if (transport_->local() ? !pools_mapped() || head_table_.base == nullptr : !remote_mapped_) {
-    GOBLIN_RETURN_IF_ERROR(MapPools());
-    if (transport_->local() && head_table_.base == nullptr)
+  if (l.transport->local() ? !Mapped(l) || l.head_table.base == nullptr : !l.remote_mapped) {
+    GOBLIN_RETURN_IF_ERROR(MapPools(l));
+    if (l.transport->local() && l.head_table.base == nullptr)
       return Err(StatusCode::kUnimplemented, "goblin-core has no head table");
   }
   const sbe::HeadTableEntry described{d.generation, d.pool_offset, d.length, d.checksum};
   auto as_entry = [](const std::array<uint64_t, 4>& e) {
     return sbe::HeadTableEntry{e[0], e[1], e[2], e[3]};
   };
-  GOBLIN_ASSIGN_OR_RETURN(auto before, ReadEntry(d.entry));
+  GOBLIN_ASSIGN_OR_RETURN(auto before, ReadEntry(l, d.entry));
   auto stale = [&] {
     ++stats_.stale_reads;
     return false;
   };
   if (as_entry(before) != described) return stale();  // no need to read the bytes
   std::span<uint8_t> out = dst.first(d.length);
-  if (transport_->local()) {
-    if (d.pool_offset > head_pool_.bytes || d.length > head_pool_.bytes - d.pool_offset)
+  if (l.transport->local()) {
+    if (d.pool_offset > l.head_pool.bytes || d.length > l.head_pool.bytes - d.pool_offset)
       return Err(StatusCode::kOutOfRange, "a head outside the mapped pool");
-    std::memcpy(out.data(), head_pool_.base + d.pool_offset, out.size());
+    std::memcpy(out.data(), l.head_pool.base + d.pool_offset, out.size());
     std::atomic_thread_fence(std::memory_order_acquire);
   } else {
-    GOBLIN_RETURN_IF_ERROR(transport_->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHead),
-                                                  d.pool_offset, out, options_.timeout));
+    GOBLIN_RETURN_IF_ERROR(l.transport->ReadRemote(static_cast<uint8_t>(wire::PoolKind::kHead),
+                                                   d.pool_offset, out, options_.timeout));
   }
-  GOBLIN_ASSIGN_OR_RETURN(auto after, ReadEntry(d.entry));
+  GOBLIN_ASSIGN_OR_RETURN(auto after, ReadEntry(l, d.entry));
   if (!sbe::HeadReadIsCurrent(described, as_entry(before), as_entry(after),
                               XXH3_64bits(out.data(), out.size()))) {
     return stale();
@@ -593,13 +640,14 @@ Result<bool> Connection::ReadHead(const HeadDescriptor& d, std::span<uint8_t> ds
 
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
                                                uint64_t offset, uint64_t length, bool follow_fill) {
-  if (options_.zero_copy && !pools_mapped() && !map_failed_ && transport_->local()) {
-    if (auto r = MapPools(); !r) map_failed_ = true;  // copies through the ring instead
+  Link& l = LinkFor(key);
+  if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
+    if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
   }
   uint32_t flags = (follow_fill ? wire::kGetFollowFill : 0) |
-                   (options_.zero_copy && pools_mapped() ? wire::kGetLoans : 0);
+                   (options_.zero_copy && Mapped(l) ? wire::kGetLoans : 0);
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
-                          SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+                          SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
                             return wire::ObjectGetEncoder(b, cap)
                                 .set_correlation_id(id)
                                 .set_offset(offset)
@@ -611,7 +659,7 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
   ObjectMeta m;
   bool have_info = false;
   Status sink_error;
-  GOBLIN_RETURN_IF_ERROR(Receive(corr, [&](std::span<const uint8_t> msg) {
+  GOBLIN_RETURN_IF_ERROR(Receive(l, corr, [&](std::span<const uint8_t> msg) {
     uint16_t t = TemplateOf(msg);
     if (!have_info) {
       auto info = wire::ObjectInfoDecoder::Decode(msg);
@@ -624,14 +672,14 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
       return !m.found;  // a miss ends the exchange; a hit is followed by ObjectData
     }
     if (t == wire::LoanDecoder::kTemplateId) {
-      auto l = wire::LoanDecoder::Decode(msg);
-      if (!l) {
-        sink_error = l.error();
+      auto loan = wire::LoanDecoder::Decode(msg);
+      if (!loan) {
+        sink_error = loan.error();
         return true;
       }
-      bool last = l->last() != 0;
-      for (auto seg : l->segments()) {
-        const Mapping& m = seg.pool() == wire::PoolKind::kHead ? head_pool_ : io_pool_;
+      bool last = loan->last() != 0;
+      for (auto seg : loan->segments()) {
+        const Link::Mapping& m = seg.pool() == wire::PoolKind::kHead ? l.head_pool : l.io_pool;
         if (m.base == nullptr || seg.pool_offset() > m.bytes ||
             seg.length() > m.bytes - seg.pool_offset()) {
           sink_error = Status(StatusCode::kCorruption, "a loan outside the mapped pools");
@@ -644,7 +692,7 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
         }
       }
       ++stats_.loans;
-      ReleaseLoan(l->loan_id());
+      ReleaseLoan(l, loan->loan_id());
       return last || !sink_error.ok();
     }
     if (t != wire::ObjectDataDecoder::kTemplateId) return false;
@@ -710,17 +758,19 @@ Result<Connection::ObjectMeta> Connection::GetInto(std::string_view key, std::sp
 }
 
 Result<bool> Connection::Delete(std::string_view key) {
+  Link& l = LinkFor(key);
   GOBLIN_ASSIGN_OR_RETURN(
-      uint64_t corr, SendRequest(key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+      uint64_t corr, SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
         return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(id).set_key(key).Finish();
       }));
-  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(corr));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, corr));
   auto ack = wire::DeleteAckDecoder::Decode(reply);
   if (!ack) return Err(ack.error());
   return ack->deleted() != 0;
 }
 
 Result<std::chrono::nanoseconds> Connection::Ping(std::string_view payload) {
+  Link& l = first();
   uint64_t id = next_correlation_++;
   std::vector<uint8_t> buf(64 + payload.size());
   wire::PingEncoder e(buf.data(), buf.size());
@@ -729,8 +779,8 @@ Result<std::chrono::nanoseconds> Connection::Ping(std::string_view payload) {
   if (n == 0)
     return Err(StatusCode::kInvalidArgument, "ping payload of {} bytes is too large",
                payload.size());
-  GOBLIN_RETURN_IF_ERROR(transport_->Send({buf.data(), n}, options_.timeout));
-  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(id));
+  GOBLIN_RETURN_IF_ERROR(l.transport->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, id));
   uint64_t end = MonotonicNanos();
   if (TemplateOf(reply) != wire::PongDecoder::kTemplateId) {
     return Err(StatusCode::kCorruption, "expected Pong, got {}",

@@ -13,6 +13,7 @@ class RingTransport final : public Transport {
  public:
   explicit RingTransport(std::unique_ptr<ring::RingClient> r) : ring_(std::move(r)) {}
   uint64_t client_id() const override { return ring_->client_id(); }
+  uint16_t shard_count() const override { return ring_->shard_count(); }
   uint32_t server_pid() const override { return ring_->server_pid(); }
   uint32_t max_message() const override { return ring_->max_message(); }
   VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) override {
@@ -50,6 +51,8 @@ class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(std::unique_ptr<verbs::UcxClient> u) : ucx_(std::move(u)) {}
   uint64_t client_id() const override { return ucx_->client_id(); }
+  uint16_t shard_count() const override { return ucx_->shard_count(); }
+  std::string shard_addresses() const override { return ucx_->shard_addresses(); }
   uint32_t server_pid() const override { return ucx_->server_pid(); }
   uint32_t max_message() const override { return ucx_->max_message(); }
   VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) override {
@@ -93,6 +96,7 @@ Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,
   ro.ring_bytes = options.ring_bytes;
   ro.peer_kind = options.peer_kind;
   ro.connect_timeout = options.timeout;
+  ro.shard = options.shard;
   GOBLIN_ASSIGN_OR_RETURN(auto r, ring::RingClient::Connect(socket_path, ro));
   return std::unique_ptr<Transport>(new RingTransport(std::move(r)));
 }
@@ -104,6 +108,7 @@ Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
   uo.name = options.name;
   uo.peer_kind = options.peer_kind;
   uo.timeout = options.timeout;
+  uo.shard = options.shard;
   GOBLIN_ASSIGN_OR_RETURN(auto u, verbs::UcxClient::Connect(host_port, uo));
   return std::unique_ptr<Transport>(new UcxTransport(std::move(u)));
 #else
@@ -111,6 +116,57 @@ Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
   (void)options;
   return Err(StatusCode::kUnimplemented, "this libgoblin was built without UCX");
 #endif
+}
+
+namespace {
+
+// HOST of HOST:PORT ([v6]:port too).
+std::string_view HostOf(std::string_view host_port) {
+  size_t colon = host_port.rfind(':');
+  return colon == std::string_view::npos ? host_port : host_port.substr(0, colon);
+}
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Transport>>> ConnectShards(bool ucx, const std::string& address,
+                                                              const TransportOptions& options) {
+  std::vector<std::unique_ptr<Transport>> out;
+  TransportOptions o = options;
+  o.shard = 0;
+  GOBLIN_ASSIGN_OR_RETURN(auto first, ucx ? ConnectUcx(address, o) : ConnectRing(address, o));
+  const uint16_t n = first->shard_count();
+  std::vector<std::string> addresses;
+  if (ucx && n > 1) {
+    const std::string all = first->shard_addresses();
+    std::string_view list = all;
+    while (!list.empty()) {
+      size_t comma = list.find(',');
+      addresses.emplace_back(list.substr(0, comma));
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+    if (addresses.size() != n) {
+      return Err(StatusCode::kCorruption, "the core has {} shards but listed {} UCX addresses", n,
+                 addresses.size());
+    }
+    for (std::string& a : addresses) {
+      std::string_view host = HostOf(a);
+      if (host == "0.0.0.0" || host == "::" || host == "[::]" || host.empty()) {
+        a = fmt::format("{}{}", HostOf(address), a.substr(host.size()));
+      }
+    }
+  }
+  out.push_back(std::move(first));
+  for (uint16_t i = 1; i < n; ++i) {
+    o.shard = i;
+    auto t = ucx ? ConnectUcx(addresses[i], o) : ConnectRing(address, o);
+    if (!t) return Err(t.error().WithContext(fmt::format("shard {} of {}", i, n)));
+    if ((*t)->shard_count() != n) {
+      return Err(StatusCode::kFailedPrecondition, "shard {} reports {} shards, shard 0 {}", i,
+                 (*t)->shard_count(), n);
+    }
+    out.push_back(std::move(*t));
+  }
+  return out;
 }
 
 }  // namespace goblin::client

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "goblin/common/fd.h"
@@ -22,6 +23,9 @@ class Transport {
   virtual uint64_t client_id() const = 0;
   virtual uint32_t server_pid() const = 0;
   virtual uint32_t max_message() const = 0;
+  // How many shards the core runs (Welcome), and on the UCX plane where each listens.
+  virtual uint16_t shard_count() const = 0;
+  virtual std::string shard_addresses() const { return {}; }
   // Waits for room up to `timeout`.
   virtual VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) = 0;
   // Encode in place: Reserve(max) (nullptr: no room now), then Commit(len).
@@ -52,6 +56,7 @@ struct TransportOptions {
   uint8_t peer_kind = 0;
   uint32_t ring_bytes = 4096;
   std::chrono::milliseconds timeout{5000};
+  uint16_t shard = 0;
 };
 
 Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,
@@ -59,5 +64,11 @@ Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,
 // Unimplemented when this build has no UCX.
 Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
                                               const TransportOptions& options);
+
+// One transport per core shard, in shard order: shard 0 at `address` first (its Welcome says
+// how many there are), then the others (ring: the same socket; UCX: the addresses shard 0
+// listed, a wildcard host replaced by the host of `address`).
+Result<std::vector<std::unique_ptr<Transport>>> ConnectShards(bool ucx, const std::string& address,
+                                                              const TransportOptions& options);
 
 }  // namespace goblin::client

@@ -1,5 +1,7 @@
 #include "admin_service.h"
 
+#include "goblin/common/shard.h"
+
 #include <algorithm>
 
 #include "goblin/admin/admin_server.h"
@@ -97,51 +99,79 @@ void FillHistogram(const std::string& name, const LatencyHistogram& h, v1::Histo
 
 }  // namespace
 
-grpc::Status CoreAdmin::OnLoop(Ctx* context, const std::function<grpc::Status()>& fn) {
-  if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+grpc::Status CoreAdmin::OnShard(const CoreAdminShard& shard,
+                                const std::function<grpc::Status()>& fn) {
   grpc::Status result;
-  auto r = ctx_.loop->Call([&] { result = fn(); }, kLoopTimeout);
+  auto r = shard.loop->Call([&] { result = fn(); }, kLoopTimeout);
   if (!r) return ToGrpc(r.error());
   return result;
 }
 
+grpc::Status CoreAdmin::OnShards(Ctx* context,
+                                 const std::function<grpc::Status(const CoreAdminShard&)>& fn) {
+  if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+  for (const CoreAdminShard& shard : ctx_.shards) {
+    grpc::Status st = OnShard(shard, [&] { return fn(shard); });
+    if (!st.ok()) return st;
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CoreAdmin::NeedStore() const {
-  if (ctx_.store != nullptr) return grpc::Status::OK;
+  if (ctx_.shards.front().store != nullptr) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       "goblin-core has no object store (start it with --ssd-dir)");
 }
 
+const CoreAdminShard& CoreAdmin::ShardFor(std::string_view key) const {
+  return ctx_.shards[ShardOf(key, static_cast<uint16_t>(ctx_.shards.size()))];
+}
+
 grpc::Status CoreAdmin::GetPool(Ctx* context, const v1::GetPoolRequest*, v1::PoolInfo* out) {
-  return OnLoop(context, [&] {
-    const store::HeadPool& p = *ctx_.pool;
+  // The shards' pool slices together: sizes and counts add up; backing, locking and node
+  // are the same for every slice (reported as the first's; locked only if all are).
+  std::map<int, uint64_t> page_nodes;
+  bool locked = true, first = true;
+  double fragmented = 0;  // bytes lost to fragmentation, summed
+  grpc::Status st = OnShards(context, [&](const CoreAdminShard& sh) {
+    const store::HeadPool& p = *sh.pool;
     const store::PoolStats& s = p.stats();
-    out->set_size_bytes(p.size());
+    out->set_size_bytes(out->size_bytes() + p.size());
     out->set_block_bytes(p.block_size());
     out->set_head_bytes(ctx_.ram_head);
-    out->set_used_bytes(s.bytes_reserved);
-    out->set_requested_bytes(s.bytes_requested);
-    out->set_free_bytes(p.size() - s.bytes_reserved);
-    out->set_heads(s.slots_used);
-    out->set_blocks_total(s.blocks_total);
-    out->set_blocks_free(s.blocks_free);
-    out->set_fragmentation(s.Fragmentation());
-    out->set_backing(std::string(store::BackingName(p.backing())));
-    out->set_locked(p.locked());
-    out->set_numa_node(p.numa_node());
-    out->set_allocation_failures(s.allocation_failures);
-    if (auto nodes = p.PageNodes()) {
-      for (auto [n, c] : *nodes) {
-        auto* e = out->add_page_nodes();
-        e->set_node(n);
-        e->set_pages(c);
-      }
+    out->set_used_bytes(out->used_bytes() + s.bytes_reserved);
+    out->set_requested_bytes(out->requested_bytes() + s.bytes_requested);
+    out->set_free_bytes(out->free_bytes() + p.size() - s.bytes_reserved);
+    out->set_heads(out->heads() + s.slots_used);
+    out->set_blocks_total(out->blocks_total() + s.blocks_total);
+    out->set_blocks_free(out->blocks_free() + s.blocks_free);
+    fragmented += s.Fragmentation() * static_cast<double>(p.size());
+    if (first) {
+      out->set_backing(std::string(store::BackingName(p.backing())));
+      out->set_numa_node(p.numa_node());
+      first = false;
     }
-    if (ctx_.store != nullptr) {
-      out->set_head_table_entries(ctx_.store->head_table().capacity());
-      out->set_head_table_in_use(ctx_.store->head_table().in_use());
+    locked = locked && p.locked();
+    out->set_allocation_failures(out->allocation_failures() + s.allocation_failures);
+    if (auto nodes = p.PageNodes()) {
+      for (auto [n, c] : *nodes) page_nodes[n] += c;
+    }
+    if (sh.store != nullptr) {
+      out->set_head_table_entries(out->head_table_entries() + sh.store->head_table().capacity());
+      out->set_head_table_in_use(out->head_table_in_use() + sh.store->head_table().in_use());
     }
     return grpc::Status::OK;
   });
+  if (!st.ok()) return st;
+  out->set_locked(locked);
+  out->set_fragmentation(
+      out->size_bytes() == 0 ? 0.0 : fragmented / static_cast<double>(out->size_bytes()));
+  for (auto [n, c] : page_nodes) {
+    auto* e = out->add_page_nodes();
+    e->set_node(n);
+    e->set_pages(c);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status CoreAdmin::GetNuma(Ctx* context, const v1::GetNumaRequest*, v1::NumaInfo* out) {
@@ -176,13 +206,19 @@ grpc::Status CoreAdmin::Audit(Ctx* context, const v1::AuditRequest*, v1::AuditRe
   in.node = ctx_.numa_node;
   if (const NumaNode* n = ctx_.topology.Node(ctx_.numa_node)) in.node_cpus = n->cpus;
   in.memfds = {"goblin-head-pool", "goblin-io-buffers", "goblin-head-table"};
-  grpc::Status st = OnLoop(context, [&] {  // the pool's side, read on the loop
-    in.pool_backing = std::string(store::BackingName(ctx_.pool->backing()));
-    in.pool_hugetlb = ctx_.pool->backing() == store::Backing::kHugeTlb2M;
-    in.pool_locked = ctx_.pool->locked();
-    if (auto nodes = ctx_.pool->PageNodes()) in.pool_page_nodes = *nodes;
+  std::map<int, uint64_t> page_nodes;
+  in.pool_hugetlb = in.pool_locked = true;
+  grpc::Status st = OnShards(context, [&](const CoreAdminShard& sh) {  // each slice, on its loop
+    if (in.pool_backing.empty())
+      in.pool_backing = std::string(store::BackingName(sh.pool->backing()));
+    in.pool_hugetlb = in.pool_hugetlb && sh.pool->backing() == store::Backing::kHugeTlb2M;
+    in.pool_locked = in.pool_locked && sh.pool->locked();
+    if (auto nodes = sh.pool->PageNodes()) {
+      for (auto [n, c] : *nodes) page_nodes[n] += c;
+    }
     return grpc::Status::OK;
   });
+  in.pool_page_nodes.assign(page_nodes.begin(), page_nodes.end());
   if (!st.ok()) return st;
   out->set_node(in.node);
   bool passed = true;
@@ -208,48 +244,54 @@ grpc::Status CoreAdmin::Audit(Ctx* context, const v1::AuditRequest*, v1::AuditRe
 }
 
 grpc::Status CoreAdmin::GetTiers(Ctx* context, const v1::GetTiersRequest*, v1::TiersInfo* out) {
-  return OnLoop(context, [&] {
-    if (auto s = NeedStore(); !s.ok()) return s;
-    std::vector<uint64_t> objects(ctx_.store->tier_count(), 0);
-    ctx_.store->ForEachObject([&](const store::ObjectRecord& r, uint64_t) {
+  if (auto s = NeedStore(); !s.ok()) return s;
+  // Each tier as the operator named it: its shards' parts summed.
+  return OnShards(context, [&](const CoreAdminShard& sh) {
+    store::Store& store = *sh.store;
+    std::vector<uint64_t> objects(store.tier_count(), 0);
+    store.ForEachObject([&](const store::ObjectRecord& r, uint64_t) {
       std::vector<bool> on(objects.size(), false);
       for (const store::Extent& e : r.extents) {
         if (e.tier < on.size()) on[e.tier] = true;
       }
       for (size_t i = 0; i < on.size(); ++i) objects[i] += on[i] ? 1 : 0;
     });
-    for (size_t i = 0; i < ctx_.store->tier_count(); ++i) {
-      const store::TierSpace& t = ctx_.store->tier(i);
+    for (size_t i = 0; i < store.tier_count(); ++i) {
+      const store::TierSpace& t = store.tier(i);
       const store::TierStats& s = t.stats();
-      auto* o = out->add_tiers();
-      o->set_index(static_cast<uint32_t>(i));
-      o->set_dir(t.dir().path());
-      o->set_id(t.dir().identity().IdString());
-      o->set_capacity_bytes(t.capacity_bytes());
-      o->set_used_bytes(t.used_bytes());
-      o->set_objects(objects[i]);
-      o->set_files(s.files);
-      o->set_read_bytes(s.read_bytes);
-      o->set_write_bytes(s.write_bytes);
-      o->set_reads(s.reads);
-      o->set_writes(s.writes);
-      o->set_errors(s.io_errors + s.allocation_failures);
+      while (out->tiers_size() <= static_cast<int>(i)) {
+        auto* o = out->add_tiers();
+        o->set_index(static_cast<uint32_t>(out->tiers_size() - 1));
+        o->set_dir(i < ctx_.tier_dirs.size() ? ctx_.tier_dirs[i] : t.dir().path());
+        o->set_id(t.dir().identity().IdString());
+      }
+      auto* o = out->mutable_tiers(static_cast<int>(i));
+      o->set_capacity_bytes(o->capacity_bytes() + t.capacity_bytes());
+      o->set_used_bytes(o->used_bytes() + t.used_bytes());
+      o->set_objects(o->objects() + objects[i]);
+      o->set_files(o->files() + s.files);
+      o->set_read_bytes(o->read_bytes() + s.read_bytes);
+      o->set_write_bytes(o->write_bytes() + s.write_bytes);
+      o->set_reads(o->reads() + s.reads);
+      o->set_writes(o->writes() + s.writes);
+      o->set_errors(o->errors() + s.io_errors + s.allocation_failures);
     }
-    out->set_objects(ctx_.store->stats().objects);
+    out->set_objects(out->objects() + store.stats().objects);
     return grpc::Status::OK;
   });
 }
 
 grpc::Status CoreAdmin::ListObjects(Ctx* context, const v1::ListObjectsRequest* req,
                                     v1::ListObjectsResponse* out) {
+  if (auto s = NeedStore(); !s.ok()) return s;
   const size_t page = req->page_size() == 0 ? 100 : std::min<uint32_t>(req->page_size(), 10000);
-  return OnLoop(context, [&] {
-    if (auto s = NeedStore(); !s.ok()) return s;
-    // Keys in order after the token: the first `page` + 1 (to know whether more follow).
+  // Each shard's first page + 1 keys after the token (to know whether more follow), merged.
+  std::vector<v1::ObjectSummary> all;
+  grpc::Status st = OnShards(context, [&](const CoreAdminShard& sh) {
     using Item = std::pair<const store::ObjectRecord*, uint64_t>;
     auto later = [](const Item& a, const Item& b) { return a.first->key < b.first->key; };
     std::vector<Item> heap;  // a max-heap of the smallest keys seen
-    ctx_.store->ForEachObject([&](const store::ObjectRecord& r, uint64_t head) {
+    sh.store->ForEachObject([&](const store::ObjectRecord& r, uint64_t head) {
       if (!r.key.starts_with(req->prefix()) || r.key <= req->page_token()) return;
       if (heap.size() == page + 1 && !(r.key < heap.front().first->key)) return;
       heap.emplace_back(&r, head);
@@ -259,22 +301,29 @@ grpc::Status CoreAdmin::ListObjects(Ctx* context, const v1::ListObjectsRequest* 
         heap.pop_back();
       }
     });
-    std::sort_heap(heap.begin(), heap.end(), later);
-    bool more = heap.size() > page;
-    if (more) heap.pop_back();
-    for (const auto& [r, head] : heap) FillSummary(*r, head, out->add_objects());
-    if (more) out->set_next_page_token(heap.back().first->key);
+    for (const auto& [r, head] : heap) FillSummary(*r, head, &all.emplace_back());
     return grpc::Status::OK;
   });
+  if (!st.ok()) return st;
+  std::sort(all.begin(), all.end(), [](const v1::ObjectSummary& a, const v1::ObjectSummary& b) {
+    return a.key() < b.key();
+  });
+  bool more = all.size() > page;
+  if (more) all.resize(page);
+  for (auto& o : all) *out->add_objects() = std::move(o);
+  if (more) out->set_next_page_token(out->objects(out->objects_size() - 1).key());
+  return grpc::Status::OK;
 }
 
 grpc::Status CoreAdmin::GetObject(Ctx* context, const v1::GetObjectRequest* req,
                                   v1::ObjectDetail* out) {
-  return OnLoop(context, [&] {
-    if (auto s = NeedStore(); !s.ok()) return s;
-    const store::ObjectRecord* r = ctx_.store->Record(req->key());
+  if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+  if (auto s = NeedStore(); !s.ok()) return s;
+  const CoreAdminShard& sh = ShardFor(req->key());
+  return OnShard(sh, [&] {
+    const store::ObjectRecord* r = sh.store->Record(req->key());
     if (r == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no object " + req->key());
-    uint64_t head = ctx_.store->HeadBytesInRam(*r);
+    uint64_t head = sh.store->HeadBytesInRam(*r);
     FillSummary(*r, head, out->mutable_summary());
     out->set_metadata(r->metadata);
     out->set_head_bytes_in_ram(head);
@@ -292,26 +341,33 @@ grpc::Status CoreAdmin::GetObject(Ctx* context, const v1::GetObjectRequest* req,
 
 grpc::Status CoreAdmin::EvictObjects(Ctx* context, const v1::EvictObjectsRequest* req,
                                      v1::EvictObjectsResponse* out) {
-  return OnLoop(context, [&] {
-    if (auto s = NeedStore(); !s.ok()) return s;
-    if (req->has_key()) {
-      auto d = ctx_.store->Delete(req->key());
+  if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+  if (auto s = NeedStore(); !s.ok()) return s;
+  if (req->has_key()) {
+    const CoreAdminShard& sh = ShardFor(req->key());
+    return OnShard(sh, [&] {
+      auto d = sh.store->Delete(req->key());
       if (!d) return ToGrpc(d.error());
       out->set_evicted(*d ? 1 : 0);
-    } else if (req->has_prefix()) {
-      auto d = ctx_.store->DeletePrefix(req->prefix());
-      if (!d) return ToGrpc(d.error());
-      out->set_evicted(*d);
-    } else {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name a key or a prefix");
-    }
+      return grpc::Status::OK;
+    });
+  }
+  if (!req->has_prefix()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name a key or a prefix");
+  }
+  return OnShards(context, [&](const CoreAdminShard& sh) {
+    auto d = sh.store->DeletePrefix(req->prefix());
+    if (!d) return ToGrpc(d.error());
+    out->set_evicted(out->evicted() + *d);
     return grpc::Status::OK;
   });
 }
 
 grpc::Status CoreAdmin::GetPubsub(Ctx* context, const v1::GetPubsubRequest*, v1::PubsubInfo* out) {
-  return OnLoop(context, [&] {
-    const pubsub::Engine& e = ctx_.service->pubsub();
+  if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+  const CoreAdminShard& sh = ctx_.shards.front();  // the pub/sub engine's shard
+  return OnShard(sh, [&] {
+    const pubsub::Engine& e = sh.service->pubsub();
     for (bool shard : {false, true}) {
       for (const std::string& name : e.Channels("", shard, false)) {
         auto* c = shard ? out->add_shard_channels() : out->add_channels();
@@ -321,7 +377,7 @@ grpc::Status CoreAdmin::GetPubsub(Ctx* context, const v1::GetPubsubRequest*, v1:
     }
     out->set_patterns(e.NumPat());
     out->set_subscribers(e.subscribers());
-    for (const auto& v : ctx_.service->Sessions()) {
+    for (const auto& v : sh.service->Sessions()) {
       if (v.subscribers == 0) continue;
       auto* s = out->add_sessions();
       s->set_client_id(v.session->id());
@@ -329,7 +385,7 @@ grpc::Status CoreAdmin::GetPubsub(Ctx* context, const v1::GetPubsubRequest*, v1:
       s->set_subscribers(v.subscribers);
       s->set_output_bytes(v.session->queued_bytes());
     }
-    const CoreCounters& k = ctx_.service->counters();
+    const CoreCounters& k = sh.service->counters();
     out->set_publishes(k.publishes);
     out->set_deliveries(k.deliveries_sent);
     out->set_dropped_for_limits(k.slow_subscribers_dropped);
@@ -339,8 +395,8 @@ grpc::Status CoreAdmin::GetPubsub(Ctx* context, const v1::GetPubsubRequest*, v1:
 
 grpc::Status CoreAdmin::ListClients(Ctx* context, const v1::ListClientsRequest*,
                                     v1::ClientsInfo* out) {
-  return OnLoop(context, [&] {
-    for (const auto& v : ctx_.service->Sessions()) {
+  return OnShards(context, [&](const CoreAdminShard& sh) {
+    for (const auto& v : sh.service->Sessions()) {
       auto* c = out->add_clients();
       c->set_id(v.session->id());
       c->set_name(v.session->name());
@@ -351,92 +407,102 @@ grpc::Status CoreAdmin::ListClients(Ctx* context, const v1::ListClientsRequest*,
       c->set_loans_out(v.loans);
       c->set_downloads(v.downloads);
       c->set_subscribers(v.subscribers);
+      c->set_shard(sh.service->shard());
     }
     return grpc::Status::OK;
   });
 }
 
 grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::Stats* out) {
-  return OnLoop(context, [&] {
-    auto& m = *out->mutable_counters();
-    const CoreCounters& k = ctx_.service->counters();
-    m["sessions_opened"] = k.sessions_opened;
-    m["sessions_closed"] = k.sessions_closed;
-    m["pings"] = k.pings;
-    m["errors_sent"] = k.errors_sent;
-    m["malformed"] = k.malformed;
-    m["puts"] = k.puts;
-    m["gets"] = k.gets;
-    m["bytes_in"] = k.bytes_in;
-    m["bytes_out"] = k.bytes_out;
-    m["bytes_lent"] = k.bytes_lent;
-    m["loans"] = k.loans;
-    m["publishes"] = k.publishes;
-    m["deliveries_sent"] = k.deliveries_sent;
-    m["slow_subscribers_dropped"] = k.slow_subscribers_dropped;
-    m["reservations"] = k.reservations;
-    m["gets_parked"] = k.gets_parked;
-    const ring::ServerStats& rs = ctx_.ring->stats();
-    m["ring_accepted"] = rs.accepted;
-    m["ring_rejected"] = rs.rejected;
-    m["ring_messages"] = rs.messages;
-    m["ring_corrupt"] = rs.corrupt;
-    m["loop_sleeps"] = rs.sleeps;
+  // Every shard's counters summed (a newest-checkpoint figure: the largest), histograms merged.
+  auto& m = *out->mutable_counters();
+  CoreHistograms h;
+  grpc::Status st = OnShards(context, [&](const CoreAdminShard& sh) {
+    const CoreCounters& k = sh.service->counters();
+    m["sessions_opened"] += k.sessions_opened;
+    m["sessions_closed"] += k.sessions_closed;
+    m["pings"] += k.pings;
+    m["errors_sent"] += k.errors_sent;
+    m["malformed"] += k.malformed;
+    m["puts"] += k.puts;
+    m["gets"] += k.gets;
+    m["bytes_in"] += k.bytes_in;
+    m["bytes_out"] += k.bytes_out;
+    m["bytes_lent"] += k.bytes_lent;
+    m["loans"] += k.loans;
+    m["publishes"] += k.publishes;
+    m["deliveries_sent"] += k.deliveries_sent;
+    m["slow_subscribers_dropped"] += k.slow_subscribers_dropped;
+    m["reservations"] += k.reservations;
+    m["gets_parked"] += k.gets_parked;
+    const ring::ServerStats& rs = sh.ring->stats();
+    m["ring_accepted"] += rs.accepted;
+    m["ring_rejected"] += rs.rejected;
+    m["ring_messages"] += rs.messages;
+    m["ring_corrupt"] += rs.corrupt;
+    m["loop_sleeps"] += rs.sleeps;
 #if GOBLIN_HAVE_UCX
-    if (ctx_.ucx != nullptr) {
-      const verbs::UcxServerStats& us = ctx_.ucx->stats();
-      m["ucx_accepted"] = us.accepted;
-      m["ucx_rejected"] = us.rejected;
-      m["ucx_messages"] = us.messages;
-      m["ucx_failed_endpoints"] = us.failed_endpoints;
-      m["ucx_hello_timeouts"] = us.hello_timeouts;
+    if (sh.ucx != nullptr) {
+      const verbs::UcxServerStats& us = sh.ucx->stats();
+      m["ucx_accepted"] += us.accepted;
+      m["ucx_rejected"] += us.rejected;
+      m["ucx_messages"] += us.messages;
+      m["ucx_failed_endpoints"] += us.failed_endpoints;
+      m["ucx_hello_timeouts"] += us.hello_timeouts;
     }
 #endif
-    if (ctx_.store != nullptr) {
-      const store::StoreStats& s = ctx_.store->stats();
-      m["objects"] = s.objects;
-      m["hits"] = s.hits;
-      m["misses"] = s.misses;
-      m["expired"] = s.expired;
-      m["evicted"] = s.evicted;
-      m["fills_committed"] = s.fills_committed;
-      m["fills_aborted"] = s.fills_aborted;
-      m["fills_refused"] = s.fills_refused;
-      m["heads_in_ram"] = s.heads_in_ram;
-      m["head_refills"] = s.head_refills;
-      m["heads_demoted"] = s.heads_demoted;
-      m["corrupt_dropped"] = s.corrupt_dropped;
-      m["loans_out"] = s.loans_out;
-      m["streams_open"] = s.streams_open;
-      m["heads_described"] = s.heads_described;
-      m["descriptors_withdrawn"] = s.descriptors_withdrawn;
-      m["fills_timed_out"] = s.fills_timed_out;
-      m["inline_syncs"] = s.inline_syncs;
-      m["fill_disk_waits"] = s.fill_disk_waits;
-      const store::Index& index = ctx_.store->index();
+    if (sh.store != nullptr) {
+      const store::StoreStats& s = sh.store->stats();
+      m["objects"] += s.objects;
+      m["hits"] += s.hits;
+      m["misses"] += s.misses;
+      m["expired"] += s.expired;
+      m["evicted"] += s.evicted;
+      m["fills_committed"] += s.fills_committed;
+      m["fills_aborted"] += s.fills_aborted;
+      m["fills_refused"] += s.fills_refused;
+      m["heads_in_ram"] += s.heads_in_ram;
+      m["head_refills"] += s.head_refills;
+      m["heads_demoted"] += s.heads_demoted;
+      m["corrupt_dropped"] += s.corrupt_dropped;
+      m["loans_out"] += s.loans_out;
+      m["streams_open"] += s.streams_open;
+      m["heads_described"] += s.heads_described;
+      m["descriptors_withdrawn"] += s.descriptors_withdrawn;
+      m["fills_timed_out"] += s.fills_timed_out;
+      m["inline_syncs"] += s.inline_syncs;
+      m["fill_disk_waits"] += s.fill_disk_waits;
+      const store::Index& index = sh.store->index();
       const store::IndexStats& is = index.stats();
-      m["journal_group_syncs"] = is.group_syncs;
-      m["journal_synced_records"] = is.synced_records;
-      m["journal_bytes"] = index.journal_bytes();
-      m["journal_records"] = index.journal_records();
-      m["checkpoints"] = is.checkpoints;
-      m["checkpoint_failures"] = is.checkpoint_failures;
-      m["last_checkpoint_objects"] = is.last_checkpoint_objects;
-      m["last_checkpoint_encode_us"] = is.last_checkpoint_encode_ns / 1000;
-      for (size_t i = 0; i < ctx_.store->tier_count(); ++i) {  // --watch turns these into rates
-        const store::TierStats& t = ctx_.store->tier(i).stats();
-        m[fmt::format("tier{}_read_bytes", i)] = t.read_bytes;
-        m[fmt::format("tier{}_write_bytes", i)] = t.write_bytes;
-        m[fmt::format("tier{}_io_errors", i)] = t.io_errors;
+      m["journal_group_syncs"] += is.group_syncs;
+      m["journal_synced_records"] += is.synced_records;
+      m["journal_bytes"] += index.journal_bytes();
+      m["journal_records"] += index.journal_records();
+      m["checkpoints"] += is.checkpoints;
+      m["checkpoint_failures"] += is.checkpoint_failures;
+      m["last_checkpoint_objects"] += is.last_checkpoint_objects;
+      m["last_checkpoint_encode_us"] =
+          std::max<uint64_t>(m["last_checkpoint_encode_us"], is.last_checkpoint_encode_ns / 1000);
+      for (size_t i = 0; i < sh.store->tier_count(); ++i) {  // --watch turns these into rates
+        const store::TierStats& t = sh.store->tier(i).stats();
+        m[fmt::format("tier{}_read_bytes", i)] += t.read_bytes;
+        m[fmt::format("tier{}_write_bytes", i)] += t.write_bytes;
+        m[fmt::format("tier{}_io_errors", i)] += t.io_errors;
       }
     }
-    const CoreHistograms& h = ctx_.service->histograms();
-    FillHistogram("get_first_piece", h.get_first_piece, out->add_histograms());
-    FillHistogram("put_commit", h.put_commit, out->add_histograms());
-    FillHistogram("publish", h.publish, out->add_histograms());
-    out->set_uptime_ns(MonotonicNanos() - ctx_.started_ns);
+    const CoreHistograms& sh_h = sh.service->histograms();
+    h.get_first_piece += sh_h.get_first_piece;
+    h.put_commit += sh_h.put_commit;
+    h.publish += sh_h.publish;
     return grpc::Status::OK;
   });
+  if (!st.ok()) return st;
+  m["shards"] = ctx_.shards.size();
+  FillHistogram("get_first_piece", h.get_first_piece, out->add_histograms());
+  FillHistogram("put_commit", h.put_commit, out->add_histograms());
+  FillHistogram("publish", h.publish, out->add_histograms());
+  out->set_uptime_ns(MonotonicNanos() - ctx_.started_ns);
+  return grpc::Status::OK;
 }
 
 grpc::Status CoreAdmin::GetConfig(Ctx* context, const v1::GetConfigRequest*, v1::Config* out) {

@@ -1,14 +1,18 @@
 // CoreAdmin: goblin-core's implementation of goblin.admin.v1.Admin (admin/proto). Every call
-// checks the caller (admin::Authorize), then reads what it reports on the core's loop thread
-// through the LoopExecutor (the store, pools and sessions are never touched from gRPC's
-// threads); sysfs/procfs inspection (NUMA, devices, the audit's kernel side) runs on the
-// calling gRPC thread. A call the loop does not take within 5 s fails UNAVAILABLE.
+// checks the caller (admin::Authorize), then reads what it reports on each shard's loop
+// thread through that shard's LoopExecutor, one shard after the other (the store, pools and
+// sessions are never touched from gRPC's threads), and merges: sums for counters, pools and
+// tiers, a merge of each shard's first keys for listings, the key's own shard for one
+// object, shard 0 for pub/sub; sysfs/procfs inspection (NUMA, devices, the audit's kernel side)
+// runs on the calling gRPC thread. A call the loop does not take within 5 s fails UNAVAILABLE.
 // Threading: gRPC threads call the methods; the closures they post run on the loop thread.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "goblin/admin/loop_executor.h"
 #include "goblin/admin/v1/admin.grpc.pb.h"
@@ -21,13 +25,19 @@ class UcxServer;
 
 namespace goblin::core {
 
-struct CoreAdminContext {
+// One shard's state, read on that shard's loop.
+struct CoreAdminShard {
   admin::LoopExecutor* loop = nullptr;
   CoreService* service = nullptr;
   store::Store* store = nullptr;  // null: no disk tier
   const store::HeadPool* pool = nullptr;
   const ring::RingServer* ring = nullptr;
   const verbs::UcxServer* ucx = nullptr;  // null: no UCX plane
+};
+
+struct CoreAdminContext {
+  std::vector<CoreAdminShard> shards;  // in shard order; pub/sub lives on shard 0
+  std::vector<std::string> tier_dirs;  // as configured (--ssd-dir, --hdd-dir)
   uint64_t ram_head = 0;
   int numa_node = -1;
   Topology topology;
@@ -57,9 +67,13 @@ class CoreAdmin final : public goblin::admin::v1::Admin::Service {
   grpc::Status GetConfig(Ctx*, const admin::v1::GetConfigRequest*, admin::v1::Config*) override;
 
  private:
-  // Authorizes the call, then runs `fn` on the loop; `fn` returns the call's status.
-  grpc::Status OnLoop(Ctx* context, const std::function<grpc::Status()>& fn);
+  // Authorizes the call, then runs `fn` on each shard's loop in turn (stopping at the first
+  // error); `fn` returns the shard's status.
+  grpc::Status OnShards(Ctx* context, const std::function<grpc::Status(const CoreAdminShard&)>& fn);
+  // Runs `fn` on one shard's loop (the caller authorized).
+  grpc::Status OnShard(const CoreAdminShard& shard, const std::function<grpc::Status()>& fn);
   grpc::Status NeedStore() const;
+  const CoreAdminShard& ShardFor(std::string_view key) const;
   CoreAdminContext ctx_;
 };
 

@@ -1,5 +1,7 @@
 #include "goblin/core/core_service.h"
 
+#include "goblin/common/shard.h"
+
 #include <fcntl.h>
 
 #include <algorithm>
@@ -128,6 +130,13 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
     case wire::SubscribeDecoder::kTemplateId:
     case wire::PublishDecoder::kTemplateId:
     case wire::PubsubQueryDecoder::kTemplateId:
+      if (shard_ != 0) {
+        uint64_t corr =
+            msg.size() >= 16 && h.block_length >= 8 ? sbe::Load<uint64_t>(msg.data() + 8) : 0;
+        SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kWrongShard),
+                  fmt::format("pub/sub is served by shard 0, not shard {}", shard_));
+        return;
+      }
       HandlePubsub(session, h.template_id, msg, h.block_length, h.version);
       return;
     case wire::PutBeginDecoder::kTemplateId:
@@ -155,6 +164,16 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
   }
 }
 
+bool CoreService::OwnsKey(ring::Session& session, uint64_t correlation_id, std::string_view key) {
+  if (shard_count_ <= 1) return true;
+  const uint16_t owner = ShardOf(key, shard_count_);
+  if (owner == shard_) return true;
+  SendError(
+      session, correlation_id, static_cast<uint16_t>(wire::ErrorCode::kWrongShard),
+      fmt::format("key belongs to shard {} of {}, not shard {}", owner, shard_count_, shard_));
+  return false;
+}
+
 void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
@@ -170,6 +189,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::PutBeginDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutBegin", e);
+      if (!OwnsKey(session, d.correlation_id(), d.key())) return;
       const bool reserve = (d.flags() & wire::kPutReserve) != 0;
       if (reserve) {
         // Committed since the client looked (its fill was committing): read that instead.
@@ -305,6 +325,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
           return bad("ObjectHead", e);
         key = std::string(d.key());
       }
+      if (!OwnsKey(session, corr, key)) return;
       if (get && downloads_[session.id()].size() >= kMaxDownloadsPerSession) {
         return SendError(
             session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
@@ -388,6 +409,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::ObjectDescribeDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectDescribe", e);
+      if (!OwnsKey(session, d.correlation_id(), d.key())) return;
       std::unique_ptr<store::Store::Stream> refill;
       auto r = store_->Describe(d.key(), store::Store::DiskRead::kAsync, &refill);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
@@ -420,6 +442,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       wire::ObjectDeleteDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectDelete", e);
+      if (!OwnsKey(session, d.correlation_id(), d.key())) return;
       auto r = store_->Delete(d.key());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       store_->WhenDurable(

@@ -27,6 +27,7 @@
 #include "goblin/ring/server.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/tier_dir.h"
+#include "shard.h"
 #if GOBLIN_HAVE_UCX
 #include "goblin/verbs/ucx_server.h"
 #endif
@@ -67,6 +68,17 @@ std::map<std::string, std::string> ConfigMap(const CLI::App& app) {
     out[k] = v;
   }
   return out;
+}
+
+// Where shard `shard` of the UCX plane listens: HOST:PORT+shard (HOST:0 stays "any port");
+// with `bound_port` >= 0, the port it got.
+std::string ShardListenAddress(const std::string& listen, uint16_t shard, int bound_port = -1) {
+  size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  unsigned long port =
+      colon == std::string::npos ? 0 : std::strtoul(listen.c_str() + colon + 1, nullptr, 10);
+  if (bound_port >= 0) return fmt::format("{}:{}", host, bound_port);
+  return fmt::format("{}:{}", host, port == 0 ? 0 : port + shard);
 }
 
 }  // namespace
@@ -175,6 +187,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--prepare", prepare_dir,
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
+  unsigned cores = 1;
+  app.add_option("--cores", cores,
+                 "Shards: loop threads that share nothing, each with its part of the keys, the "
+                 "index and journal, the head pool (--memory), the I/O buffers and the disk "
+                 "space; shard i runs on the i-th CPU of --cpus/--numa. A tier keeps the shard "
+                 "count it was first used with")
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
   app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3); overrides --numa");
   std::string rdma_listen;
@@ -276,59 +296,24 @@ int main(int argc, char** argv) {
   pool_opts.numa_node = numa;
   pool_opts.hugepages = *store::ParseHugePages(hugepages);
   pool_opts.allow_promotion = !no_promotion;
-  // With a disk tier the store owns the head pool; without one the pool stands alone and
-  // object requests are refused.
-  std::unique_ptr<store::Store> object_store;
-  std::unique_ptr<store::HeadPool> lone_pool;
-  if (!ssd_dir.empty()) {
-    so.pool = pool_opts;
-    so.ram_head = ram_head;
-    so.tier_dirs = {ssd_dir};
-    if (!hdd_dir.empty()) so.tier_dirs.push_back(hdd_dir);
-    so.ssd_prefix = ssd_prefix;
-    so.tier_capacity = {ssd_size, hdd_size};
-    so.tier.extent_bytes = static_cast<uint32_t>(extent_bytes);
-    so.tier.file_bytes = tier_file_bytes;
-    so.io = *store::ParseIoChoice(io);
-    so.fill_timeout_ns = static_cast<uint64_t>(fill_timeout.count());
-    so.group_commit = true;
-    so.checkpoint.journal_bytes = checkpoint_bytes;
-    so.checkpoint.journal_records = checkpoint_records;
-    auto st = store::Store::Open(so);
-    if (!st) return Fail(st.error());
-    object_store = std::move(*st);
-  } else {
-    auto p = store::HeadPool::Create(pool_opts);
-    if (!p) return Fail(p.error().WithContext("head pool"));
-    lone_pool = std::move(*p);
+  const auto n_shards = static_cast<uint16_t>(cores);
+  // Each shard gets its slice of what is sized for the whole core.
+  store::PoolOptions shard_pool = pool_opts;
+  shard_pool.memory = pool_opts.memory / n_shards / pool_opts.block * pool_opts.block;
+  if (shard_pool.memory < pool_opts.block) {
+    return Fail(
+        Status(StatusCode::kInvalidArgument,
+               fmt::format("--memory {} is less than one --block ({}) per shard ({} shards)",
+                           FormatSize(pool_opts.memory), FormatSize(pool_opts.block), n_shards)));
   }
-  const store::HeadPool& pool = object_store ? object_store->pool() : *lone_pool;
-
-  auto signals = ShutdownSignal::Install();
-  if (!signals) return Fail(signals.error());
-
-  GOBLIN_LOG_INFO(kLog, "head pool: {} ({} blocks of {}, heads up to {}), {}, {}, node {}",
-                  FormatSize(pool.size()), pool.stats().blocks_total, FormatSize(pool.block_size()),
-                  FormatSize(ram_head), store::BackingName(pool.backing()),
-                  pool.locked() ? "locked" : "not locked",
-                  numa >= 0 ? std::to_string(numa) : std::string("any"));
-  if (object_store) {
-    for (size_t i = 0; i < object_store->tier_count(); ++i) {
-      GOBLIN_LOG_INFO(kLog, "disk tier {} {} (id {})", i, object_store->tier(i).dir().path(),
-                      object_store->tier(i).dir().identity().IdString());
-    }
-    GOBLIN_LOG_INFO(kLog, "{} objects; I/O: depth {}, {} buffers of {}, read-ahead {}",
-                    object_store->stats().objects, so.io_depth, so.io_buffers,
-                    FormatSize(extent_bytes), so.read_ahead);
-  } else {
-    GOBLIN_LOG_INFO(kLog, "no disk tier (--ssd-dir): objects are not served");
-  }
-  core::CoreService service(object_store.get());
-  auto server = ring::RingServer::Listen(opts, &service);
-  if (!server) return Fail(server.error());
-  if (object_store) {
-    if (auto r = (*server)->AddWakeFd(object_store->event_fd()); !r) return Fail(r.error());
-    if (auto r = (*server)->AddWakeFd(object_store->sync_event_fd()); !r) return Fail(r.error());
+  // With a disk tier the stores own the head pools; without one the pools stand alone and
+  // object requests are refused. A tier serving several shards holds one directory each.
+  std::vector<store::ShardedTier> tiers;
+  for (const std::string& dir : {ssd_dir, hdd_dir}) {
+    if (dir.empty()) continue;
+    auto t = store::OpenShardedTier(dir, n_shards);
+    if (!t) return Fail(t.error());
+    tiers.push_back(std::move(*t));
   }
 #if GOBLIN_HAVE_VERBS
   if (auto devs = verbs::ListVerbsDevices(); devs) {
@@ -343,40 +328,109 @@ int main(int argc, char** argv) {
     }
   }
 #endif
-#if GOBLIN_HAVE_UCX
-  std::unique_ptr<verbs::UcxServer> ucx;
-  if (!rdma_listen.empty()) {
-    verbs::UcxServerOptions uo;
-    uo.listen = rdma_listen;
-    uo.max_message = static_cast<uint32_t>(std::clamp<uint64_t>(rdma_max_message, 4096, 64 << 20));
-    uo.output_limit = std::max<size_t>(output_limit, uo.max_message);
-    uo.output_soft_limit = output_soft_limit;
-    uo.output_soft_time = output_soft_time;
-    uo.hello_timeout = rdma_hello_timeout;
-    auto u = verbs::UcxServer::Listen(uo, &service);
-    if (!u) return Fail(u.error().WithContext("--rdma-listen"));
-    ucx = std::move(*u);
-    if (auto r = (*server)->AddSource(ucx.get()); !r) return Fail(r.error());
-    if (object_store) {  // object bytes are sent from these without registering per send
-      const store::IoBufferPool& b = object_store->buffers();
-      for (auto [base, bytes] :
-           {std::pair<void*, size_t>{object_store->pool().data(), object_store->pool().size()},
-            std::pair<void*, size_t>{b.Buffer(0), uint64_t{b.count()} * b.buffer_bytes()},
-            std::pair<void*, size_t>{object_store->head_table().data(),
-                                     object_store->head_table().bytes()}}) {
-        if (auto r = ucx->RegisterMemory(base, bytes); !r) {
-          return Fail(r.error().WithContext("registering the pools with UCX"));
-        }
-      }
+  std::vector<std::unique_ptr<core::Shard>> shards;
+  std::vector<ring::RingServer*> servers;
+  for (uint16_t i = 0; i < n_shards; ++i) {
+    core::ShardOptions sh;
+    sh.index = i;
+    sh.count = n_shards;
+    sh.ring = opts;
+    sh.ring.shard = i;
+    sh.ring.shard_count = n_shards;
+    if (i > 0) sh.ring.socket_path.clear();  // shard 0 accepts and hands over
+    if (!pin.empty()) {
+      sh.cpus = n_shards == 1 ? pin : std::vector<int>{pin[i % pin.size()]};
     }
+    sh.lone_pool = shard_pool;
+    sh.admin = true;
+    if (!ssd_dir.empty()) {
+      store::StoreOptions o = so;
+      o.pool = shard_pool;
+      o.ram_head = ram_head;
+      for (const auto& t : tiers) o.tier_dirs.push_back(t.shard_dirs[i]);
+      o.ssd_prefix = ssd_prefix;
+      o.tier_capacity = {ssd_size / n_shards, hdd_size / n_shards};
+      o.tier.extent_bytes = static_cast<uint32_t>(extent_bytes);
+      o.tier.file_bytes = tier_file_bytes;
+      o.tier.free_space_share = n_shards;
+      o.io = *store::ParseIoChoice(io);
+      o.fill_timeout_ns = static_cast<uint64_t>(fill_timeout.count());
+      o.group_commit = true;
+      o.checkpoint.journal_bytes = checkpoint_bytes;
+      o.checkpoint.journal_records = checkpoint_records;
+      o.io_buffers = std::max<uint32_t>(4, so.io_buffers / n_shards);
+      o.fill_staging_bytes = so.fill_staging_bytes / n_shards;
+      o.max_objects = so.max_objects == 0 ? 0 : std::max<uint64_t>(1, so.max_objects / n_shards);
+      o.head_descriptors = std::max<uint32_t>(1, so.head_descriptors / n_shards);
+      sh.store = o;
+    }
+#if GOBLIN_HAVE_UCX
+    if (!rdma_listen.empty()) {
+      verbs::UcxServerOptions uo;
+      uo.listen = ShardListenAddress(rdma_listen, i);
+      uo.max_message =
+          static_cast<uint32_t>(std::clamp<uint64_t>(rdma_max_message, 4096, 64 << 20));
+      uo.output_limit = std::max<size_t>(output_limit, uo.max_message);
+      uo.output_soft_limit = output_soft_limit;
+      uo.output_soft_time = output_soft_time;
+      uo.hello_timeout = rdma_hello_timeout;
+      uo.shard = i;
+      uo.shard_count = n_shards;
+      uo.first_session_id = (1ull << 48) + i;
+      sh.ucx = uo;
+    }
+#endif
+    auto shard = core::Shard::Open(sh);
+    if (!shard) return Fail(shard.error());
+    servers.push_back(&(*shard)->ring());
+    shards.push_back(std::move(*shard));
+  }
+  for (auto& sh : shards) sh->ring().SetShards(servers);
+#if GOBLIN_HAVE_UCX
+  if (!rdma_listen.empty()) {  // every shard's Welcome lists where all shards listen
+    std::string all;
+    for (auto& sh : shards) {
+      all += fmt::format("{}{}", all.empty() ? "" : ",",
+                         ShardListenAddress(rdma_listen, sh->index(), sh->ucx()->port()));
+    }
+    for (auto& sh : shards) sh->ucx()->SetShardAddresses(all);
   }
 #else
   if (!rdma_listen.empty()) {
     return Fail(Status(StatusCode::kUnimplemented, "--rdma-listen: built without UCX"));
   }
 #endif
-  // The admin plane: gRPC on its own threads; whatever a call reads is read on this loop.
-  std::unique_ptr<admin::LoopExecutor> admin_loop;
+  core::Shard& first = *shards.front();
+  const store::HeadPool& pool = first.pool();
+
+  auto signals = ShutdownSignal::Install();
+  if (!signals) return Fail(signals.error());
+
+  GOBLIN_LOG_INFO(
+      kLog, "head pool: {} ({} shard{} of {}: {} blocks of {}, heads up to {}), {}, {}, node {}",
+      FormatSize(pool.size() * n_shards), n_shards, n_shards == 1 ? "" : "s",
+      FormatSize(pool.size()), pool.stats().blocks_total, FormatSize(pool.block_size()),
+      FormatSize(ram_head), store::BackingName(pool.backing()),
+      pool.locked() ? "locked" : "not locked",
+      numa >= 0 ? std::to_string(numa) : std::string("any"));
+  if (first.store() != nullptr) {
+    uint64_t objects = 0;
+    for (auto& sh : shards) objects += sh->store()->stats().objects;
+    for (size_t i = 0; i < first.store()->tier_count(); ++i) {
+      GOBLIN_LOG_INFO(
+          kLog, "disk tier {} {}{}", i, i == 0 ? ssd_dir : hdd_dir,
+          n_shards == 1
+              ? fmt::format(" (id {})", first.store()->tier(i).dir().identity().IdString())
+              : fmt::format(" ({} shard directories)", n_shards));
+    }
+    GOBLIN_LOG_INFO(kLog, "{} objects; I/O per shard: depth {}, {} buffers of {}, read-ahead {}",
+                    objects, so.io_depth, std::max<uint32_t>(4, so.io_buffers / n_shards),
+                    FormatSize(extent_bytes), so.read_ahead);
+  } else {
+    GOBLIN_LOG_INFO(kLog, "no disk tier (--ssd-dir): objects are not served");
+  }
+  // The admin plane: gRPC on its own threads; whatever a call reads is read on the shards'
+  // loops.
   std::unique_ptr<core::CoreAdmin> admin_service;
   std::unique_ptr<admin::AdminServer> admin_server;
   if (admin_socket == "auto") admin_socket = opts.socket_path + ".admin";
@@ -395,19 +449,11 @@ int main(int argc, char** argv) {
       if (!token) return Fail(token.error());
       ao.token = *token;
     }
-    auto ex = admin::LoopExecutor::Create();
-    if (!ex) return Fail(ex.error());
-    admin_loop = std::move(*ex);
-    if (auto r = (*server)->AddSource(admin_loop.get()); !r) return Fail(r.error());
     core::CoreAdminContext ac;
-    ac.loop = admin_loop.get();
-    ac.service = &service;
-    ac.store = object_store.get();
-    ac.pool = &pool;
-    ac.ring = server->get();
-#if GOBLIN_HAVE_UCX
-    ac.ucx = ucx.get();
-#endif
+    for (auto& sh : shards) ac.shards.push_back(sh->AdminView());
+    for (const std::string& dir : {ssd_dir, hdd_dir}) {
+      if (!dir.empty()) ac.tier_dirs.push_back(dir);
+    }
     ac.ram_head = ram_head;
     ac.numa_node = numa;
     ac.topology = *topo;
@@ -430,10 +476,19 @@ int main(int argc, char** argv) {
                                                        admin_listen, admin_server->tcp_port()));
   }
   GOBLIN_LOG_INFO(kLog,
-                  "goblin-core {} pid {} serving the ring plane on unix:{} (ring {} per direction, "
-                  "{}, busy-poll {})",
-                  GOBLIN_VERSION, getpid(), opts.socket_path, FormatSize(ring_bytes), wake,
-                  FormatDuration(busy_poll));
+                  "goblin-core {} pid {} serving the ring plane on unix:{} ({} shard{}, ring {} "
+                  "per direction, {}, busy-poll {})",
+                  GOBLIN_VERSION, getpid(), opts.socket_path, n_shards, n_shards == 1 ? "" : "s",
+                  FormatSize(ring_bytes), wake, FormatDuration(busy_poll));
+#if GOBLIN_HAVE_UCX
+  if (!rdma_listen.empty()) {
+    std::string ports;
+    for (auto& sh : shards)
+      ports += fmt::format("{}{}", ports.empty() ? "" : ",", sh->ucx()->port());
+    GOBLIN_LOG_INFO(kLog, "UCX plane on {} (port{} {})", rdma_listen, n_shards == 1 ? "" : "s",
+                    ports);
+  }
+#endif
   GOBLIN_LOG_INFO(kLog, "topology: {}; loop CPUs: {}", topo->Describe(),
                   pin.empty() ? std::string("any") : FormatCpuList(pin));
   GOBLIN_LOG_INFO(kLog, "features: ucx={} io_uring={} numa={} verbs={}", GOBLIN_HAVE_UCX,
@@ -456,46 +511,26 @@ int main(int argc, char** argv) {
     uint64_t one = 1;
     (void)!write(stop.get(), &one, sizeof one);
   });
-  auto ran = (*server)->Run(stop.get());
+  for (auto& sh : shards) sh->Start(stop.get());
+  Status ran;
+  for (auto& sh : shards) {
+    if (auto r = sh->Join(); !r && ran.ok()) ran = r.error();
+  }
   quit.store(true);
   watcher.join();
   if (admin_server) admin_server->Shutdown(std::chrono::seconds(1));
-  if (object_store) {
-    // Everything acknowledged is durable already; make the rest durable and checkpoint, so
-    // the next start loads the checkpoint and replays nothing.
-    const auto& is = object_store->index().stats();
-    GOBLIN_LOG_INFO(kLog,
-                    "journal: {} group syncs carried {} records; {} background checkpoints "
-                    "({} failed), {} inline syncs to make room",
-                    is.group_syncs, is.synced_records, is.checkpoints, is.checkpoint_failures,
-                    object_store->stats().inline_syncs);
-    if (auto r = object_store->Close(); !r)
-      GOBLIN_LOG_ERROR(kLog, "store at shutdown: {}", r.error());
+  for (auto& sh : shards) sh->CloseStore();
+  if (!ran.ok()) return Fail(ran);
+  uint64_t served = 0, messages = 0;
+  for (auto& sh : shards) {
+    served += sh->ring().stats().accepted;
+    messages += sh->ring().stats().messages;
   }
-  if (!ran) return Fail(ran.error());
-  const auto& st = (*server)->stats();
-  GOBLIN_LOG_INFO(
-      kLog, "shutting down: {} clients served, {} messages, {} pings, {} refused, {} corrupt rings",
-      st.accepted, st.messages, service.counters().pings, st.rejected, st.corrupt);
-  if (object_store) {
-    const auto& ss = object_store->stats();
-    const auto& ps = object_store->pool().stats();
-    GOBLIN_LOG_INFO(kLog,
-                    "store: {} objects, {} hits, {} misses, {} fills ({} aborted), {} evicted, "
-                    "{} expired, {} heads demoted, {} corrupt dropped; pool {} of {} in use, "
-                    "fragmentation {:.1f}%; {} lent, {} copied",
-                    ss.objects, ss.hits, ss.misses, ss.fills_committed, ss.fills_aborted,
-                    ss.evicted, ss.expired, ss.heads_demoted, ss.corrupt_dropped,
-                    HumanSize(ps.bytes_reserved), HumanSize(ps.pool_bytes),
-                    100.0 * ps.Fragmentation(), HumanSize(service.counters().bytes_lent),
-                    HumanSize(service.counters().bytes_out));
-  }
+  GOBLIN_LOG_INFO(kLog, "shutting down: {} client connections served, {} messages, {} shard{}",
+                  served, messages, n_shards, n_shards == 1 ? "" : "s");
+  for (auto& sh : shards) sh->LogSummary();
   admin_server.reset();
   admin_service.reset();
-  server->reset();
-  admin_loop.reset();
-#if GOBLIN_HAVE_UCX
-  ucx.reset();
-#endif
+  shards.clear();
   return 0;
 }

@@ -27,52 +27,65 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
   return l;
 }
 
-CoreLink::~CoreLink() {
-  if (client_) {
-    epoll_ctl(epoll_, EPOLL_CTL_DEL, client_->doorbell_fd(), nullptr);
-    epoll_ctl(epoll_, EPOLL_CTL_DEL, client_->socket_fd(), nullptr);
-  }
-}
+CoreLink::~CoreLink() { CloseShards(); }
 
-VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
+VoidResult CoreLink::OpenShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
   ring::ClientOptions co;
   co.name = options_.name;
   co.ring_bytes = options_.ring_bytes;
   co.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
   co.connect_timeout = timeout;
-  GOBLIN_ASSIGN_OR_RETURN(client_, ring::RingClient::Connect(options_.socket_path, co));
+  co.shard = index;
+  GOBLIN_ASSIGN_OR_RETURN(sh.client, ring::RingClient::Connect(options_.socket_path, co));
+  if (options_.map_pools) GOBLIN_RETURN_IF_ERROR(MapPools(sh, index, timeout));
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_, sh.client->doorbell_fd(), EPOLLIN, bell_tag_));
+  if (auto r = EpollAdd(epoll_, sh.client->socket_fd(), EPOLLIN | EPOLLRDHUP, socket_tag_); !r) {
+    epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->doorbell_fd(), nullptr);
+    sh.client.reset();  // (not in the epoll set)
+    return r;
+  }
+  return {};
+}
+
+VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
+  // Shard 0 first: its Welcome says how many shards there are.
+  shards_.clear();
+  shards_.emplace_back();
   auto fail = [&](Status s) {
-    client_.reset();
+    CloseShards();
     return goblin::Err(std::move(s));
   };
-  if (options_.map_pools) {
-    if (auto r = MapPools(timeout); !r) return fail(r.error());
+  if (auto r = OpenShard(shards_[0], 0, timeout); !r) return fail(r.error());
+  const uint16_t n = shards_[0].client->shard_count();
+  shards_.resize(n);
+  for (uint16_t i = 1; i < n; ++i) {
+    if (auto r = OpenShard(shards_[i], i, timeout); !r) {
+      return fail(r.error().WithContext(fmt::format("shard {} of {}", i, n)));
+    }
   }
-  if (auto r = EpollAdd(epoll_, client_->doorbell_fd(), EPOLLIN, bell_tag_); !r)
-    return fail(r.error());
-  if (auto r = EpollAdd(epoll_, client_->socket_fd(), EPOLLIN | EPOLLRDHUP, socket_tag_); !r) {
-    epoll_ctl(epoll_, EPOLL_CTL_DEL, client_->doorbell_fd(), nullptr);
-    return fail(r.error());
-  }
-  max_message_ = client_->max_message();
+  max_message_ = shards_[0].client->max_message();
   if (encode_buf_.size() < max_message_) encode_buf_ = ByteBuffer(max_message_);
   ++epoch_;
-  if (pools_) pools_->epoch = epoch_;
+  for (Shard& sh : shards_) {
+    if (sh.pools) sh.pools->epoch = epoch_;
+  }
+  up_ = true;
   ++stats_.connects;
   return {};
 }
 
-VoidResult CoreLink::MapPools(std::chrono::milliseconds timeout) {
+VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
+  ring::RingClient& client = *sh.client;
   uint8_t buf[64];
   size_t n = wire::MapPoolsEncoder(buf, sizeof buf).set_correlation_id(0).Finish();
-  GOBLIN_RETURN_IF_ERROR(client_->Send({buf, n}, timeout));
+  GOBLIN_RETURN_IF_ERROR(client.Send({buf, n}, timeout));
   bool got = false;
   Status err;
   const uint64_t end =
       MonotonicNanos() + static_cast<uint64_t>(std::chrono::nanoseconds(timeout).count());
   while (!got && err.ok() && MonotonicNanos() < end) {
-    GOBLIN_RETURN_IF_ERROR(client_->Wait(std::chrono::milliseconds(10)));
-    GOBLIN_RETURN_IF_ERROR(client_->Poll([&](std::span<const uint8_t> msg) {
+    GOBLIN_RETURN_IF_ERROR(client.Wait(std::chrono::milliseconds(10)));
+    GOBLIN_RETURN_IF_ERROR(client.Poll([&](std::span<const uint8_t> msg) {
       if (wire::PoolMapDecoder::Decode(msg)) got = true;
       if (auto e = wire::ErrorDecoder::Decode(msg))
         err = Status(StatusCode::kFailedPrecondition, std::string(e->text()));
@@ -84,10 +97,11 @@ VoidResult CoreLink::MapPools(std::chrono::milliseconds timeout) {
   if (!got) return goblin::Err(StatusCode::kTimeout, "goblin-core did not answer MapPools");
   std::vector<uint8_t> side;
   std::vector<UniqueFd> fds;
-  GOBLIN_RETURN_IF_ERROR(client_->ReceiveSideFrame(&side, &fds, timeout));
+  GOBLIN_RETURN_IF_ERROR(client.ReceiveSideFrame(&side, &fds, timeout));
   auto map = wire::PoolMapDecoder::Decode(side);
   if (!map) return goblin::Err(map.error());
   auto p = std::make_unique<Pools>();
+  p->shard = index;
   size_t i = 0;
   for (auto pool : map->pools()) {
     if (i >= fds.size()) break;
@@ -100,23 +114,34 @@ VoidResult CoreLink::MapPools(std::chrono::milliseconds timeout) {
                             Mapping::MapShared(fd, pool.bytes(), PROT_READ, "goblin-core pool"));
   }
   if (!p->head || !p->io) return goblin::Err(StatusCode::kCorruption, "PoolMap without both pools");
-  pools_ = std::move(p);
+  sh.pools = std::move(p);
   return {};
 }
 
-void CoreLink::GoDown(const Status& why) {
-  if (!client_) return;
-  GOBLIN_LOG_ERROR(kLog, "{}: goblin-core went away ({}); reconnecting", options_.name, why);
-  epoll_ctl(epoll_, EPOLL_CTL_DEL, client_->doorbell_fd(), nullptr);
-  epoll_ctl(epoll_, EPOLL_CTL_DEL, client_->socket_fd(), nullptr);
-  client_.reset();
-  queue_.clear();
-  queued_bytes_ = 0;
-  if (pools_) {
-    pools_->retired = true;
-    if (pools_->holds > 0) retired_.push_back(std::move(pools_));
-    pools_.reset();
+void CoreLink::CloseShards() {
+  for (Shard& sh : shards_) {
+    if (sh.client) {
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->doorbell_fd(), nullptr);
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->socket_fd(), nullptr);
+      sh.client.reset();
+    }
+    sh.queue.clear();
+    sh.queued_bytes = 0;
+    if (sh.pools) {
+      sh.pools->retired = true;
+      if (sh.pools->holds > 0) retired_.push_back(std::move(sh.pools));
+      sh.pools.reset();
+    }
   }
+  shards_.clear();
+  queued_bytes_ = 0;
+  up_ = false;
+}
+
+void CoreLink::GoDown(const Status& why) {
+  if (!up_) return;
+  GOBLIN_LOG_ERROR(kLog, "{}: goblin-core went away ({}); reconnecting", options_.name, why);
+  CloseShards();
   ++stats_.disconnects;
   backoff_ = options_.min_backoff;
   reconnect_at_ =
@@ -125,7 +150,7 @@ void CoreLink::GoDown(const Status& why) {
 }
 
 void CoreLink::Tick(uint64_t now) {
-  if (client_ || now < reconnect_at_) return;
+  if (up_ || now < reconnect_at_) return;
   if (auto r = Open(std::chrono::seconds(1)); !r) {
     if (stats_.reconnect_failures++ % 20 == 0) {
       GOBLIN_LOG_WARN(kLog, "{}: goblin-core is still unavailable: {}", options_.name, r.error());
@@ -134,21 +159,28 @@ void CoreLink::Tick(uint64_t now) {
     reconnect_at_ = now + static_cast<uint64_t>(std::chrono::nanoseconds(backoff_).count());
     return;
   }
-  GOBLIN_LOG_INFO(kLog, "{}: goblin-core is back (connection {})", options_.name, epoch_);
+  GOBLIN_LOG_INFO(kLog, "{}: goblin-core is back (connection {}, {} shard{})", options_.name,
+                  epoch_, shards_.size(), shards_.size() == 1 ? "" : "s");
   backoff_ = options_.min_backoff;
   if (on_up_) on_up_();
 }
 
 int CoreLink::MillisUntilReconnect(uint64_t now) const {
-  if (client_) return -1;
+  if (up_) return -1;
   if (now >= reconnect_at_) return 0;
   return static_cast<int>((reconnect_at_ - now + 999'999) / 1'000'000);
 }
 
-CoreLink::SendResult CoreLink::SendEncoded(std::span<const uint8_t> msg, bool bounded) {
-  if (!client_) return SendResult::kDown;
-  if (queue_.empty()) {
-    switch (client_->TrySend(msg)) {
+bool CoreLink::over_limit() const {
+  for (const Shard& sh : shards_) {
+    if (sh.queued_bytes > options_.queue_limit) return true;
+  }
+  return false;
+}
+
+CoreLink::SendResult CoreLink::SendEncoded(Shard& sh, std::span<const uint8_t> msg, bool bounded) {
+  if (sh.queue.empty()) {
+    switch (sh.client->TrySend(msg)) {
       case ring::SendStatus::kOk:
         return SendResult::kSent;
       case ring::SendStatus::kTooLarge:
@@ -157,71 +189,92 @@ CoreLink::SendResult CoreLink::SendEncoded(std::span<const uint8_t> msg, bool bo
         break;
     }
   }
-  if (bounded && queued_bytes_ > options_.queue_limit) {
+  if (bounded && sh.queued_bytes > options_.queue_limit) {
     ++stats_.refused_busy;
     return SendResult::kBusy;
   }
-  queue_.emplace_back(msg.begin(), msg.end());  // the ring is full: keep the order
+  sh.queue.emplace_back(msg.begin(), msg.end());  // the ring is full: keep the order
+  sh.queued_bytes += msg.size();
   queued_bytes_ += msg.size();
   return SendResult::kQueued;
 }
 
-CoreLink::SendResult CoreLink::Send(FunctionRef<size_t(uint8_t*, size_t)> encode,
-                                    size_t max_bytes) {
-  if (!client_) return SendResult::kDown;
+CoreLink::SendResult CoreLink::SendVia(FunctionRef<size_t(uint8_t*, size_t)> encode,
+                                       size_t max_bytes, uint16_t shard, bool bounded) {
+  if (!up_) return SendResult::kDown;
+  if (shard >= shards_.size()) return SendResult::kTooLarge;  // (a caller's bug)
   size_t cap = std::min<size_t>(encode_buf_.size(), std::max<size_t>(max_bytes, 64));
   size_t n = encode(encode_buf_.data(), cap);
   if (n == 0 || n > max_message_) return SendResult::kTooLarge;
-  return SendEncoded({encode_buf_.data(), n}, true);
+  return SendEncoded(shards_[shard], {encode_buf_.data(), n}, bounded);
+}
+
+CoreLink::SendResult CoreLink::Send(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes,
+                                    uint16_t shard) {
+  return SendVia(encode, max_bytes, shard, true);
 }
 
 CoreLink::SendResult CoreLink::SendAlways(FunctionRef<size_t(uint8_t*, size_t)> encode,
-                                          size_t max_bytes) {
-  if (!client_) return SendResult::kDown;
-  size_t cap = std::min<size_t>(encode_buf_.size(), std::max<size_t>(max_bytes, 64));
-  size_t n = encode(encode_buf_.data(), cap);
-  if (n == 0 || n > max_message_) return SendResult::kTooLarge;
-  return SendEncoded({encode_buf_.data(), n}, false);
+                                          size_t max_bytes, uint16_t shard) {
+  return SendVia(encode, max_bytes, shard, false);
 }
 
 bool CoreLink::Flush() {
-  if (!client_) return false;
   bool any = false;
-  while (!queue_.empty() && client_->TrySend(queue_.front()) == ring::SendStatus::kOk) {
-    queued_bytes_ -= queue_.front().size();
-    queue_.pop_front();
-    any = true;
+  for (Shard& sh : shards_) {
+    while (!sh.queue.empty() && sh.client->TrySend(sh.queue.front()) == ring::SendStatus::kOk) {
+      sh.queued_bytes -= sh.queue.front().size();
+      queued_bytes_ -= sh.queue.front().size();
+      sh.queue.pop_front();
+      any = true;
+    }
   }
   return any;
 }
 
-size_t CoreLink::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) {
-  if (!client_) return 0;
-  auto n = client_->Poll([&](std::span<const uint8_t> m) { fn(m); }, max);
-  if (!n) {
-    GoDown(n.error());
-    return 0;
+size_t CoreLink::Poll(FunctionRef<void(uint16_t, std::span<const uint8_t>)> fn, size_t max) {
+  size_t total = 0;
+  for (uint16_t i = 0; up_ && i < shards_.size() && total < max; ++i) {
+    auto n = shards_[i].client->Poll([&](std::span<const uint8_t> m) { fn(i, m); }, max - total);
+    if (!n) {
+      GoDown(n.error());
+      return total;
+    }
+    total += *n;
   }
-  return *n;
+  return total;
+}
+
+bool CoreLink::PrepareSleep(bool want_space) {
+  bool ok = true;
+  for (Shard& sh : shards_) {
+    if (!sh.client->PrepareSleep(want_space && sh.queued_bytes > 0)) ok = false;
+  }
+  return ok;
+}
+
+void CoreLink::FinishSleep() {
+  for (Shard& sh : shards_) sh.client->FinishSleep();
 }
 
 void CoreLink::OnSocketEvent() {
-  if (!client_) return;
-  if (auto r = client_->CheckAlive(); !r) GoDown(r.error());
+  for (Shard& sh : shards_) {
+    if (auto r = sh.client->CheckAlive(); !r) return GoDown(r.error());
+  }
 }
 
-void CoreLink::ReturnLoan(uint64_t loan_id) {
+void CoreLink::ReturnLoan(uint64_t loan_id, uint16_t shard) {
   SendAlways(
       [&](uint8_t* b, size_t cap) {
         return wire::LoanReleaseEncoder(b, cap).set_loan_id(loan_id).Finish();
       },
-      32);
+      32, shard);
 }
 
 void CoreLink::ReleaseLoan(uint64_t loan_id, Pools* p) {
   if (p == nullptr) return;
   --p->holds;
-  if (!p->retired) return ReturnLoan(loan_id);
+  if (!p->retired) return ReturnLoan(loan_id, p->shard);
   if (p->holds == 0) {
     retired_.remove_if([p](const std::unique_ptr<Pools>& r) { return r.get() == p; });
   }

@@ -1,7 +1,10 @@
 // CoreLink: one gateway front's connection to goblin-core over the ring plane, and what
-// outlives a single connection. It owns the ring client, the queue of messages waiting for
-// ring space (bounded: Send refuses past `queue_limit` bytes so the caller pushes back on
-// its clients), the read-only mappings of the core's pools (HTTP front) and reconnection.
+// outlives a single connection. It owns one ring client per core shard (the core's Welcome
+// says how many; each keyed request goes to ShardOf(key), pub/sub to shard 0), each with
+// its queue of messages waiting for ring space (bounded: Send refuses past `queue_limit`
+// bytes so the caller pushes back on its clients) and the read-only mappings of that
+// shard's pools (HTTP front), and reconnection. The shards come and go together: one
+// shard's socket closing means the core went away.
 // When the core goes away (socket EOF, corrupt ring) the link goes down: its fds leave the
 // caller's epoll set, the queue is dropped, the pool mappings are retired (kept mapped while
 // lent bytes still point into them, freed at the last Unhold) and on_down runs; Tick()
@@ -11,6 +14,7 @@
 // Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -19,11 +23,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "goblin/common/buffer.h"
 #include "goblin/common/function_ref.h"
 #include "goblin/common/mapping.h"
+#include "goblin/common/shard.h"
 #include "goblin/common/status.h"
 #include "goblin/ring/client.h"
 
@@ -40,9 +46,10 @@ struct CoreLinkOptions {
 
 class CoreLink {
  public:
-  // The core's pools as this process maps them (read-only), for one epoch.
+  // One shard's pools as this process maps them (read-only), for one epoch.
   struct Pools {
     Mapping head, io;
+    uint16_t shard = 0;
     uint64_t epoch = 0;
     uint64_t holds = 0;  // lent pieces still pointing into these mappings
     bool retired = false;
@@ -59,25 +66,37 @@ class CoreLink {
   void set_on_down(std::function<void()> fn) { on_down_ = std::move(fn); }
   void set_on_up(std::function<void()> fn) { on_up_ = std::move(fn); }
 
-  bool up() const { return client_ != nullptr; }
+  bool up() const { return up_; }
   uint64_t epoch() const { return epoch_; }
   uint32_t max_message() const { return max_message_; }
+  // The core's shards (while up; 1 before the first connection).
+  uint16_t shard_count() const {
+    return static_cast<uint16_t>(std::max<size_t>(shards_.size(), 1));
+  }
+  uint16_t ShardFor(std::string_view key) const { return ShardOf(key, shard_count()); }
 
   enum class SendResult { kSent, kQueued, kTooLarge, kBusy, kDown };
   // Encodes with `encode(buf, cap)` (0: does not fit) into a scratch buffer of at most
-  // `max_bytes` and sends it, or queues it in order behind earlier messages when the ring
-  // is full. kBusy: the queue is over queue_limit (nothing sent); kDown: no core.
-  SendResult Send(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  // `max_bytes` and sends it to `shard`, or queues it in order behind earlier messages when
+  // that ring is full. kBusy: the queue is over queue_limit (nothing sent); kDown: no core.
+  SendResult Send(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes,
+                  uint16_t shard = 0);
   // Like Send, but queues past queue_limit too (messages that must not be lost while the
   // link is up: loan releases, fill data the caller already bounded).
-  SendResult SendAlways(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  SendResult SendAlways(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes,
+                        uint16_t shard = 0);
+  // Bytes waiting for ring space, all shards together (or one shard's).
   size_t queued_bytes() const { return queued_bytes_; }
-  bool over_limit() const { return queued_bytes_ > options_.queue_limit; }
-  // Moves queued messages into the ring; true if any went.
+  size_t queued_bytes(uint16_t shard) const {
+    return shard < shards_.size() ? shards_[shard].queued_bytes : 0;
+  }
+  bool over_limit() const;
+  // Moves queued messages into the rings; true if any went.
   bool Flush();
 
-  // Hands received messages to fn; a corrupt ring takes the link down. Returns how many.
-  size_t Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max);
+  // Hands received messages to fn(shard, message); a corrupt ring takes the link down.
+  // Returns how many.
+  size_t Poll(FunctionRef<void(uint16_t, std::span<const uint8_t>)> fn, size_t max);
   // The socket tag fired: EOF or an error means the core went away.
   void OnSocketEvent();
   // Reconnects when the back-off has passed. `now` is MonotonicNanos().
@@ -85,21 +104,21 @@ class CoreLink {
   // Milliseconds until the next reconnection attempt (-1: the link is up).
   int MillisUntilReconnect(uint64_t now) const;
 
-  // The sleep protocol of the ring (see ring::RingClient); true when down (nothing to wake).
-  bool PrepareSleep(bool want_space) { return client_ ? client_->PrepareSleep(want_space) : true; }
-  void FinishSleep() {
-    if (client_) client_->FinishSleep();
-  }
+  // The sleep protocol of the rings (see ring::RingClient); true when down (nothing to wake).
+  bool PrepareSleep(bool want_space);
+  void FinishSleep();
 
-  // The current epoch's pools (nullptr while down or without map_pools).
-  Pools* pools() const { return pools_.get() != nullptr && up() ? pools_.get() : nullptr; }
+  // A shard's pools in the current epoch (nullptr while down or without map_pools).
+  Pools* pools(uint16_t shard) const {
+    return up() && shard < shards_.size() ? shards_[shard].pools.get() : nullptr;
+  }
   // A piece of `p`'s memory was handed to the kernel: keep it mapped until Unhold.
   static void Hold(Pools* p) { ++p->holds; }
-  // A held piece is done: unholds `p` and gives the loan back to the core if `p` is this
+  // A held piece is done: unholds `p` and gives the loan back to its shard if `p` is this
   // epoch's (a retired mapping is freed at its last unhold).
   void ReleaseLoan(uint64_t loan_id, Pools* p);
   // Gives back a loan of this epoch that was never held (nobody wants its bytes).
-  void ReturnLoan(uint64_t loan_id);
+  void ReturnLoan(uint64_t loan_id, uint16_t shard);
 
   struct Stats {
     uint64_t connects = 0, disconnects = 0, reconnect_failures = 0, refused_busy = 0;
@@ -107,21 +126,30 @@ class CoreLink {
   const Stats& stats() const { return stats_; }
 
  private:
+  struct Shard {
+    std::unique_ptr<ring::RingClient> client;
+    std::deque<std::vector<uint8_t>> queue;
+    size_t queued_bytes = 0;
+    std::unique_ptr<Pools> pools;
+  };
   explicit CoreLink(const CoreLinkOptions& o) : options_(o) {}
   VoidResult Open(std::chrono::milliseconds timeout);
-  VoidResult MapPools(std::chrono::milliseconds timeout);
+  VoidResult OpenShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
+  VoidResult MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
+  void CloseShards();  // leaves the epoll set, drops queues, retires mappings
   void GoDown(const Status& why);
-  SendResult SendEncoded(std::span<const uint8_t> msg, bool bounded);
+  SendResult SendEncoded(Shard& sh, std::span<const uint8_t> msg, bool bounded);
+  SendResult SendVia(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes, uint16_t shard,
+                     bool bounded);
 
   CoreLinkOptions options_;
   int epoll_ = -1;
   uint64_t bell_tag_ = 0, socket_tag_ = 0;
-  std::unique_ptr<ring::RingClient> client_;
+  std::vector<Shard> shards_;
+  bool up_ = false;
   uint32_t max_message_ = 0;
   ByteBuffer encode_buf_;
-  std::deque<std::vector<uint8_t>> queue_;
-  size_t queued_bytes_ = 0;
-  std::unique_ptr<Pools> pools_;
+  size_t queued_bytes_ = 0;  // all shards'
   std::list<std::unique_ptr<Pools>> retired_;
   uint64_t epoch_ = 0;
   uint64_t reconnect_at_ = 0;

@@ -60,7 +60,7 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
             .set_metadata(std::string_view())
             .Finish();
       },
-      key.size() + 96);
+      key.size() + 96, core_->ShardFor(key));
   if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) return nullptr;
   auto f = std::make_unique<Fill>();
   f->key = ex.key;
@@ -89,7 +89,7 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
     f.reserved = true;
     Origin* o = OpenOrigin("GET", f.target, "");
     if (o == nullptr) {
-      SendPutAbort(f.put_id);
+      SendPutAbort(f.put_id, core_->ShardFor(f.key));
       f.put_id = 0;
       f.reserved = false;
       corr_.erase(corr);
@@ -207,7 +207,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
             .set_metadata(passthrough)
             .Finish();
       },
-      key.size() + passthrough.size() + 96);
+      key.size() + passthrough.size() + 96, core_->ShardFor(key));
   if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) {
     return Uncache(f, sent == CoreLink::SendResult::kDown   ? "goblin-core is unavailable"
                       : sent == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
@@ -256,7 +256,7 @@ void HttpServer::Impl::SendPutData(Fill& f, std::string_view bytes) {
                                                   part.size()))
               .Finish();
         },
-        n + 64);
+        n + 64, core_->ShardFor(f.key));
     if (r == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
     bytes.remove_prefix(n);
   }
@@ -276,25 +276,26 @@ CoreLink::SendResult HttpServer::Impl::SendPutHead(const Fill& f, uint64_t expec
             .set_metadata(metadata)
             .Finish();
       },
-      metadata.size() + 64);
+      metadata.size() + 64, core_->ShardFor(f.key));
 }
 
-void HttpServer::Impl::SendPutAbort(uint64_t put_id) {
+void HttpServer::Impl::SendPutAbort(uint64_t put_id, uint16_t shard) {
   core_->SendAlways(
       [&](uint8_t* b, size_t cap) {
         return wire::PutAbortEncoder(b, cap).set_put_id(put_id).Finish();
       },
-      64);
+      64, shard);
 }
 
-void HttpServer::Impl::OnFillReply(CorrTarget t, uint64_t corr, uint16_t template_id,
-                                   std::span<const uint8_t> m) {
+void HttpServer::Impl::OnFillReply(CorrTarget t, uint16_t shard, uint64_t corr,
+                                   uint16_t template_id, std::span<const uint8_t> m) {
   if (t.kind == CorrKind::kOrphanLease) {
     // The fill ended before its lease came: give a granted lease straight back.
     corr_.erase(corr);
     if (template_id == wire::FillLeaseDecoder::kTemplateId) {
       auto lease = wire::FillLeaseDecoder::Decode(m);
-      if (lease && lease->state() == wire::LeaseState::kGranted) SendPutAbort(lease->put_id());
+      if (lease && lease->state() == wire::LeaseState::kGranted)
+        SendPutAbort(lease->put_id(), shard);
     }
     return;
   }
@@ -357,7 +358,7 @@ void HttpServer::Impl::CommitFill(Fill& f) {
             .set_total_size(f.received)
             .Finish();
       },
-      64);
+      64, core_->ShardFor(f.key));
   if (r == CoreLink::SendResult::kDown) return EndFill(f);
   f.stage = Stage::kCommitting;
   f.commit_corr = corr;
@@ -379,7 +380,9 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
     SendPutHead(f, 0, 0, wire::kHeadUncacheable, {});
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   } else if (f.stage == Stage::kFilling && f.put_id != 0) {
-    SendPutAbort(f.put_id);  // (a no-op when the link is down: the core dropped it already)
+    SendPutAbort(
+        f.put_id,
+        core_->ShardFor(f.key));  // (a no-op when the link is down: the core dropped it already)
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   }
   f.put_id = 0;
@@ -398,7 +401,9 @@ void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {
     f.begin_corr = 0;
   } else if ((f.stage == Stage::kFilling || f.stage == Stage::kCommitting || f.reserved) &&
              f.put_id != 0) {
-    SendPutAbort(f.put_id);  // the core cuts off its followers (Aborted) or lets them in
+    SendPutAbort(
+        f.put_id,
+        core_->ShardFor(f.key));  // the core cuts off its followers (Aborted) or lets them in
   }
   if (f.reserved || (f.stage != Stage::kFetching && f.stage != Stage::kUncached))
     ++stats_.fills_aborted;

@@ -26,7 +26,7 @@ void HttpServer::Impl::ExpectCoreReply() {
 
 bool HttpServer::Impl::SendRequest(Conn& c, FunctionRef<size_t(uint8_t*, size_t)> encode,
                                    size_t max_bytes) {
-  switch (core_->Send(encode, max_bytes)) {
+  switch (core_->Send(encode, max_bytes, core_->ShardFor(c.ex->key))) {
     case CoreLink::SendResult::kSent:
     case CoreLink::SendResult::kQueued:
       return true;
@@ -98,15 +98,36 @@ void HttpServer::Impl::Purge(Conn& c) {
   std::string key = e.purge_mode == "all"      ? std::string()
                     : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find('?'))
                                                : e.key;
-  bool sent = SendRequest(
-      c,
-      [&](uint8_t* b, size_t cap) {
-        if (many)
-          return wire::ObjectPurgeEncoder(b, cap).set_correlation_id(corr).set_prefix(key).Finish();
-        return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
-      },
-      key.size() + 64);
-  if (!sent) return;
+  if (many) {
+    // Every shard holds some of the keys: each purges its own, the answers add up.
+    e.acks_due = core_->shard_count();
+    e.purged = 0;
+    for (uint16_t shard = 0; shard < core_->shard_count(); ++shard) {
+      auto r = core_->Send(
+          [&](uint8_t* b, size_t cap) {
+            return wire::ObjectPurgeEncoder(b, cap)
+                .set_correlation_id(corr)
+                .set_prefix(key)
+                .Finish();
+          },
+          key.size() + 64, shard);
+      if (r != CoreLink::SendResult::kSent && r != CoreLink::SendResult::kQueued) {
+        ++stats_.core_unavailable;
+        // (shards already asked purge anyway; their late answers find no exchange)
+        return Fail(c, 503,
+                    r == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
+                                                     : "goblin-core is unavailable");
+      }
+    }
+  } else {
+    bool sent = SendRequest(
+        c,
+        [&](uint8_t* b, size_t cap) {
+          return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
+        },
+        key.size() + 64);
+    if (!sent) return;
+  }
   corr_[corr] = {CorrKind::kPurge, c.id, nullptr};
   e.corr = corr;
 }
@@ -126,27 +147,27 @@ std::string HttpServer::Impl::HitHead(Exchange& ex, int status, std::string_view
   return out;
 }
 
-void HttpServer::Impl::OnCoreMessage(std::span<const uint8_t> m) {
+void HttpServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t> m) {
   sbe::MessageHeader h;
   if (!sbe::MessageHeader::Read(m, &h) || m.size() < 16) return;
   uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
   auto it = corr_.find(corr);
   if (it == corr_.end()) {
     if (h.template_id == wire::LoanDecoder::kTemplateId) {  // nobody wants it any more
-      if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id());
+      if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id(), shard);
     }
     return;
   }
   CorrTarget t = it->second;
   if (t.kind == CorrKind::kFill || t.kind == CorrKind::kFillCommit ||
       t.kind == CorrKind::kOrphanLease) {
-    return OnFillReply(t, corr, h.template_id, m);
+    return OnFillReply(t, shard, corr, h.template_id, m);
   }
-  OnExchangeReply(t, corr, h.template_id, m);
+  OnExchangeReply(t, shard, corr, h.template_id, m);
 }
 
-void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t template_id,
-                                       std::span<const uint8_t> m) {
+void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t corr,
+                                       uint16_t template_id, std::span<const uint8_t> m) {
   auto it = corr_.find(corr);
   Conn* c = Find(t.conn);
   if (c == nullptr || !c->ex || c->ex->corr != corr) {
@@ -154,7 +175,7 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t tem
     bool last_message = true;
     if (template_id == wire::LoanDecoder::kTemplateId) {
       if (auto l = wire::LoanDecoder::Decode(m)) {
-        core_->ReturnLoan(l->loan_id());
+        core_->ReturnLoan(l->loan_id(), shard);
         last_message = l->last() != 0;
       }
     } else if (template_id == wire::ObjectDataDecoder::kTemplateId) {
@@ -180,7 +201,7 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t tem
     case wire::LoanDecoder::kTemplateId: {
       auto l = wire::LoanDecoder::Decode(m);
       if (!l) return;
-      CoreLink::Pools* pools = core_->pools();
+      CoreLink::Pools* pools = core_->pools(shard);
       bool last = l->last() != 0;
       if (last) corr_.erase(it);
       bool used = false;
@@ -194,11 +215,11 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t tem
         stats_.bytes_lent += seg.length();
         CoreLink::Hold(pools);
         used = true;
-        OnCoreBody(*c, {pool.data() + seg.pool_offset(), seg.length()}, l->loan_id(), last);
+        OnCoreBody(*c, {pool.data() + seg.pool_offset(), seg.length()}, l->loan_id(), pools, last);
         break;  // one segment per loan
       }
       if (!used) {
-        core_->ReturnLoan(l->loan_id());
+        core_->ReturnLoan(l->loan_id(), shard);
         Fail(*c, 502, "goblin-core lent memory outside its pools");
       }
       return;
@@ -208,14 +229,19 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t tem
       if (!d) return;
       bool last = d->last() != 0;
       if (last) corr_.erase(it);
-      OnCoreBody(*c, d->bytes_bytes(), 0, last);
+      OnCoreBody(*c, d->bytes_bytes(), 0, nullptr, last);
       return;
     }
     case wire::PurgeAckDecoder::kTemplateId: {
       auto a = wire::PurgeAckDecoder::Decode(m);
+      c->ex->purged += a ? a->deleted() : 0;
+      if (c->ex->acks_due > 1) {  // other shards are still purging theirs
+        --c->ex->acks_due;
+        return;
+      }
       corr_.erase(it);
       ++stats_.purges;
-      return Respond(*c, 200, fmt::format("200 Purged {} objects\n", a ? a->deleted() : 0));
+      return Respond(*c, 200, fmt::format("200 Purged {} objects\n", c->ex->purged));
     }
     case wire::DeleteAckDecoder::kTemplateId: {
       auto a = wire::DeleteAckDecoder::Decode(m);
@@ -368,14 +394,14 @@ void HttpServer::Impl::StartRangePart(Conn& c) {
 }
 
 void HttpServer::Impl::OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan,
-                                  bool last) {
+                                  CoreLink::Pools* pools, bool last) {
   Exchange& ex = *c.ex;
   if (ex.chunked_out && !bytes.empty()) Write(c, fmt::format("{:x}\r\n", bytes.size()));
   if (loan != 0) {
     if (bytes.empty()) {
-      ReleaseLoan(loan, core_->pools());
+      ReleaseLoan(loan, pools);
     } else {
-      WriteLoan(c, bytes.data(), bytes.size(), loan, core_->pools());
+      WriteLoan(c, bytes.data(), bytes.size(), loan, pools);
     }
   } else if (!bytes.empty()) {
     Write(c, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));

@@ -92,7 +92,8 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   bool stop = false;
   uint64_t last_work = MonotonicNanos(), last_sweep = 0;
   while (!stop) {
-    size_t work = core_->Poll([&](std::span<const uint8_t> m) { OnCoreMessage(m); }, 512);
+    size_t work = core_->Poll(
+        [&](uint16_t shard, std::span<const uint8_t> m) { OnCoreMessage(shard, m); }, 512);
     if (core_->queued_bytes() > 0 && core_->Flush()) ++work;
 #if GOBLIN_HAVE_URING
     if (async_) work += net_.Reap([&](uint64_t ud, int32_t res) { OnNetCompletion(ud, res); });

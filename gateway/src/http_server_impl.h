@@ -84,6 +84,8 @@ class HttpServer::Impl {
     bool purge_token_ok = false;
     std::string purge_mode;  // X-Purge: "" (this URL), "prefix" or "all"
     std::string body, content_type_in;
+    uint32_t acks_due = 0;  // a purge by prefix: PurgeAcks still to come (one per shard)
+    uint64_t purged = 0;    // ... and the objects they deleted so far
   };
   struct Conn {
     uint64_t id = 0;
@@ -204,12 +206,14 @@ class HttpServer::Impl {
   // A lookup went to the core: the loop keeps polling for its answer up to
   // options_.core_reply_poll before it sleeps (a client's first byte waits on it).
   void ExpectCoreReply();
-  void OnCoreMessage(std::span<const uint8_t> m);
-  void OnExchangeReply(CorrTarget t, uint64_t corr, uint16_t template_id,
+  void OnCoreMessage(uint16_t shard, std::span<const uint8_t> m);
+  void OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t corr, uint16_t template_id,
                        std::span<const uint8_t> m);
   void OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info);
   void StartRangePart(Conn& c);
-  void OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan, bool last);
+  // `pools`: where a lent piece lives (with loan != 0).
+  void OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan, CoreLink::Pools* pools,
+                  bool last);
   void ReleaseLoan(uint64_t loan, CoreLink::Pools* pools) { core_->ReleaseLoan(loan, pools); }
   std::string HitHead(Exchange& ex, int status, std::string_view meta, uint64_t created_ns,
                       std::string_view extra, bool drop_content_type = false);
@@ -224,7 +228,8 @@ class HttpServer::Impl {
   // cannot be asked now; StartFill then).
   Fill* Reserve(Exchange& ex, uint64_t leader);
   void OnReservation(Fill& f, uint64_t corr, uint16_t template_id, std::span<const uint8_t> m);
-  void OnFillReply(CorrTarget t, uint64_t corr, uint16_t template_id, std::span<const uint8_t> m);
+  void OnFillReply(CorrTarget t, uint16_t shard, uint64_t corr, uint16_t template_id,
+                   std::span<const uint8_t> m);
   void OnFillHead(Origin& o);                          // the origin's head: store it or not
   void OnFillBody(Origin& o, std::string_view bytes);  // origin body bytes of a fill
   void OnFillOriginDone(Fill& f, bool ok, OriginFault fault);
@@ -241,7 +246,7 @@ class HttpServer::Impl {
   void Follow(Conn& c);
   void EndFill(Fill& f);
   void SendPutData(Fill& f, std::string_view bytes);
-  void SendPutAbort(uint64_t put_id);
+  void SendPutAbort(uint64_t put_id, uint16_t shard);
   // The head of a reserved fill (kHeadUncacheable in `flags`: the reservation ends).
   CoreLink::SendResult SendPutHead(const Fill& f, uint64_t expected_size, uint64_t ttl_ns,
                                    uint32_t flags, std::string_view metadata);

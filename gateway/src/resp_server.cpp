@@ -242,7 +242,7 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
   bool stop = false;
   while (!stop) {
-    size_t work = core_->Poll([&](std::span<const uint8_t> m) { OnCoreMessage(m); }, 256);
+    size_t work = core_->Poll([&](uint16_t, std::span<const uint8_t> m) { OnCoreMessage(m); }, 256);
     if (core_->queued_bytes() > 0 && core_->Flush()) ++work;
     if (!stalled_.empty() && core_->queued_bytes() <= options_.core_queue_limit / 2) {
       ResumeStalled();

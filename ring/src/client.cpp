@@ -26,6 +26,7 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& socke
       .set_pid(static_cast<uint32_t>(getpid()))
       .set_max_message(MaxPayload(options.ring_bytes))
       .set_ring_bytes(options.ring_bytes)
+      .set_shard(options.shard)
       .set_client_name(options.name.substr(0, 200));
   size_t n = hello.Finish();
   GOBLIN_RETURN_IF_ERROR(SendFrame(c->sock_.get(), {buf, n}));
@@ -61,6 +62,12 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& socke
   c->client_id_ = w->client_id();
   c->server_pid_ = w->server_pid();
   c->server_name_ = std::string(w->server_name());
+  c->shard_ = w->shard();
+  c->shard_count_ = w->shard_count() == 0 ? 1 : w->shard_count();
+  if (c->shard_ != options.shard) {
+    return Err(StatusCode::kCorruption, "asked for shard {}, the core answered for shard {}",
+               options.shard, c->shard_);
+  }
   return c;
 }
 

@@ -96,12 +96,20 @@ Result<std::unique_ptr<RingServer>> RingServer::Listen(const ServerOptions& opti
   std::unique_ptr<RingServer> s(new RingServer());
   s->options_ = options;
   s->handler_ = handler;
-  GOBLIN_ASSIGN_OR_RETURN(s->listen_, ListenUnix(options.socket_path));
+  if (options.shard_count == 0 || options.shard >= options.shard_count) {
+    return Err(StatusCode::kInvalidArgument, "shard {} of {}", options.shard, options.shard_count);
+  }
+  s->next_id_ = options.shard + 1u;  // session ids are unique across shards
+  if (!options.socket_path.empty()) {
+    GOBLIN_ASSIGN_OR_RETURN(s->listen_, ListenUnix(options.socket_path));
+  }
   s->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!s->epoll_) return ErrnoErr("epoll_create1", errno);
   GOBLIN_ASSIGN_OR_RETURN(s->wake_, EventFd::Create());
-  GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->listen_.get(), EPOLLIN));
+  GOBLIN_ASSIGN_OR_RETURN(s->adopt_wake_, EventFd::Create());
+  if (s->listen_) GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->listen_.get(), EPOLLIN));
   GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->wake_.fd(), EPOLLIN));
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->adopt_wake_.fd(), EPOLLIN));
   s->scratch_ = ByteBuffer(options.max_ring_bytes);
   return s;
 }
@@ -235,8 +243,12 @@ void RingServer::HandleEvents(int timeout_ms) {
   }
   for (int i = 0; i < n; ++i) {
     int fd = events[i].data.fd;
-    if (fd == listen_.get()) {
+    if (listen_ && fd == listen_.get()) {
       Accept();
+    } else if (fd == adopt_wake_.fd()) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = read(fd, &v, sizeof v);
+      TakeAdopted();
     } else if (fd == wake_.fd() || fd == stop_fd_) {
       stop_.store(true, std::memory_order_release);
     } else if (std::find(wake_fds_.begin(), wake_fds_.end(), fd) != wake_fds_.end()) {
@@ -331,7 +343,47 @@ void RingServer::ReadHandshake(int fd) {
            "malformed handshake frame");
     return drop();
   }
-  auto hello = wire::HelloDecoder::Decode(split.message);
+  Handshake(fd, split.message);
+}
+
+void RingServer::Adopt(UniqueFd sock, std::vector<uint8_t> hello_frame) {
+  {
+    std::lock_guard<std::mutex> lock(adopt_mu_);
+    adopted_.emplace_back(std::move(sock), std::move(hello_frame));
+  }
+  has_adopted_.store(true, std::memory_order_release);
+  adopt_wake_.Notify();
+}
+
+void RingServer::TakeAdopted() {
+  if (!has_adopted_.exchange(false, std::memory_order_acq_rel)) return;
+  std::vector<std::pair<UniqueFd, std::vector<uint8_t>>> taken;
+  {
+    std::lock_guard<std::mutex> lock(adopt_mu_);
+    taken.swap(adopted_);
+  }
+  for (auto& [sock, frame] : taken) {
+    int fd = sock.get();
+    if (auto r = EpollAdd(epoll_.get(), fd, EPOLLIN | EPOLLRDHUP); !r) {
+      GOBLIN_LOG_WARN(kLog, "{}", r.error());
+      continue;
+    }
+    Pending& p = pending_[fd];
+    p.sock = std::move(sock);
+    p.accepted_at = MonotonicNanos();
+    p.in = std::move(frame);
+    auto split = sbe::SplitFrame(p.in, kMaxHandshakeBytes);
+    Handshake(fd, split.message);
+  }
+}
+
+void RingServer::Handshake(int fd, std::span<const uint8_t> frame) {
+  Pending& p = pending_.at(fd);
+  auto drop = [&] {
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    pending_.erase(fd);
+  };
+  auto hello = wire::HelloDecoder::Decode(frame);
   if (!hello) {
     Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
            fmt::format("expected Hello: {}", hello.error().message()));
@@ -342,6 +394,28 @@ void RingServer::ReadHandshake(int fd) {
            fmt::format("protocol version {} is not supported (this core speaks {})",
                        hello->protocol_version(), kProtocolVersion));
     return drop();
+  }
+  if (hello->shard() >= options_.shard_count) {
+    Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kWrongShard),
+           fmt::format("shard {} does not exist (this core has {})", hello->shard(),
+                       options_.shard_count));
+    return drop();
+  }
+  if (hello->shard() != options_.shard) {
+    RingServer* owner = hello->shard() < shards_.size() ? shards_[hello->shard()] : nullptr;
+    if (owner == nullptr || owner == this) {
+      Reject(
+          fd, static_cast<uint16_t>(wire::ErrorCode::kInternal),
+          fmt::format("shard {} is not reachable from shard {}", hello->shard(), options_.shard));
+      return drop();
+    }
+    // The connection belongs to that shard's loop from now on.
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    UniqueFd sock = std::move(p.sock);
+    std::vector<uint8_t> in = std::move(p.in);
+    pending_.erase(fd);
+    owner->Adopt(std::move(sock), std::move(in));
+    return;
   }
   if (sessions_.size() >= options_.max_clients) {
     Reject(fd, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
@@ -365,7 +439,8 @@ void RingServer::ReadHandshake(int fd) {
     return drop();
   }
   auto s = std::make_unique<RingSession>();
-  s->id_ = next_id_++;
+  s->id_ = next_id_;
+  next_id_ += options_.shard_count;
   s->peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
   s->pid_ = hello->pid();
   s->name_ = std::string(hello->client_name());
@@ -383,7 +458,10 @@ void RingServer::ReadHandshake(int fd) {
       .set_client_id(s->id_)
       .set_ring_bytes(ring_bytes)
       .set_max_message(s->channel_.max_message())
-      .set_server_name(options_.server_name);
+      .set_shard(options_.shard)
+      .set_shard_count(options_.shard_count)
+      .set_server_name(options_.server_name)
+      .set_shard_addresses("");
   size_t wn = w.Finish();
   int fds[3] = {s->channel_.memfd(), s->channel_.server_doorbell_fd(),
                 s->channel_.client_doorbell_fd()};

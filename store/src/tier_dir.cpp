@@ -10,7 +10,9 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace goblin::store {
 namespace {
@@ -157,6 +159,89 @@ Result<TierDir> TierDir::Open(const std::string& dir) {
   t.identity_ = id;
   t.lock_ = std::move(fd);
   return t;
+}
+
+namespace {
+
+// The shard count `dir` is laid out for: SHARDS, else 1 when it holds a store's files, else
+// nullopt (nothing there yet).
+Result<std::optional<uint16_t>> ShardLayout(const std::string& dir) {
+  const std::string file = dir + "/" + kTierShardsFile;
+  if (access(file.c_str(), F_OK) == 0) {
+    UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return ErrnoErr(fmt::format("open({})", file), errno);
+    char buf[32] = {};
+    ssize_t n = pread(fd.get(), buf, sizeof buf - 1, 0);
+    if (n < 0) return ErrnoErr(fmt::format("read({})", file), errno);
+    char* end = nullptr;
+    unsigned long v = std::strtoul(buf, &end, 10);
+    if (end == buf || v < 2 || v > 4096) {
+      return Err(StatusCode::kCorruption, "{}: '{}' is not a shard count", file,
+                 std::string(buf, static_cast<size_t>(n)));
+    }
+    return std::optional<uint16_t>(static_cast<uint16_t>(v));
+  }
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoErr(fmt::format("opendir({})", dir), errno);
+  bool data = false;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name == "." || name == ".." || name == kTierIdentityFile || name.starts_with("shard-"))
+      continue;
+    data = true;
+  }
+  closedir(d);
+  if (data) return std::optional<uint16_t>(1);
+  return std::optional<uint16_t>();
+}
+
+Status WrongLayout(const std::string& dir, uint16_t has, uint16_t wants) {
+  return Status(StatusCode::kFailedPrecondition,
+                fmt::format("tier {} holds a store laid out for {} shard{} and this goblin-core "
+                            "runs {}; start it with --cores {} (its objects are kept), or give "
+                            "it an empty, prepared tier",
+                            dir, has, has == 1 ? "" : "s", wants, has));
+}
+
+}  // namespace
+
+Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards) {
+  if (shards == 0) return Err(StatusCode::kInvalidArgument, "no shards");
+  ShardedTier out;
+  if (shards == 1) {
+    // The store opens (and locks) the tier itself; only check it is not a sharded one.
+    struct stat st {};
+    if (stat((dir + "/" + kTierIdentityFile).c_str(), &st) == 0) {
+      GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> has, ShardLayout(dir));
+      if (has && *has != 1) return Err(WrongLayout(dir, *has, 1));
+    }
+    out.shard_dirs = {dir};
+    return out;
+  }
+  GOBLIN_ASSIGN_OR_RETURN(TierDir parent, TierDir::Open(dir));
+  GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> has, ShardLayout(dir));
+  if (has && *has != shards) return Err(WrongLayout(dir, *has, shards));
+  for (uint16_t i = 0; i < shards; ++i) {
+    std::string sub = fmt::format("{}/shard-{}", dir, i);
+    GOBLIN_RETURN_IF_ERROR_CTX(PrepareTier(sub), fmt::format("shard {} of tier {}", i, dir));
+    out.shard_dirs.push_back(std::move(sub));
+  }
+  if (!has) {  // first start: record the layout (after the shard directories exist)
+    const std::string file = dir + "/" + kTierShardsFile, tmp = file + ".tmp";
+    std::string text = fmt::format("{}\n", shards);
+    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+    if (!fd) return ErrnoErr(fmt::format("create({})", tmp), errno);
+    if (pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+        fsync(fd.get()) != 0) {
+      return ErrnoErr(fmt::format("write({})", tmp), errno);
+    }
+    if (rename(tmp.c_str(), file.c_str()) != 0)
+      return ErrnoErr(fmt::format("rename({})", file), errno);
+    UniqueFd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dfd) fsync(dfd.get());
+  }
+  out.parent = std::move(parent);
+  return out;
 }
 
 }  // namespace goblin::store

@@ -51,7 +51,8 @@ Result<std::unique_ptr<TierSpace>> TierSpace::Open(TierDir dir, uint16_t tier_no
     if (statvfs(t->dir_.path().c_str(), &vfs) != 0)
       return ErrnoErr(fmt::format("statvfs({})", t->dir_.path()), errno);
     uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    capacity = uint64_t{existing} * o.file_bytes + free_bytes / 100 * 95;
+    capacity = uint64_t{existing} * o.file_bytes +
+               free_bytes / 100 * 95 / std::max<uint32_t>(o.free_space_share, 1);
   } else if (capacity < o.file_bytes) {
     return Err(StatusCode::kInvalidArgument, "tier {}: capacity {} is less than one {} file",
                t->dir_.path(), FormatSize(capacity), FormatSize(o.file_bytes));

@@ -56,8 +56,14 @@ void SessionCases() {
         .set_client_id(1ull << 40)
         .set_ring_bytes(4096)
         .set_max_message(4000)
-        .set_server_name("goblin-core");
+        .set_shard(2)
+        .set_shard_count(3)
+        .set_server_name("goblin-core")
+        .set_shard_addresses("10.0.0.1:7000,10.0.0.1:7001,10.0.0.1:7002");
     auto d = RoundTrip<WelcomeDecoder>(b, e.Finish());
+    EXPECT_EQ(d.shard(), 2);
+    EXPECT_EQ(d.shard_count(), 3);
+    EXPECT_EQ(d.shard_addresses(), "10.0.0.1:7000,10.0.0.1:7001,10.0.0.1:7002");
     EXPECT_EQ(d.flags(), 0x8001);
     EXPECT_EQ(d.server_pid(), 77u);
     EXPECT_EQ(d.client_id(), 1ull << 40);

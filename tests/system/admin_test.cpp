@@ -1,4 +1,6 @@
-// The admin plane end to end: a goblin-core with a disk tier, a UCX listener and the admin
+// The admin plane end to end: a goblin-core of two shards (every answer merges both: sums,
+// listings in key order across shards, the key's own shard) with a disk tier, a UCX
+// listener and the admin
 // API on its unix socket and on TCP (token required); the test stores objects, subscribes
 // and connects clients through libgoblin, then runs goblinctl for every command and checks
 // the values it set up (JSON answers parsed back into the protobuf messages; tables for
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "goblin/admin/v1/admin.pb.h"
@@ -45,9 +48,10 @@ class AdminTest : public testing::Test {
     ASSERT_EQ(rc, 0) << out;
     std::ofstream(dir_ + "/token") << "s3cret-token-0123456789\n";
     core_ = new test::CoreProcess(
-        "admin", {"--ssd-dir", dir_ + "/tier", "--extent-size", "1M", "--tier-file-size", "64M",
-                  "--numa", "0", "--rdma-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-                  "--admin-token-file", dir_ + "/token", "--shutdown-grace", "1500ms"});
+        "admin",
+        {"--ssd-dir", dir_ + "/tier", "--extent-size", "1M", "--tier-file-size", "64M", "--cores",
+         "2", "--numa", "0", "--rdma-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+         "--admin-token-file", dir_ + "/token", "--shutdown-grace", "1500ms"});
     admin_ = "unix:" + core_->sock + ".admin";
     std::regex port_re(R"(token required\) *\(port (\d+)|port (\d+), token required)");
     std::regex ucx_re(R"(UCX plane listening on \S+ \(port (\d+)\))");
@@ -240,7 +244,12 @@ TEST_F(AdminTest, PubsubAndClientsShowSubscriptionsAndPlanes) {
 
   auto clients = Json<v1::ClientsInfo>({"clients"});
   std::map<std::string, v1::Client> by_name;
-  for (const auto& cl : clients.clients()) by_name[cl.name()] = cl;
+  std::set<uint32_t> sub_shards;
+  for (const auto& cl : clients.clients()) {
+    if (cl.name() == "admin-subscriber") sub_shards.insert(cl.shard());
+    if (cl.shard() == 0) by_name[cl.name()] = cl;  // (pub/sub: shard 0's sessions)
+  }
+  EXPECT_EQ(sub_shards, (std::set<uint32_t>{0, 1})) << "one session per shard";
   ASSERT_TRUE(by_name.count("admin-subscriber"));
   ASSERT_TRUE(by_name.count("admin-ucx-client"));
   EXPECT_EQ(by_name["admin-subscriber"].plane(), "ring");

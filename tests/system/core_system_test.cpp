@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "goblin/client/connection.h"
+#include "goblin/common/shard.h"
 #include "goblin/ring/client.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
@@ -276,6 +277,155 @@ TEST(CoreSystem, TheJournalStaysBoundedAndRestartsKeepEveryAcknowledgedChange) {
         << core.proc.Output();
   }
   std::filesystem::remove_all(tier);
+  std::filesystem::remove(tier + ".log");
+}
+
+// --cores 3: keys spread over the shards by goblin::ShardOf; libgoblin reaches each shard
+// directly; a shard refuses a key of another shard and pub/sub outside shard 0 (wrongShard),
+// and a Hello for a shard that does not exist is refused.
+TEST(CoreSystem, ShardsOwnTheirKeysAndRefuseOthers) {
+  StoreCore sc("shards", {"--cores", "3"});
+  auto c = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ((*c)->shard_count(), 3);
+  std::array<int, 3> per_shard{};
+  for (int i = 0; i < 60; ++i) {
+    std::string key = fmt::format("spread/{}", i);
+    ASSERT_TRUE((*c)->Put(key, Pattern(1000 + static_cast<size_t>(i), static_cast<uint8_t>(i))));
+    ++per_shard[ShardOf(key, 3)];
+  }
+  for (int n : per_shard) EXPECT_GT(n, 5);  // the hash spreads them
+  for (int i = 0; i < 60; ++i) {
+    auto got = GetAll(**c, fmt::format("spread/{}", i));
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(*got, Pattern(1000 + static_cast<size_t>(i), static_cast<uint8_t>(i)));
+  }
+  // Each shard's own connection: its keys are found, another shard's are refused.
+  for (uint16_t shard = 0; shard < 3; ++shard) {
+    ring::ClientOptions co;
+    co.shard = shard;
+    auto r = ring::RingClient::Connect(sc.core->sock, co);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_EQ((*r)->shard(), shard);
+    EXPECT_EQ((*r)->shard_count(), 3);
+    for (int i = 0; i < 6; ++i) {
+      std::string key = fmt::format("spread/{}", i);
+      uint8_t buf[256];
+      size_t n =
+          wire::ObjectHeadEncoder(buf, sizeof buf).set_correlation_id(7).set_key(key).Finish();
+      ASSERT_TRUE((*r)->Send({buf, n}, 5s));
+      ASSERT_TRUE((*r)->Wait(5s).value_or(false));
+      ASSERT_TRUE((*r)->Poll([&](std::span<const uint8_t> m) {
+        if (ShardOf(key, 3) == shard) {
+          auto info = wire::ObjectInfoDecoder::Decode(m);
+          ASSERT_TRUE(info) << "shard " << shard << " key " << key;
+          EXPECT_EQ(info->status(), wire::LookupStatus::kHit);
+        } else {
+          auto e = wire::ErrorDecoder::Decode(m);
+          ASSERT_TRUE(e) << "shard " << shard << " answered for " << key;
+          EXPECT_EQ(e->code(), wire::ErrorCode::kWrongShard);
+          EXPECT_NE(e->text().find("belongs to shard"), std::string::npos) << e->text();
+        }
+      }));
+    }
+    if (shard != 0) {
+      uint8_t buf[128];
+      size_t n = wire::PublishEncoder(buf, sizeof buf)
+                     .set_correlation_id(9)
+                     .set_channel("c")
+                     .set_payload("p")
+                     .Finish();
+      ASSERT_TRUE((*r)->Send({buf, n}, 5s));
+      ASSERT_TRUE((*r)->Wait(5s).value_or(false));
+      ASSERT_TRUE((*r)->Poll([&](std::span<const uint8_t> m) {
+        auto e = wire::ErrorDecoder::Decode(m);
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->code(), wire::ErrorCode::kWrongShard);
+        EXPECT_NE(e->text().find("pub/sub is served by shard 0"), std::string::npos) << e->text();
+      }));
+    }
+  }
+  ring::ClientOptions beyond;
+  beyond.shard = 3;
+  auto no = ring::RingClient::Connect(sc.core->sock, beyond);
+  ASSERT_FALSE(no);
+  EXPECT_NE(no.error().message().find("shard 3 does not exist"), std::string::npos)
+      << no.error().ToString();
+  // Pub/sub through libgoblin goes to shard 0 and keeps Redis's counts.
+  auto sub = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(sub);
+  std::vector<std::string> chans{"news"};
+  ASSERT_TRUE((*sub)->Subscribe(client::Connection::SubKind::kChannel, chans));
+  EXPECT_EQ((*c)->Publish("news", "hello").value_or(0), 1u);
+  auto msg = (*sub)->NextMessage(5s);
+  ASSERT_TRUE(msg && *msg);
+  EXPECT_EQ((*msg)->payload, "hello");
+  // A delete and a miss go to the key's shard too.
+  EXPECT_TRUE((*c)->Delete("spread/1").value_or(false));
+  EXPECT_FALSE((*c)->Head("spread/1").value().found);
+}
+
+// A tier keeps the shard count it was first used with: another count is refused with a
+// message naming the one it needs; the same count finds every object again.
+TEST(CoreSystem, RestartWithAnotherShardCountIsRefusedAndTheSameKeepsEveryObject) {
+  const std::string tier = fmt::format("{}/tier-reshard-{}", test::TmpDir(), getpid());
+  std::filesystem::remove_all(tier);
+  ASSERT_EQ(RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log").first, 0);
+  auto args = [&](int cores) {
+    return std::vector<std::string>{"--ssd-dir",        tier,
+                                    "--extent-size",    "1M",
+                                    "--tier-file-size", "64M",
+                                    "--io-buffers",     "16",
+                                    "--cores",          std::to_string(cores)};
+  };
+  {
+    Core core("reshard", args(2));
+    auto c = client::Connection::Open("unix:" + core.sock);
+    ASSERT_TRUE(c);
+    for (int i = 0; i < 30; ++i) {
+      ASSERT_TRUE((*c)->Put(fmt::format("k/{}", i), Pattern(70000, static_cast<uint8_t>(i))));
+    }
+    core.proc.Signal(SIGTERM);
+    EXPECT_EQ(core.proc.Wait(10s), 0) << core.proc.Output();
+  }
+  for (int other : {1, 3}) {
+    std::vector<std::string> cmd{GOBLIN_CORE_BIN, "--listen-unix", tier + ".sock",
+                                 "--memory",      "16M",           "--block",
+                                 "64K",           "--ram-head",    "64K"};
+    for (const auto& a : args(other)) cmd.push_back(a);
+    auto [rc, out] = RunCommand(cmd, tier + ".log");
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find("laid out for 2 shards"), std::string::npos) << out;
+    EXPECT_NE(out.find("--cores 2"), std::string::npos) << out;
+  }
+  {
+    Core core("reshard2", args(2));
+    auto c = client::Connection::Open("unix:" + core.sock);
+    ASSERT_TRUE(c);
+    for (int i = 0; i < 30; ++i) {
+      auto got = GetAll(**c, fmt::format("k/{}", i));
+      ASSERT_TRUE(got) << i << ": " << got.error().ToString();
+      EXPECT_EQ(*got, Pattern(70000, static_cast<uint8_t>(i)));
+    }
+  }
+  // A one-shard store is not reopened by several shards either.
+  const std::string one = tier + "-one";
+  std::filesystem::remove_all(one);
+  ASSERT_EQ(RunCommand({GOBLIN_CORE_BIN, "--prepare", one}, tier + ".log").first, 0);
+  {
+    Core core("reshard1", {"--ssd-dir", one, "--extent-size", "1M", "--tier-file-size", "64M"});
+    auto c = client::Connection::Open("unix:" + core.sock);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE((*c)->Put("solo", Pattern(5000, 1)));
+  }
+  auto [rc, out] = RunCommand(
+      {GOBLIN_CORE_BIN, "--listen-unix", tier + ".sock", "--ssd-dir", one, "--cores", "2",
+       "--memory", "16M", "--block", "64K", "--ram-head", "64K", "--tier-file-size", "64M"},
+      tier + ".log");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("laid out for 1 shard and"), std::string::npos) << out;
+  std::filesystem::remove_all(tier);
+  std::filesystem::remove_all(one);
   std::filesystem::remove(tier + ".log");
 }
 

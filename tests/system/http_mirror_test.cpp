@@ -419,6 +419,59 @@ TEST_P(HttpMirror, TheBenchmarkClientRunsTheSeedSequence) {
 }
 
 // Every case with both network engines: epoll readiness (sync) and io_uring (async).
+// goblin-core with three shards behind two gateway workers: every key goes to its shard
+// (misses, hits, ranges, the fill a miss reserves), parallel misses still make one origin
+// request, and a prefix or "all" PURGE reaches every shard and adds up their answers.
+class HttpMirrorShards : public HttpMirror {
+ protected:
+  void SetUp() override {
+    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
+      GTEST_SKIP() << "curl and python3 are needed";
+    }
+    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    ASSERT_TRUE(StartCoreAndOrigin(name, {"--cores", "3"}))
+        << (core_ ? core_->Output() : std::string());
+  }
+};
+
+TEST_P(HttpMirrorShards, EveryKeyOnItsShardAndPurgesReachEveryShard) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "2", "--purge-allow", "127.0.0.1"}));
+  std::vector<std::string> paths, want;
+  for (int i = 0; i < 24; ++i) {
+    paths.push_back(fmt::format("/gen/{}K/s/{}", 1 + i * 37, i));
+    want.push_back(Origin(paths.back()));
+  }
+  for (size_t i = 0; i < paths.size(); ++i) {
+    auto miss = Curl(paths[i]);
+    ASSERT_EQ(miss.code, 200) << paths[i];
+    EXPECT_EQ(miss.body, want[i]) << paths[i];
+  }
+  for (size_t i = 0; i < paths.size(); ++i) {
+    auto hit = Curl(paths[i]);
+    EXPECT_TRUE(HasHeader(hit.headers, "X-Cache: HIT")) << paths[i];
+    EXPECT_EQ(hit.body, want[i]) << paths[i];
+    EXPECT_EQ(OriginHits(paths[i]), 2) << paths[i];  // ours, and the gateway's one fetch
+  }
+  auto part = Curl(paths[23], {"-r", "1000-1999"});
+  EXPECT_EQ(part.code, 206);
+  EXPECT_EQ(part.body, want[23].substr(1000, 1000));
+  ParallelMisses(*this, "/gen/1M/sharded-slow?fault=slow");
+  auto prefix = Curl("/gen/", {"-X", "PURGE", "-H", "X-Purge: prefix"});
+  EXPECT_EQ(prefix.code, 200);
+  EXPECT_EQ(prefix.body, "200 Purged 25 objects\n") << "every shard purged its part";
+  for (const auto& p : {paths[0], paths[11], paths[23]}) {
+    EXPECT_TRUE(HasHeader(Curl(p).headers, "X-Cache: MISS")) << p;
+  }
+  auto all = Curl("/", {"-X", "PURGE", "-H", "X-Purge: all"});
+  EXPECT_EQ(all.code, 200);
+  EXPECT_EQ(all.body, "200 Purged 3 objects\n");
+  EXPECT_EQ(Curl(paths[5], {"-X", "PURGE"}).code, 404);  // one key: its own shard answers
+}
+
+INSTANTIATE_TEST_SUITE_P(Net, HttpMirrorShards, testing::Values("sync", "async"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
 INSTANTIATE_TEST_SUITE_P(Net, HttpMirror, testing::Values("sync", "async"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 

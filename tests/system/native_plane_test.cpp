@@ -1,4 +1,6 @@
-// Every libgoblin operation against a running goblin-core over each transport: the ring
+// Every libgoblin operation against a running goblin-core over each transport, with one core
+// shard and with three (--cores 3: keys spread over shards, one ring pair or UCX endpoint
+// per shard, pub/sub on shard 0): the ring
 // plane (unix:PATH), UCX over tcp (UCX_TLS=tcp) and UCX over shared memory (UCX_TLS=sm,tcp:
 // tcp only carries the listener's connection set-up; UCX_POSIX/SYSV_ERROR_HANDLING=y lets
 // shared memory serve endpoints with peer error handling). UCX stays on loopback
@@ -45,6 +47,13 @@ std::string PlaneName(Plane p) {
   return "?";
 }
 
+// A transport and the number of core shards.
+struct PlaneParam {
+  Plane plane;
+  int shards = 1;
+  operator Plane() const { return plane; }  // NOLINT: the plane is what most code asks for
+};
+
 void SetUcxEnvironment(Plane p) {
   setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
   setenv("UCX_NET_DEVICES", "lo", 1);
@@ -73,6 +82,18 @@ struct NativeCore {
       : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())),
         plane(plane),
         more_args(std::move(more)) {
+    Init(tag, fresh);
+  }
+  // With the core's shard count too.
+  NativeCore(const std::string& tag, PlaneParam p, bool fresh = true,
+             std::vector<std::string> more = {})
+      : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())),
+        plane(p.plane),
+        more_args(std::move(more)) {
+    if (p.shards > 1) more_args.insert(more_args.end(), {"--cores", std::to_string(p.shards)});
+    Init(tag, fresh);
+  }
+  void Init(const std::string& tag, bool fresh) {
     if (fresh) {
       std::filesystem::remove_all(tier);
       auto [rc, out] = test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log");
@@ -140,7 +161,7 @@ Result<std::vector<uint8_t>> GetAll(Connection& c, const std::string& key, uint6
   return out;
 }
 
-class NativePlane : public testing::TestWithParam<Plane> {
+class NativePlane : public testing::TestWithParam<PlaneParam> {
  protected:
   void SetUp() override {
 #if !GOBLIN_HAVE_UCX
@@ -148,7 +169,9 @@ class NativePlane : public testing::TestWithParam<Plane> {
 #endif
     SetUcxEnvironment(GetParam());
   }
-  std::string Tag(const char* what) const { return PlaneName(GetParam()) + what; }
+  std::string Tag(const char* what) const {
+    return PlaneName(GetParam()) + std::to_string(GetParam().shards) + what;
+  }
 };
 
 TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
@@ -615,8 +638,15 @@ TEST(UcxPlane, AClientWithoutHelloIsDropped) {
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Planes, NativePlane,
-                         testing::Values(Plane::kRing, Plane::kUcxTcp, Plane::kUcxShm),
-                         [](const testing::TestParamInfo<Plane>& i) { return PlaneName(i.param); });
+                         testing::Values(PlaneParam{Plane::kRing, 1}, PlaneParam{Plane::kUcxTcp, 1},
+                                         PlaneParam{Plane::kUcxShm, 1}, PlaneParam{Plane::kRing, 3},
+                                         PlaneParam{Plane::kUcxTcp, 3},
+                                         PlaneParam{Plane::kUcxShm, 3}),
+                         [](const testing::TestParamInfo<PlaneParam>& i) {
+                           return PlaneName(i.param) +
+                                  (i.param.shards > 1 ? fmt::format("{}Shards", i.param.shards)
+                                                      : "");
+                         });
 
 }  // namespace
 }  // namespace goblin

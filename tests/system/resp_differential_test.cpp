@@ -166,7 +166,8 @@ struct Side {
   std::vector<std::unique_ptr<test::Process>> procs;
 };
 
-class RespDifferential : public testing::Test {
+// The parameter: goblin-core's shard count (pub/sub lives on shard 0 whatever it is).
+class RespDifferential : public testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     dir_ = fmt::format("{}/respdiff-{}", test::TmpDir(), getpid());
@@ -183,7 +184,8 @@ class RespDifferential : public testing::Test {
     goblin_.sock = test::SocketPath("rgw");
     goblin_.procs.push_back(std::make_unique<test::Process>(
         std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", core_sock, "--memory", "16M",
-                                 "--block", "64K", "--ram-head", "64K"},
+                                 "--block", "64K", "--ram-head", "64K", "--cores",
+                                 std::to_string(GetParam())},
         dir_ + "/core.log"));
     ASSERT_TRUE(test::WaitForPath(core_sock, 10s)) << goblin_.procs[0]->Output();
     goblin_.procs.push_back(std::make_unique<test::Process>(
@@ -351,7 +353,7 @@ struct Gen {
   }
 };
 
-TEST_F(RespDifferential, GeneratedSequencesMatchRedisByteForByte) {
+TEST_P(RespDifferential, GeneratedSequencesMatchRedisByteForByte) {
   uint64_t seed = std::random_device{}();
   if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
   std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
@@ -416,7 +418,7 @@ TEST_F(RespDifferential, GeneratedSequencesMatchRedisByteForByte) {
   EXPECT_GT(errors, 20u);
 }
 
-TEST_F(RespDifferential, GlobMatchingMatchesRedisViaPubsubChannels) {
+TEST_P(RespDifferential, GlobMatchingMatchesRedisViaPubsubChannels) {
   uint64_t seed = std::random_device{}();
   if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
   std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
@@ -458,6 +460,11 @@ TEST_F(RespDifferential, GlobMatchingMatchesRedisViaPubsubChannels) {
   EXPECT_EQ(pairs, 18000u);
   EXPECT_GT(matches, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shards, RespDifferential, testing::Values(1, 3),
+                         [](const testing::TestParamInfo<int>& i) {
+                           return fmt::format("{}Shard{}", i.param, i.param == 1 ? "" : "s");
+                         });
 
 }  // namespace
 }  // namespace goblin

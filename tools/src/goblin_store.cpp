@@ -95,8 +95,9 @@ int main(int argc, char** argv) {
   int cores = 0;
   app.add_option(
          "--cores", cores,
-         "CPUs to serve with: goblin-gateway's HTTP workers (0: the gateway's default, half "
-         "the allowed CPUs)")
+         "CPUs to serve with: goblin-core's shards (--cores) and goblin-gateway's HTTP "
+         "workers (--threads); 0: their defaults (one shard; half the allowed CPUs). A disk "
+         "tier keeps the shard count it was first used with")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   AddSizeOption(app, "--memory", &memory, "Head pool size");
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
   }
   if (numa >= 0) core_args.insert(core_args.end(), {"--numa", std::to_string(numa)});
   if (no_promotion) core_args.push_back("--no-numa-promotion");
+  if (cores != 0) core_args.insert(core_args.end(), {"--cores", std::to_string(cores)});
   // The core's own guard against a fill nobody feeds: a little longer than the gateway's
   // origin timeout, so the gateway normally reports the origin's silence first.
   core_args.insert(core_args.end(),

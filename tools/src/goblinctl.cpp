@@ -344,11 +344,11 @@ class Ctl {
       return kExitUnreachable;
     }
     if (o_.json) return Print(r);
-    Table t(
-        {"ID", "NAME", "PID", "PLANE", "KIND", "OUTPUT QUEUED", "LOANS", "GETS", "SUBSCRIBERS"});
+    Table t({"ID", "NAME", "PID", "SHARD", "PLANE", "KIND", "OUTPUT QUEUED", "LOANS", "GETS",
+             "SUBSCRIBERS"});
     for (const auto& c : r.clients()) {
-      t.Add({std::to_string(c.id()), c.name(), std::to_string(c.pid()), c.plane(), c.kind(),
-             std::to_string(c.output_bytes()), std::to_string(c.loans_out()),
+      t.Add({std::to_string(c.id()), c.name(), std::to_string(c.pid()), std::to_string(c.shard()),
+             c.plane(), c.kind(), std::to_string(c.output_bytes()), std::to_string(c.loans_out()),
              std::to_string(c.downloads()), std::to_string(c.subscribers())});
     }
     t.Print();

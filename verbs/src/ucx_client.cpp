@@ -40,6 +40,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
       .set_pid(static_cast<uint32_t>(getpid()))
       .set_max_message(options.max_message)
       .set_ring_bytes(0)
+      .set_shard(options.shard)
       .set_client_name(options.name.substr(0, 200));
   c->max_message_ = options.max_message;
   auto deadline = std::chrono::nanoseconds(options.timeout);
@@ -70,6 +71,8 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   c->client_id_ = w->client_id();
   c->server_pid_ = w->server_pid();
   c->max_message_ = std::min(options.max_message, w->max_message());
+  c->shard_count_ = w->shard_count() == 0 ? 1 : w->shard_count();
+  c->shard_addresses_ = std::string(w->shard_addresses());
   return c;
 }
 

@@ -198,7 +198,8 @@ void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
   auto sess = std::make_unique<UcxSession>();
   sess->server_ = self;
   sess->ep_ = h;
-  sess->id_ = self->next_id_++;
+  sess->id_ = self->next_id_;
+  self->next_id_ += std::max<uint16_t>(self->options_.shard_count, 1);
   sess->max_message_ = self->options_.max_message;
   sess->peer_ = peer;
   sess->connected_ns_ = MonotonicNanos();
@@ -265,13 +266,23 @@ void UcxServer::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t sta
 
 void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
   auto hello = wire::HelloDecoder::Decode(msg);
-  uint8_t buf[512];
+  uint8_t buf[8192];  // (the Welcome lists every shard's address)
   if (!hello || hello->protocol_version() != ring::kProtocolVersion) {
     wire::ErrorEncoder e(buf, sizeof buf);
     e.set_code(wire::ErrorCode::kInvalidArgument)
         .set_text(!hello ? fmt::format("expected Hello: {}", hello.error().message())
                          : fmt::format("protocol version {} (this core speaks {})",
                                        hello->protocol_version(), ring::kProtocolVersion));
+    (void)s.Send({buf, e.Finish()});
+    ++stats_.rejected;
+    s.closing_ = true;
+    return;
+  }
+  if (hello->shard() != options_.shard) {
+    wire::ErrorEncoder e(buf, sizeof buf);
+    e.set_code(wire::ErrorCode::kWrongShard)
+        .set_text(fmt::format("this listener serves shard {} of {}, not shard {}", options_.shard,
+                              options_.shard_count, hello->shard()));
     (void)s.Send({buf, e.Finish()});
     ++stats_.rejected;
     s.closing_ = true;
@@ -288,7 +299,10 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_client_id(s.id_)
       .set_ring_bytes(0)
       .set_max_message(s.max_message_)
-      .set_server_name(options_.server_name);
+      .set_shard(options_.shard)
+      .set_shard_count(options_.shard_count)
+      .set_server_name(options_.server_name)
+      .set_shard_addresses(shard_addresses_);
   if (s.Send({buf, w.Finish()}) == ring::SendOutcome::kOverLimit) return;
   s.welcomed_ = true;
   ++stats_.accepted;

@@ -3,7 +3,10 @@
 // plane (this host: zero-copy reads of the core's pools), "ucx://HOST:PORT" the UCX plane
 // (goblin-core --rdma-listen; verbs on InfiniBand, tcp or shared memory elsewhere, as UCX_TLS
 // allows). The same API and the same SBE messages on both. Requests are synchronous and
-// carry correlation ids. Threading: one thread uses a Connection at a time.
+// carry correlation ids. A core with several shards (--cores) gets one transport per shard
+// (ring pair or UCX endpoint), and each keyed request goes straight to its key's shard
+// (goblin::ShardOf); pub/sub and Ping go to shard 0. Threading: one thread uses a
+// Connection at a time.
 #pragma once
 
 #include <array>
@@ -52,6 +55,7 @@ class Connection {
   uint64_t client_id() const;
   uint32_t server_pid() const;
   uint32_t max_message() const;
+  uint16_t shard_count() const;
 
   // Round trip of a Ping carrying `payload`; returns the measured time.
   Result<std::chrono::nanoseconds> Ping(std::string_view payload = {});
@@ -175,6 +179,7 @@ class Connection {
     uint64_t pool_offset = 0;     // of the head in the head pool
     uint64_t length = 0;          // head bytes: object bytes [0, length)
     uint64_t checksum = 0;        // their XXH3-64
+    uint16_t shard = 0;           // the core shard whose pool and table hold it
     bool readable() const { return entry != UINT32_MAX; }
   };
   // nullopt: not stored. The core brings the head into RAM if it was not.
@@ -192,42 +197,40 @@ class Connection {
     uint64_t stale_reads = 0;      // ReadHead calls that found the descriptor stale
   };
   const Stats& stats() const { return stats_; }
-  bool pools_mapped() const { return head_pool_.base != nullptr; }
+  // Some shard's pools are mapped (zero-copy reads happen).
+  bool pools_mapped() const;
 
  private:
-  struct Mapping {
-    uint8_t* base = nullptr;
-    uint64_t bytes = 0;
-  };
+  struct Link;  // one shard's transport and mappings
   Connection();
+  Link& LinkFor(std::string_view key);
+  Link& first() { return *links_.front(); }
   // Asks the core for read-only fds of its pools and maps them (once); on a remote plane
   // for their addresses and rkeys instead.
-  VoidResult MapPools();
+  VoidResult MapPools(Link& l);
   // Reads a head table entry (local: from the mapping, acquire; remote: a one-sided get).
-  Result<std::array<uint64_t, 4>> ReadEntry(uint32_t entry);
-  void ReleaseLoan(uint64_t loan_id);
+  Result<std::array<uint64_t, 4>> ReadEntry(Link& l, uint32_t entry);
+  void ReleaseLoan(Link& l, uint64_t loan_id);
   // Keeps a Delivery for NextMessage; false if `m` is not one.
   bool TakeDelivery(std::span<const uint8_t> m);
   // Calls fn for each received message carrying this correlation id until it returns true;
   // an Error with this id (or with id 0, a session-level error) ends it as a Status.
-  VoidResult Receive(uint64_t correlation_id,
+  VoidResult Receive(Link& l, uint64_t correlation_id,
                      const std::function<bool(std::span<const uint8_t>)>& fn);
   // Waits for the single reply with this correlation id and copies it out.
-  Result<std::vector<uint8_t>> AwaitReply(uint64_t correlation_id);
+  Result<std::vector<uint8_t>> AwaitReply(Link& l, uint64_t correlation_id);
   // Encodes a request (encode(buffer, capacity, correlation_id) -> length, 0 if it did not
   // fit) into a buffer sized for `variable_bytes` of key/metadata, sends it, returns its id.
-  Result<uint64_t> SendRequest(size_t variable_bytes,
+  Result<uint64_t> SendRequest(Link& l, size_t variable_bytes,
                                const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode);
   // Encodes a message of at most `max` bytes straight into the ring and sends it.
-  VoidResult SendEncoded(uint32_t max, const std::function<size_t(uint8_t*, size_t)>& encode);
+  VoidResult SendEncoded(Link& l, uint32_t max,
+                         const std::function<size_t(uint8_t*, size_t)>& encode);
 
-  std::unique_ptr<Transport> transport_;
+  std::vector<std::unique_ptr<Link>> links_;  // by shard
   ConnectOptions options_;
   uint64_t next_correlation_ = 1;
-  Mapping head_pool_, io_pool_, head_table_;
-  bool remote_mapped_ = false;  // UCX: the pools' rkeys are unpacked
-  bool map_failed_ = false;
-  std::deque<Message> inbox_;  // deliveries received while awaiting replies
+  std::deque<Message> inbox_;  // deliveries received while awaiting replies (shard 0's)
   Stats stats_;
 };
 

@@ -27,6 +27,13 @@ class LatencyHistogram {
   const std::array<uint64_t, kUpperBoundsUs.size() + 1>& counts() const { return counts_; }
   uint64_t count() const { return count_; }
   uint64_t sum_us() const { return sum_us_; }
+  // Adds another histogram's values (merging the shards' histograms for a report).
+  LatencyHistogram& operator+=(const LatencyHistogram& o) {
+    for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += o.counts_[i];
+    count_ += o.count_;
+    sum_us_ += o.sum_us_;
+    return *this;
+  }
 
  private:
   std::array<uint64_t, kUpperBoundsUs.size() + 1> counts_{};

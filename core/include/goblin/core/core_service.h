@@ -73,7 +73,13 @@ class CoreService : public ring::Handler {
   static constexpr uint64_t kFirstInlineBytes = 64 << 10;
 
   // `store` may be null (no disk tier): object requests then get an error saying so.
-  explicit CoreService(store::Store* store = nullptr) : store_(store) {}
+  // Shards: this service is shard `shard` of `shard_count`; a keyed request for a key of
+  // another shard (goblin::ShardOf) is refused with wrongShard, and pub/sub is served by
+  // shard 0 only (the one engine, so Redis's semantics hold unchanged).
+  explicit CoreService(store::Store* store = nullptr, uint16_t shard = 0, uint16_t shard_count = 1)
+      : store_(store), shard_(shard), shard_count_(shard_count) {}
+  uint16_t shard() const { return shard_; }
+  uint16_t shard_count() const { return shard_count_; }
 
   void OnOpen(ring::Session& session) override;
   void OnMessage(ring::Session& session, std::span<const uint8_t> msg) override;
@@ -132,6 +138,8 @@ class CoreService : public ring::Handler {
 
   void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
+  // False (and the request answered wrongShard) when `key` belongs to another shard.
+  bool OwnsKey(ring::Session& session, uint64_t correlation_id, std::string_view key);
   void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
   // A request that did not decode: counted, answered with InvalidArgument naming it.
   void SendMalformed(ring::Session& session, std::string_view what, sbe::DecodeError e);
@@ -170,6 +178,7 @@ class CoreService : public ring::Handler {
   void PumpDescribes();
 
   store::Store* store_;
+  uint16_t shard_ = 0, shard_count_ = 1;
   CoreCounters counters_;
   CoreHistograms histograms_;
   std::unordered_map<uint64_t, ring::Session*> sessions_;  // open sessions by id

@@ -19,7 +19,8 @@
 namespace goblin::ring {
 
 // Protocol version spoken in Hello/Welcome.
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion =
+    2;  // 2: shards (Hello.shard, Welcome.shard/shardCount)
 
 struct ClientOptions {
   uint32_t ring_bytes = kDefaultCapacity;  // per direction; power of two >= 4 KiB
@@ -28,6 +29,7 @@ struct ClientOptions {
   WakeMode wake = WakeMode::kSpinThenSleep;
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
+  uint16_t shard = 0;  // the core shard to reach (Welcome: shard_count())
 };
 
 class RingClient {
@@ -40,6 +42,9 @@ class RingClient {
   uint64_t client_id() const { return client_id_; }
   uint32_t server_pid() const { return server_pid_; }
   const std::string& server_name() const { return server_name_; }
+  uint16_t shard() const { return shard_; }
+  // How many shards the core runs (connect to each for keys: goblin::ShardOf).
+  uint16_t shard_count() const { return shard_count_; }
   uint32_t ring_bytes() const { return channel_.capacity(); }
   uint32_t max_message() const { return channel_.max_message(); }
 
@@ -90,6 +95,7 @@ class RingClient {
   ClientOptions options_;
   uint64_t client_id_ = 0;
   uint32_t server_pid_ = 0;
+  uint16_t shard_ = 0, shard_count_ = 1;
   std::string server_name_;
   uint8_t* reserved_ = nullptr;
 };

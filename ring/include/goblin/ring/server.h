@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -42,6 +43,11 @@ struct ServerOptions {
   // for a core that shares its CPU with a process it serves (goblin-gateway on a 2-CPU
   // machine), so each hands the CPU to the other without a doorbell and a wake-up.
   bool yield_when_polling = false;
+  // Shards: this server is shard `shard` of `shard_count` (one loop thread each). Only the
+  // server with a socket_path listens; a Hello for another shard is handed to that shard's
+  // server (SetShards), which answers the Welcome and owns the session from then on.
+  uint16_t shard = 0;
+  uint16_t shard_count = 1;
 };
 
 enum class SendOutcome : uint8_t {
@@ -188,7 +194,9 @@ struct ServerStats {
 
 class RingServer {
  public:
-  // Binds the socket (see ListenUnix) and prepares the loop; does not serve yet.
+  // Binds the socket (see ListenUnix; none when options.socket_path is empty: a shard that
+  // only takes connections handed over by the listening one) and prepares the loop; does
+  // not serve yet.
   static Result<std::unique_ptr<RingServer>> Listen(const ServerOptions& options, Handler* handler);
   ~RingServer();
 
@@ -201,6 +209,12 @@ class RingServer {
   VoidResult AddWakeFd(int fd);
   // Serves `source` in this loop too (not owned; outlives Run()). Before Run().
   VoidResult AddSource(EventSource* source);
+  // Every shard's server, in shard order (this one among them), for handing over Hellos
+  // meant for another shard. Before any Run(); the servers outlive each other's loops.
+  void SetShards(std::vector<RingServer*> shards) { shards_ = std::move(shards); }
+  // Takes a connection whose Hello (in `hello_frame`, complete) another shard's server
+  // read. Thread-safe; the handshake finishes on this server's loop.
+  void Adopt(UniqueFd sock, std::vector<uint8_t> hello_frame);
 
   size_t session_count() const { return sessions_.size(); }
   const ServerStats& stats() const { return stats_; }
@@ -215,6 +229,9 @@ class RingServer {
   RingServer() = default;
   void Accept();
   void ReadHandshake(int fd);
+  // The Hello in pending_[fd].in is a complete frame: answer it (or hand it to its shard).
+  void Handshake(int fd, std::span<const uint8_t> frame);
+  void TakeAdopted();
   void Reject(int sock, uint16_t code, std::string_view text);
   size_t PollRings();
   // Hands up to `max` of the session's records to the handler, each copied out of shared
@@ -229,6 +246,11 @@ class RingServer {
   UniqueFd listen_;
   UniqueFd epoll_;
   EventFd wake_;
+  EventFd adopt_wake_;  // Adopt() rings it
+  std::mutex adopt_mu_;
+  std::vector<std::pair<UniqueFd, std::vector<uint8_t>>> adopted_;  // guarded by adopt_mu_
+  std::atomic<bool> has_adopted_{false};
+  std::vector<RingServer*> shards_;
   std::atomic<bool> stop_{false};
   int stop_fd_ = -1;
   uint64_t next_id_ = 1;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "goblin/common/fd.h"
 #include "goblin/common/status.h"
@@ -45,5 +47,21 @@ class TierDir {
   TierIdentity identity_;
   UniqueFd lock_;
 };
+
+// Shards: a tier serving one shard holds its files itself; a tier serving N > 1 shards (one
+// goblin-core with --cores N) holds a SHARDS file naming N and one subdirectory per shard,
+// shard-0 .. shard-(N-1), each a tier of its own. The layout is fixed by the first start:
+// a tier laid out for another shard count is refused with a message naming the count it
+// needs (keys are spread over shards by hash, so objects cannot simply be reopened by a
+// different number of shards).
+inline constexpr const char* kTierShardsFile = "SHARDS";
+
+struct ShardedTier {
+  std::optional<TierDir> parent;        // N > 1: the operator's tier, locked while this lives
+  std::vector<std::string> shard_dirs;  // the directory each shard's store opens
+};
+
+// Checks (and on first use lays out) `dir` for `shards` shards.
+Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards);
 
 }  // namespace goblin::store

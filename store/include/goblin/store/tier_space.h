@@ -28,6 +28,9 @@ struct TierOptions {
   // free at start plus the extent files already there. Reaching it is the store's signal to
   // evict; the file system running out before it is an error (someone else filled the disk).
   uint64_t capacity_bytes = 0;
+  // With capacity_bytes 0: the file system is shared by this many tiers (the shards of one
+  // goblin-core), each taking its part of the free space.
+  uint32_t free_space_share = 1;
   bool allow_buffered = false;  // tests on file systems without O_DIRECT
 };
 

@@ -30,6 +30,7 @@ struct UcxClientOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
   // Wait() polls the worker this long before arming it and sleeping (0: sleep at once).
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
+  uint16_t shard = 0;  // the core shard this endpoint is for (its listener must serve it)
 };
 
 class UcxClient {
@@ -45,6 +46,9 @@ class UcxClient {
   uint64_t client_id() const { return client_id_; }
   uint32_t server_pid() const { return server_pid_; }
   uint32_t max_message() const { return max_message_; }
+  uint16_t shard_count() const { return shard_count_; }
+  // Every shard's HOST:PORT in shard order, as the core's Welcome listed them.
+  const std::string& shard_addresses() const { return shard_addresses_; }
 
   enum class SendStatus : uint8_t { kOk, kFull, kTooLarge };
   SendStatus TrySend(std::span<const uint8_t> msg);
@@ -107,6 +111,8 @@ class UcxClient {
   size_t in_flight_ = 0;
   uint64_t client_id_ = 0;
   uint32_t server_pid_ = 0;
+  uint16_t shard_count_ = 1;
+  std::string shard_addresses_;
   uint32_t max_message_ = 0;
   std::vector<uint8_t> staging_;
   std::vector<uint8_t> inbox_;  // [u32 length][bytes] records being handed out

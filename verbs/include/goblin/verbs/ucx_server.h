@@ -35,8 +35,13 @@ struct UcxServerOptions {
   size_t output_limit = 8 << 20;
   size_t output_soft_limit = 0;
   std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
-  // Session ids start here (disjoint from the ring plane's).
+  // Session ids start here (disjoint from the ring plane's) and step by shard_count (each
+  // shard starts at its own offset: ids are unique across shards).
   uint64_t first_session_id = 1ull << 48;
+  // This listener serves shard `shard` of `shard_count` of the core (one listener and worker
+  // per shard); a Hello for another shard is refused with wrongShard.
+  uint16_t shard = 0;
+  uint16_t shard_count = 1;
   // A client that connects but sends no Hello this long is dropped (its slot freed).
   std::chrono::nanoseconds hello_timeout = std::chrono::seconds(5);
 };
@@ -82,6 +87,9 @@ class UcxServer final : public ring::EventSource {
   UcxServer& operator=(const UcxServer&) = delete;
 
   int port() const { return port_; }
+  // Every shard's HOST:PORT, comma-separated in shard order: sent in each Welcome so the
+  // client connects to the other shards. Before clients connect.
+  void SetShardAddresses(std::string addresses) { shard_addresses_ = std::move(addresses); }
   // Registers [base, base + bytes) with UCX once (ucp_mem_map): payloads sent from it need no
   // registration per send. For the head pool and the I/O buffers, before clients connect.
   VoidResult RegisterMemory(void* base, size_t bytes);
@@ -130,6 +138,7 @@ class UcxServer final : public ring::EventSource {
   ucp_listener_h listener_ = nullptr;
   int port_ = 0;
   uint64_t next_id_ = 0;
+  std::string shard_addresses_;
   std::unordered_map<uint64_t, std::unique_ptr<UcxSession>> sessions_;
   std::unordered_map<ucp_ep_h, uint64_t> by_ep_;
   std::vector<uint8_t> inbox_;  // received messages: [u64 session][u32 length][bytes]

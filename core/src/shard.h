@@ -1,0 +1,84 @@
+// One shard of goblin-core. The core runs `--cores` shards that share nothing: each is a
+// loop thread (the reactor, ring::RingServer) with its own request handler (CoreService),
+// its own store (its keys' part of the index and journal, its slice of the head pool and
+// I/O buffers, its own I/O engine), its own UCX worker and listener, and its own admin
+// executor. A key belongs to shard goblin::ShardOf(key, count); clients connect to every
+// shard and send each request to its key's shard, so a GET, PUT or hit never crosses
+// shards. Shard 0 also owns the ring plane's socket (it hands each Hello to the shard it
+// names) and the pub/sub engine.
+// Threading: Open/Start/Join/Close from the main thread; after Start everything a shard
+// owns is touched only by its loop thread (the admin plane goes through admin_loop()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "admin_service.h"
+#include "goblin/admin/loop_executor.h"
+#include "goblin/common/config.h"
+#include "goblin/common/status.h"
+#include "goblin/core/core_service.h"
+#include "goblin/ring/server.h"
+#include "goblin/store/head_pool.h"
+#include "goblin/store/store.h"
+#if GOBLIN_HAVE_UCX
+#include "goblin/verbs/ucx_server.h"
+#endif
+
+namespace goblin::core {
+
+struct ShardOptions {
+  uint16_t index = 0, count = 1;
+  ring::ServerOptions ring;                  // socket_path: shard 0's only
+  std::optional<store::StoreOptions> store;  // nullopt: no disk tier (a lone head pool)
+  store::PoolOptions lone_pool;              // the pool without a store
+  std::vector<int> cpus;                     // pin the loop thread here (empty: no pinning)
+  bool admin = false;                        // serve admin calls (a LoopExecutor)
+#if GOBLIN_HAVE_UCX
+  std::optional<verbs::UcxServerOptions> ucx;  // the UCX plane's listener for this shard
+#endif
+};
+
+class Shard {
+ public:
+  static Result<std::unique_ptr<Shard>> Open(const ShardOptions& options);
+  ~Shard();
+
+  uint16_t index() const { return options_.index; }
+  store::Store* store() { return store_.get(); }
+  const store::HeadPool& pool() const { return store_ ? store_->pool() : *lone_pool_; }
+  CoreService& service() { return *service_; }
+  ring::RingServer& ring() { return *server_; }
+#if GOBLIN_HAVE_UCX
+  verbs::UcxServer* ucx() { return ucx_.get(); }
+#endif
+  CoreAdminShard AdminView();
+
+  // Runs the loop on a thread of its own until `stop_fd` is readable (shared by all shards:
+  // the loops never read it).
+  void Start(int stop_fd);
+  VoidResult Join();
+  // Makes everything durable, checkpoints and closes the store (after Join).
+  void CloseStore();
+  void LogSummary() const;
+
+ private:
+  Shard() = default;
+  ShardOptions options_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::HeadPool> lone_pool_;
+  std::unique_ptr<CoreService> service_;
+  std::unique_ptr<admin::LoopExecutor> admin_loop_;
+  std::unique_ptr<ring::RingServer> server_;
+#if GOBLIN_HAVE_UCX
+  std::unique_ptr<verbs::UcxServer> ucx_;
+#endif
+  std::thread thread_;
+  Status ran_;
+};
+
+}  // namespace goblin::core
