@@ -440,7 +440,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
     m["ring_rejected"] += rs.rejected;
     m["ring_messages"] += rs.messages;
     m["ring_corrupt"] += rs.corrupt;
-    m["loop_sleeps"] += rs.sleeps;
+    m["loop_sleeps"] += sh.reactor->stats().sleeps;
 #if GOBLIN_HAVE_UCX
     if (sh.ucx != nullptr) {
       const verbs::UcxServerStats& us = sh.ucx->stats();

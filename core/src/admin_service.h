@@ -18,6 +18,8 @@
 #include "goblin/admin/v1/admin.grpc.pb.h"
 #include "goblin/common/topology.h"
 #include "goblin/core/core_service.h"
+#include "goblin/reactor/loop.h"
+#include "goblin/ring/server.h"
 
 namespace goblin::verbs {
 class UcxServer;
@@ -32,6 +34,7 @@ struct CoreAdminShard {
   store::Store* store = nullptr;  // null: no disk tier
   const store::HeadPool* pool = nullptr;
   const ring::RingServer* ring = nullptr;
+  const reactor::Loop* reactor = nullptr;
   const verbs::UcxServer* ucx = nullptr;  // null: no UCX plane
 };
 

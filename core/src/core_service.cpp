@@ -22,7 +22,7 @@ wire::ErrorCode ToWire(StatusCode c) {
 }
 }  // namespace
 
-void CoreService::OnOpen(ring::Session& session) {
+void CoreService::OnOpen(reactor::Session& session) {
   ++counters_.sessions_opened;
   sessions_[session.id()] = &session;
   if (store_ != nullptr && session.sends_by_reference()) {
@@ -36,7 +36,7 @@ void CoreService::OnOpen(ring::Session& session) {
                   session.pid());
 }
 
-void CoreService::OnClose(ring::Session& session) {
+void CoreService::OnClose(reactor::Session& session) {
   ++counters_.sessions_closed;
   sessions_.erase(session.id());
   DropSubscribers(session);
@@ -60,20 +60,20 @@ void CoreService::OnClose(ring::Session& session) {
   GOBLIN_LOG_INFO(kLog, "client {} disconnected", session.id());
 }
 
-bool CoreService::Send(ring::Session& session, size_t n) {
+bool CoreService::Send(reactor::Session& session, size_t n) {
   if (n == 0) {
     GOBLIN_LOG_ERROR(kLog, "a reply did not fit the encoder buffer (a bug)");
     return false;
   }
   switch (session.Send({out_.data(), n})) {
-    case ring::SendOutcome::kSent:
-    case ring::SendOutcome::kQueued:
+    case reactor::SendOutcome::kSent:
+    case reactor::SendOutcome::kQueued:
       return true;
-    case ring::SendOutcome::kTooLarge:
+    case reactor::SendOutcome::kTooLarge:
       GOBLIN_LOG_ERROR(kLog, "a {}-byte reply does not fit client {}'s ring", n, session.id());
       session.Close();
       return false;
-    case ring::SendOutcome::kOverLimit:
+    case reactor::SendOutcome::kOverLimit:
       GOBLIN_LOG_WARN(kLog, "client {} does not read its replies; dropping it", session.id());
       session.Close();
       return false;
@@ -81,7 +81,7 @@ bool CoreService::Send(ring::Session& session, size_t n) {
   return false;
 }
 
-void CoreService::SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
+void CoreService::SendError(reactor::Session& session, uint64_t correlation_id, uint16_t code,
                             std::string_view text) {
   wire::ErrorEncoder e(out_.data(), out_.size());
   e.set_correlation_id(correlation_id)
@@ -91,18 +91,19 @@ void CoreService::SendError(ring::Session& session, uint64_t correlation_id, uin
   Send(session, e.Finish());
 }
 
-void CoreService::SendMalformed(ring::Session& session, std::string_view what, sbe::DecodeError e) {
+void CoreService::SendMalformed(reactor::Session& session, std::string_view what,
+                                sbe::DecodeError e) {
   ++counters_.malformed;
   SendError(session, 0, static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
             fmt::format("{}: {}", what, sbe::DecodeErrorName(e)));
 }
 
-void CoreService::SendStatusError(ring::Session& session, uint64_t correlation_id,
+void CoreService::SendStatusError(reactor::Session& session, uint64_t correlation_id,
                                   const Status& s) {
   SendError(session, correlation_id, static_cast<uint16_t>(ToWire(s.code())), s.ToString());
 }
 
-void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg) {
+void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> msg) {
   sbe::MessageHeader h;
   if (!sbe::MessageHeader::Read(msg, &h) || h.schema_id != wire::kSchemaId) {
     ++counters_.malformed;
@@ -164,7 +165,8 @@ void CoreService::OnMessage(ring::Session& session, std::span<const uint8_t> msg
   }
 }
 
-bool CoreService::OwnsKey(ring::Session& session, uint64_t correlation_id, std::string_view key) {
+bool CoreService::OwnsKey(reactor::Session& session, uint64_t correlation_id,
+                          std::string_view key) {
   if (shard_count_ <= 1) return true;
   const uint16_t owner = ShardOf(key, shard_count_);
   if (owner == shard_) return true;
@@ -174,7 +176,7 @@ bool CoreService::OwnsKey(ring::Session& session, uint64_t correlation_id, std::
   return false;
 }
 
-void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
+void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
   auto bad = [&](std::string_view what, sbe::DecodeError e) { SendMalformed(session, what, e); };
@@ -257,7 +259,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
           [this, sid = session.id(), corr = d.correlation_id(), put = d.put_id(),
            size = d.total_size(), t0](Result<uint64_t> gen) {
             histograms_.put_commit.Record(MonotonicNanos() - t0);
-            ring::Session* s = SessionById(sid);
+            reactor::Session* s = SessionById(sid);
             if (s == nullptr) return;
             if (!gen) return SendStatusError(*s, corr, gen.error());
             ++counters_.puts;
@@ -373,7 +375,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       }
       if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
-      ring::Session* s = &session;
+      reactor::Session* s = &session;
       bool lend = lenders_.count(session.id()) != 0 &&
                   ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
       Downloads& list = downloads_[session.id()];
@@ -396,7 +398,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       GOBLIN_LOG_INFO(kLog, "purged {} objects with prefix '{}'", *r, d.prefix());
       store_->WhenDurable(
           [this, sid = session.id(), corr = d.correlation_id(), n = *r](const Status& st) {
-            ring::Session* s = SessionById(sid);
+            reactor::Session* s = SessionById(sid);
             if (s == nullptr) return;
             if (!st.ok()) return SendStatusError(*s, corr, st);
             wire::PurgeAckEncoder a(out_.data(), out_.size());
@@ -447,7 +449,7 @@ void CoreService::HandleObject(ring::Session& session, uint16_t template_id,
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       store_->WhenDurable(
           [this, sid = session.id(), corr = d.correlation_id(), deleted = *r](const Status& st) {
-            ring::Session* s = SessionById(sid);
+            reactor::Session* s = SessionById(sid);
             if (s == nullptr) return;
             if (!st.ok()) return SendStatusError(*s, corr, st);
             wire::DeleteAckEncoder a(out_.data(), out_.size());
@@ -471,7 +473,7 @@ Result<UniqueFd> ReopenReadOnly(int fd) {
 }
 }  // namespace
 
-void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id) {
+void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation_id) {
   if (!session.local()) return HandleRemotePools(session, correlation_id);
   if (!ro_pool_fd_) {
     auto p = ReopenReadOnly(store_->pool().fd());
@@ -507,7 +509,7 @@ void CoreService::HandleMapPools(ring::Session& session, uint64_t correlation_id
 }
 
 // A remote session gets each pool's address and a key for one-sided reads instead of fds.
-void CoreService::HandleRemotePools(ring::Session& session, uint64_t correlation_id) {
+void CoreService::HandleRemotePools(reactor::Session& session, uint64_t correlation_id) {
   const uint8_t* head = store_->pool().data();
   const uint8_t* io = store_->buffers().Buffer(0);
   uint64_t head_bytes = store_->pool().size();
@@ -549,7 +551,7 @@ void CoreService::ReleaseLent(const Lent& l) {
   }
 }
 
-void CoreService::HandleLoanRelease(ring::Session& session, uint64_t loan_id) {
+void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id) {
   auto l = lenders_.find(session.id());
   if (l == lenders_.end()) return;
   auto it = l->second.loans.find(loan_id);
@@ -566,7 +568,7 @@ void CoreService::HandleLoanRelease(ring::Session& session, uint64_t loan_id) {
   }
 }
 
-std::optional<uint64_t> CoreService::Hold(ring::Session& session, Download& d) {
+std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d) {
   Lender& lender = lenders_.at(session.id());
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
@@ -589,7 +591,7 @@ std::optional<uint64_t> CoreService::Hold(ring::Session& session, Download& d) {
   return loan_id;
 }
 
-bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes) {
+bool CoreService::Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes) {
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
   const uint8_t* base = head ? store_->pool().data() : store_->buffers().Buffer(0);
@@ -618,8 +620,9 @@ bool CoreService::Lend(ring::Session& session, Download& d, std::span<const uint
   return true;
 }
 
-std::optional<ring::SendOutcome> CoreService::SendByReference(ring::Session& session, Download& d,
-                                                              std::span<const uint8_t> bytes) {
+std::optional<reactor::SendOutcome> CoreService::SendByReference(reactor::Session& session,
+                                                                 Download& d,
+                                                                 std::span<const uint8_t> bytes) {
   store::Store::Stream& st = *d.stream;
   auto held = Hold(session, d);
   if (!held) return std::nullopt;
@@ -636,7 +639,7 @@ std::optional<ring::SendOutcome> CoreService::SendByReference(ring::Session& ses
   return r.outcome;
 }
 
-void CoreService::OnPayloadSent(ring::Session& session, uint64_t token) {
+void CoreService::OnPayloadSent(reactor::Session& session, uint64_t token) {
   HandleLoanRelease(session, token);
 }
 
@@ -659,7 +662,7 @@ std::vector<CoreService::SessionView> CoreService::Sessions() const {
   return out;
 }
 
-void CoreService::SendDescription(ring::Session& session, uint64_t correlation_id,
+void CoreService::SendDescription(reactor::Session& session, uint64_t correlation_id,
                                   const std::optional<store::HeadDescription>& d) {
   wire::HeadDescriptorEncoder hd(out_.data(), out_.size());
   hd.set_correlation_id(correlation_id)
@@ -694,7 +697,7 @@ void CoreService::PumpDescribes() {
     // The first chunk is in (the head adopted into RAM if the pool had room), or the read
     // failed (a damaged extent drops the object): describe again, without the disk.
     it->refill.reset();
-    if (ring::Session* s = SessionById(it->session)) {
+    if (reactor::Session* s = SessionById(it->session)) {
       auto r = store_->Describe(it->key, store::Store::DiskRead::kNever);
       if (!r) {
         SendStatusError(*s, it->correlation_id, r.error());
@@ -706,7 +709,7 @@ void CoreService::PumpDescribes() {
   }
 }
 
-CoreService::Uploads::iterator CoreService::OwnUpload(ring::Session& session, uint64_t put_id,
+CoreService::Uploads::iterator CoreService::OwnUpload(reactor::Session& session, uint64_t put_id,
                                                       std::string_view what, uint64_t corr) {
   auto it = uploads_.find(put_id);
   if (it != uploads_.end() && it->second.session == session.id()) return it;
@@ -766,7 +769,7 @@ size_t CoreService::OnPoll() {
   return 0;
 }
 
-void CoreService::OnWritable(ring::Session& session) {
+void CoreService::OnWritable(reactor::Session& session) {
   auto it = downloads_.find(session.id());
   if (it == downloads_.end() || it->second.empty()) {
     session.WantWritable(false);
@@ -788,7 +791,7 @@ void CoreService::OnWritable(ring::Session& session) {
   if (!any_ready) session.WantWritable(false);
 }
 
-bool CoreService::Pump(ring::Session& session, Download& d) {
+bool CoreService::Pump(reactor::Session& session, Download& d) {
   store::Store::Stream& st = *d.stream;
   // Room for one record: the ring's largest message less the ObjectData framing.
   const uint64_t chunk_max = session.max_message() - 64;
@@ -819,12 +822,12 @@ bool CoreService::Pump(ring::Session& session, Download& d) {
           d.ready = false;  // OnPayloadSent resumes it
           return true;
         }
-        if (*sent == ring::SendOutcome::kOverLimit || *sent == ring::SendOutcome::kTooLarge) {
+        if (*sent == reactor::SendOutcome::kOverLimit || *sent == reactor::SendOutcome::kTooLarge) {
           session.Close();
           return false;
         }
         if (last) return false;
-        if (*sent == ring::SendOutcome::kQueued) return true;
+        if (*sent == reactor::SendOutcome::kQueued) return true;
         continue;
       }
       if (!Lend(session, d, bytes)) {
@@ -846,15 +849,15 @@ bool CoreService::Pump(ring::Session& session, Download& d) {
     wire::ObjectDataEncoder od(out_.data(), out_.size());
     od.set_correlation_id(d.correlation_id).set_offset(st.position()).set_last(last ? 1 : 0);
     od.set_bytes(bytes.first(n));
-    ring::SendOutcome outcome = session.Send({out_.data(), od.Finish()});
-    if (outcome == ring::SendOutcome::kTooLarge || outcome == ring::SendOutcome::kOverLimit) {
+    reactor::SendOutcome outcome = session.Send({out_.data(), od.Finish()});
+    if (outcome == reactor::SendOutcome::kTooLarge || outcome == reactor::SendOutcome::kOverLimit) {
       session.Close();
       return false;
     }
     st.Consume(n);
     counters_.bytes_out += n;
     if (last) return false;
-    if (outcome == ring::SendOutcome::kQueued) return true;  // the ring is full
+    if (outcome == reactor::SendOutcome::kQueued) return true;  // the ring is full
   }
   return true;
 }

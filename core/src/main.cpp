@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   // Redis's pub/sub client limits: 32 MiB hard, 8 MiB soft for 60 s.
   uint64_t output_limit = 32ull << 20, output_soft_limit = 8ull << 20;
   std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
-  std::chrono::nanoseconds busy_poll = opts.busy_poll;
+  std::chrono::nanoseconds busy_poll = reactor::LoopOptions{}.busy_poll;
+  bool yield_when_polling = false;
   std::string wake = "spin";
   int numa = -1;
   std::string cpus;
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
   app.add_option("--wake", wake, "spin (spin, then sleep on doorbells) or busy (never sleep)")
       ->check(CLI::IsMember({"spin", "busy"}))
       ->capture_default_str();
-  app.add_flag("--yield-when-polling", opts.yield_when_polling,
+  app.add_flag("--yield-when-polling", yield_when_polling,
                "Yield the CPU between polls while busy-polling (when goblin-gateway shares the "
                "core's CPU)");
   store::PoolOptions pool_opts;
@@ -239,7 +240,6 @@ int main(int argc, char** argv) {
   opts.output_limit = output_limit;
   opts.output_soft_limit = output_soft_limit;
   opts.output_soft_time = output_soft_time;
-  opts.busy_poll = busy_poll;
   opts.wake = wake == "busy" ? ring::WakeMode::kBusyPoll : ring::WakeMode::kSpinThenSleep;
   if (auto v = ring::ValidateCapacity(ring_bytes); !v)
     return Fail(v.error().WithContext("--ring-bytes"));
@@ -334,10 +334,13 @@ int main(int argc, char** argv) {
     core::ShardOptions sh;
     sh.index = i;
     sh.count = n_shards;
+    sh.loop.busy_poll = busy_poll;
+    sh.loop.never_sleep = wake == "busy";
+    sh.loop.yield_when_polling = yield_when_polling;
     sh.ring = opts;
     sh.ring.shard = i;
     sh.ring.shard_count = n_shards;
-    if (i > 0) sh.ring.socket_path.clear();  // shard 0 accepts and hands over
+    sh.ring.socket_path.clear();  // shard 0 binds it once everything is ready (below)
     if (!pin.empty()) {
       sh.cpus = n_shards == 1 ? pin : std::vector<int>{pin[i % pin.size()]};
     }
@@ -475,6 +478,9 @@ int main(int argc, char** argv) {
                                          : fmt::format("tcp {} (port {}, token required)",
                                                        admin_listen, admin_server->tcp_port()));
   }
+  // The socket appears last: a client that sees it finds a core ready to serve. Shard 0
+  // accepts on it and hands each Hello to the shard it names.
+  if (auto r = first.ring().BindSocket(opts.socket_path); !r) return Fail(r.error());
   GOBLIN_LOG_INFO(kLog,
                   "goblin-core {} pid {} serving the ring plane on unix:{} ({} shard{}, ring {} "
                   "per direction, {}, busy-poll {})",

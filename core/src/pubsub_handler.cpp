@@ -36,7 +36,7 @@ wire::SubKind WireKind(pubsub::Kind k) {
 
 }  // namespace
 
-pubsub::SubscriberId CoreService::SubscriberOf(ring::Session& session, uint64_t session_id,
+pubsub::SubscriberId CoreService::SubscriberOf(reactor::Session& session, uint64_t session_id,
                                                bool create) {
   auto& mine = sub_ids_[session.id()];
   if (auto it = mine.find(session_id); it != mine.end()) return it->second;
@@ -47,7 +47,7 @@ pubsub::SubscriberId CoreService::SubscriberOf(ring::Session& session, uint64_t 
   return id;
 }
 
-void CoreService::DropSubscribers(ring::Session& session) {
+void CoreService::DropSubscribers(reactor::Session& session) {
   auto it = sub_ids_.find(session.id());
   if (it != sub_ids_.end()) {
     for (auto& [session_id, sub] : it->second) {
@@ -59,18 +59,18 @@ void CoreService::DropSubscribers(ring::Session& session) {
   fan_out_.erase(session.id());
 }
 
-void CoreService::SendPubsub(ring::Session& session, size_t n) {
+void CoreService::SendPubsub(reactor::Session& session, size_t n) {
   switch (session.Send({out_.data(), n})) {
-    case ring::SendOutcome::kSent:
-    case ring::SendOutcome::kQueued:
+    case reactor::SendOutcome::kSent:
+    case reactor::SendOutcome::kQueued:
       return;
-    case ring::SendOutcome::kTooLarge:
+    case reactor::SendOutcome::kTooLarge:
       GOBLIN_LOG_WARN(kLog,
                       "a {}-byte pub/sub message does not fit client {} ({})'s ring; "
                       "dropping it",
                       n, session.id(), session.name());
       break;
-    case ring::SendOutcome::kOverLimit:
+    case reactor::SendOutcome::kOverLimit:
       GOBLIN_LOG_WARN(kLog,
                       "client {} ({}, pid {}) fell behind its output limits ({} queued); "
                       "dropping it",
@@ -81,7 +81,7 @@ void CoreService::SendPubsub(ring::Session& session, size_t n) {
   session.Close();
 }
 
-void CoreService::HandlePubsub(ring::Session& session, uint16_t template_id,
+void CoreService::HandlePubsub(reactor::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
   auto bad = [&](std::string_view what, sbe::DecodeError e) { SendMalformed(session, what, e); };
@@ -180,7 +180,7 @@ void CoreService::HandlePubsub(ring::Session& session, uint16_t template_id,
             }
             // One Delivery per receiving ring session (chunked by its ring's message size).
             for (FanOut* f : touched_) {
-              ring::Session& rs = *f->session;
+              reactor::Session& rs = *f->session;
               size_t room = std::min<size_t>(rs.max_message(), out_.size());
               size_t fixed = 8 + 1 + 4 + 12 + pattern.size() + channel.size() + payload.size();
               size_t per = room > fixed ? (room - fixed) / 8 : 0;

@@ -25,19 +25,21 @@ Result<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& o) {
     s->lone_pool_ = std::move(*p);
   }
   s->service_ = std::make_unique<CoreService>(s->store_.get(), o.index, o.count);
+  GOBLIN_ASSIGN_OR_RETURN(s->loop_, reactor::Loop::Create(o.loop, s->service_.get()));
   auto server = ring::RingServer::Listen(o.ring, s->service_.get());
   if (!server) return Err(ctx(server.error()));
   s->server_ = std::move(*server);
+  GOBLIN_RETURN_IF_ERROR(s->loop_->AddSource(s->server_.get()));
   if (s->store_) {
-    GOBLIN_RETURN_IF_ERROR(s->server_->AddWakeFd(s->store_->event_fd()));
-    GOBLIN_RETURN_IF_ERROR(s->server_->AddWakeFd(s->store_->sync_event_fd()));
+    GOBLIN_RETURN_IF_ERROR(s->loop_->AddWakeFd(s->store_->event_fd()));
+    GOBLIN_RETURN_IF_ERROR(s->loop_->AddWakeFd(s->store_->sync_event_fd()));
   }
 #if GOBLIN_HAVE_UCX
   if (o.ucx) {
     auto u = verbs::UcxServer::Listen(*o.ucx, s->service_.get());
     if (!u) return Err(ctx(u.error().WithContext("--rdma-listen")));
     s->ucx_ = std::move(*u);
-    GOBLIN_RETURN_IF_ERROR(s->server_->AddSource(s->ucx_.get()));
+    GOBLIN_RETURN_IF_ERROR(s->loop_->AddSource(s->ucx_.get()));
     if (s->store_) {  // object bytes are sent from these without registering per send
       store::Store& st = *s->store_;
       const store::IoBufferPool& b = st.buffers();
@@ -54,13 +56,14 @@ Result<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& o) {
 #endif
   if (o.admin) {
     GOBLIN_ASSIGN_OR_RETURN(s->admin_loop_, admin::LoopExecutor::Create());
-    GOBLIN_RETURN_IF_ERROR(s->server_->AddSource(s->admin_loop_.get()));
+    GOBLIN_RETURN_IF_ERROR(s->loop_->AddSource(s->admin_loop_.get()));
   }
   return s;
 }
 
 Shard::~Shard() {
   if (thread_.joinable()) thread_.join();
+  loop_.reset();
   server_.reset();  // closes the sessions (CoreService::OnClose) before the service goes
   admin_loop_.reset();
 #if GOBLIN_HAVE_UCX
@@ -76,6 +79,7 @@ CoreAdminShard Shard::AdminView() {
   v.store = store_.get();
   v.pool = &pool();
   v.ring = server_.get();
+  v.reactor = loop_.get();
 #if GOBLIN_HAVE_UCX
   v.ucx = ucx_.get();
 #endif
@@ -89,7 +93,7 @@ void Shard::Start(int stop_fd) {
         GOBLIN_LOG_WARN(kLog, "shard {}: {}", options_.index, r.error());
       }
     }
-    auto r = server_->Run(stop_fd);
+    auto r = loop_->Run(stop_fd);
     if (!r) ran_ = r.error();
   });
 }

@@ -1,5 +1,6 @@
 // One shard of goblin-core. The core runs `--cores` shards that share nothing: each is a
-// loop thread (the reactor, ring::RingServer) with its own request handler (CoreService),
+// loop thread (a reactor::Loop serving the ring plane's server, the UCX plane's worker and
+// the admin executor side by side) with its own request handler (CoreService),
 // its own store (its keys' part of the index and journal, its slice of the head pool and
 // I/O buffers, its own I/O engine), its own UCX worker and listener, and its own admin
 // executor. A key belongs to shard goblin::ShardOf(key, count); clients connect to every
@@ -22,6 +23,7 @@
 #include "goblin/common/config.h"
 #include "goblin/common/status.h"
 #include "goblin/core/core_service.h"
+#include "goblin/reactor/loop.h"
 #include "goblin/ring/server.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/store.h"
@@ -33,7 +35,8 @@ namespace goblin::core {
 
 struct ShardOptions {
   uint16_t index = 0, count = 1;
-  ring::ServerOptions ring;                  // socket_path: shard 0's only
+  reactor::LoopOptions loop;                 // busy-polling and sleeping
+  ring::ServerOptions ring;                  // (no socket_path: shard 0 binds it when all are open)
   std::optional<store::StoreOptions> store;  // nullopt: no disk tier (a lone head pool)
   store::PoolOptions lone_pool;              // the pool without a store
   std::vector<int> cpus;                     // pin the loop thread here (empty: no pinning)
@@ -53,6 +56,7 @@ class Shard {
   const store::HeadPool& pool() const { return store_ ? store_->pool() : *lone_pool_; }
   CoreService& service() { return *service_; }
   ring::RingServer& ring() { return *server_; }
+  const reactor::Loop& loop() const { return *loop_; }
 #if GOBLIN_HAVE_UCX
   verbs::UcxServer* ucx() { return ucx_.get(); }
 #endif
@@ -74,6 +78,7 @@ class Shard {
   std::unique_ptr<CoreService> service_;
   std::unique_ptr<admin::LoopExecutor> admin_loop_;
   std::unique_ptr<ring::RingServer> server_;
+  std::unique_ptr<reactor::Loop> loop_;  // serves the three above (declared last: goes first)
 #if GOBLIN_HAVE_UCX
   std::unique_ptr<verbs::UcxServer> ucx_;
 #endif

@@ -1,7 +1,5 @@
 #include "goblin/ring/server.h"
 
-#include <emmintrin.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -33,10 +31,6 @@ VoidResult EpollAdd(int epfd, int fd, uint32_t events) {
 }
 
 }  // namespace
-
-VoidResult Session::SendSideFrame(std::span<const uint8_t>, std::span<const int>) {
-  return Err(StatusCode::kUnimplemented, "side frames need a local (ring) session");
-}
 
 SendOutcome RingSession::Send(std::span<const uint8_t> msg) {
   sbe::MessageHeader h;
@@ -90,7 +84,7 @@ bool RingSession::DrainOutput() {
 }
 
 Result<std::unique_ptr<RingServer>> RingServer::Listen(const ServerOptions& options,
-                                                       Handler* handler) {
+                                                       reactor::Handler* handler) {
   GOBLIN_RETURN_IF_ERROR_CTX(ValidateCapacity(options.default_ring_bytes), "default ring");
   GOBLIN_RETURN_IF_ERROR_CTX(ValidateCapacity(options.max_ring_bytes), "max ring");
   std::unique_ptr<RingServer> s(new RingServer());
@@ -100,18 +94,21 @@ Result<std::unique_ptr<RingServer>> RingServer::Listen(const ServerOptions& opti
     return Err(StatusCode::kInvalidArgument, "shard {} of {}", options.shard, options.shard_count);
   }
   s->next_id_ = options.shard + 1u;  // session ids are unique across shards
-  if (!options.socket_path.empty()) {
-    GOBLIN_ASSIGN_OR_RETURN(s->listen_, ListenUnix(options.socket_path));
-  }
   s->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!s->epoll_) return ErrnoErr("epoll_create1", errno);
-  GOBLIN_ASSIGN_OR_RETURN(s->wake_, EventFd::Create());
   GOBLIN_ASSIGN_OR_RETURN(s->adopt_wake_, EventFd::Create());
-  if (s->listen_) GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->listen_.get(), EPOLLIN));
-  GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->wake_.fd(), EPOLLIN));
+  s->options_.socket_path.clear();
+  if (!options.socket_path.empty()) GOBLIN_RETURN_IF_ERROR(s->BindSocket(options.socket_path));
   GOBLIN_RETURN_IF_ERROR(EpollAdd(s->epoll_.get(), s->adopt_wake_.fd(), EPOLLIN));
   s->scratch_ = ByteBuffer(options.max_ring_bytes);
   return s;
+}
+
+VoidResult RingServer::BindSocket(const std::string& socket_path) {
+  if (listen_) return Err(StatusCode::kFailedPrecondition, "the ring server listens already");
+  GOBLIN_ASSIGN_OR_RETURN(listen_, ListenUnix(socket_path));
+  options_.socket_path = socket_path;
+  return EpollAdd(epoll_.get(), listen_.get(), EPOLLIN);
 }
 
 RingServer::~RingServer() {
@@ -120,87 +117,12 @@ RingServer::~RingServer() {
   if (listen_) unlink(options_.socket_path.c_str());
 }
 
-void RingServer::Stop() {
-  stop_.store(true, std::memory_order_release);
-  wake_.Notify();
-}
-
 VoidResult RingSession::SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds) {
   return SendFrame(sock_.get(), msg, fds);
 }
 
-VoidResult RingServer::AddWakeFd(int fd) {
-  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, EPOLLIN));
-  wake_fds_.push_back(fd);
-  return {};
-}
-
-VoidResult RingServer::AddSource(EventSource* source) {
-  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), source->event_fd(), EPOLLIN));
-  sources_.push_back(source);
-  return {};
-}
-
-VoidResult RingServer::Run(int stop_fd) {
-  stop_fd_ = stop_fd;
-  if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, EPOLLIN));
-  uint64_t last_work = MonotonicNanos();
-  const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
-  uint32_t iter = 0;
-  while (!stop_.load(std::memory_order_acquire)) {
-    size_t n = PollRings();
-    CloseMarked();
-    ++iter;
-    if (n > 0) {
-      last_work = MonotonicNanos();
-      if ((iter & 255) == 0) HandleEvents(0);
-      continue;
-    }
-    uint64_t now = MonotonicNanos();
-    if (options_.wake == WakeMode::kBusyPoll || now - last_work < busy_ns) {
-      if ((iter & 63) == 0) HandleEvents(0);
-      if (options_.yield_when_polling) {
-        sched_yield();
-      } else {
-        _mm_pause();
-      }
-      continue;
-    }
-    bool can_sleep = true;
-    for (RingSession* s : active_) {
-      if (!s->channel_.PrepareSleep(s->queued_bytes() > 0 || s->want_writable_)) can_sleep = false;
-    }
-    for (EventSource* src : sources_) {
-      if (can_sleep && !src->PrepareSleep()) can_sleep = false;
-    }
-    if (can_sleep) {
-      ++stats_.sleeps;
-      int timeout = pending_.empty() ? -1 : 1000;
-      if (int ms = handler_->max_sleep_ms(); ms >= 0)
-        timeout = timeout < 0 ? ms : std::min(timeout, ms);
-      for (EventSource* src : sources_) {
-        int ms = src->max_sleep_ms();
-        if (ms >= 0) timeout = timeout < 0 ? ms : std::min(timeout, ms);
-      }
-      HandleEvents(timeout);
-    } else {
-      HandleEvents(0);
-    }
-    for (RingSession* s : active_) s->channel_.FinishSleep();
-    CloseMarked();
-    last_work = MonotonicNanos();
-  }
-  std::vector<uint64_t> ids;
-  for (auto& [id, s] : sessions_) ids.push_back(id);
-  for (uint64_t id : ids) CloseSession(id);
-  pending_.clear();
-  for (EventSource* src : sources_) src->Close();
-  return {};
-}
-
-size_t RingServer::PollRings() {
-  size_t total = handler_->OnPoll();
-  for (EventSource* src : sources_) total += src->Poll();
+size_t RingServer::Poll() {
+  size_t total = 0;
   for (size_t i = 0; i < active_.size(); ++i) {
     RingSession* s = active_[i];
     if (s->closing_) continue;
@@ -219,7 +141,30 @@ size_t RingServer::PollRings() {
     }
     total += r.records;
   }
+  CloseMarked();
+  // Handshakes that never complete are dropped (checked now and then, and after events).
+  if (!pending_.empty() && (++rounds_ & 4095) == 0) DropStaleHandshakes();
   return total;
+}
+
+bool RingServer::PrepareSleep() {
+  bool can_sleep = true;
+  for (RingSession* s : active_) {
+    if (!s->channel_.PrepareSleep(s->queued_bytes() > 0 || s->want_writable_)) can_sleep = false;
+  }
+  return can_sleep;
+}
+
+void RingServer::FinishSleep() {
+  for (RingSession* s : active_) s->channel_.FinishSleep();
+  CloseMarked();
+}
+
+void RingServer::Close() {
+  std::vector<uint64_t> ids;
+  for (auto& [id, s] : sessions_) ids.push_back(id);
+  for (uint64_t id : ids) CloseSession(id);
+  pending_.clear();
 }
 
 PollResult RingServer::Deliver(RingSession& s, size_t max) {
@@ -234,9 +179,9 @@ PollResult RingServer::Deliver(RingSession& s, size_t max) {
       max);
 }
 
-void RingServer::HandleEvents(int timeout_ms) {
+void RingServer::OnReady() {
   epoll_event events[64];
-  int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
+  int n = epoll_wait(epoll_.get(), events, 64, 0);
   if (n < 0) {
     if (errno != EINTR) GOBLIN_LOG_ERROR(kLog, "epoll_wait: {}", ErrnoStatus("epoll_wait", errno));
     return;
@@ -249,14 +194,6 @@ void RingServer::HandleEvents(int timeout_ms) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = read(fd, &v, sizeof v);
       TakeAdopted();
-    } else if (fd == wake_.fd() || fd == stop_fd_) {
-      stop_.store(true, std::memory_order_release);
-    } else if (std::find(wake_fds_.begin(), wake_fds_.end(), fd) != wake_fds_.end()) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t r = read(fd, &v, sizeof v);  // OnPoll does the work
-    } else if (std::any_of(sources_.begin(), sources_.end(),
-                           [fd](EventSource* src) { return src->event_fd() == fd; })) {
-      // Poll() does the work
     } else if (pending_.count(fd)) {
       ReadHandshake(fd);
     } else if (auto it = fd_to_session_.find(fd); it != fd_to_session_.end()) {
@@ -277,17 +214,20 @@ void RingServer::HandleEvents(int timeout_ms) {
       s.closing_ = true;
     }
   }
-  // Handshakes that never complete are dropped.
-  if (!pending_.empty()) {
-    uint64_t now = MonotonicNanos();
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (now - it->second.accepted_at > kHandshakeTimeoutNs) {
-        GOBLIN_LOG_WARN(kLog, "dropping a connection that did not complete its handshake");
-        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
+  DropStaleHandshakes();
+  CloseMarked();
+}
+
+void RingServer::DropStaleHandshakes() {
+  if (pending_.empty()) return;
+  uint64_t now = MonotonicNanos();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (now - it->second.accepted_at > kHandshakeTimeoutNs) {
+      GOBLIN_LOG_WARN(kLog, "dropping a connection that did not complete its handshake");
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+      it = pending_.erase(it);
+    } else {
+      ++it;
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "goblin/common/clock.h"
+#include "goblin/reactor/loop.h"
 #include "goblin/ring/client.h"
 #include "goblin/ring/unix_socket.h"
 #include "goblin/wire/goblin_wire.h"
@@ -25,7 +26,9 @@ std::string TestSocket(const char* tag) {
 }
 
 // Answers Ping with Pong; on a Publish, floods the sender with `flood` Pongs of 1 KiB.
-class EchoHandler : public Handler {
+using reactor::Session;
+
+class EchoHandler : public reactor::Handler {
  public:
   void OnOpen(Session&) override { ++opened; }
   void OnClose(Session&) override { ++closed; }
@@ -58,21 +61,27 @@ class EchoHandler : public Handler {
   int flood = 0;
 };
 
+// The ring plane on a reactor loop of its own thread, as a core shard runs it.
 struct ServerThread {
-  explicit ServerThread(ServerOptions o) {
+  explicit ServerThread(ServerOptions o, reactor::LoopOptions lo = {}) {
     auto s = RingServer::Listen(o, &handler);
     EXPECT_TRUE(s) << s.error().ToString();
     server = std::move(*s);
-    thread = std::thread([this] { EXPECT_TRUE(server->Run()); });
+    auto l = reactor::Loop::Create(lo, &handler);
+    EXPECT_TRUE(l);
+    loop = std::move(*l);
+    EXPECT_TRUE(loop->AddSource(server.get()));
+    thread = std::thread([this] { EXPECT_TRUE(loop->Run()); });
   }
   ~ServerThread() { StopAndJoin(); }
   void StopAndJoin() {
     if (!thread.joinable()) return;
-    server->Stop();
+    loop->Stop();
     thread.join();
   }
   EchoHandler handler;
   std::unique_ptr<RingServer> server;
+  std::unique_ptr<reactor::Loop> loop;
   std::thread thread;
 };
 
@@ -128,8 +137,9 @@ TEST(RingServer, ClientsPingPong) {
 TEST(RingServer, BusyPollingClientWakesASleepingServer) {
   ServerOptions o;
   o.socket_path = TestSocket("busyclient");
-  o.busy_poll = std::chrono::microseconds(1);  // the server sleeps between requests
-  ServerThread st(o);
+  reactor::LoopOptions lo;
+  lo.busy_poll = std::chrono::microseconds(1);  // the server sleeps between requests
+  ServerThread st(o, lo);
   auto c = RingClient::Connect(o.socket_path,
                                {.wake = WakeMode::kBusyPoll, .spin = std::chrono::microseconds(1)});
   ASSERT_TRUE(c) << c.error().ToString();
@@ -138,7 +148,7 @@ TEST(RingServer, BusyPollingClientWakesASleepingServer) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // let the server fall asleep
   }
   st.StopAndJoin();  // the stats belong to the loop thread
-  EXPECT_GT(st.server->stats().sleeps, 0u);
+  EXPECT_GT(st.loop->stats().sleeps, 0u);
 }
 
 TEST(RingServer, ZeroCopySendThroughReserve) {
@@ -194,9 +204,10 @@ TEST(RingServer, DeadCoreIsReportedToTheClient) {
     ServerOptions o;
     o.socket_path = path;
     auto s = RingServer::Listen(o, &h);
-    if (!s) _exit(1);
+    auto loop = reactor::Loop::Create({}, &h);
+    if (!s || !loop || !(*loop)->AddSource(s->get())) _exit(1);
     (void)!write(ready[1], "r", 1);
-    (void)(*s)->Run();
+    (void)(*loop)->Run();
     _exit(0);
   }
   char c;

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "goblin/common/clock.h"
-#include "goblin/ring/client.h"
 #include "goblin/sbe/runtime.h"
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 
 namespace goblin::verbs {
@@ -34,7 +34,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
 
   uint8_t buf[512];
   wire::HelloEncoder hello(buf, sizeof buf);
-  hello.set_protocol_version(ring::kProtocolVersion)
+  hello.set_protocol_version(wire::kProtocolVersion)
       .set_peer_kind(static_cast<wire::PeerKind>(options.peer_kind))
       .set_flags(0)
       .set_pid(static_cast<uint32_t>(getpid()))
@@ -64,9 +64,9 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   }
   auto w = wire::WelcomeDecoder::Decode(reply);
   if (!w) return Err(StatusCode::kCorruption, "malformed Welcome: {}", w.error().message());
-  if (w->protocol_version() != ring::kProtocolVersion) {
+  if (w->protocol_version() != wire::kProtocolVersion) {
     return Err(StatusCode::kFailedPrecondition, "core speaks protocol {}, this client {}",
-               w->protocol_version(), ring::kProtocolVersion);
+               w->protocol_version(), wire::kProtocolVersion);
   }
   c->client_id_ = w->client_id();
   c->server_pid_ = w->server_pid();

@@ -8,8 +8,8 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
-#include "goblin/ring/client.h"
 #include "goblin/sbe/runtime.h"
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 
 namespace goblin::verbs {
@@ -34,17 +34,18 @@ std::string FormatSockaddr(const sockaddr_storage& ss) {
 
 }  // namespace
 
-ring::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
-  if (msg.size() > max_message_) return ring::SendOutcome::kTooLarge;
-  if (failed_ || ep_ == nullptr) return ring::SendOutcome::kOverLimit;
+reactor::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
+  if (msg.size() > max_message_) return reactor::SendOutcome::kTooLarge;
+  if (failed_ || ep_ == nullptr) return reactor::SendOutcome::kOverLimit;
   const UcxServerOptions& o = server_->options_;
-  if (queued_ + msg.size() > o.send_window + o.output_limit) return ring::SendOutcome::kOverLimit;
+  if (queued_ + msg.size() > o.send_window + o.output_limit)
+    return reactor::SendOutcome::kOverLimit;
   if (o.output_soft_limit != 0 && queued_ + msg.size() > o.send_window + o.output_soft_limit) {
     uint64_t now = MonotonicNanos();
     if (soft_since_ == 0) {
       soft_since_ = now;
     } else if (now - soft_since_ > static_cast<uint64_t>(o.output_soft_time.count())) {
-      return ring::SendOutcome::kOverLimit;
+      return reactor::SendOutcome::kOverLimit;
     }
   }
   auto r = SendMessage(ep_, msg, server_->buffers_, id_, &UcxServer::OnSent, server_, false,
@@ -53,17 +54,17 @@ ring::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
     GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
     failed_ = true;
     closing_ = true;
-    return ring::SendOutcome::kOverLimit;
+    return reactor::SendOutcome::kOverLimit;
   }
   queued_ += *r;
-  return queued_ > o.send_window ? ring::SendOutcome::kQueued : ring::SendOutcome::kSent;
+  return queued_ > o.send_window ? reactor::SendOutcome::kQueued : reactor::SendOutcome::kSent;
 }
 
-ring::Session::PayloadSend UcxSession::SendWithPayload(std::span<const uint8_t> header,
-                                                       std::span<const uint8_t> payload,
-                                                       uint64_t token) {
-  if (failed_ || ep_ == nullptr) return {ring::SendOutcome::kOverLimit, true};
-  if (header.size() + 4 > max_message_) return {ring::SendOutcome::kTooLarge, true};
+reactor::Session::PayloadSend UcxSession::SendWithPayload(std::span<const uint8_t> header,
+                                                          std::span<const uint8_t> payload,
+                                                          uint64_t token) {
+  if (failed_ || ep_ == nullptr) return {reactor::SendOutcome::kOverLimit, true};
+  if (header.size() + 4 > max_message_) return {reactor::SendOutcome::kTooLarge, true};
   const UcxServerOptions& o = server_->options_;
   auto r =
       SendHeaderAndPayload(ep_, header, payload, server_->MemhFor(payload.data(), payload.size()),
@@ -72,11 +73,12 @@ ring::Session::PayloadSend UcxSession::SendWithPayload(std::span<const uint8_t> 
     GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
     failed_ = true;
     closing_ = true;
-    return {ring::SendOutcome::kOverLimit, true};
+    return {reactor::SendOutcome::kOverLimit, true};
   }
-  if (*r) return {ring::SendOutcome::kSent, true};
+  if (*r) return {reactor::SendOutcome::kSent, true};
   queued_ += header.size() + payload.size();
-  return {queued_ > o.send_window ? ring::SendOutcome::kQueued : ring::SendOutcome::kSent, false};
+  return {queued_ > o.send_window ? reactor::SendOutcome::kQueued : reactor::SendOutcome::kSent,
+          false};
 }
 
 Result<std::vector<uint8_t>> UcxSession::PackRemoteKey(const void* base, size_t bytes) {
@@ -111,7 +113,7 @@ ucp_mem_h UcxServer::MemhFor(const uint8_t* p, size_t n) const {
 }
 
 Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& options,
-                                                     ring::Handler* handler) {
+                                                     reactor::Handler* handler) {
   std::unique_ptr<UcxServer> s(new UcxServer());
   s->options_ = options;
   s->handler_ = handler;
@@ -267,12 +269,12 @@ void UcxServer::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t sta
 void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
   auto hello = wire::HelloDecoder::Decode(msg);
   uint8_t buf[8192];  // (the Welcome lists every shard's address)
-  if (!hello || hello->protocol_version() != ring::kProtocolVersion) {
+  if (!hello || hello->protocol_version() != wire::kProtocolVersion) {
     wire::ErrorEncoder e(buf, sizeof buf);
     e.set_code(wire::ErrorCode::kInvalidArgument)
         .set_text(!hello ? fmt::format("expected Hello: {}", hello.error().message())
                          : fmt::format("protocol version {} (this core speaks {})",
-                                       hello->protocol_version(), ring::kProtocolVersion));
+                                       hello->protocol_version(), wire::kProtocolVersion));
     (void)s.Send({buf, e.Finish()});
     ++stats_.rejected;
     s.closing_ = true;
@@ -293,7 +295,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
   s.name_ = std::string(hello->client_name());
   s.max_message_ = std::min(options_.max_message, std::max<uint32_t>(hello->max_message(), 4096));
   wire::WelcomeEncoder w(buf, sizeof buf);
-  w.set_protocol_version(ring::kProtocolVersion)
+  w.set_protocol_version(wire::kProtocolVersion)
       .set_flags(0)
       .set_server_pid(static_cast<uint32_t>(getpid()))
       .set_client_id(s.id_)
@@ -303,7 +305,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_shard_count(options_.shard_count)
       .set_server_name(options_.server_name)
       .set_shard_addresses(shard_addresses_);
-  if (s.Send({buf, w.Finish()}) == ring::SendOutcome::kOverLimit) return;
+  if (s.Send({buf, w.Finish()}) == reactor::SendOutcome::kOverLimit) return;
   s.welcomed_ = true;
   ++stats_.accepted;
   GOBLIN_LOG_DEBUG(kLog, "client {} connected over UCX: {} pid {} from {}", s.id_, s.name_, s.pid_,

@@ -1,6 +1,6 @@
 // LoopExecutor: runs work from other threads (the admin API's gRPC threads) on the core's
 // loop thread, where the store, the pools' bookkeeping and the sessions live and are never
-// locked. A ring::EventSource in that loop: Call() queues a closure and rings an eventfd;
+// locked. A reactor::EventSource in that loop: Call() queues a closure and rings an eventfd;
 // the loop runs queued closures in Poll(). Admin calls are rare, so a mutex and a condition
 // variable per call are fine here; nothing on the request path goes through this.
 // Threading: Call() from any thread except the loop's; the EventSource methods from the
@@ -17,11 +17,11 @@
 
 #include "goblin/common/fd.h"
 #include "goblin/common/status.h"
-#include "goblin/ring/server.h"
+#include "goblin/reactor/event_source.h"
 
 namespace goblin::admin {
 
-class LoopExecutor final : public ring::EventSource {
+class LoopExecutor final : public reactor::EventSource {
  public:
   static Result<std::unique_ptr<LoopExecutor>> Create();
 
@@ -30,7 +30,7 @@ class LoopExecutor final : public ring::EventSource {
   // runs (if it had started, Call waits for it to finish: it may touch the caller's state).
   VoidResult Call(const std::function<void()>& fn, std::chrono::milliseconds timeout);
 
-  // ring::EventSource (loop thread)
+  // reactor::EventSource (loop thread)
   int event_fd() const override { return efd_.get(); }
   size_t Poll() override;
   bool PrepareSleep() override;

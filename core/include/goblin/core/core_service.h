@@ -36,7 +36,8 @@
 #include "goblin/common/fd.h"
 #include "goblin/common/histogram.h"
 #include "goblin/pubsub/engine.h"
-#include "goblin/ring/server.h"
+#include "goblin/reactor/handler.h"
+#include "goblin/reactor/session.h"
 #include "goblin/sbe/runtime.h"
 #include "goblin/store/store.h"
 
@@ -61,7 +62,7 @@ struct CoreHistograms {
   LatencyHistogram publish;          // Publish handled (fanned out to every receiver)
 };
 
-class CoreService : public ring::Handler {
+class CoreService : public reactor::Handler {
  public:
   static constexpr size_t kMaxLoansPerSession = 6;
   // A gateway carries many clients' reads on one session: more streams and loans at once.
@@ -81,20 +82,20 @@ class CoreService : public ring::Handler {
   uint16_t shard() const { return shard_; }
   uint16_t shard_count() const { return shard_count_; }
 
-  void OnOpen(ring::Session& session) override;
-  void OnMessage(ring::Session& session, std::span<const uint8_t> msg) override;
-  void OnClose(ring::Session& session) override;
-  void OnWritable(ring::Session& session) override;
+  void OnOpen(reactor::Session& session) override;
+  void OnMessage(reactor::Session& session, std::span<const uint8_t> msg) override;
+  void OnClose(reactor::Session& session) override;
+  void OnWritable(reactor::Session& session) override;
   size_t OnPoll() override;
   int max_sleep_ms() const override;
-  void OnPayloadSent(ring::Session& session, uint64_t token) override;
+  void OnPayloadSent(reactor::Session& session, uint64_t token) override;
 
   const CoreCounters& counters() const { return counters_; }
   const CoreHistograms& histograms() const { return histograms_; }
 
   // For the admin plane (loop thread only): every open session with what it holds.
   struct SessionView {
-    const ring::Session* session = nullptr;
+    const reactor::Session* session = nullptr;
     size_t loans = 0;        // lent pieces not yet given back
     size_t downloads = 0;    // Gets streaming
     size_t subscribers = 0;  // pub/sub subscribers it carries
@@ -136,42 +137,42 @@ class CoreService : public ring::Handler {
     bool waiting = false;  // a download paused at a limit
   };
 
-  void SendError(ring::Session& session, uint64_t correlation_id, uint16_t code,
+  void SendError(reactor::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
   // False (and the request answered wrongShard) when `key` belongs to another shard.
-  bool OwnsKey(ring::Session& session, uint64_t correlation_id, std::string_view key);
-  void SendStatusError(ring::Session& session, uint64_t correlation_id, const Status& s);
+  bool OwnsKey(reactor::Session& session, uint64_t correlation_id, std::string_view key);
+  void SendStatusError(reactor::Session& session, uint64_t correlation_id, const Status& s);
   // A request that did not decode: counted, answered with InvalidArgument naming it.
-  void SendMalformed(ring::Session& session, std::string_view what, sbe::DecodeError e);
-  bool Send(ring::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
-  ring::Session* SessionById(uint64_t id) {
+  void SendMalformed(reactor::Session& session, std::string_view what, sbe::DecodeError e);
+  bool Send(reactor::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
+  reactor::Session* SessionById(uint64_t id) {
     auto it = sessions_.find(id);
     return it == sessions_.end() ? nullptr : it->second;
   }
   // Sends what one download can send now; false when it is finished (or failed).
-  bool Pump(ring::Session& session, Download& d);
-  void HandlePubsub(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
+  bool Pump(reactor::Session& session, Download& d);
+  void HandlePubsub(reactor::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
-  pubsub::SubscriberId SubscriberOf(ring::Session& session, uint64_t session_id, bool create);
-  void DropSubscribers(ring::Session& session);
+  pubsub::SubscriberId SubscriberOf(reactor::Session& session, uint64_t session_id, bool create);
+  void DropSubscribers(reactor::Session& session);
   // Sends a pub/sub message; a subscriber that cannot take it is dropped.
-  void SendPubsub(ring::Session& session, size_t n);
-  void HandleMapPools(ring::Session& session, uint64_t correlation_id);
-  void HandleRemotePools(ring::Session& session, uint64_t correlation_id);
-  void HandleLoanRelease(ring::Session& session, uint64_t loan_id);
+  void SendPubsub(reactor::Session& session, size_t n);
+  void HandleMapPools(reactor::Session& session, uint64_t correlation_id);
+  void HandleRemotePools(reactor::Session& session, uint64_t correlation_id);
+  void HandleLoanRelease(reactor::Session& session, uint64_t loan_id);
   // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
-  std::optional<uint64_t> Hold(ring::Session& session, Download& d);
+  std::optional<uint64_t> Hold(reactor::Session& session, Download& d);
   // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
-  bool Lend(ring::Session& session, Download& d, std::span<const uint8_t> bytes);
+  bool Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes);
   // A remote session: sends the peeked bytes as an ObjectData payload straight from the
   // pool, held like a loan until OnPayloadSent; nullopt at the session's limit.
-  std::optional<ring::SendOutcome> SendByReference(ring::Session& session, Download& d,
-                                                   std::span<const uint8_t> bytes);
+  std::optional<reactor::SendOutcome> SendByReference(reactor::Session& session, Download& d,
+                                                      std::span<const uint8_t> bytes);
   void ReleaseLent(const Lent& l);
-  void HandleObject(ring::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
+  void HandleObject(reactor::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
-  void SendDescription(ring::Session& session, uint64_t correlation_id,
+  void SendDescription(reactor::Session& session, uint64_t correlation_id,
                        const std::optional<store::HeadDescription>& d);
   // ObjectDescribes whose head is being read from disk (never on the loop): answered once
   // their refill stream has its first chunk (the head is then in RAM, or cannot be).
@@ -181,12 +182,12 @@ class CoreService : public ring::Handler {
   uint16_t shard_ = 0, shard_count_ = 1;
   CoreCounters counters_;
   CoreHistograms histograms_;
-  std::unordered_map<uint64_t, ring::Session*> sessions_;  // open sessions by id
-  ByteBuffer out_ = ByteBuffer(1 << 20);                   // not zero-filled: resident as used
+  std::unordered_map<uint64_t, reactor::Session*> sessions_;  // open sessions by id
+  ByteBuffer out_ = ByteBuffer(1 << 20);                      // not zero-filled: resident as used
   using Uploads = std::unordered_map<uint64_t, Upload>;
   Uploads uploads_;  // fill id -> owner
   // The session's own fill `put_id`, or end() after answering `what` with NotFound.
-  Uploads::iterator OwnUpload(ring::Session& session, uint64_t put_id, std::string_view what,
+  Uploads::iterator OwnUpload(reactor::Session& session, uint64_t put_id, std::string_view what,
                               uint64_t corr);
   std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
   std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out
@@ -216,7 +217,7 @@ class CoreService : public ring::Handler {
 
   pubsub::Engine pubsub_;
   struct Subscriber {
-    ring::Session* session = nullptr;
+    reactor::Session* session = nullptr;
     uint64_t session_id = 0;
   };
   std::unordered_map<pubsub::SubscriberId, Subscriber> subscribers_;
@@ -224,7 +225,7 @@ class CoreService : public ring::Handler {
   std::unordered_map<uint64_t, std::unordered_map<uint64_t, pubsub::SubscriberId>> sub_ids_;
   pubsub::SubscriberId next_subscriber_ = 1;
   struct FanOut {  // per ring session, reused across publishes (no allocation when warm)
-    ring::Session* session = nullptr;
+    reactor::Session* session = nullptr;
     std::vector<uint64_t> session_ids;
   };
   std::unordered_map<uint64_t, FanOut> fan_out_;

@@ -15,12 +15,12 @@
 #include "goblin/common/fd.h"
 #include "goblin/common/status.h"
 #include "goblin/ring/channel.h"
+#include "goblin/sbe/wire_flags.h"
 
 namespace goblin::ring {
 
-// Protocol version spoken in Hello/Welcome.
-inline constexpr uint16_t kProtocolVersion =
-    2;  // 2: shards (Hello.shard, Welcome.shard/shardCount)
+// Protocol version spoken in Hello/Welcome (the wire's, for every plane).
+inline constexpr uint16_t kProtocolVersion = wire::kProtocolVersion;
 
 struct ClientOptions {
   uint32_t ring_bytes = kDefaultCapacity;  // per direction; power of two >= 4 KiB

@@ -1,10 +1,15 @@
-// Bit values of the schema's `flags` fields, shared by the core and its clients.
+// Bit values of the schema's `flags` fields and the protocol version spoken in Hello/Welcome,
+// shared by the core and its clients on every plane.
 // Threading: constants only.
 #pragma once
 
 #include <cstdint>
 
 namespace goblin::wire {
+
+// Hello/Welcome protocolVersion. 2: shards (Hello.shard, Welcome.shard/shardCount/
+// shardAddresses).
+inline constexpr uint16_t kProtocolVersion = 2;
 
 // ObjectGet.flags
 inline constexpr uint32_t kGetFollowFill = 1u << 0;  // stream an in-progress fill of the key

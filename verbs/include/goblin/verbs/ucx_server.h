@@ -1,7 +1,7 @@
 // The core side of the UCX plane: a UCX listener (`--rdma-listen HOST:PORT`) on the core
 // thread's own worker (single-thread mode), served by the same loop as the ring plane
-// (it is a ring::EventSource: the worker's event fd joins the loop's epoll set and the loop
-// sleeps only after ucp_worker_arm agrees). Each connected endpoint is a ring::Session for
+// (it is a reactor::EventSource: the worker's event fd joins the loop's epoll set and the loop
+// sleeps only after ucp_worker_arm agrees). Each connected endpoint is a reactor::Session for
 // the same Handler (CoreService): the client's first message is a Hello, answered with a
 // Welcome; then every SBE request is an eager active message and every reply one back.
 // Sends that UCX cannot finish at once are copied into reusable buffers and counted as
@@ -19,7 +19,10 @@
 #include <vector>
 
 #include "goblin/common/status.h"
-#include "goblin/ring/server.h"
+#include "goblin/reactor/event_source.h"
+#include "goblin/reactor/handler.h"
+#include "goblin/reactor/session.h"
+#include "goblin/ring/client.h"
 #include "goblin/verbs/ucx.h"
 
 namespace goblin::verbs {
@@ -53,11 +56,11 @@ struct UcxServerStats {
 
 class UcxServer;
 
-class UcxSession final : public ring::Session {
+class UcxSession final : public reactor::Session {
  public:
   uint32_t max_message() const override { return max_message_; }
   size_t queued_bytes() const override { return queued_; }
-  ring::SendOutcome Send(std::span<const uint8_t> msg) override;
+  reactor::SendOutcome Send(std::span<const uint8_t> msg) override;
   bool sends_by_reference() const override { return true; }
   Result<std::vector<uint8_t>> PackRemoteKey(const void* base, size_t bytes) override;
   PayloadSend SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
@@ -78,10 +81,10 @@ class UcxSession final : public ring::Session {
   std::string peer_ = "ucx";
 };
 
-class UcxServer final : public ring::EventSource {
+class UcxServer final : public reactor::EventSource {
  public:
   static Result<std::unique_ptr<UcxServer>> Listen(const UcxServerOptions& options,
-                                                   ring::Handler* handler);
+                                                   reactor::Handler* handler);
   ~UcxServer() override;
   UcxServer(const UcxServer&) = delete;
   UcxServer& operator=(const UcxServer&) = delete;
@@ -131,7 +134,7 @@ class UcxServer final : public ring::EventSource {
   std::vector<std::pair<uint64_t, uint64_t>> payloads_done_;
 
   UcxServerOptions options_;
-  ring::Handler* handler_ = nullptr;
+  reactor::Handler* handler_ = nullptr;
   SendBuffers buffers_;  // outlives the worker (its callbacks return buffers here)
   std::unique_ptr<UcxContext> context_;
   std::unique_ptr<UcxWorker> worker_;

@@ -1,0 +1,135 @@
+#include "goblin/reactor/loop.h"
+
+#include <emmintrin.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/log.h"
+
+namespace goblin::reactor {
+namespace {
+
+constexpr std::string_view kLog = "reactor";
+// epoll data: what an fd is (the low 32 bits index sources).
+constexpr uint64_t kTagStop = 1ull << 32, kTagWake = 2ull << 32, kTagSource = 3ull << 32;
+
+VoidResult EpollAdd(int epfd, int fd, uint64_t tag) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag;
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return ErrnoErr("epoll_ctl(ADD)", errno);
+  return {};
+}
+
+int Tighter(int a, int b) {  // the shorter of two sleep bounds (-1: none)
+  if (a < 0) return b;
+  if (b < 0) return a;
+  return std::min(a, b);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Loop>> Loop::Create(const LoopOptions& options, Handler* handler) {
+  std::unique_ptr<Loop> l(new Loop());
+  l->options_ = options;
+  l->handler_ = handler;
+  l->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  if (!l->epoll_) return ErrnoErr("epoll_create1", errno);
+  l->wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!l->wake_) return ErrnoErr("eventfd", errno);
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(l->epoll_.get(), l->wake_.get(), kTagStop));
+  return l;
+}
+
+VoidResult Loop::AddWakeFd(int fd) {
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, kTagWake + wake_fds_.size()));
+  wake_fds_.push_back(fd);
+  return {};
+}
+
+VoidResult Loop::AddSource(EventSource* source) {
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), source->event_fd(), kTagSource + sources_.size()));
+  sources_.push_back(source);
+  return {};
+}
+
+void Loop::Stop() {
+  stop_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  (void)!write(wake_.get(), &one, sizeof one);
+}
+
+VoidResult Loop::Run(int stop_fd) {
+  stop_fd_ = stop_fd;
+  if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, kTagStop));
+  uint64_t last_work = MonotonicNanos();
+  const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  uint32_t iter = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    size_t n = handler_ != nullptr ? handler_->OnPoll() : 0;
+    for (EventSource* src : sources_) n += src->Poll();
+    ++iter;
+    if (n > 0) {
+      last_work = MonotonicNanos();
+      if ((iter & 255) == 0) HandleEvents(0);  // accepts and closes while busy
+      continue;
+    }
+    uint64_t now = MonotonicNanos();
+    if (options_.never_sleep || now - last_work < busy_ns) {
+      if ((iter & 63) == 0) HandleEvents(0);
+      if (options_.yield_when_polling) {
+        sched_yield();
+      } else {
+        _mm_pause();
+      }
+      continue;
+    }
+    // Every source announces its sleep (so peers ring its doorbells) before any sleeps.
+    bool can_sleep = true;
+    for (EventSource* src : sources_) {
+      if (!src->PrepareSleep()) can_sleep = false;
+    }
+    if (can_sleep) {
+      ++stats_.sleeps;
+      int timeout = handler_ != nullptr ? handler_->max_sleep_ms() : -1;
+      for (EventSource* src : sources_) timeout = Tighter(timeout, src->max_sleep_ms());
+      HandleEvents(timeout);
+    } else {
+      HandleEvents(0);
+    }
+    for (EventSource* src : sources_) src->FinishSleep();
+    last_work = MonotonicNanos();
+  }
+  for (EventSource* src : sources_) src->Close();
+  return {};
+}
+
+void Loop::HandleEvents(int timeout_ms) {
+  epoll_event events[64];
+  int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
+  if (n < 0) {
+    if (errno != EINTR) GOBLIN_LOG_ERROR(kLog, "epoll_wait: {}", ErrnoStatus("epoll_wait", errno));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const uint64_t tag = events[i].data.u64;
+    const uint64_t kind = tag & ~0xffffffffull;
+    const auto idx = static_cast<size_t>(tag & 0xffffffffull);
+    if (kind == kTagStop) {
+      stop_.store(true, std::memory_order_release);
+    } else if (kind == kTagWake && idx < wake_fds_.size()) {
+      uint64_t v;  // (an eventfd: the handler's OnPoll does the work)
+      [[maybe_unused]] ssize_t r = read(wake_fds_[idx], &v, sizeof v);
+    } else if (kind == kTagSource && idx < sources_.size()) {
+      sources_[idx]->OnReady();
+    }
+  }
+}
+
+}  // namespace goblin::reactor
