@@ -1,6 +1,7 @@
 // The HTTP front: setup and the event loop. See http_server_impl.h for the other parts.
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -146,6 +147,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? 1000 : 0;
       if (int r = core_->MillisUntilReconnect(now); r >= 0 && r < timeout) timeout = r;
     }
+    if (timeout == 0 && work == 0 && options_.yield_when_polling) sched_yield();
 #if GOBLIN_HAVE_URING
     if (async_) net_.Submit();
 #endif

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
                     "RESP front: poll this long after the last work before sleeping (0: sleep "
                     "at once; give the core and the gateway their own CPUs before raising it)");
   app.add_flag("--yield-when-polling", r.yield_when_polling,
-               "RESP front: yield the CPU between polls while busy-polling (sharing a CPU "
+               "Both fronts: yield the CPU between polls while busy-polling (sharing CPUs "
                "with goblin-core)");
   std::string cpus;
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3; HTTP worker i on the i-th)");
@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
   h.listen_address = r.listen_address = listen_address;
   h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);
   h.max_clients = r.max_clients;
+  h.yield_when_polling = r.yield_when_polling;
   h.default_ttl = std::chrono::duration_cast<std::chrono::seconds>(default_ttl);
   h.origin_timeout = std::max(std::chrono::seconds(1),
                               std::chrono::duration_cast<std::chrono::seconds>(origin_timeout));
