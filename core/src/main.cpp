@@ -116,9 +116,15 @@ int main(int argc, char** argv) {
   app.add_option("--wake", wake, "spin (spin, then sleep on doorbells) or busy (never sleep)")
       ->check(CLI::IsMember({"spin", "busy"}))
       ->capture_default_str();
-  app.add_flag("--yield-when-polling", yield_when_polling,
-               "Yield the CPU between polls while busy-polling (when goblin-gateway shares the "
-               "core's CPU)");
+  std::string polling = "auto";
+  app.add_option("--polling", polling,
+                 "How a shard waits for work while busy-polling: pause (spin: lowest latency, "
+                 "for CPUs of its own), yield (give the CPU to any other runnable thread between "
+                 "polls: for CPUs shared with the gateway and clients), auto (pause when "
+                 "--cpus/--numa give every shard a CPU of its own, else yield)")
+      ->check(CLI::IsMember({"auto", "pause", "yield"}))
+      ->capture_default_str();
+  app.add_flag("--yield-when-polling", yield_when_polling, "Same as --polling yield");
   store::PoolOptions pool_opts;
   pool_opts.memory = 256ull << 20;
   pool_opts.block = 256 << 10;
@@ -297,6 +303,11 @@ int main(int argc, char** argv) {
   pool_opts.hugepages = *store::ParseHugePages(hugepages);
   pool_opts.allow_promotion = !no_promotion;
   const auto n_shards = static_cast<uint16_t>(cores);
+  // A shard pauses between polls only on a CPU of its own; otherwise it yields, so it never
+  // holds a CPU another thread (a gateway worker, a client, another shard) has work for.
+  if (yield_when_polling) polling = "yield";
+  yield_when_polling =
+      polling == "yield" || (polling == "auto" && (pin.empty() || pin.size() < n_shards));
   // Each shard gets its slice of what is sized for the whole core.
   store::PoolOptions shard_pool = pool_opts;
   shard_pool.memory = pool_opts.memory / n_shards / pool_opts.block * pool_opts.block;
@@ -483,9 +494,10 @@ int main(int argc, char** argv) {
   if (auto r = first.ring().BindSocket(opts.socket_path); !r) return Fail(r.error());
   GOBLIN_LOG_INFO(kLog,
                   "goblin-core {} pid {} serving the ring plane on unix:{} ({} shard{}, ring {} "
-                  "per direction, {}, busy-poll {})",
+                  "per direction, {}, busy-poll {}, {} between polls)",
                   GOBLIN_VERSION, getpid(), opts.socket_path, n_shards, n_shards == 1 ? "" : "s",
-                  FormatSize(ring_bytes), wake, FormatDuration(busy_poll));
+                  FormatSize(ring_bytes), wake, FormatDuration(busy_poll),
+                  yield_when_polling ? "yielding" : "pausing");
 #if GOBLIN_HAVE_UCX
   if (!rdma_listen.empty()) {
     std::string ports;

@@ -93,9 +93,16 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--busy-poll", &r.busy_poll,
                     "RESP front: poll this long after the last work before sleeping (0: sleep "
                     "at once; give the core and the gateway their own CPUs before raising it)");
-  app.add_flag("--yield-when-polling", r.yield_when_polling,
-               "Both fronts: yield the CPU between polls while busy-polling (sharing CPUs "
-               "with goblin-core)");
+  std::string polling = "auto";
+  app.add_option("--polling", polling,
+                 "How the fronts wait for work while busy-polling: pause (spin: lowest latency, "
+                 "for CPUs of their own), yield (give the CPU to any other runnable thread "
+                 "between polls: for CPUs shared with goblin-core and clients), auto (pause "
+                 "when --cpus gives every loop a CPU of its own, else yield)")
+      ->check(CLI::IsMember({"auto", "pause", "yield"}))
+      ->capture_default_str();
+  bool yield_flag = false;
+  app.add_flag("--yield-when-polling", yield_flag, "Same as --polling yield");
   std::string cpus;
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3; HTTP worker i on the i-th)");
   int threads = 0;
@@ -124,6 +131,13 @@ int main(int argc, char** argv) {
   // half the throughput at 16 connections (docs/benchmarks/concurrency.md). A dedicated
   // gateway host gives --threads explicitly.
   if (threads == 0) threads = std::max<int>(1, static_cast<int>(cpu_list.size()) / 2);
+  // Polling: a loop pauses between polls only on a CPU of its own (every HTTP worker and
+  // the RESP front one each); otherwise it yields, so it never holds a CPU another thread
+  // has work for (measured: docs/benchmarks/concurrency.md).
+  if (yield_flag) polling = "yield";
+  const size_t loops = static_cast<size_t>(threads) + 1;
+  r.yield_when_polling =
+      polling == "yield" || (polling == "auto" && (cpus.empty() || cpu_list.size() < loops));
 
   std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();
@@ -165,8 +179,9 @@ int main(int argc, char** argv) {
       if (!s) return Fail(s.error().WithContext(fmt::format("HTTP worker {}", i)));
       workers.push_back(std::move(*s));
     }
-    GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {}, {} worker{})", h.mirror,
-                    listen_address, workers[0]->port(), net, threads, threads == 1 ? "" : "s");
+    GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {}, {} worker{}, {} between polls)",
+                    h.mirror, listen_address, workers[0]->port(), net, threads,
+                    threads == 1 ? "" : "s", h.yield_when_polling ? "yielding" : "pausing");
   }
   if (resp) {
     auto s = gateway::RespServer::Start(r);
