@@ -340,6 +340,42 @@ TEST_P(CoreFaults, TheGatewaySurvivesTheCoreRestarting) {
   EXPECT_EQ(gateway_->Wait(0ms), -1) << "the gateway died:\n" << gateway_->Output();
 }
 
+// The core comes back with another shard count (on a fresh tier: a tier keeps its own):
+// the gateway's link reads the new count from the Welcome, connects to every shard and
+// sends each key to its shard; nothing it held for the old core is sent to the new one.
+TEST_P(CoreFaults, TheGatewayFollowsACoreRestartedWithMoreShards) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_EQ(Curl("/gen/100K/before").code, 200);
+  core_->Signal(SIGTERM);
+  ASSERT_EQ(core_->Wait(10s), 0) << core_->Output();
+  EXPECT_EQ(Curl("/gen/100K/before").code, 503);
+  const std::string tier3 = tier_ + "-3";
+  ASSERT_EQ(test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier3}, dir_ + "/prep3.log").first, 0);
+  for (size_t i = 0; i + 1 < core_args_.size(); ++i) {
+    if (core_args_[i] == "--ssd-dir") core_args_[i + 1] = tier3;
+  }
+  core_args_.insert(core_args_.end(), {"--cores", "3"});
+  ASSERT_TRUE(StartCore()) << core_->Output();
+  Reply back;
+  for (int i = 0; i < 100; ++i) {
+    back = Curl("/gen/100K/before");
+    if (back.code == 200) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(back.code, 200) << gateway_->Output();
+  EXPECT_TRUE(HasHeader(back.headers, "X-Cache: MISS"));  // a new, empty store
+  std::vector<std::string> paths;
+  for (int i = 0; i < 12; ++i) paths.push_back(fmt::format("/gen/{}K/after{}", 20 + i, i));
+  for (const auto& p : paths) ASSERT_EQ(Curl(p).code, 200) << p;
+  for (const auto& p : paths) {
+    Reply hit = Curl(p);
+    EXPECT_TRUE(HasHeader(hit.headers, "X-Cache: HIT")) << p;
+    EXPECT_EQ(hit.body, Origin(p)) << p;
+  }
+  EXPECT_NE(gateway_->Output().find("3 shards"), std::string::npos) << gateway_->Output();
+  EXPECT_EQ(gateway_->Wait(0ms), -1) << "the gateway died:\n" << gateway_->Output();
+}
+
 TEST_P(CoreFaults, AFollowerIsAMissUntilTheObjectIsCommitted) {
   ASSERT_NO_FATAL_FAILURE(Start());
   const std::string url = "/gen/1M/f?pace=30";
