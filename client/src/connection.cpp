@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "goblin/client/transport.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/shard.h"
@@ -18,7 +19,6 @@
 #include "goblin/sbe/runtime.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
-#include "transport.h"
 
 namespace goblin::client {
 
@@ -480,7 +480,7 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
 // (pub/sub lives on shard 0: its transport is the one an event loop watches)
 int Connection::wake_fd() const { return links_.front()->transport->wake_fd(); }
 int Connection::liveness_fd() const { return links_.front()->transport->liveness_fd(); }
-bool Connection::PrepareSleep() { return first().transport->PrepareSleep(); }
+bool Connection::PrepareSleep() { return first().transport->PrepareSleep(false); }
 void Connection::FinishSleep() { first().transport->FinishSleep(); }
 VoidResult Connection::CheckAlive() {
   for (auto& l : links_) GOBLIN_RETURN_IF_ERROR(l->transport->CheckAlive());

@@ -1,4 +1,4 @@
-#include "transport.h"
+#include "goblin/client/transport.h"
 
 #include "goblin/common/config.h"
 #include "goblin/ring/client.h"
@@ -27,7 +27,7 @@ class RingTransport final : public Transport {
   Result<bool> Wait(std::chrono::nanoseconds timeout) override { return ring_->Wait(timeout); }
   int wake_fd() const override { return ring_->doorbell_fd(); }
   int liveness_fd() const override { return ring_->socket_fd(); }
-  bool PrepareSleep() override { return ring_->PrepareSleep(false); }
+  bool PrepareSleep(bool want_space) override { return ring_->PrepareSleep(want_space); }
   void FinishSleep() override { ring_->FinishSleep(); }
   VoidResult CheckAlive() override { return ring_->CheckAlive(); }
   bool local() const override { return true; }
@@ -66,7 +66,7 @@ class UcxTransport final : public Transport {
   Result<bool> Wait(std::chrono::nanoseconds timeout) override { return ucx_->Wait(timeout); }
   int wake_fd() const override { return ucx_->wake_fd(); }
   int liveness_fd() const override { return -1; }
-  bool PrepareSleep() override { return ucx_->PrepareSleep(); }
+  bool PrepareSleep(bool) override { return ucx_->PrepareSleep(); }
   void FinishSleep() override { ucx_->FinishSleep(); }
   VoidResult CheckAlive() override { return ucx_->CheckAlive(); }
   bool local() const override { return false; }

@@ -29,38 +29,39 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
 
 CoreLink::~CoreLink() { CloseShards(); }
 
-VoidResult CoreLink::OpenShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
-  ring::ClientOptions co;
-  co.name = options_.name;
-  co.ring_bytes = options_.ring_bytes;
-  co.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
-  co.connect_timeout = timeout;
-  co.shard = index;
-  GOBLIN_ASSIGN_OR_RETURN(sh.client, ring::RingClient::Connect(options_.socket_path, co));
+VoidResult CoreLink::WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
   if (options_.map_pools) GOBLIN_RETURN_IF_ERROR(MapPools(sh, index, timeout));
-  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_, sh.client->doorbell_fd(), EPOLLIN, bell_tag_));
-  if (auto r = EpollAdd(epoll_, sh.client->socket_fd(), EPOLLIN | EPOLLRDHUP, socket_tag_); !r) {
-    epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->doorbell_fd(), nullptr);
-    sh.client.reset();  // (not in the epoll set)
-    return r;
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_, sh.client->wake_fd(), EPOLLIN, bell_tag_));
+  if (int live = sh.client->liveness_fd(); live >= 0) {
+    if (auto r = EpollAdd(epoll_, live, EPOLLIN | EPOLLRDHUP, socket_tag_); !r) {
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->wake_fd(), nullptr);
+      return r;
+    }
   }
   return {};
 }
 
 VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
-  // Shard 0 first: its Welcome says how many shards there are.
+  // Every shard's transport (shard 0's Welcome says how many), then each one watched.
   shards_.clear();
-  shards_.emplace_back();
+  client::TransportOptions to;
+  to.name = options_.name;
+  to.ring_bytes = options_.ring_bytes;
+  to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
+  to.timeout = timeout;
+  GOBLIN_ASSIGN_OR_RETURN(auto transports,
+                          client::ConnectShards(/*ucx=*/false, options_.socket_path, to));
   auto fail = [&](Status s) {
     CloseShards();
     return goblin::Err(std::move(s));
   };
-  if (auto r = OpenShard(shards_[0], 0, timeout); !r) return fail(r.error());
-  const uint16_t n = shards_[0].client->shard_count();
-  shards_.resize(n);
-  for (uint16_t i = 1; i < n; ++i) {
-    if (auto r = OpenShard(shards_[i], i, timeout); !r) {
-      return fail(r.error().WithContext(fmt::format("shard {} of {}", i, n)));
+  shards_.resize(transports.size());
+  for (size_t i = 0; i < transports.size(); ++i) shards_[i].client = std::move(transports[i]);
+  for (uint16_t i = 0; i < shards_.size(); ++i) {
+    if (auto r = WatchShard(shards_[i], i, timeout); !r) {
+      return fail(shards_.size() == 1
+                      ? r.error()
+                      : r.error().WithContext(fmt::format("shard {} of {}", i, shards_.size())));
     }
   }
   max_message_ = shards_[0].client->max_message();
@@ -75,7 +76,7 @@ VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
 }
 
 VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
-  ring::RingClient& client = *sh.client;
+  client::Transport& client = *sh.client;
   uint8_t buf[64];
   size_t n = wire::MapPoolsEncoder(buf, sizeof buf).set_correlation_id(0).Finish();
   GOBLIN_RETURN_IF_ERROR(client.Send({buf, n}, timeout));
@@ -84,7 +85,7 @@ VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::millisecon
   const uint64_t end =
       MonotonicNanos() + static_cast<uint64_t>(std::chrono::nanoseconds(timeout).count());
   while (!got && err.ok() && MonotonicNanos() < end) {
-    GOBLIN_RETURN_IF_ERROR(client.Wait(std::chrono::milliseconds(10)));
+    GOBLIN_RETURN_IF_ERROR(client.Wait(std::chrono::milliseconds(10)));  // (false: keep waiting)
     GOBLIN_RETURN_IF_ERROR(client.Poll([&](std::span<const uint8_t> msg) {
       if (wire::PoolMapDecoder::Decode(msg)) got = true;
       if (auto e = wire::ErrorDecoder::Decode(msg))
@@ -121,8 +122,9 @@ VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::millisecon
 void CoreLink::CloseShards() {
   for (Shard& sh : shards_) {
     if (sh.client) {
-      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->doorbell_fd(), nullptr);
-      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->socket_fd(), nullptr);
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->wake_fd(), nullptr);
+      if (sh.client->liveness_fd() >= 0)
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->liveness_fd(), nullptr);
       sh.client.reset();
     }
     sh.queue.clear();
@@ -181,11 +183,11 @@ bool CoreLink::over_limit() const {
 CoreLink::SendResult CoreLink::SendEncoded(Shard& sh, std::span<const uint8_t> msg, bool bounded) {
   if (sh.queue.empty()) {
     switch (sh.client->TrySend(msg)) {
-      case ring::SendStatus::kOk:
+      case client::Transport::TrySendResult::kOk:
         return SendResult::kSent;
-      case ring::SendStatus::kTooLarge:
+      case client::Transport::TrySendResult::kTooLarge:
         return SendResult::kTooLarge;
-      default:
+      case client::Transport::TrySendResult::kFull:
         break;
     }
   }
@@ -222,7 +224,8 @@ CoreLink::SendResult CoreLink::SendAlways(FunctionRef<size_t(uint8_t*, size_t)> 
 bool CoreLink::Flush() {
   bool any = false;
   for (Shard& sh : shards_) {
-    while (!sh.queue.empty() && sh.client->TrySend(sh.queue.front()) == ring::SendStatus::kOk) {
+    while (!sh.queue.empty() &&
+           sh.client->TrySend(sh.queue.front()) == client::Transport::TrySendResult::kOk) {
       sh.queued_bytes -= sh.queue.front().size();
       queued_bytes_ -= sh.queue.front().size();
       sh.queue.pop_front();

@@ -1,5 +1,7 @@
-// CoreLink: one gateway front's connection to goblin-core over the ring plane, and what
-// outlives a single connection. It owns one ring client per core shard (the core's Welcome
+// CoreLink: one gateway front's connection to goblin-core, shared by the HTTP and RESP
+// fronts, and what outlives a single connection. It is built on libgoblin's transports
+// (client::Transport: the ring plane today; the same calls carry the UCX plane) and owns one
+// transport per core shard (the core's Welcome
 // says how many; each keyed request goes to ShardOf(key), pub/sub to shard 0), each with
 // its queue of messages waiting for ring space (bounded: Send refuses past `queue_limit`
 // bytes so the caller pushes back on its clients) and the read-only mappings of that
@@ -26,12 +28,12 @@
 #include <string_view>
 #include <vector>
 
+#include "goblin/client/transport.h"
 #include "goblin/common/buffer.h"
 #include "goblin/common/function_ref.h"
 #include "goblin/common/mapping.h"
 #include "goblin/common/shard.h"
 #include "goblin/common/status.h"
-#include "goblin/ring/client.h"
 
 namespace goblin::gateway {
 
@@ -104,7 +106,7 @@ class CoreLink {
   // Milliseconds until the next reconnection attempt (-1: the link is up).
   int MillisUntilReconnect(uint64_t now) const;
 
-  // The sleep protocol of the rings (see ring::RingClient); true when down (nothing to wake).
+  // The sleep protocol of the transports (client::Transport); true when down (nothing to wake).
   bool PrepareSleep(bool want_space);
   void FinishSleep();
 
@@ -127,14 +129,14 @@ class CoreLink {
 
  private:
   struct Shard {
-    std::unique_ptr<ring::RingClient> client;
+    std::unique_ptr<client::Transport> client;
     std::deque<std::vector<uint8_t>> queue;
     size_t queued_bytes = 0;
     std::unique_ptr<Pools> pools;
   };
   explicit CoreLink(const CoreLinkOptions& o) : options_(o) {}
   VoidResult Open(std::chrono::milliseconds timeout);
-  VoidResult OpenShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
+  VoidResult WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   VoidResult MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   void CloseShards();  // leaves the epoll set, drops queues, retires mappings
   void GoDown(const Status& why);

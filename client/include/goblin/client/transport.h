@@ -1,11 +1,14 @@
 // libgoblin's transports behind Connection: the ring plane (unix:PATH, shared memory on
 // this host) and the UCX plane (ucx://HOST:PORT). Chosen once at Open(); the Connection
-// speaks the same SBE messages over either.
+// speaks the same SBE messages over either. In the tree (not installed) for the other
+// in-tree client of goblin-core: goblin-gateway's CoreLink, so the gateway reaches the core
+// the way libgoblin does (one transport per shard; a later step runs it over UCX).
 // Threading: as Connection (one thread at a time).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,12 +34,24 @@ class Transport {
   // Encode in place: Reserve(max) (nullptr: no room now), then Commit(len).
   virtual uint8_t* Reserve(uint32_t max) = 0;
   virtual void Commit(uint32_t len) = 0;
+  // Non-blocking send of an encoded message: kFull when there is no room now.
+  enum class TrySendResult : uint8_t { kOk, kFull, kTooLarge };
+  TrySendResult TrySend(std::span<const uint8_t> msg) {
+    if (msg.size() > max_message()) return TrySendResult::kTooLarge;
+    uint8_t* p = Reserve(static_cast<uint32_t>(msg.size()));
+    if (p == nullptr) return TrySendResult::kFull;
+    std::memcpy(p, msg.data(), msg.size());
+    Commit(static_cast<uint32_t>(msg.size()));
+    return TrySendResult::kOk;
+  }
   virtual Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn,
                               size_t max = SIZE_MAX) = 0;
   virtual Result<bool> Wait(std::chrono::nanoseconds timeout) = 0;
   virtual int wake_fd() const = 0;
   virtual int liveness_fd() const = 0;  // -1: wake_fd() reports that too
-  virtual bool PrepareSleep() = 0;
+  // Before sleeping on wake_fd(): false if messages are pending. `want_space`: also be woken
+  // when the core frees room for sends (ring plane; UCX sends complete on their own).
+  virtual bool PrepareSleep(bool want_space) = 0;
   virtual void FinishSleep() = 0;
   virtual VoidResult CheckAlive() = 0;
   // The core shares this host's memory with us: its pools can be mapped (zero-copy loans).
