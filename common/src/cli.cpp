@@ -49,6 +49,19 @@ void AddLogLevelOption(CLI::App& app) {
       ->type_name("LEVEL");
 }
 
+void AddPollingOption(CLI::App& app, PollingOption* out, const std::string& loops) {
+  app.add_option("--polling", out->mode,
+                 "How " + loops +
+                     " wait for work while busy-polling: pause (spin: lowest latency, for "
+                     "CPUs of their own), yield (give the CPU to any other runnable thread "
+                     "between polls: for CPUs shared with other Goblin processes and clients), "
+                     "auto (pause when --cpus/--numa give every loop a CPU of its own, else "
+                     "yield)")
+      ->check(CLI::IsMember({"auto", "pause", "yield"}))
+      ->capture_default_str();
+  app.add_flag("--yield-when-polling", out->yield_flag, "Same as --polling yield");
+}
+
 int ParseCommandLine(CLI::App& app, int argc, char** argv) {
   InitLogFromEnv();
   try {

@@ -94,7 +94,6 @@ int main(int argc, char** argv) {
   uint64_t output_limit = 32ull << 20, output_soft_limit = 8ull << 20;
   std::chrono::nanoseconds output_soft_time = std::chrono::seconds(60);
   std::chrono::nanoseconds busy_poll = reactor::LoopOptions{}.busy_poll;
-  bool yield_when_polling = false;
   std::string wake = "spin";
   int numa = -1;
   std::string cpus;
@@ -116,15 +115,8 @@ int main(int argc, char** argv) {
   app.add_option("--wake", wake, "spin (spin, then sleep on doorbells) or busy (never sleep)")
       ->check(CLI::IsMember({"spin", "busy"}))
       ->capture_default_str();
-  std::string polling = "auto";
-  app.add_option("--polling", polling,
-                 "How a shard waits for work while busy-polling: pause (spin: lowest latency, "
-                 "for CPUs of its own), yield (give the CPU to any other runnable thread between "
-                 "polls: for CPUs shared with the gateway and clients), auto (pause when "
-                 "--cpus/--numa give every shard a CPU of its own, else yield)")
-      ->check(CLI::IsMember({"auto", "pause", "yield"}))
-      ->capture_default_str();
-  app.add_flag("--yield-when-polling", yield_when_polling, "Same as --polling yield");
+  PollingOption polling;
+  AddPollingOption(app, &polling, "the shards");
   store::PoolOptions pool_opts;
   pool_opts.memory = 256ull << 20;
   pool_opts.block = 256 << 10;
@@ -305,9 +297,7 @@ int main(int argc, char** argv) {
   const auto n_shards = static_cast<uint16_t>(cores);
   // A shard pauses between polls only on a CPU of its own; otherwise it yields, so it never
   // holds a CPU another thread (a gateway worker, a client, another shard) has work for.
-  if (yield_when_polling) polling = "yield";
-  yield_when_polling =
-      polling == "yield" || (polling == "auto" && (pin.empty() || pin.size() < n_shards));
+  const bool yield_when_polling = polling.Yield(!pin.empty() && pin.size() >= n_shards);
   // Each shard gets its slice of what is sized for the whole core.
   store::PoolOptions shard_pool = pool_opts;
   shard_pool.memory = pool_opts.memory / n_shards / pool_opts.block * pool_opts.block;

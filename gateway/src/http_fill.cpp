@@ -49,6 +49,7 @@ void HttpServer::Impl::Miss(Conn& c) {
 HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader) {
   const uint64_t corr = next_corr_++;
   const std::string& key = ex.key;
+  const uint16_t shard = core_->ShardFor(key);
   auto sent = core_->Send(
       [&](uint8_t* b, size_t cap) {
         return wire::PutBeginEncoder(b, cap)
@@ -60,10 +61,11 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
             .set_metadata(std::string_view())
             .Finish();
       },
-      key.size() + 96, core_->ShardFor(key));
+      key.size() + 96, shard);
   if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) return nullptr;
   auto f = std::make_unique<Fill>();
   f->key = ex.key;
+  f->shard = shard;
   f->target = ex.target;
   f->host = ex.host;
   f->leader = leader;
@@ -89,7 +91,7 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
     f.reserved = true;
     Origin* o = OpenOrigin("GET", f.target, "");
     if (o == nullptr) {
-      SendPutAbort(f.put_id, core_->ShardFor(f.key));
+      SendPutAbort(f.put_id, f.shard);
       f.put_id = 0;
       f.reserved = false;
       corr_.erase(corr);
@@ -197,6 +199,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   uint64_t corr = next_corr_++;
   uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
   const std::string& key = f.key;
+  f.shard = core_->ShardFor(key);
   auto sent = core_->Send(
       [&](uint8_t* b, size_t cap) {
         return wire::PutBeginEncoder(b, cap)
@@ -207,7 +210,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
             .set_metadata(passthrough)
             .Finish();
       },
-      key.size() + passthrough.size() + 96, core_->ShardFor(key));
+      key.size() + passthrough.size() + 96, f.shard);
   if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) {
     return Uncache(f, sent == CoreLink::SendResult::kDown   ? "goblin-core is unavailable"
                       : sent == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
@@ -256,7 +259,7 @@ void HttpServer::Impl::SendPutData(Fill& f, std::string_view bytes) {
                                                   part.size()))
               .Finish();
         },
-        n + 64, core_->ShardFor(f.key));
+        n + 64, f.shard);
     if (r == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
     bytes.remove_prefix(n);
   }
@@ -276,7 +279,7 @@ CoreLink::SendResult HttpServer::Impl::SendPutHead(const Fill& f, uint64_t expec
             .set_metadata(metadata)
             .Finish();
       },
-      metadata.size() + 64, core_->ShardFor(f.key));
+      metadata.size() + 64, f.shard);
 }
 
 void HttpServer::Impl::SendPutAbort(uint64_t put_id, uint16_t shard) {
@@ -358,7 +361,7 @@ void HttpServer::Impl::CommitFill(Fill& f) {
             .set_total_size(f.received)
             .Finish();
       },
-      64, core_->ShardFor(f.key));
+      64, f.shard);
   if (r == CoreLink::SendResult::kDown) return EndFill(f);
   f.stage = Stage::kCommitting;
   f.commit_corr = corr;
@@ -380,9 +383,8 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
     SendPutHead(f, 0, 0, wire::kHeadUncacheable, {});
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   } else if (f.stage == Stage::kFilling && f.put_id != 0) {
-    SendPutAbort(
-        f.put_id,
-        core_->ShardFor(f.key));  // (a no-op when the link is down: the core dropped it already)
+    SendPutAbort(f.put_id,
+                 f.shard);  // (a no-op when the link is down: the core dropped it already)
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   }
   f.put_id = 0;
@@ -401,9 +403,8 @@ void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {
     f.begin_corr = 0;
   } else if ((f.stage == Stage::kFilling || f.stage == Stage::kCommitting || f.reserved) &&
              f.put_id != 0) {
-    SendPutAbort(
-        f.put_id,
-        core_->ShardFor(f.key));  // the core cuts off its followers (Aborted) or lets them in
+    SendPutAbort(f.put_id,
+                 f.shard);  // the core cuts off its followers (Aborted) or lets them in
   }
   if (f.reserved || (f.stage != Stage::kFetching && f.stage != Stage::kUncached))
     ++stats_.fills_aborted;

@@ -93,16 +93,8 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--busy-poll", &r.busy_poll,
                     "RESP front: poll this long after the last work before sleeping (0: sleep "
                     "at once; give the core and the gateway their own CPUs before raising it)");
-  std::string polling = "auto";
-  app.add_option("--polling", polling,
-                 "How the fronts wait for work while busy-polling: pause (spin: lowest latency, "
-                 "for CPUs of their own), yield (give the CPU to any other runnable thread "
-                 "between polls: for CPUs shared with goblin-core and clients), auto (pause "
-                 "when --cpus gives every loop a CPU of its own, else yield)")
-      ->check(CLI::IsMember({"auto", "pause", "yield"}))
-      ->capture_default_str();
-  bool yield_flag = false;
-  app.add_flag("--yield-when-polling", yield_flag, "Same as --polling yield");
+  PollingOption polling;
+  AddPollingOption(app, &polling, "the fronts");
   std::string cpus;
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3; HTTP worker i on the i-th)");
   int threads = 0;
@@ -134,10 +126,8 @@ int main(int argc, char** argv) {
   // Polling: a loop pauses between polls only on a CPU of its own (every HTTP worker and
   // the RESP front one each); otherwise it yields, so it never holds a CPU another thread
   // has work for (measured: docs/benchmarks/concurrency.md).
-  if (yield_flag) polling = "yield";
   const size_t loops = static_cast<size_t>(threads) + 1;
-  r.yield_when_polling =
-      polling == "yield" || (polling == "auto" && (cpus.empty() || cpu_list.size() < loops));
+  r.yield_when_polling = polling.Yield(!cpus.empty() && cpu_list.size() >= loops);
 
   std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();

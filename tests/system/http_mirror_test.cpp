@@ -35,8 +35,10 @@ class HttpMirror : public testing::TestWithParam<std::string>, public test::Mirr
     }
     std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
     std::replace(name.begin(), name.end(), '/', '-');
-    ASSERT_TRUE(StartCoreAndOrigin(name)) << (core_ ? core_->Output() : std::string());
+    ASSERT_TRUE(StartCoreAndOrigin(name, CoreExtra())) << (core_ ? core_->Output() : std::string());
   }
+  // goblin-core flags beyond the harness's defaults.
+  virtual std::vector<std::string> CoreExtra() const { return {}; }
   void StartGateway(std::vector<std::string> extra = {}) {
     MirrorHarness::StartGateway(GetParam(), std::move(extra));
     ASSERT_FALSE(port_.empty()) << gateway_->Output();
@@ -418,21 +420,12 @@ TEST_P(HttpMirror, TheBenchmarkClientRunsTheSeedSequence) {
 #endif
 }
 
-// Every case with both network engines: epoll readiness (sync) and io_uring (async).
 // goblin-core with three shards behind two gateway workers: every key goes to its shard
 // (misses, hits, ranges, the fill a miss reserves), parallel misses still make one origin
 // request, and a prefix or "all" PURGE reaches every shard and adds up their answers.
 class HttpMirrorShards : public HttpMirror {
  protected:
-  void SetUp() override {
-    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
-      GTEST_SKIP() << "curl and python3 are needed";
-    }
-    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');
-    ASSERT_TRUE(StartCoreAndOrigin(name, {"--cores", "3"}))
-        << (core_ ? core_->Output() : std::string());
-  }
+  std::vector<std::string> CoreExtra() const override { return {"--cores", "3"}; }
 };
 
 TEST_P(HttpMirrorShards, EveryKeyOnItsShardAndPurgesReachEveryShard) {
@@ -472,6 +465,7 @@ TEST_P(HttpMirrorShards, EveryKeyOnItsShardAndPurgesReachEveryShard) {
 INSTANTIATE_TEST_SUITE_P(Net, HttpMirrorShards, testing::Values("sync", "async"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
+// Every case with both network engines: epoll readiness (sync) and io_uring (async).
 INSTANTIATE_TEST_SUITE_P(Net, HttpMirror, testing::Values("sync", "async"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 

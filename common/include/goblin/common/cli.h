@@ -22,6 +22,23 @@ CLI::Option* AddDurationOption(CLI::App& app, const std::string& name,
 // Adds --log-level (trace|debug|info|warn|error|off) wired to the logger.
 void AddLogLevelOption(CLI::App& app);
 
+// How an event loop waits for work while busy-polling (goblin-core's shards, goblin-gateway's
+// fronts): --polling auto|pause|yield, and --yield-when-polling (its older spelling of yield).
+// pause spins (lowest latency, for a loop with a CPU of its own); yield calls sched_yield()
+// between polls (another runnable thread on that CPU goes first); auto pauses only when
+// every loop of the process has a CPU of its own.
+struct PollingOption {
+  std::string mode = "auto";
+  bool yield_flag = false;
+  // Whether loops should yield, given whether each has a CPU of its own (--cpus/--numa
+  // listing at least one CPU per loop).
+  bool Yield(bool every_loop_has_a_cpu) const {
+    return yield_flag || mode == "yield" || (mode == "auto" && !every_loop_has_a_cpu);
+  }
+};
+// `loops`: what the process calls its loops in the help text ("the shards", "the fronts").
+void AddPollingOption(CLI::App& app, PollingOption* out, const std::string& loops);
+
 // Parses argv. Returns -1 when the program should continue; otherwise the exit code to
 // return from main (0 after --help/--version, 2 after an error, which has been printed as
 // "<program>: error: <what>" plus a hint to run --help).
