@@ -158,6 +158,8 @@ bool RingServer::PrepareSleep() {
 void RingServer::FinishSleep() {
   for (RingSession* s : active_) s->channel_.FinishSleep();
   CloseMarked();
+  // (after every sleep, which max_sleep_ms bounds to 1 s while handshakes are pending)
+  DropStaleHandshakes();
 }
 
 void RingServer::Close() {

@@ -1,7 +1,9 @@
 #include "goblin/ring/server.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -228,6 +230,23 @@ TEST(RingServer, DeadCoreIsReportedToTheClient) {
   close(ready[0]);
   close(ready[1]);
   unlink(path.c_str());
+}
+
+// A connection that never sends its Hello is dropped after the handshake timeout (5 s),
+// also while the loop sleeps with nothing else to do; the next client is served.
+TEST(RingServer, ASilentConnectionIsDroppedAfterTheHandshakeTimeout) {
+  ServerOptions o;
+  o.socket_path = TestSocket("silent");
+  ServerThread st(o);
+  auto silent = ConnectUnix(o.socket_path, std::chrono::seconds(1));
+  ASSERT_TRUE(silent) << silent.error().ToString();
+  pollfd p{silent->get(), POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 9000), 1) << "still open after 9 s";
+  char b;
+  EXPECT_EQ(recv(silent->get(), &b, 1, 0), 0) << "closed by the server";
+  auto c = RingClient::Connect(o.socket_path, {});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(PingPong(**c, 7), 7u);
 }
 
 TEST(RingServer, RefusesBadHandshakes) {
