@@ -12,8 +12,8 @@
 # (the package is removed again if it was not installed before).
 #   tests/ansible/deploy_test.sh BUILD_DIR        (root; exit 77 = skipped)
 # The namespaces share this machine's file system: the gateway reaches the core's ring
-# socket through it (on real hosts the gateway runs on a core host), and the playbook runs
-# with -f 1 so that dpkg is not run three times at once.
+# socket through it (on real hosts the gateway runs on a core host) and one dpkg database,
+# so package tasks run one host at a time (goblin_package_throttle: 1); the rest in parallel.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "${1:?usage: deploy_test.sh BUILD_DIR}" && pwd)
@@ -135,6 +135,7 @@ all:
     ansible_python_interpreter: /usr/bin/python3
     goblin_package_file: $DEB
     goblin_package_cache_dir: $W/cache
+    goblin_package_throttle: 1
     goblin_service_manager: supervisor
     goblin_etc_dir: $W/etc
     goblin_run_dir: $W/run
@@ -176,7 +177,7 @@ play() {  # log name, extra args...
   shift
   (cd "$ROOT/ansible" && in_ns "$CLI" env ANSIBLE_CONFIG="$ROOT/ansible/ansible.cfg" \
     ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1 \
-    ansible-playbook -i "$W/inventory.yml" -f 1 site.yml "$@") >"$log" 2>&1
+    ansible-playbook -i "$W/inventory.yml" -f 3 site.yml "$@") >"$log" 2>&1
 }
 recap_changed() {  # the sum of changed= in a run's PLAY RECAP
   sed -n '/PLAY RECAP/,$p' "$1" | grep -o 'changed=[0-9]*' | cut -d= -f2 | awk '{s += $1} END {print s + 0}'
