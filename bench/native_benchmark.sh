@@ -39,13 +39,13 @@ wait_for "[ -s $RUN/origin.port ]" || { echo "the origin did not start" >&2; exi
 # The core serves shared memory and tcp clients alike (each client picks with UCX_TLS).
 export UCX_NET_DEVICES=lo UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y UCX_WARN_UNUSED_ENV_VARS=n
 UCX_TLS=sm,tcp "$BUILD_DIR/core/goblin-core" --listen-unix "$RUN/core.sock" --ssd-dir "$RUN/tier" \
-  --memory 512M --block 1M --ram-head 1M --rdma-listen 127.0.0.1:0 --rdma-max-message 1M \
+  --memory 512M --block 1M --ram-head 1M --rdma-listen 127.0.0.1:0 --rdma-max-message 1M --cores 1 \
   > "$RUN/core.log" 2>&1 &
 PIDS+=($!)
 wait_for "grep -q 'UCX plane listening' $RUN/core.log" || { cat "$RUN/core.log"; exit 1; }
 UCX_PORT=$(sed -n 's/.*UCX plane listening on .* (port \([0-9]*\)).*/\1/p' "$RUN/core.log")
 "$BUILD_DIR/gateway/goblin-gateway" --core "unix:$RUN/core.sock" \
-  --mirror "http://127.0.0.1:$(cat "$RUN/origin.port")" --http-port 18490 > "$RUN/gateway.log" 2>&1 &
+  --mirror "http://127.0.0.1:$(cat "$RUN/origin.port")" --http-port 18490 --threads 1 > "$RUN/gateway.log" 2>&1 &
 PIDS+=($!)
 wait_for "(exec 3<>/dev/tcp/127.0.0.1/18490) 2>/dev/null" || { cat "$RUN/gateway.log"; exit 1; }
 

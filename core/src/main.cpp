@@ -72,6 +72,33 @@ std::map<std::string, std::string> ConfigMap(const CLI::App& app) {
 
 // Where shard `shard` of the UCX plane listens: HOST:PORT+shard (HOST:0 stays "any port");
 // with `bound_port` >= 0, the port it got.
+// How many shards to run: --cores when given; else the count the disk tiers are laid out
+// for (a restart keeps every object without repeating --cores); else, for a new store, one
+// per CPU the shards may run on (--cpus/--numa, else the allowed CPUs), at most one per
+// --block of --memory.
+struct ShardCount {
+  uint16_t count = 1;
+  std::string why;
+};
+goblin::Result<ShardCount> ChooseShardCount(unsigned cores, const std::vector<int>& pin,
+                                            std::initializer_list<std::string> tiers,
+                                            const goblin::store::PoolOptions& pool) {
+  if (cores != 0) return ShardCount{static_cast<uint16_t>(cores), "--cores"};
+  for (const std::string& dir : tiers) {
+    if (dir.empty()) continue;
+    GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> layout, goblin::store::TierShardLayout(dir));
+    if (layout) return ShardCount{*layout, fmt::format("the layout of tier {}", dir)};
+  }
+  std::vector<int> cpus = pin;
+  if (cpus.empty()) {
+    GOBLIN_ASSIGN_OR_RETURN(cpus, goblin::CurrentThreadAffinity());
+  }
+  const uint64_t blocks = std::max<uint64_t>(1, pool.memory / pool.block);
+  const uint64_t n = std::clamp<uint64_t>(cpus.size(), 1, std::min<uint64_t>(256, blocks));
+  return ShardCount{static_cast<uint16_t>(n),
+                    pin.empty() ? "one per allowed CPU" : "one per CPU of --cpus/--numa"};
+}
+
 std::string ShardListenAddress(const std::string& listen, uint16_t shard, int bound_port = -1) {
   size_t colon = listen.rfind(':');
   std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
@@ -186,14 +213,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--prepare", prepare_dir,
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
-  unsigned cores = 1;
+  unsigned cores = 0;
   app.add_option("--cores", cores,
                  "Shards: loop threads that share nothing, each with its part of the keys, the "
                  "index and journal, the head pool (--memory), the I/O buffers and the disk "
                  "space; shard i runs on the i-th CPU of --cpus/--numa. A tier keeps the shard "
-                 "count it was first used with")
-      ->check(CLI::Range(1u, 256u))
-      ->capture_default_str();
+                 "count it was first used with. Default: that count; for a new store one per "
+                 "CPU of --cpus/--numa, else of the allowed CPUs")
+      ->check(CLI::Range(1u, 256u));
   app.add_option("--numa", numa, "Run on this NUMA node's CPUs and memory");
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3); overrides --numa");
   std::string rdma_listen;
@@ -294,7 +321,10 @@ int main(int argc, char** argv) {
   pool_opts.numa_node = numa;
   pool_opts.hugepages = *store::ParseHugePages(hugepages);
   pool_opts.allow_promotion = !no_promotion;
-  const auto n_shards = static_cast<uint16_t>(cores);
+  auto shard_count = ChooseShardCount(cores, pin, {ssd_dir, hdd_dir}, pool_opts);
+  if (!shard_count) return Fail(shard_count.error());
+  const uint16_t n_shards = shard_count->count;
+  GOBLIN_LOG_INFO(kLog, "{} shard{} ({})", n_shards, n_shards == 1 ? "" : "s", shard_count->why);
   // A shard pauses between polls only on a CPU of its own; otherwise it yields, so it never
   // holds a CPU another thread (a gateway worker, a client, another shard) has work for.
   const bool yield_when_polling = polling.Yield(!pin.empty() && pin.size() >= n_shards);

@@ -3,7 +3,7 @@
 //   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
 // Each front runs its own event loop thread(s) with its own ring connection(s) to the core,
 // and stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
-// HTTP runs --threads workers (default half the allowed CPUs), each with its own listener
+// HTTP runs --threads workers (default one per allowed CPU), each with its own listener
 // on the port (SO_REUSEPORT), loop and core connection.
 #include <unistd.h>
 
@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", cpus, "Run on these CPUs (e.g. 2-3; HTTP worker i on the i-th)");
   int threads = 0;
   app.add_option("--threads", threads,
-                 "HTTP workers, each with its own loop, listener and core connection (0: half "
-                 "the allowed CPUs, at least one)")
+                 "HTTP workers, each with its own loop, listener and core connection (0: one per "
+                 "CPU of --cpus, else of the allowed CPUs)")
       ->check(CLI::Range(0, 1024));
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -118,11 +118,11 @@ int main(int argc, char** argv) {
   } else if (auto a = CurrentThreadAffinity(); a) {
     cpu_list = std::move(*a);
   }
-  // Default: half the allowed CPUs. goblin-core (one loop today) and the clients of a
-  // loopback or same-host deployment share them; measured on 2 CPUs, a second worker cost
-  // half the throughput at 16 connections (docs/benchmarks/concurrency.md). A dedicated
-  // gateway host gives --threads explicitly.
-  if (threads == 0) threads = std::max<int>(1, static_cast<int>(cpu_list.size()) / 2);
+  // Default: one worker per CPU (a gateway host of its own). Where goblin-core and clients
+  // share the CPUs, the launcher (goblin-store) gives half of them: measured on 2 CPUs, two
+  // shards and two workers delivered 24% less than one of each at 16 connections
+  // (docs/benchmarks/concurrency.md).
+  if (threads == 0) threads = std::max<int>(1, static_cast<int>(cpu_list.size()));
   // Polling: a loop pauses between polls only on a CPU of its own (every HTTP worker and
   // the RESP front one each); otherwise it yields, so it never holds a CPU another thread
   // has work for (measured: docs/benchmarks/concurrency.md).

@@ -161,11 +161,7 @@ Result<TierDir> TierDir::Open(const std::string& dir) {
   return t;
 }
 
-namespace {
-
-// The shard count `dir` is laid out for: SHARDS, else 1 when it holds a store's files, else
-// nullopt (nothing there yet).
-Result<std::optional<uint16_t>> ShardLayout(const std::string& dir) {
+Result<std::optional<uint16_t>> TierShardLayout(const std::string& dir) {
   const std::string file = dir + "/" + kTierShardsFile;
   if (access(file.c_str(), F_OK) == 0) {
     UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));
@@ -182,6 +178,7 @@ Result<std::optional<uint16_t>> ShardLayout(const std::string& dir) {
     return std::optional<uint16_t>(static_cast<uint16_t>(v));
   }
   DIR* d = opendir(dir.c_str());
+  if (d == nullptr && errno == ENOENT) return std::optional<uint16_t>();
   if (d == nullptr) return ErrnoErr(fmt::format("opendir({})", dir), errno);
   bool data = false;
   while (dirent* e = readdir(d)) {
@@ -194,6 +191,8 @@ Result<std::optional<uint16_t>> ShardLayout(const std::string& dir) {
   if (data) return std::optional<uint16_t>(1);
   return std::optional<uint16_t>();
 }
+
+namespace {
 
 Status WrongLayout(const std::string& dir, uint16_t has, uint16_t wants) {
   return Status(StatusCode::kFailedPrecondition,
@@ -212,14 +211,14 @@ Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards) {
     // The store opens (and locks) the tier itself; only check it is not a sharded one.
     struct stat st {};
     if (stat((dir + "/" + kTierIdentityFile).c_str(), &st) == 0) {
-      GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> has, ShardLayout(dir));
+      GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> has, TierShardLayout(dir));
       if (has && *has != 1) return Err(WrongLayout(dir, *has, 1));
     }
     out.shard_dirs = {dir};
     return out;
   }
   GOBLIN_ASSIGN_OR_RETURN(TierDir parent, TierDir::Open(dir));
-  GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> has, ShardLayout(dir));
+  GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> has, TierShardLayout(dir));
   if (has && *has != shards) return Err(WrongLayout(dir, *has, shards));
   for (uint16_t i = 0; i < shards; ++i) {
     std::string sub = fmt::format("{}/shard-{}", dir, i);

@@ -27,9 +27,13 @@ g++ -o "$T/pc-consumer" "$SRC/tests/install/consumer.cpp" \
 "$T/prefix/bin/goblin-core" --prepare "$T/tier" > /dev/null
 export UCX_TLS=tcp UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
 "$T/prefix/bin/goblin-core" --listen-unix "$T/core.sock" --ssd-dir "$T/tier" --memory 16M \
-  --block 64K --ram-head 64K --rdma-listen 127.0.0.1:0 > "$T/core.log" 2>&1 &
+  --block 64K --ram-head 64K --rdma-listen 127.0.0.1:0 --cores 1 > "$T/core.log" 2>&1 &
 CORE_PID=$!
-for _ in $(seq 300); do grep -q "UCX plane listening" "$T/core.log" && break; sleep 0.05; done
+# (the ring socket is bound last, once every shard is open)
+for _ in $(seq 300); do
+  grep -q "UCX plane listening" "$T/core.log" && [ -S "$T/core.sock" ] && break
+  sleep 0.05
+done
 PORT=$(sed -n 's/.*UCX plane listening on .* (port \([0-9]*\)).*/\1/p' "$T/core.log")
 [ -n "$PORT" ] || { cat "$T/core.log"; fail "the installed core did not start"; }
 for c in "$T/cm/consumer" "$T/pc-consumer"; do

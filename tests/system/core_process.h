@@ -25,9 +25,11 @@ struct CoreProcess {
         proc(
             [&] {
               std::vector<std::string> argv{GOBLIN_CORE_BIN, "--listen-unix", sock};
-              // Small defaults, each unless `extra` gives that option itself.
-              for (auto [opt, value] : {std::pair{"--memory", "16M"}, std::pair{"--block", "64K"},
-                                        std::pair{"--ram-head", "64K"}}) {
+              // Small defaults, each unless `extra` gives that option itself (one shard: the
+              // machine's CPU count does not change what a test runs).
+              for (auto [opt, value] :
+                   {std::pair{"--memory", "16M"}, std::pair{"--block", "64K"},
+                    std::pair{"--ram-head", "64K"}, std::pair{"--cores", "1"}}) {
                 if (std::find(extra.begin(), extra.end(), opt) == extra.end()) {
                   argv.insert(argv.end(), {opt, value});
                 }

@@ -1,6 +1,7 @@
 // goblin-core as a real process: the goblin CLI and libgoblin talk to it over the ring
 // plane; bad flags, unserved requests, client death and shutdown behave as documented.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -429,6 +430,84 @@ TEST(CoreSystem, RestartWithAnotherShardCountIsRefusedAndTheSameKeepsEveryObject
   std::filesystem::remove(tier + ".log");
 }
 
+// Without --cores the core runs the shard count its tier is laid out for (a restart keeps
+// every object without repeating the flag); a new store runs one shard per CPU it may use.
+TEST(CoreSystem, WithoutCoresATierKeepsItsShardsAndANewStoreTakesOneShardPerCpu) {
+  const std::string tier = fmt::format("{}/tier-autocores-{}", test::TmpDir(), getpid());
+  const std::string sock = test::SocketPath("autocores");
+  std::filesystem::remove_all(tier);
+  ASSERT_EQ(RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log").first, 0);
+  auto start = [&](const std::string& dir, std::vector<std::string> more, const std::string& log) {
+    std::filesystem::remove(sock);
+    std::vector<std::string> argv{GOBLIN_CORE_BIN,
+                                  "--listen-unix",
+                                  sock,
+                                  "--ssd-dir",
+                                  dir,
+                                  "--extent-size",
+                                  "1M",
+                                  "--memory",
+                                  "16M",
+                                  "--tier-file-size",
+                                  "64M",
+                                  "--block",
+                                  "64K",
+                                  "--ram-head",
+                                  "64K"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    auto p = std::make_unique<test::Process>(argv, tier + log);
+    EXPECT_TRUE(test::WaitForPath(sock, 10s)) << p->Output();
+    return p;
+  };
+  {
+    auto p = start(tier, {"--cores", "2"}, ".1.log");
+    auto c = client::Connection::Open("unix:" + sock);
+    ASSERT_TRUE(c) << c.error().ToString() << p->Output();
+    EXPECT_EQ((*c)->shard_count(), 2);
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_TRUE((*c)->Put(fmt::format("auto/{}", i), Pattern(3000, static_cast<uint8_t>(i))));
+    }
+    p->Signal(SIGTERM);
+    EXPECT_EQ(p->Wait(10s), 0) << p->Output();
+  }
+  {
+    auto p = start(tier, {"--cpus", "0"}, ".2.log");  // one CPU, but the tier has two shards
+    auto c = client::Connection::Open("unix:" + sock);
+    ASSERT_TRUE(c) << c.error().ToString() << p->Output();
+    EXPECT_EQ((*c)->shard_count(), 2);
+    EXPECT_NE(p->Output().find("2 shards (the layout of tier"), std::string::npos) << p->Output();
+    for (int i = 0; i < 20; ++i) {
+      auto got = GetAll(**c, fmt::format("auto/{}", i));
+      ASSERT_TRUE(got) << i << ": " << got.error().ToString();
+      EXPECT_EQ(*got, Pattern(3000, static_cast<uint8_t>(i)));
+    }
+  }
+  // A new store: one shard per CPU of --cpus (the first two this test may run on, when it has
+  // two; the count is checked against what the core was given, whatever the machine).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> mine;
+  for (int i = 0; i < CPU_SETSIZE && mine.size() < 2; ++i) {
+    if (CPU_ISSET(i, &set)) mine.push_back(i);
+  }
+  const std::string fresh = tier + "-new";
+  std::filesystem::remove_all(fresh);
+  ASSERT_EQ(RunCommand({GOBLIN_CORE_BIN, "--prepare", fresh}, tier + ".log").first, 0);
+  {
+    std::string list = std::to_string(mine[0]);
+    if (mine.size() > 1) list += "," + std::to_string(mine[1]);
+    auto p = start(fresh, {"--cpus", list}, ".3.log");
+    auto c = client::Connection::Open("unix:" + sock);
+    ASSERT_TRUE(c) << c.error().ToString() << p->Output();
+    EXPECT_EQ((*c)->shard_count(), mine.size());
+    EXPECT_NE(p->Output().find("(one per CPU of --cpus/--numa)"), std::string::npos) << p->Output();
+    ASSERT_TRUE((*c)->Put("auto/new", Pattern(3000, 9)));
+  }
+  std::filesystem::remove_all(tier);
+  std::filesystem::remove_all(fresh);
+}
+
 TEST(CoreSystem, ZeroCopyGetReadsTheCoresMemoryInPlace) {
   StoreCore sc("zc");
   auto c = client::Connection::Open("unix:" + sc.core->sock);
@@ -622,9 +701,10 @@ TEST(CoreSystem, PoolFlagsAreCheckedUpFront) {
                                 log);
   EXPECT_EQ(rc2, 1);
   EXPECT_NE(out2.find("--ram-head 512K is larger than --block 256K"), std::string::npos) << out2;
-  auto [rc3, out3] = RunCommand({GOBLIN_CORE_BIN, "--listen-unix", sock, "--memory", "64G",
-                                 "--block", "32M", "--ram-head", "32M", "--hugepages", "on"},
-                                log);
+  auto [rc3, out3] =
+      RunCommand({GOBLIN_CORE_BIN, "--listen-unix", sock, "--memory", "64G", "--block", "32M",
+                  "--ram-head", "32M", "--hugepages", "on", "--cores", "1"},
+                 log);
   EXPECT_EQ(rc3, 1);  // nobody reserved 32,768 HugeTLB pages on this machine
   EXPECT_NE(out3.find("--hugepages on needs 32768 free 2 MiB HugeTLB pages"), std::string::npos)
       << out3;

@@ -353,8 +353,8 @@ TEST_P(CoreFaults, TheGatewayFollowsACoreRestartedWithMoreShards) {
   ASSERT_EQ(test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier3}, dir_ + "/prep3.log").first, 0);
   for (size_t i = 0; i + 1 < core_args_.size(); ++i) {
     if (core_args_[i] == "--ssd-dir") core_args_[i + 1] = tier3;
+    if (core_args_[i] == "--cores") core_args_[i + 1] = "3";
   }
-  core_args_.insert(core_args_.end(), {"--cores", "3"});
   ASSERT_TRUE(StartCore()) << core_->Output();
   Reply back;
   for (int i = 0; i < 100; ++i) {

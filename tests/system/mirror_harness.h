@@ -50,7 +50,7 @@ class MirrorHarness {
         {"--listen-unix", core_sock_}, {"--ssd-dir", tier_},
         {"--memory", "64M"},           {"--block", "64K"},
         {"--ram-head", "64K"},         {"--extent-size", "1M"},
-        {"--tier-file-size", "256M"}};
+        {"--tier-file-size", "256M"},  {"--cores", "1"}};
     for (size_t i = 0; i + 1 < core_extra.size(); i += 2) {
       auto it = std::find_if(flags.begin(), flags.end(),
                              [&](const auto& f) { return f.first == core_extra[i]; });
@@ -93,6 +93,10 @@ class MirrorHarness {
                                   "2s",
                                   "--net",
                                   net};
+    // One HTTP worker unless the test asks for more (not one per CPU of this machine).
+    if (std::find(extra.begin(), extra.end(), "--threads") == extra.end()) {
+      argv.insert(argv.end(), {"--threads", "1"});
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     gateway_ = std::make_unique<Process>(argv, dir_ + "/" + log);
     port_.clear();

@@ -82,6 +82,9 @@ struct NativeCore {
       : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())),
         plane(plane),
         more_args(std::move(more)) {
+    if (std::find(more_args.begin(), more_args.end(), "--cores") == more_args.end()) {
+      more_args.insert(more_args.end(), {"--cores", "1"});
+    }
     Init(tag, fresh);
   }
   // With the core's shard count too.
@@ -90,7 +93,7 @@ struct NativeCore {
       : tier(fmt::format("{}/native-{}-{}", test::TmpDir(), tag, getpid())),
         plane(p.plane),
         more_args(std::move(more)) {
-    if (p.shards > 1) more_args.insert(more_args.end(), {"--cores", std::to_string(p.shards)});
+    more_args.insert(more_args.end(), {"--cores", std::to_string(p.shards)});
     Init(tag, fresh);
   }
   void Init(const std::string& tag, bool fresh) {

@@ -75,9 +75,10 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   ASSERT_EQ(rc, 0) << out;
   std::string sock = test::SocketPath("rdma");
   std::string log = fmt::format("{}/rdma-core-{}.log", test::TmpDir(), getpid());
-  test::Process core({CoreBin(), "--listen-unix", sock, "--memory", "16M", "--block", "64K",
-                      "--ram-head", "64K", "--ssd-dir", tier, "--extent-size", "1M",
-                      "--tier-file-size", "64M", "--io-buffers", "16", "--rdma-listen", ip + ":0"},
+  test::Process core({CoreBin(), "--listen-unix",    sock,  "--memory",     "16M", "--block",
+                      "64K",     "--ram-head",       "64K", "--ssd-dir",    tier,  "--extent-size",
+                      "1M",      "--tier-file-size", "64M", "--io-buffers", "16",  "--rdma-listen",
+                      ip + ":0", "--cores",          "1"},
                      log);
   std::string target;
   std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");

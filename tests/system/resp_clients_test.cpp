@@ -34,7 +34,7 @@ class RespClients : public testing::Test {
     sock_ = test::SocketPath("cg");
     core_ = std::make_unique<test::Process>(
         std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", core_sock_, "--memory", "16M",
-                                 "--block", "64K", "--ram-head", "64K"},
+                                 "--block", "64K", "--ram-head", "64K", "--cores", "1"},
         dir_ + "/core.log");
     ASSERT_TRUE(test::WaitForPath(core_sock_, 10s)) << core_->Output();
     std::vector<std::string> argv{GOBLIN_GATEWAY_BIN, "--core",      "unix:" + core_sock_,
@@ -225,7 +225,7 @@ TEST_F(RespClients, TheGatewaySurvivesTheCoreRestarting) {
   fs::remove(core_sock_);
   core_ = std::make_unique<test::Process>(
       std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", core_sock_, "--memory", "16M",
-                               "--block", "64K", "--ram-head", "64K"},
+                               "--block", "64K", "--ram-head", "64K", "--cores", "1"},
       dir_ + "/core2.log");
   ASSERT_TRUE(test::WaitForPath(core_sock_, 10s)) << core_->Output();
   std::string published;

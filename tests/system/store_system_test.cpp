@@ -62,6 +62,9 @@ class StoreSystem : public testing::Test {
                                   "1M",
                                   "--tier-file-size",
                                   "64M"};
+    if (std::find(extra.begin(), extra.end(), "--cores") == extra.end()) {
+      argv.insert(argv.end(), {"--cores", "1"});
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     core_ = std::make_unique<Process>(argv, base_ + "/core.log");
     ASSERT_TRUE(test::WaitForPath(sock_, 20s)) << core_->Output();

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -27,7 +28,9 @@
 #include "goblin/common/cli.h"
 #include "goblin/common/log.h"
 #include "goblin/common/signals.h"
+#include "goblin/common/topology.h"
 #include "goblin/common/units.h"
+#include "goblin/store/tier_dir.h"
 
 using namespace goblin;
 namespace fs = std::filesystem;
@@ -93,11 +96,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--numa", numa, "NUMA node for the core's threads and RAM pool");
   int cores = 0;
-  app.add_option(
-         "--cores", cores,
-         "CPUs to serve with: goblin-core's shards (--cores) and goblin-gateway's HTTP "
-         "workers (--threads); 0: their defaults (one shard; half the allowed CPUs). A disk "
-         "tier keeps the shard count it was first used with")
+  app.add_option("--cores", cores,
+                 "CPUs to serve with: goblin-core's shards (--cores) and goblin-gateway's HTTP "
+                 "workers (--threads); 0: half the CPUs of --numa (else of the allowed CPUs) each, "
+                 "at least one. A disk tier keeps the shard count it was first used with")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   AddSizeOption(app, "--memory", &memory, "Head pool size");
@@ -148,6 +150,28 @@ int main(int argc, char** argv) {
       return Fail(fmt::format("could not prepare the tier {}", dir));
     }
   }
+  // Both processes share the host (and its clients): half the CPUs each. A store that
+  // already has a layout keeps its shard count (goblin-core reads it from the tier).
+  int core_shards = cores, gw_threads = cores;
+  if (cores == 0) {
+    std::vector<int> cpus;
+    if (numa >= 0) {
+      if (auto topo = ProbeTopology(); topo && topo->Node(numa) != nullptr) {
+        cpus = topo->Node(numa)->cpus;
+      }
+    }
+    if (cpus.empty()) {
+      if (auto a = CurrentThreadAffinity(); a) cpus = std::move(*a);
+    }
+    gw_threads = std::max<int>(1, static_cast<int>(cpus.size()) / 2);
+    core_shards = gw_threads;
+    for (const std::string& dir : {ssd_dir, hdd_dir}) {
+      if (dir.empty()) continue;
+      auto layout = store::TierShardLayout(dir);
+      if (!layout) return Fail(layout.error().ToString());
+      if (*layout) core_shards = 0;
+    }
+  }
   if (socket_dir.empty()) {
     char tmpl[] = "/tmp/goblin-store-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return Fail("mkdtemp failed");
@@ -169,7 +193,9 @@ int main(int argc, char** argv) {
   }
   if (numa >= 0) core_args.insert(core_args.end(), {"--numa", std::to_string(numa)});
   if (no_promotion) core_args.push_back("--no-numa-promotion");
-  if (cores != 0) core_args.insert(core_args.end(), {"--cores", std::to_string(cores)});
+  if (core_shards != 0) {
+    core_args.insert(core_args.end(), {"--cores", std::to_string(core_shards)});
+  }
   // The core's own guard against a fill nobody feeds: a little longer than the gateway's
   // origin timeout, so the gateway normally reports the origin's silence first.
   core_args.insert(core_args.end(),
@@ -203,7 +229,7 @@ int main(int argc, char** argv) {
                                    "--origin-timeout",
                                    FormatDuration(origin_timeout)};
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
-  if (cores != 0) gw_args.insert(gw_args.end(), {"--threads", std::to_string(cores)});
+  gw_args.insert(gw_args.end(), {"--threads", std::to_string(gw_threads)});
   gw_args.insert(gw_args.end(), gateway_extra.begin(), gateway_extra.end());
   pid_t gw = Spawn(gw_args);
   if (gw < 0) {

@@ -61,6 +61,10 @@ struct ShardedTier {
   std::vector<std::string> shard_dirs;  // the directory each shard's store opens
 };
 
+// The shard count `dir` is laid out for: its SHARDS file, else 1 when it holds a store's
+// files, else nullopt (new, empty or not there yet: the first start decides).
+Result<std::optional<uint16_t>> TierShardLayout(const std::string& dir);
+
 // Checks (and on first use lays out) `dir` for `shards` shards.
 Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards);
 
