@@ -4,8 +4,8 @@
 #   Asan     -O1 -g1, AddressSanitizer + UndefinedBehaviorSanitizer, every UB report fatal
 #   Tsan     -O1 -g1, ThreadSanitizer (the threaded parts: rings, server loop)
 # Sanitizer builds keep line tables only (-g1: every report still names file:line, and
-# compiles take a fifth less), and code off the data path (test bodies, command lines) is
-# compiled at -O0 there (goblin_setup_code below): the code under test keeps -O1.
+# compiles take a fifth less), and code off the data path (command lines, the admin service)
+# is compiled at -O0 there (goblin_setup_code below): the code under test keeps -O1.
 #   Fuzz     (with GOBLIN_FUZZ_ONLY, clang) libFuzzer + ASan + UBSan
 if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
@@ -47,9 +47,9 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
 endif()
 
 # goblin_setup_code(TARGET t | SOURCES file...)
-#   Marks code off the data path (a test binary's bodies, a program's command line: CLI11
-#   alone costs ~50 s per file at -O1 under ASan; the admin service) to be compiled at -O0
-#   in the sanitizer builds, which halves its compile time; nothing changes in other builds.
+#   Marks code off the data path (a program's command line: CLI11 alone costs ~50 s per
+#   file at -O1 under ASan; the admin service) to be compiled at -O0 in the sanitizer
+#   builds, which halves its compile time; nothing changes in other builds.
 function(goblin_setup_code)
   cmake_parse_arguments(S "" "TARGET" "SOURCES" ${ARGN})
   set(opt $<$<CONFIG:Asan,Tsan>:-O0>)

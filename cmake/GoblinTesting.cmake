@@ -4,7 +4,8 @@
 #   Cases matching SLOW_TESTS get the label "slow" instead (the sanitizer runs skip them);
 #   they take the lock "big_objects" (one at a time: each writes gigabytes to the disk) and
 #   a high COST, so that ctest starts them first and the short cases run beside them.
-#   The test's own sources are setup code (-O0 under the sanitizers: goblin_setup_code).
+#   (Test bodies keep -O1 under the sanitizers: at -O0 their byte-wise helpers, reading
+#   files and making patterns, cost the ASan run more than the compile saves.)
 # goblin_add_fuzz(NAME n SOURCES ... [LIBS ...] [SECONDS s] [CORPUS dir])
 #   Builds a fuzz target exporting LLVMFuzzerTestOneInput. Under the Fuzz build type it links
 #   clang's libFuzzer and ctest runs it for SECONDS; in every other build it links
@@ -19,7 +20,6 @@ function(goblin_add_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
-  goblin_setup_code(TARGET ${T_NAME})
   if(T_SLOW_TESTS)
     # gtest_discover_tests cannot pass a list in PROPERTIES (it is split into pairs), so the
     # slow cases carry the single label "slow".

@@ -4,7 +4,10 @@
 # TSan build runs the threaded parts: rings, server loop, system tests); then the rdma
 # tests for real in a Soft-RoCE qemu guest, with the release build's goblin-core (built for
 # -march=x86-64-v2, a CPU the emulator provides; build/rdma only when "rdma" runs without
-# "release"). Exit status is non-zero when anything fails; each phase prints its time.
+# "release"). The Ansible deployment test (label ansible: minutes of ssh and python, a
+# quarter of one CPU) runs in the background from the end of the release tests while the
+# next build compiles, and is waited for before the next tests start. Exit status is
+# non-zero when anything fails; each phase prints its time.
 # Build trees: build/release, build/asan, build/tsan, build/fuzz (build/rdma).
 #   GOBLIN_TEST_SKIP_DEPS=1   do not call scripts/install-deps.sh
 #   GOBLIN_TEST_BUILDS="release asan tsan fuzz rdma"   which builds to make and test
@@ -30,12 +33,8 @@ configure() {  # dir, extra cmake args...
 }
 
 total_pass=0 total_fail=0 failed_builds=()
-run_ctest() {  # name, dir, ctest args...
-  local name=$1 dir=$2; shift 2
-  echo "== ctest ($name)"
-  local log=$dir/ctest.log rc=0
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 "$@" 2>&1 | tee "$log" || rc=$?
-  local line pass=0 fail=0 total=0
+count_results() {  # name, ctest log, ctest exit status: adds the log's counts to the totals
+  local name=$1 log=$2 rc=$3 line pass=0 fail=0 total=0
   line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
   if [[ -n $line ]]; then
     fail=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
@@ -44,6 +43,34 @@ run_ctest() {  # name, dir, ctest args...
   fi
   total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
   if [[ $rc -ne 0 || -z $line ]]; then failed_builds+=("$name"); fi
+}
+run_ctest() {  # name, dir, ctest args...
+  local name=$1 dir=$2; shift 2
+  echo "== ctest ($name)"
+  local log=$dir/ctest.log rc=0
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 "$@" 2>&1 | tee "$log" || rc=$?
+  count_results "$name" "$log" "$rc"
+}
+
+# The ansible tests of the release build, in the background (see the header).
+bg_pid=0 bg_log="" bg_name=""
+start_background_ctest() {  # name, dir, ctest args...
+  local name=$1 dir=$2; shift 2
+  bg_log=$dir/ctest-$name.log
+  echo "== ctest ($name, in the background)"
+  (ctest --test-dir "$dir" --output-on-failure -j1 --timeout 1200 "$@" >"$bg_log" 2>&1) &
+  bg_pid=$!
+  bg_name=$name
+}
+wait_background_ctest() {
+  ((bg_pid)) || return 0
+  local rc=0
+  wait "$bg_pid" || rc=$?
+  bg_pid=0
+  echo "== ctest ($bg_name, from the background)"
+  cat "$bg_log"
+  count_results "$bg_name" "$bg_log" "$rc"
+  phase_done "$bg_name tests (waited for)"
 }
 
 phase_start=$SECONDS
@@ -60,13 +87,15 @@ for b in $builds; do
         -DGOBLIN_RDMA_VM_TEST=ON
       echo "== build (release)"; cmake --build build/release -j"$jobs"
       phase_done "release build"
-      run_ctest release build/release -LE rdma-vm
+      run_ctest release build/release -LE 'rdma-vm|ansible'
       phase_done "release tests"
+      start_background_ctest ansible build/release -L ansible
       released=1 ;;
     asan)
       configure build/asan -DCMAKE_BUILD_TYPE=Asan -DGOBLIN_BUILD_BENCH=OFF
       echo "== build (asan+ubsan)"; cmake --build build/asan -j"$jobs"
       phase_done "asan build"
+      wait_background_ctest
       run_ctest asan build/asan -LE slow
       phase_done "asan tests" ;;
     tsan)
@@ -76,6 +105,7 @@ for b in $builds; do
       cmake --build build/tsan -j"$jobs" --target ring_test admin_unit_test store_test \
         admin_test core_system_test http_mirror_test goblin-core goblin goblinctl goblin-gateway
       phase_done "tsan build"
+      wait_background_ctest
       # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
       # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
       UCX_MEM_MMAP_HOOK_MODE=none \
@@ -85,9 +115,11 @@ for b in $builds; do
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
       echo "== build (libFuzzer)"; cmake --build build/fuzz -j"$jobs"
       phase_done "fuzz build"
+      wait_background_ctest
       run_ctest fuzz build/fuzz
       phase_done "fuzz runs" ;;
     rdma)
+      wait_background_ctest
       if ((released)); then  # the release build is made for the guest's CPU: reuse it
         run_ctest rdma build/release -L rdma-vm
         phase_done "rdma guest tests"
@@ -102,6 +134,7 @@ for b in $builds; do
   esac
 done
 
+wait_background_ctest  # (when nothing came after the release build)
 echo
 if ((${#failed_builds[@]})); then
   echo "test: FAILED in: ${failed_builds[*]}"
