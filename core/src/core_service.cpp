@@ -310,14 +310,14 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
     case wire::ObjectHeadDecoder::kTemplateId:
     case wire::ObjectGetDecoder::kTemplateId: {
       bool get = template_id == wire::ObjectGetDecoder::kTemplateId;
-      std::string key;
+      std::string_view key;  // (into `msg`, which outlives this call)
       uint64_t offset = 0, length = UINT64_MAX;
       uint32_t flags = 0;
       if (get) {
         wire::ObjectGetDecoder d;
         if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
           return bad("ObjectGet", e);
-        key = std::string(d.key());
+        key = d.key();
         offset = d.offset();
         length = d.length();
         flags = d.flags();
@@ -325,7 +325,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         wire::ObjectHeadDecoder d;
         if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
           return bad("ObjectHead", e);
-        key = std::string(d.key());
+        key = d.key();
       }
       if (!OwnsKey(session, corr, key)) return;
       if (get && downloads_[session.id()].size() >= kMaxDownloadsPerSession) {
@@ -341,13 +341,14 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
                            "too many ObjectGets waiting for reserved fills");
         }
         ++counters_.gets_parked;
-        parked_.push_back(ParkedGet{session.id(), std::move(key),
+        parked_.push_back(ParkedGet{session.id(), std::string(key),
                                     std::vector<uint8_t>(msg.begin(), msg.end()), block_length,
                                     version});
         return;
       }
       wire::LookupStatus status = wire::LookupStatus::kMiss;
-      std::optional<store::ObjectInfo> info;
+      std::optional<store::ObjectInfo> head_info;  // (ObjectHead's copy)
+      const store::ObjectInfo* info = nullptr;     // (an ObjectGet's: its stream's)
       std::unique_ptr<store::Store::Stream> stream;
       if (get) {
         auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0);
@@ -355,14 +356,17 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         if (r->status != store::Store::Lookup::kMiss) {
           status = r->status == store::Store::Lookup::kHit ? wire::LookupStatus::kHit
                                                            : wire::LookupStatus::kFilling;
-          info = std::move(r->info);
+          info = r->info;
           stream = std::move(r->stream);
         }
       } else {
         auto r = store_->Head(key);
         if (!r) return SendStatusError(session, corr, r.error());
-        info = std::move(*r);
-        if (info) status = wire::LookupStatus::kHit;
+        head_info = std::move(*r);
+        if (head_info) {
+          status = wire::LookupStatus::kHit;
+          info = &*head_info;
+        }
       }
       wire::ObjectInfoEncoder oi(out_.data(), out_.size());
       oi.set_correlation_id(corr).set_status(status);
@@ -378,10 +382,11 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       reactor::Session* s = &session;
       bool lend = lenders_.count(session.id()) != 0 &&
                   ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
-      Downloads& list = downloads_[session.id()];
-      list.push_back(Download{corr, std::move(stream), lend});
-      list.back().started_ns = MonotonicNanos();
-      Download* d = &list.back();
+      Download* d = &NewDownload(downloads_[session.id()]);
+      d->correlation_id = corr;
+      d->stream = std::move(stream);
+      d->lend = lend;
+      d->started_ns = MonotonicNanos();
       d->stream->SetReadyCallback([s, d] {
         d->ready = true;
         s->WantWritable(true);
@@ -547,7 +552,7 @@ void CoreService::ReleaseLent(const Lent& l) {
   if (l.buffer != UINT32_MAX) {
     store_->ReleaseBuffer(l.buffer);
   } else {
-    store_->Release(l.pin);
+    store_->ReleasePin(l.pin);
   }
 }
 
@@ -572,6 +577,7 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
   Lender& lender = lenders_.at(session.id());
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
+  if (!d.loans_out) d.loans_out = std::make_shared<uint32_t>(0);
   if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers) ||
       *d.loans_out >= kMaxLoansPerDownload) {
     lender.waiting = true;
@@ -582,7 +588,7 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
   lent.download_loans = d.loans_out;
   ++*d.loans_out;
   if (head) {
-    lent.pin = store_->Retain(st.loan());
+    lent.pin = store_->Pin(st.loan());
   } else {
     lent.buffer = st.DetachChunk();
     ++lender.buffers;
@@ -769,6 +775,31 @@ size_t CoreService::OnPoll() {
   return 0;
 }
 
+CoreService::Download& CoreService::NewDownload(Downloads& list) {
+  if (spare_downloads_.empty()) return list.emplace_back();
+  list.splice(list.end(), spare_downloads_, spare_downloads_.begin());
+  Download& d = list.back();
+  // A loan of its last stream may still count on the old counter: then a new one.
+  std::shared_ptr<uint32_t> loans = std::move(d.loans_out);
+  d = Download{};
+  if (loans.use_count() == 1) {
+    *loans = 0;
+    d.loans_out = std::move(loans);
+  }
+  return d;
+}
+
+CoreService::Downloads::iterator CoreService::EndDownload(Downloads& list, Downloads::iterator it) {
+  auto next = std::next(it);
+  it->stream.reset();  // releases what the stream holds now
+  if (spare_downloads_.size() < kMaxDownloadsPerSession) {
+    spare_downloads_.splice(spare_downloads_.end(), list, it);
+  } else {
+    list.erase(it);
+  }
+  return next;
+}
+
 void CoreService::OnWritable(reactor::Session& session) {
   auto it = downloads_.find(session.id());
   if (it == downloads_.end() || it->second.empty()) {
@@ -780,7 +811,7 @@ void CoreService::OnWritable(reactor::Session& session) {
   for (auto d = it->second.begin(); d != it->second.end();) {
     if (session.closing()) return;
     if (d->ready && !Pump(session, *d)) {
-      d = it->second.erase(d);
+      d = EndDownload(it->second, d);
       continue;
     }
     any_ready |= d->ready;

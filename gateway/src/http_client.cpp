@@ -90,7 +90,9 @@ void HttpServer::Impl::OnReadable(Conn& c) {
 
 void HttpServer::Impl::ProcessRequests(Conn& c) {
   while (!c.closed && !c.ex && !c.close_after && !c.in.empty()) {
-    http::Request r;
+    // (one Request for every parse: its header vector keeps its capacity; nothing reads it
+    // once the request is dispatched, so a nested ProcessRequests may reuse it)
+    http::Request& r = request_;
     int status = 400;
     auto p = http::ParseRequest(c.in, options_.limits, &r, &status);
     if (p == http::Parse::kNeedMore) return;
@@ -129,22 +131,26 @@ void HttpServer::Impl::ProcessRequests(Conn& c) {
 }
 
 void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
-  auto ex = std::make_unique<Exchange>();
-  ex->method = std::string(r.method);
-  ex->target = std::string(r.target);
-  ex->host = detail::Lower(r.Get("host"));
-  ex->key = ex->host + ex->target;  // Varnish's default hash: Host + URL
-  ex->range = std::string(r.Get("range"));
-  ex->inm = std::string(r.Get("if-none-match"));
-  ex->ims = std::string(r.Get("if-modified-since"));
+  // The connection's last exchange, when there is one: its strings keep their capacity.
+  std::unique_ptr<Exchange> ex = c.spare_ex ? std::move(c.spare_ex) : std::make_unique<Exchange>();
+  ex->Reset();
+  ex->method.assign(r.method);
+  ex->target.assign(r.target);
+  ex->host.assign(r.Get("host"));
+  detail::LowerInPlace(&ex->host);
+  ex->key.assign(ex->host).append(ex->target);  // Varnish's default hash: Host + URL
+  ex->range.assign(r.Get("range"));
+  ex->inm.assign(r.Get("if-none-match"));
+  ex->ims.assign(r.Get("if-modified-since"));
   ex->keep_alive = r.keep_alive;
   ex->minor0 = r.minor == 0;
   ex->head = r.method == "HEAD";
   if (!ex->keep_alive) c.close_after = true;
   ex->purge_token_ok =
       !options_.purge_token.empty() && r.Get("x-purge-token") == options_.purge_token;
-  ex->purge_mode = detail::Lower(r.Get("x-purge"));
-  ex->content_type_in = std::string(r.Get("content-type"));
+  ex->purge_mode.assign(r.Get("x-purge"));
+  detail::LowerInPlace(&ex->purge_mode);
+  ex->content_type_in.assign(r.Get("content-type"));
   c.ex = std::move(ex);
 }
 
@@ -177,8 +183,8 @@ void HttpServer::Impl::Respond(Conn& c, int status, std::string_view body, std::
   std::string head = fmt::format(
       "HTTP/1.1 {} {}\r\nDate: {}\r\nServer: goblin\r\nContent-Type: text/plain\r\nContent-Length: "
       "{}\r\n{}{}\r\n",
-      status, Reason(status), http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())),
-      body.size(), extra, c.close_after ? "Connection: close\r\n" : "");
+      status, Reason(status), HttpDate(), body.size(), extra,
+      c.close_after ? "Connection: close\r\n" : "");
   Write(c, head + std::string(c.ex && c.ex->head ? std::string_view() : body), true);
   FinishExchange(c);
 }
@@ -195,7 +201,7 @@ void HttpServer::Impl::Fail(Conn& c, int status, std::string_view why) {
 }
 
 void HttpServer::Impl::FinishExchange(Conn& c) {
-  c.ex.reset();
+  c.spare_ex = std::move(c.ex);  // (kept for the connection's next request)
   dirty_.push_back(&c);
   if (!c.close_after && !c.in.empty()) ProcessRequests(c);
   if (async_ && !c.ex) PostRecv(c);

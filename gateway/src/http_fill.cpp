@@ -171,8 +171,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
     Write(*leader,
           fmt::format("HTTP/1.1 {} {}\r\n{}Date: {}\r\nAge: 0\r\nVia: 1.1 goblin\r\nX-Cache: "
                       "MISS\r\n{}{}{}\r\n",
-                      r.status, r.reason, passthrough,
-                      http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())),
+                      r.status, r.reason, passthrough, HttpDate(),
                       cacheable ? "Accept-Ranges: bytes\r\n" : "", framing,
                       leader->close_after ? "Connection: close\r\n" : ""),
           true);

@@ -137,14 +137,25 @@ std::string HttpServer::Impl::HitHead(Exchange& ex, int status, std::string_view
                                       bool drop_content_type) {
   uint64_t now = detail::NowUnixNanos();
   uint64_t age = created_ns != 0 && now > created_ns ? (now - created_ns) / 1'000'000'000ULL : 0;
-  std::string out = fmt::format("HTTP/1.1 {} {}\r\n", status, Reason(status));
+  std::string out;
+  out.reserve(192 + meta.size() + extra.size());  // one allocation for the whole head
+  fmt::format_to(std::back_inserter(out), "HTTP/1.1 {} {}\r\n", status, Reason(status));
   detail::AppendStoredHeaders(&out, meta, drop_content_type);
   fmt::format_to(std::back_inserter(out),
                  "Date: {}\r\nAge: {}\r\nVia: 1.1 goblin\r\nX-Cache: {}\r\nAccept-Ranges: "
                  "bytes\r\n{}{}\r\n",
-                 http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())), age,
-                 ex.is_miss ? "MISS" : "HIT", extra, ex.keep_alive ? "" : "Connection: close\r\n");
+                 HttpDate(), age, ex.is_miss ? "MISS" : "HIT", extra,
+                 ex.keep_alive ? "" : "Connection: close\r\n");
   return out;
+}
+
+std::string_view HttpServer::Impl::HttpDate() {
+  uint64_t now = detail::NowSeconds();
+  if (now != date_second_ || date_.empty()) {
+    date_ = http::FormatHttpDate(static_cast<int64_t>(now));
+    date_second_ = now;
+  }
+  return date_;
 }
 
 void HttpServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t> m) {
@@ -278,7 +289,7 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
     ex.follow = false;
     return Miss(c);
   }
-  std::string meta(info.metadata());
+  std::string_view meta = info.metadata();  // (the message outlives this call)
   uint64_t size = info.object_size();
   bool filling = info.status() == wire::LookupStatus::kFilling;
   // Only a committed object is a HIT (every byte in and checksummed: its record may still
@@ -300,10 +311,8 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
       return FinishExchange(c);
     }
     if (ex.head) {
-      Write(
-          c,
-          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
-          true);
+      Write(c, HitHead(ex, 200, meta, info.created_nanos(), detail::ContentLength(size).view()),
+            true);
       return FinishExchange(c);
     }
     auto rr = http::ParseRange(ex.range, size, &ex.ranges);
@@ -353,8 +362,7 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
       return StartRangePart(c);
     }
     // No (usable) range: the whole object.
-    Write(c,
-          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+    Write(c, HitHead(ex, 200, meta, info.created_nanos(), detail::ContentLength(size).view()),
           true);
     if (CoreGet(c, 0, UINT64_MAX, false) != 0) ex.state = ExState::kCoreBody;
     return;
@@ -364,7 +372,7 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   if (ex.head) {
     Write(c,
           HitHead(ex, 200, meta, info.created_nanos(),
-                  size == UINT64_MAX ? "" : fmt::format("Content-Length: {}\r\n", size)),
+                  size == UINT64_MAX ? std::string_view() : detail::ContentLength(size).view()),
           true);
     return FinishExchange(c);
   }
@@ -376,8 +384,7 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
                   ex.chunked_out ? "Transfer-Encoding: chunked\r\n" : ""),
           true);
   } else {
-    Write(c,
-          HitHead(ex, 200, meta, info.created_nanos(), fmt::format("Content-Length: {}\r\n", size)),
+    Write(c, HitHead(ex, 200, meta, info.created_nanos(), detail::ContentLength(size).view()),
           true);
   }
   // (a zero-byte object: the core still sends one empty last record, which ends it)

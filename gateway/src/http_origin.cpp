@@ -327,8 +327,7 @@ void HttpServer::Impl::OnOriginHead(Origin& o) {
   if (framing.empty() && !c->ex->head) c->close_after = true;
   Write(*c,
         fmt::format("HTTP/1.1 {} {}\r\n{}Date: {}\r\nVia: 1.1 goblin\r\nX-Cache: MISS\r\n{}{}\r\n",
-                    r.status, r.reason, passthrough,
-                    http::FormatHttpDate(static_cast<int64_t>(detail::NowSeconds())), framing,
+                    r.status, r.reason, passthrough, HttpDate(), framing,
                     c->close_after ? "Connection: close\r\n" : ""),
         true);
 }

@@ -25,6 +25,7 @@
 
 #include "core_link.h"
 #include "goblin/common/fd.h"
+#include "goblin/common/recycling_map.h"
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/http_server.h"
 #include "goblin/wire/goblin_wire.h"
@@ -86,11 +87,29 @@ class HttpServer::Impl {
     std::string body, content_type_in;
     uint32_t acks_due = 0;  // a purge by prefix: PurgeAcks still to come (one per shard)
     uint64_t purged = 0;    // ... and the objects they deleted so far
+    // Back to a new exchange's state, keeping what the strings and vectors have allocated
+    // (a keep-alive connection's next request reuses them).
+    void Reset() {
+      std::string* s[] = {&method, &target,   &key,          &range,      &inm,  &ims,
+                          &host,   &boundary, &content_type, &purge_mode, &body, &content_type_in};
+      std::string kept[std::size(s)];
+      for (size_t i = 0; i < std::size(s); ++i) kept[i] = std::move(*s[i]);
+      std::vector<http::ByteRange> kept_ranges = std::move(ranges);
+      *this = Exchange{};
+      for (size_t i = 0; i < std::size(s); ++i) {
+        *s[i] = std::move(kept[i]);
+        s[i]->clear();
+      }
+      ranges = std::move(kept_ranges);
+      ranges.clear();
+    }
   };
   struct Conn {
     uint64_t id = 0;
     UniqueFd fd;
     std::string in;
+    // (a deque: an io_uring write in flight points into its pieces, which must not move
+    // when more are queued, and a short string keeps its bytes inside the object)
     std::deque<Piece> out;
     size_t first_off = 0;
     size_t out_bytes = 0;
@@ -99,6 +118,7 @@ class HttpServer::Impl {
     bool close_after = false, closed = false, epollout = false, reading = true;
     std::string peer;
     std::unique_ptr<Exchange> ex;
+    std::unique_ptr<Exchange> spare_ex;  // the last one, reused by the next request
     // --net async
     std::unique_ptr<char[]> rbuf;
     bool recv_inflight = false, write_inflight = false;
@@ -218,6 +238,8 @@ class HttpServer::Impl {
   void ReleaseLoan(uint64_t loan, CoreLink::Pools* pools) { core_->ReleaseLoan(loan, pools); }
   std::string HitHead(Exchange& ex, int status, std::string_view meta, uint64_t created_ns,
                       std::string_view extra, bool drop_content_type = false);
+  // The Date header's value now (formatted once per second, like nginx's cached time).
+  std::string_view HttpDate();
   // The core link went down: every exchange waiting on the core is answered (503 before a
   // head, closed after one), every fill continues uncached or ends.
   void OnCoreDown();
@@ -286,7 +308,10 @@ class HttpServer::Impl {
   std::unordered_map<Fill*, std::unique_ptr<Fill>> all_fills_;
   std::unordered_map<std::string, Fill*> fills_;
   std::vector<std::unique_ptr<Fill>> dead_fills_;  // ended this round, freed at its end
-  std::unordered_map<uint64_t, CorrTarget> corr_;
+  RecyclingMap<uint64_t, CorrTarget> corr_;        // (nodes reused: no allocation per request)
+  uint64_t date_second_ = 0;
+  std::string date_;
+  http::Request request_;  // ProcessRequests' parse of the request at hand
   uint64_t next_tag_ = kFirstTag, next_corr_ = 1;
   uint64_t poll_until_ = 0;
   std::vector<Conn*> dirty_;

@@ -80,6 +80,10 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
+void LowerInPlace(std::string* s) {
+  for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
+
 std::string_view MetaGet(std::string_view meta, std::string_view name) {
   std::string_view found;
   bool done = false;
@@ -100,6 +104,13 @@ void AppendStoredHeaders(std::string* out, std::string_view meta, bool drop_cont
     out->append(v);
     out->append("\r\n");
   });
+}
+
+HeaderLine ContentLength(uint64_t n) {
+  HeaderLine h;
+  auto r = fmt::format_to_n(h.buf, sizeof h.buf, "Content-Length: {}\r\n", n);
+  h.n = static_cast<size_t>(r.out - h.buf);
+  return h;
 }
 
 uint64_t NowSeconds() {

@@ -16,12 +16,21 @@ const char* Reason(int status);
 // ones the gateway writes itself: Date, Age, Via, X-Cache, Accept-Ranges).
 bool EndToEnd(std::string_view name);
 std::string Lower(std::string_view s);
+void LowerInPlace(std::string* s);
 
 // The first value of `name` in a stored header block ("" if none).
 std::string_view MetaGet(std::string_view meta, std::string_view name);
 // Appends the block's well-formed end-to-end lines, each ending in CRLF (whatever the
 // stored block ends with), optionally without Content-Type (multipart parts carry it).
 void AppendStoredHeaders(std::string* out, std::string_view meta, bool drop_content_type);
+
+// "Content-Length: N\r\n" in a buffer of its own (no allocation).
+struct HeaderLine {
+  char buf[48];
+  size_t n = 0;
+  std::string_view view() const { return {buf, n}; }
+};
+HeaderLine ContentLength(uint64_t n);
 
 uint64_t NowSeconds();    // CLOCK_REALTIME
 uint64_t NowUnixNanos();  // CLOCK_REALTIME

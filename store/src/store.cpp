@@ -650,8 +650,8 @@ Result<std::optional<HeadDescription>> Store::Describe(std::string_view key, Dis
   return d;
 }
 
-void Store::Release(const Loan& loan) {
-  auto lg = loan_generation_.find(loan.id);
+void Store::ReleasePin(uint64_t id) {
+  auto lg = loan_generation_.find(id);
   if (lg == loan_generation_.end()) return;  // released twice: ignore
   uint64_t gen = lg->second;
   loan_generation_.erase(lg);
@@ -667,11 +667,16 @@ void Store::Release(const Loan& loan) {
 
 Loan Store::Retain(const Loan& loan) {
   Loan copy = loan;
-  copy.id = next_loan_++;
-  ++loaned_[loan.info.generation].count;
-  loan_generation_[copy.id] = loan.info.generation;
-  ++stats_.loans_out;
+  copy.id = Pin(loan);
   return copy;
+}
+
+uint64_t Store::Pin(const Loan& loan) {
+  uint64_t id = next_loan_++;
+  ++loaned_[loan.info.generation].count;
+  loan_generation_[id] = loan.info.generation;
+  ++stats_.loans_out;
+  return id;
 }
 
 void Store::DropCorrupt(const std::string& key, uint64_t generation, const Status& why) {
@@ -786,12 +791,13 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.
       o.status = fill.committing ? Lookup::kHit : Lookup::kFilling;
-      o.info = ObjectInfo{fill.key, fill.committing ? fill.writer->bytes() : fill.expected_size,
-                          0,        fill.started_unix_ns,
-                          0,        fill.metadata};
       std::unique_ptr<Stream> s(new Stream(this));
       s->fill_ = f->second;
-      s->loan_.info = o.info;
+      s->loan_.info =
+          ObjectInfo{fill.key, fill.committing ? fill.writer->bytes() : fill.expected_size,
+                     0,        fill.started_unix_ns,
+                     0,        fill.metadata};
+      o.info = &s->loan_.info;
       s->pos_ = offset;
       s->end_ = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
       if (fill.expected_size != UINT64_MAX) {
@@ -805,14 +811,24 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
       return o;
     }
   }
-  GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
-  if (!info) return o;
+  // (Head's checks, without its copy of the object's info: the loan has one)
   const ObjectRecord* rec = index_->Find(key);
+  if (rec == nullptr) {
+    ++stats_.misses;
+    return o;
+  }
+  if (Expired(*rec, NowNs())) {
+    ++stats_.expired;
+    ++stats_.misses;
+    GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
+    return o;
+  }
+  ++stats_.hits;
   policy_.Touch(key);
   o.status = Lookup::kHit;
-  o.info = std::move(*info);
   std::unique_ptr<Stream> s(new Stream(this));
   s->loan_ = MakeLoan(*rec);
+  o.info = &s->loan_.info;
   uint64_t size = rec->size;
   s->pos_ = std::min(offset, size);
   s->end_ = length > size - s->pos_ ? size : s->pos_ + length;
@@ -923,6 +939,40 @@ VoidResult Store::Poll() {
 }
 
 // ---- Stream ----
+
+namespace {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr size_t kKeptStreams = 0;
+#else
+constexpr size_t kKeptStreams = 4096;  // per thread
+#endif
+struct KeptStreams {
+  std::vector<void*> storage;
+  ~KeptStreams() {
+    for (void* p : storage) ::operator delete(p);
+  }
+};
+thread_local KeptStreams t_kept_streams;
+}  // namespace
+
+void* Store::Stream::operator new(size_t n) {
+  auto& kept = t_kept_streams.storage;
+  if (n == sizeof(Stream) && !kept.empty()) {
+    void* p = kept.back();
+    kept.pop_back();
+    return p;
+  }
+  return ::operator new(n);
+}
+
+void Store::Stream::operator delete(void* p, size_t n) {
+  auto& kept = t_kept_streams.storage;
+  if (n == sizeof(Stream) && kept.size() < kKeptStreams) {
+    kept.push_back(p);
+    return;
+  }
+  ::operator delete(p);
+}
 
 Store::Stream::~Stream() {
   DropReader();

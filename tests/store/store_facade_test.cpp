@@ -330,8 +330,8 @@ TEST_F(StoreTest, AReservedFillIsFollowedOnlyOnceItsHeadIsKnown) {
   auto o = store_->OpenStream("/r", 0, UINT64_MAX, true);
   ASSERT_TRUE(o);
   EXPECT_EQ(o->status, Store::Lookup::kFilling);
-  EXPECT_EQ(o->info.size, data.size());
-  EXPECT_EQ(o->info.metadata, "meta");
+  EXPECT_EQ(o->info->size, data.size());
+  EXPECT_EQ(o->info->metadata, "meta");
   ASSERT_TRUE(store_->Append(r->second, data));
   ASSERT_TRUE(store_->Commit(r->second, data.size()));
   auto got = Drain(*o->stream, [&] { ASSERT_TRUE(store_->Poll()); });
@@ -356,7 +356,7 @@ TEST_F(StoreTest, ACommittingFillIsAHitAndAPurgeOfItWins) {
   auto o = store_->OpenStream("/c", 0, UINT64_MAX, /*follow_fill=*/true);
   ASSERT_TRUE(o);
   EXPECT_EQ(o->status, Store::Lookup::kHit);
-  EXPECT_EQ(o->info.size, data.size());
+  EXPECT_EQ(o->info->size, data.size());
   auto got = Drain(*o->stream, [&] { ASSERT_TRUE(store_->Poll()); });
   ASSERT_TRUE(got) << got.error().ToString();
   EXPECT_EQ(*got, data);
@@ -647,8 +647,8 @@ TEST_F(StoreTest, AReaderFollowsAFillToItsCommit) {
   auto opened = store_->OpenStream("/f", 0, UINT64_MAX, /*follow_fill=*/true);
   ASSERT_TRUE(opened);
   ASSERT_EQ(opened->status, Store::Lookup::kFilling);
-  EXPECT_EQ(opened->info.size, data.size());
-  EXPECT_EQ(opened->info.metadata, "meta");
+  EXPECT_EQ(opened->info->size, data.size());
+  EXPECT_EQ(opened->info->metadata, "meta");
   int woken = 0;
   opened->stream->SetReadyCallback([&] { ++woken; });
   // Feed the fill a piece each time the reader catches up, commit at the end.
@@ -705,7 +705,7 @@ TEST_F(StoreTest, AReaderOfAnAbandonedFillGetsAborted) {
   ASSERT_TRUE(store_->Append(start->second, Data(3 * kExtent, 1)));
   auto opened = store_->OpenStream("/gone", 0, UINT64_MAX, true);
   ASSERT_TRUE(opened && opened->stream);
-  EXPECT_EQ(opened->info.size, UINT64_MAX);
+  EXPECT_EQ(opened->info->size, UINT64_MAX);
   store_->Abort(start->second);
   auto got = Drain(*opened->stream);
   ASSERT_FALSE(got);

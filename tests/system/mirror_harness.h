@@ -78,7 +78,8 @@ class MirrorHarness {
   // (Re)starts goblin-core with the same arguments (its log is appended to core.log).
   bool StartCore() {
     std::filesystem::remove(core_sock_);
-    core_ = std::make_unique<Process>(core_args_, dir_ + "/core.log." + std::to_string(cores_++));
+    core_ = std::make_unique<Process>(core_args_, dir_ + "/core.log." + std::to_string(cores_++),
+                                      core_env_);
     return WaitForPath(core_sock_, std::chrono::seconds(10));
   }
   void StartGateway(const std::string& net, std::vector<std::string> extra = {},
@@ -98,7 +99,7 @@ class MirrorHarness {
       argv.insert(argv.end(), {"--threads", "1"});
     }
     argv.insert(argv.end(), extra.begin(), extra.end());
-    gateway_ = std::make_unique<Process>(argv, dir_ + "/" + log);
+    gateway_ = std::make_unique<Process>(argv, dir_ + "/" + log, gateway_env_);
     port_.clear();
     for (int i = 0; i < 500 && port_.empty(); ++i) {
       std::string log = gateway_->Output();
@@ -179,6 +180,8 @@ class MirrorHarness {
 
   std::string dir_, tier_, core_sock_, origin_port_, port_, base_;
   std::vector<std::string> core_args_;
+  // More environment for goblin-core and goblin-gateway ("NAME=value" each).
+  std::vector<std::string> core_env_, gateway_env_;
   int cores_ = 0;
   std::unique_ptr<Process> core_, origin_, gateway_;
 

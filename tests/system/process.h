@@ -43,13 +43,18 @@ inline std::string ReadAll(const std::string& path) {
 
 class Process {
  public:
-  // Starts argv[0] with stdout+stderr to `log_path`, stdin from /dev/null, no other fds.
-  // The child gets SIGKILL if the test process dies first (a crashed or aborted test
-  // leaves no servers behind).
-  Process(std::vector<std::string> argv, std::string log_path) : log_(std::move(log_path)) {
+  // Starts argv[0] with stdout+stderr to `log_path`, stdin from /dev/null, no other fds,
+  // this process's environment plus `env` ("NAME=value" each). The child gets SIGKILL if
+  // the test process dies first (a crashed or aborted test leaves no servers behind).
+  Process(std::vector<std::string> argv, std::string log_path, std::vector<std::string> env = {})
+      : log_(std::move(log_path)) {
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pid_t parent = getpid();
@@ -59,7 +64,7 @@ class Process {
       if (out < 0 || in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
       // Nothing else of the test's (a FIFO's write end would keep a reader from seeing EOF).
       close_range(3, ~0u, 0);
-      execve(args[0], args.data(), environ);
+      execve(args[0], args.data(), envp.data());
       _exit(127);
     }
     if (out >= 0) close(out);

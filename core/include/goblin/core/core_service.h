@@ -35,6 +35,7 @@
 #include "goblin/common/buffer.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/histogram.h"
+#include "goblin/common/recycling_map.h"
 #include "goblin/pubsub/engine.h"
 #include "goblin/reactor/handler.h"
 #include "goblin/reactor/session.h"
@@ -122,16 +123,18 @@ class CoreService : public reactor::Handler {
     bool done = false;
     bool first_sent = false;  // a piece went out already (remote sessions: inline first)
     uint64_t started_ns = 0;  // when the request arrived (0: its first piece is timed)
-    std::shared_ptr<uint32_t> loans_out = std::make_shared<uint32_t>(0);
+    // Its pieces lent out, shared with their Lents (the stream may end first); made at the
+    // first loan, and reused by the next download on this node when nobody else holds it.
+    std::shared_ptr<uint32_t> loans_out;
   };
   using Downloads = std::list<Download>;  // a session's streams (stable addresses)
   struct Lent {
     uint32_t buffer = UINT32_MAX;              // an I/O buffer, or
-    store::Loan pin;                           // a pin on an object version (head pool bytes)
+    uint64_t pin = 0;                          // a pin on an object version (head pool bytes)
     std::shared_ptr<uint32_t> download_loans;  // its stream's count (the stream may be gone)
   };
   struct Lender {  // per session that mapped the pools
-    std::unordered_map<uint64_t, Lent> loans;
+    RecyclingMap<uint64_t, Lent> loans;
     size_t buffers = 0;  // loans holding an I/O buffer
     size_t max_loans = 0, max_buffers = 0;
     bool waiting = false;  // a download paused at a limit
@@ -189,8 +192,13 @@ class CoreService : public reactor::Handler {
   // The session's own fill `put_id`, or end() after answering `what` with NotFound.
   Uploads::iterator OwnUpload(reactor::Session& session, uint64_t put_id, std::string_view what,
                               uint64_t corr);
-  std::unordered_map<uint64_t, Downloads> downloads_;  // session id -> streams in progress
-  std::unordered_map<uint64_t, Lender> lenders_;       // session id -> loans out
+  RecyclingMap<uint64_t, Downloads> downloads_;   // session id -> streams in progress
+  std::unordered_map<uint64_t, Lender> lenders_;  // session id -> loans out
+  // Ended downloads, their list nodes kept for the next ObjectGet (no allocation per GET).
+  Downloads spare_downloads_;
+  Download& NewDownload(Downloads& list);
+  // Ends `it` (its stream released) and keeps its node; returns the next one.
+  Downloads::iterator EndDownload(Downloads& list, Downloads::iterator it);
   struct PendingDescribe {
     uint64_t session = 0, correlation_id = 0;
     std::string key;

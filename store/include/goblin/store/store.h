@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/recycling_map.h"
 #include "goblin/common/status.h"
 #include "goblin/common/string_hash.h"
 #include "goblin/store/disk_io.h"
@@ -158,9 +159,13 @@ class Store {
   Result<std::optional<ObjectInfo>> Head(std::string_view key);
   // A loan on the object, its head in RAM when possible (refilled from disk if needed).
   Result<std::optional<Loan>> Get(std::string_view key);
-  void Release(const Loan& loan);
+  void Release(const Loan& loan) { ReleasePin(loan.id); }
   // A second loan on the same object version (its own id; released separately).
   Loan Retain(const Loan& loan);
+  // A second hold on the loan's object version by id alone (what a lent piece keeps: no
+  // copy of the loan); ReleasePin(id) ends it, as Release does a loan.
+  uint64_t Pin(const Loan& loan);
+  void ReleasePin(uint64_t id);
   // Returns an I/O buffer a stream handed out (Stream::DetachChunk).
   void ReleaseBuffer(uint32_t buffer) { buffers_->Release(buffer); }
   // Copies object bytes [offset, offset + out.size()) through a loan (blocking): head bytes
@@ -190,8 +195,8 @@ class Store {
   enum class Lookup { kHit, kMiss, kFilling };
   struct Opened {
     Lookup status = Lookup::kMiss;
-    ObjectInfo info;
-    std::unique_ptr<Stream> stream;  // for kHit and kFilling
+    const ObjectInfo* info = nullptr;  // the stream's (lives as long as it; not copied)
+    std::unique_ptr<Stream> stream;    // for kHit and kFilling
   };
   // A stream of object bytes [offset, offset + length) (clamped to the object). With
   // `follow_fill`, a key being filled (and not yet committed) streams that fill.
@@ -345,9 +350,9 @@ class Store {
   std::unordered_map<FillId, Fill> fills_;
   std::unordered_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
   std::unordered_map<std::string, Resident> heads_;
-  std::unordered_map<uint64_t, Loaned> loaned_;             // generation -> loans
-  std::unordered_map<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
-  std::vector<Stream*> starved_;                            // streams waiting for a buffer
+  RecyclingMap<uint64_t, Loaned> loaned_;             // generation -> loans
+  RecyclingMap<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
+  std::vector<Stream*> starved_;                      // streams waiting for a buffer
   std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
   S3Fifo policy_;
   // Objects with a TTL: (expiry, key), earliest first; entries are checked against the index.
@@ -375,6 +380,11 @@ class Store {
 class Store::Stream {
  public:
   ~Stream();
+  // Streams come and go with every ObjectGet: a thread keeps the storage of the ones it
+  // deleted for its next ones (a shard's loop stops allocating them once warm). Plain heap
+  // allocations under a sanitizer, which must see every use after free.
+  static void* operator new(size_t n);
+  static void operator delete(void* p, size_t n);
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
