@@ -375,7 +375,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             .set_generation(info->generation)
             .set_created_nanos(info->created_unix_ns)
             .set_expires_nanos(info->expires_unix_ns)
-            .set_metadata(info->metadata.substr(0, session.max_message() / 2));
+            .set_metadata(std::string_view(info->metadata).substr(0, session.max_message() / 2));
       }
       if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;

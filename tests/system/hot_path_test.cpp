@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 // counts (docs/hot-path.md lists them) and a tenth for what idle threads allocate meanwhile
 // (the gateway's 1.28: its response head, and an output deque block every few responses).
 constexpr double kGatewayBudget = 1.4;
-constexpr double kCoreBudget = 5.1;
+constexpr double kCoreBudget = 4.1;
 
 // The count a preloaded process keeps in `path` (0 before the file exists).
 uint64_t ReadCount(const std::string& path) {
