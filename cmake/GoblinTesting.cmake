@@ -5,7 +5,7 @@
 #   they take the lock "big_objects" (one at a time: each writes gigabytes to the disk) and
 #   a high COST, so that ctest starts them first and the short cases run beside them.
 #   (Test bodies keep -O1 under the sanitizers: at -O0 their byte-wise helpers, reading
-#   files and making patterns, cost the ASan run more than the compile saves.)
+#   files and making patterns, made the ASan test run take 285 s instead of 166 s.)
 # goblin_add_fuzz(NAME n SOURCES ... [LIBS ...] [SECONDS s] [CORPUS dir])
 #   Builds a fuzz target exporting LLVMFuzzerTestOneInput. Under the Fuzz build type it links
 #   clang's libFuzzer and ctest runs it for SECONDS; in every other build it links

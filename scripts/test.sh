@@ -44,14 +44,6 @@ count_results() {  # name, ctest log, ctest exit status: adds the log's counts t
   total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
   if [[ $rc -ne 0 || -z $line ]]; then failed_builds+=("$name"); fi
 }
-run_ctest() {  # name, dir, ctest args...
-  local name=$1 dir=$2; shift 2
-  echo "== ctest ($name)"
-  local log=$dir/ctest.log rc=0
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 "$@" 2>&1 | tee "$log" || rc=$?
-  count_results "$name" "$log" "$rc"
-}
-
 # The ansible tests of the release build, in the background (see the header).
 bg_pid=0 bg_log="" bg_name=""
 start_background_ctest() {  # name, dir, ctest args...
@@ -71,6 +63,15 @@ wait_background_ctest() {
   cat "$bg_log"
   count_results "$bg_name" "$bg_log" "$rc"
   phase_done "$bg_name tests (waited for)"
+}
+
+run_ctest() {  # name, dir, ctest args... (after the background tests: they share the CPUs)
+  local name=$1 dir=$2; shift 2
+  wait_background_ctest
+  echo "== ctest ($name)"
+  local log=$dir/ctest.log rc=0
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 "$@" 2>&1 | tee "$log" || rc=$?
+  count_results "$name" "$log" "$rc"
 }
 
 phase_start=$SECONDS
@@ -95,7 +96,6 @@ for b in $builds; do
       configure build/asan -DCMAKE_BUILD_TYPE=Asan -DGOBLIN_BUILD_BENCH=OFF
       echo "== build (asan+ubsan)"; cmake --build build/asan -j"$jobs"
       phase_done "asan build"
-      wait_background_ctest
       run_ctest asan build/asan -LE slow
       phase_done "asan tests" ;;
     tsan)
@@ -105,7 +105,6 @@ for b in $builds; do
       cmake --build build/tsan -j"$jobs" --target ring_test admin_unit_test store_test \
         admin_test core_system_test http_mirror_test goblin-core goblin goblinctl goblin-gateway
       phase_done "tsan build"
-      wait_background_ctest
       # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
       # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
       UCX_MEM_MMAP_HOOK_MODE=none \
@@ -115,11 +114,9 @@ for b in $builds; do
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
       echo "== build (libFuzzer)"; cmake --build build/fuzz -j"$jobs"
       phase_done "fuzz build"
-      wait_background_ctest
       run_ctest fuzz build/fuzz
       phase_done "fuzz runs" ;;
     rdma)
-      wait_background_ctest
       if ((released)); then  # the release build is made for the guest's CPU: reuse it
         run_ctest rdma build/release -L rdma-vm
         phase_done "rdma guest tests"

@@ -70,8 +70,6 @@ std::map<std::string, std::string> ConfigMap(const CLI::App& app) {
   return out;
 }
 
-// Where shard `shard` of the UCX plane listens: HOST:PORT+shard (HOST:0 stays "any port");
-// with `bound_port` >= 0, the port it got.
 // How many shards to run: --cores when given; else the count the disk tiers are laid out
 // for (a restart keeps every object without repeating --cores); else, for a new store, one
 // per CPU the shards may run on (--cpus/--numa, else the allowed CPUs), at most one per
@@ -99,6 +97,8 @@ goblin::Result<ShardCount> ChooseShardCount(unsigned cores, const std::vector<in
                     pin.empty() ? "one per allowed CPU" : "one per CPU of --cpus/--numa"};
 }
 
+// Where shard `shard` of the UCX plane listens: HOST:PORT+shard (HOST:0 stays "any port");
+// with `bound_port` >= 0, the port it got.
 std::string ShardListenAddress(const std::string& listen, uint16_t shard, int bound_port = -1) {
   size_t colon = listen.rfind(':');
   std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);

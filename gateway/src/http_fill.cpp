@@ -136,6 +136,7 @@ HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is
   if (o == nullptr) return nullptr;
   auto f = std::make_unique<Fill>();
   f->key = ex.key;
+  f->shard = core_->ShardFor(f->key);
   f->target = ex.target;
   f->host = ex.host;
   f->leader = leader_is_client ? leader : 0;
@@ -198,7 +199,6 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   uint64_t corr = next_corr_++;
   uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
   const std::string& key = f.key;
-  f.shard = core_->ShardFor(key);
   auto sent = core_->Send(
       [&](uint8_t* b, size_t cap) {
         return wire::PutBeginEncoder(b, cap)

@@ -160,7 +160,7 @@ class HttpServer::Impl {
   enum class Stage { kReserving, kFetching, kUncached, kLeasing, kFilling, kCommitting };
   struct Fill {
     std::string key, target, host;
-    uint16_t shard = 0;  // the core shard of the key (set with its PutBegin)
+    uint16_t shard = 0;  // the core shard of the key (set when the fill is made)
     Stage stage = Stage::kFetching;
     Origin* origin = nullptr;
     uint64_t leader = 0;            // the connection streaming straight from the origin

@@ -74,12 +74,6 @@ bool EndToEnd(std::string_view name) {
   return true;
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 void LowerInPlace(std::string* s) {
   for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
 }

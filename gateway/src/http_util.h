@@ -15,7 +15,6 @@ const char* Reason(int status);
 // Hop-by-hop and framing headers are never stored or passed through (and neither are the
 // ones the gateway writes itself: Date, Age, Via, X-Cache, Accept-Ranges).
 bool EndToEnd(std::string_view name);
-std::string Lower(std::string_view s);
 void LowerInPlace(std::string* s);
 
 // The first value of `name` in a stored header block ("" if none).

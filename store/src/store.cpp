@@ -527,19 +527,25 @@ bool Store::EvictOne(int tier) {
   return true;
 }
 
-Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
+Result<const ObjectRecord*> Store::FindLive(std::string_view key) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) {
     ++stats_.misses;
-    return std::optional<ObjectInfo>();
+    return r;
   }
   if (Expired(*r, NowNs())) {
     ++stats_.expired;
     ++stats_.misses;
     GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
-    return std::optional<ObjectInfo>();
+    return static_cast<const ObjectRecord*>(nullptr);
   }
   ++stats_.hits;
+  return r;
+}
+
+Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindLive(key));
+  if (r == nullptr) return std::optional<ObjectInfo>();
   return std::optional<ObjectInfo>(ObjectInfo{r->key, r->size, r->generation, r->created_unix_ns,
                                               r->expires_unix_ns, r->metadata});
 }
@@ -811,19 +817,8 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
       return o;
     }
   }
-  // (Head's checks, without its copy of the object's info: the loan has one)
-  const ObjectRecord* rec = index_->Find(key);
-  if (rec == nullptr) {
-    ++stats_.misses;
-    return o;
-  }
-  if (Expired(*rec, NowNs())) {
-    ++stats_.expired;
-    ++stats_.misses;
-    GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
-    return o;
-  }
-  ++stats_.hits;
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* rec, FindLive(key));  // (no copy of its info)
+  if (rec == nullptr) return o;
   policy_.Touch(key);
   o.status = Lookup::kHit;
   std::unique_ptr<Stream> s(new Stream(this));

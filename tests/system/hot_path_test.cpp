@@ -4,13 +4,10 @@
 // 1,000 more hits cost each process, in both --net modes. The budgets below are today's
 // (measured, rounded up); the goal is zero, and every change that removes an allocation
 // lowers them. Release build only (a sanitizer replaces malloc).
+#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -38,58 +35,6 @@ uint64_t ReadCount(const std::string& path) {
   close(fd);
   return v;
 }
-
-// A blocking keep-alive HTTP/1.1 client: one request at a time, the body by Content-Length.
-class KeepAliveClient {
- public:
-  explicit KeepAliveClient(const std::string& port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval tv{5, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~KeepAliveClient() {
-    if (fd_ >= 0) close(fd_);
-  }
-  bool ok() const { return ok_; }
-  // Sends GET `path`; returns the status and the body in `body` (false: the connection failed).
-  bool Get(const std::string& path, int* status, std::string* body, std::string* headers) {
-    std::string req = fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
-    if (send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
-      return false;
-    size_t end;
-    while ((end = in_.find("\r\n\r\n")) == std::string::npos) {
-      if (!Fill()) return false;
-    }
-    *headers = in_.substr(0, end + 4);
-    *status = std::atoi(headers->c_str() + 9);
-    size_t cl = headers->find("Content-Length: ");
-    if (cl == std::string::npos) return false;
-    size_t len = std::strtoull(headers->c_str() + cl + 16, nullptr, 10);
-    while (in_.size() < end + 4 + len) {
-      if (!Fill()) return false;
-    }
-    *body = in_.substr(end + 4, len);
-    in_.erase(0, end + 4 + len);
-    return true;
-  }
-
- private:
-  bool Fill() {
-    char buf[65536];
-    ssize_t n = recv(fd_, buf, sizeof buf, 0);
-    if (n <= 0) return false;
-    in_.append(buf, static_cast<size_t>(n));
-    return true;
-  }
-  int fd_ = -1;
-  bool ok_ = false;
-  std::string in_;
-};
 
 class HotPath : public testing::TestWithParam<std::string>, public test::MirrorHarness {
  protected:
@@ -127,21 +72,20 @@ class HotPath : public testing::TestWithParam<std::string>, public test::MirrorH
 TEST_P(HotPath, AWarmKeepAliveHitStaysWithinItsAllocationBudget) {
   ASSERT_GT(ReadCount(core_count_), 0u) << "the counter was not preloaded into goblin-core";
   ASSERT_GT(ReadCount(gateway_count_), 0u) << "the counter was not preloaded into goblin-gateway";
-  KeepAliveClient client(port_);
+  test::KeepAliveClient client(port_);
   ASSERT_TRUE(client.ok());
   const std::string path = "/gen/4K/hot";
   const std::string want = Origin(path);
   ASSERT_EQ(want.size(), 4096u);
   const int asked = OriginHits(path);  // (the test's own fetch of the object)
-  int status = 0;
-  std::string body, headers;
+  test::KeepAliveClient::Answer a;
   // Warm up: the miss, then enough hits that every pool, map and buffer has grown.
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(client.Get(path, &status, &body, &headers)) << i;
-    ASSERT_EQ(status, 200) << headers;
-    ASSERT_EQ(body, want);
+    ASSERT_TRUE(client.Get(path, &a)) << i;
+    ASSERT_EQ(a.status, 200) << a.headers;
+    ASSERT_EQ(a.body, want);
   }
-  EXPECT_NE(headers.find("X-Cache: HIT"), std::string::npos) << headers;
+  EXPECT_NE(a.headers.find("X-Cache: HIT"), std::string::npos) << a.headers;
   // What the processes allocate with no traffic, for the log (timers, idle threads).
   const uint64_t core_idle0 = ReadCount(core_count_), gw_idle0 = ReadCount(gateway_count_);
   std::this_thread::sleep_for(500ms);
@@ -151,13 +95,13 @@ TEST_P(HotPath, AWarmKeepAliveHitStaysWithinItsAllocationBudget) {
   constexpr int kHits = 1000;
   const uint64_t core0 = ReadCount(core_count_), gw0 = ReadCount(gateway_count_);
   for (int i = 0; i < kHits; ++i) {
-    ASSERT_TRUE(client.Get(path, &status, &body, &headers)) << i;
-    ASSERT_EQ(status, 200);
-    ASSERT_EQ(body.size(), want.size());
+    ASSERT_TRUE(client.Get(path, &a)) << i;
+    ASSERT_EQ(a.status, 200);
+    ASSERT_EQ(a.body.size(), want.size());
   }
   const double core = double(ReadCount(core_count_) - core0) / kHits;
   const double gateway = double(ReadCount(gateway_count_) - gw0) / kHits;
-  EXPECT_EQ(body, want);
+  EXPECT_EQ(a.body, want);
   EXPECT_EQ(OriginHits(path), asked + 1);  // one fill; every other request a hit
   std::printf("allocations per warm keep-alive 4 KiB hit (--net %s): gateway %.2f, core %.2f\n",
               GetParam().c_str(), gateway, core);

@@ -376,6 +376,60 @@ TEST_P(HttpMirror, LimitsMalformedRequestsAndPipelining) {
   EXPECT_NE(third.find("X-Cache: HIT"), std::string::npos) << third.substr(0, 300);
 }
 
+// A keep-alive connection's next request starts from nothing its last one set (the
+// gateway reuses the connection's exchange): after a range, a matching conditional, a HEAD
+// and an origin error, a plain GET of the same object is the whole object, 200, a HIT.
+TEST_P(HttpMirror, EachRequestOnAKeepAliveConnectionStartsFresh) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string path = "/gen/20K/ka";
+  const std::string want = Origin(path);
+  test::KeepAliveClient c(port_);
+  ASSERT_TRUE(c.ok());
+  test::KeepAliveClient::Answer a;
+  auto get = [&](const std::string& extra, bool has_body = true, const std::string& p = "") {
+    return c.Ask(
+        fmt::format("{} {} HTTP/1.1\r\nHost: x\r\n{}\r\n", extra == "HEAD" ? "HEAD" : "GET",
+                    p.empty() ? path : p, extra == "HEAD" ? "" : extra),
+        &a, has_body);
+  };
+  ASSERT_TRUE(get(""));  // the miss
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(a.body, want);
+  size_t at = a.headers.find("ETag: ");
+  ASSERT_NE(at, std::string::npos) << a.headers;
+  const std::string etag = a.headers.substr(at + 6, a.headers.find("\r\n", at) - at - 6);
+  // (until its commit lands a range would be passed to the origin: wait for the HIT)
+  for (int i = 0; i < 100 && !HasHeader(a.headers, "X-Cache: HIT"); ++i) {
+    std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(get(""));
+  }
+  ASSERT_TRUE(HasHeader(a.headers, "X-Cache: HIT")) << a.headers;
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(get("Range: bytes=100-199\r\n"));
+    EXPECT_EQ(a.status, 206) << a.headers;
+    EXPECT_EQ(a.body, want.substr(100, 100));
+    ASSERT_TRUE(get("If-None-Match: " + etag + "\r\n", /*has_body=*/false));
+    EXPECT_EQ(a.status, 304) << a.headers;
+    ASSERT_TRUE(get("HEAD", /*has_body=*/false));
+    EXPECT_EQ(a.status, 200) << a.headers;
+    EXPECT_NE(a.headers.find(fmt::format("Content-Length: {}\r\n", want.size())),
+              std::string::npos);
+    ASSERT_TRUE(get("", true, "/gen/1K/ka-err?fault=500"));  // passed through, not stored
+    EXPECT_EQ(a.status, 500) << a.headers;
+    ASSERT_TRUE(get(""));
+    EXPECT_EQ(a.status, 200) << a.headers;
+    EXPECT_TRUE(HasHeader(a.headers, "X-Cache: HIT")) << a.headers;
+    EXPECT_EQ(a.headers.find("Content-Range"), std::string::npos) << a.headers;
+    EXPECT_EQ(a.body, want);
+  }
+  // An origin that fails before its head, after all those answers: a 502 (not the silent
+  // close of a request whose head had gone out), then the connection is closed.
+  ASSERT_TRUE(get("", true, "/gen/1K/ka-bad?fault=badhead"));
+  EXPECT_EQ(a.status, 502) << a.headers;
+  // The test's own fetch and the one fill.
+  EXPECT_EQ(OriginHits(path), 2) << test::ReadFileBytes(dir_ + "/access.log");
+}
+
 TEST_P(HttpMirror, AClientLeavingMidBodyDoesNotStopTheFill) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   // Hang up 0.3 s into a slowly served 1 MiB object (~0.8 s at the origin's pace).

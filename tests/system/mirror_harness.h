@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -199,8 +200,8 @@ class MirrorHarness {
   }
 };
 
-// A raw request on a fresh connection (5 s receive timeout): everything until the close.
-inline std::string RawExchange(const std::string& port, const std::string& request) {
+// A TCP connection to 127.0.0.1:`port` with a 5 s receive timeout; -1 when it fails.
+inline int ConnectLoopback(const std::string& port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -208,10 +209,17 @@ inline std::string RawExchange(const std::string& port, const std::string& reque
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     close(fd);
-    return "connect failed";
+    return -1;
   }
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// A raw request on a fresh connection: everything until the close.
+inline std::string RawExchange(const std::string& port, const std::string& request) {
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return "connect failed";
   (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
   std::string out;
@@ -220,5 +228,59 @@ inline std::string RawExchange(const std::string& port, const std::string& reque
   close(fd);
   return out;
 }
+
+// One keep-alive HTTP/1.1 connection: requests sent as given, answers read one at a time
+// (the body by Content-Length; none for HEAD and 304).
+class KeepAliveClient {
+ public:
+  explicit KeepAliveClient(const std::string& port) : fd_(ConnectLoopback(port)) {}
+  ~KeepAliveClient() {
+    if (fd_ >= 0) close(fd_);
+  }
+  KeepAliveClient(const KeepAliveClient&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  struct Answer {
+    int status = 0;
+    std::string headers, body;
+  };
+  // Sends `request`; reads its answer (false: the connection failed or closed first).
+  bool Ask(const std::string& request, Answer* out, bool has_body = true) {
+    if (send(fd_, request.data(), request.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request.size()))
+      return false;
+    size_t end;
+    while ((end = in_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) return false;
+    }
+    out->headers = in_.substr(0, end + 4);
+    out->status = std::atoi(out->headers.c_str() + 9);
+    size_t len = 0;
+    if (has_body) {
+      size_t cl = out->headers.find("Content-Length: ");
+      if (cl == std::string::npos) return false;
+      len = std::strtoull(out->headers.c_str() + cl + 16, nullptr, 10);
+    }
+    while (in_.size() < end + 4 + len) {
+      if (!Fill()) return false;
+    }
+    out->body = in_.substr(end + 4, len);
+    in_.erase(0, end + 4 + len);
+    return true;
+  }
+  bool Get(const std::string& path, Answer* out) {
+    return Ask(fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path), out);
+  }
+
+ private:
+  bool Fill() {
+    char buf[65536];
+    ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    in_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  std::string in_;
+};
 
 }  // namespace goblin::test

@@ -286,6 +286,9 @@ class Store {
     uint64_t head_len = 0;
   };
   Store() = default;
+  // The committed record of `key`, counted as a hit; nullptr (a miss) when there is none or
+  // it has expired (then deleted).
+  Result<const ObjectRecord*> FindLive(std::string_view key);
   // A version of `key` left the index (replaced or deleted): free its extents and head now,
   // or at the last release of its loans.
   void Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
