@@ -575,6 +575,7 @@ Result<std::optional<Connection::HeadDescriptor>> Connection::Describe(std::stri
   h.pool_offset = d->pool_offset();
   h.length = d->head_length();
   h.checksum = d->checksum();
+  h.stamp = d->stamp();
   h.shard = ShardOf(key, shard_count());
   return std::optional<HeadDescriptor>(h);
 }
@@ -591,7 +592,7 @@ Result<std::array<uint64_t, 4>> Connection::ReadEntry(Link& l, uint32_t entry) {
   if (at + sizeof e > l.head_table.bytes)
     return Err(StatusCode::kOutOfRange, "head table entry {} is outside the table", entry);
   const auto* src = reinterpret_cast<const uint64_t*>(l.head_table.base + at);
-  e[0] = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);  // the generation first (seqlock)
+  e[0] = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);  // the stamp first (seqlock)
   for (int i = 1; i < 4; ++i) e[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
   return e;
 }
@@ -609,7 +610,7 @@ Result<bool> Connection::ReadHead(const HeadDescriptor& d, std::span<uint8_t> ds
     if (l.transport->local() && l.head_table.base == nullptr)
       return Err(StatusCode::kUnimplemented, "goblin-core has no head table");
   }
-  const sbe::HeadTableEntry described{d.generation, d.pool_offset, d.length, d.checksum};
+  const sbe::HeadTableEntry described{d.stamp, d.pool_offset, d.length, d.checksum};
   auto as_entry = [](const std::array<uint64_t, 4>& e) {
     return sbe::HeadTableEntry{e[0], e[1], e[2], e[3]};
   };

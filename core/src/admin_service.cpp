@@ -469,6 +469,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["streams_open"] += s.streams_open;
       m["heads_described"] += s.heads_described;
       m["descriptors_withdrawn"] += s.descriptors_withdrawn;
+      m["heads_touched"] += s.heads_touched;
       m["fills_timed_out"] += s.fills_timed_out;
       m["inline_syncs"] += s.inline_syncs;
       m["fill_disk_waits"] += s.fill_disk_waits;

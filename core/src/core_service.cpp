@@ -376,6 +376,17 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             .set_created_nanos(info->created_unix_ns)
             .set_expires_nanos(info->expires_unix_ns)
             .set_metadata(std::string_view(info->metadata).substr(0, session.max_message() / 2));
+        // A reader that serves heads itself learns where this one is (ring sessions only:
+        // the head table is mapped, not read remotely, on this path).
+        if ((flags & wire::kGetDescribe) != 0 && status == wire::LookupStatus::kHit &&
+            session.local() && offset == 0) {
+          if (auto p = store_->PublishHead(info->key, info->generation)) {
+            oi.set_head_entry(p->first)
+                .set_head_stamp(p->second.stamp)
+                .set_head_offset(p->second.offset)
+                .set_head_length(p->second.length);
+          }
+        }
       }
       if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
@@ -499,8 +510,11 @@ void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation
       .set_pool(wire::PoolKind::kIo)
       .set_bytes(uint64_t{store_->buffers().count()} * store_->buffers().buffer_bytes());
   g.Next().set_pool(wire::PoolKind::kHeadTable).set_bytes(store_->head_table().bytes());
+  // (writable: a reader that serves a head itself marks it read there)
+  g.Next().set_pool(wire::PoolKind::kTouchTable).set_bytes(store_->head_table().touch_bytes());
   size_t n = m.Finish();
-  int fds[3] = {ro_pool_fd_.get(), ro_io_fd_.get(), ro_table_fd_.get()};
+  int fds[4] = {ro_pool_fd_.get(), ro_io_fd_.get(), ro_table_fd_.get(),
+                store_->head_table().touch_fd()};
   // The fds travel on the session socket first; the ring reply tells the client to read them.
   if (auto r = session.SendSideFrame({out_.data(), n}, fds); !r) {
     return SendStatusError(session, correlation_id, r.error());
@@ -680,7 +694,8 @@ void CoreService::SendDescription(reactor::Session& session, uint64_t correlatio
         .set_entry(d->entry)
         .set_pool_offset(d->head.offset)
         .set_head_length(d->head.length)
-        .set_checksum(d->head.checksum);
+        .set_checksum(d->head.checksum)
+        .set_stamp(d->head.stamp);
   }
   Send(session, hd.Finish());
 }

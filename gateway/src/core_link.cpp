@@ -107,12 +107,14 @@ VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::millisecon
   for (auto pool : map->pools()) {
     if (i >= fds.size()) break;
     int fd = fds[i++].get();
-    Mapping* m = pool.pool() == wire::PoolKind::kHead ? &p->head
-                 : pool.pool() == wire::PoolKind::kIo ? &p->io
-                                                      : nullptr;
-    if (m == nullptr) continue;  // (the head table: for one-sided readers)
-    GOBLIN_ASSIGN_OR_RETURN(*m,
-                            Mapping::MapShared(fd, pool.bytes(), PROT_READ, "goblin-core pool"));
+    Mapping* m = pool.pool() == wire::PoolKind::kHead         ? &p->head
+                 : pool.pool() == wire::PoolKind::kIo         ? &p->io
+                 : pool.pool() == wire::PoolKind::kHeadTable  ? &p->table
+                 : pool.pool() == wire::PoolKind::kTouchTable ? &p->touch
+                                                              : nullptr;
+    if (m == nullptr) continue;  // a pool this gateway does not know
+    int prot = m == &p->touch ? PROT_READ | PROT_WRITE : PROT_READ;
+    GOBLIN_ASSIGN_OR_RETURN(*m, Mapping::MapShared(fd, pool.bytes(), prot, "goblin-core pool"));
   }
   if (!p->head || !p->io) return goblin::Err(StatusCode::kCorruption, "PoolMap without both pools");
   sh.pools = std::move(p);
@@ -278,9 +280,11 @@ void CoreLink::ReleaseLoan(uint64_t loan_id, Pools* p) {
   if (p == nullptr) return;
   --p->holds;
   if (!p->retired) return ReturnLoan(loan_id, p->shard);
-  if (p->holds == 0) {
-    retired_.remove_if([p](const std::unique_ptr<Pools>& r) { return r.get() == p; });
-  }
+  if (p->holds == 0) FreeRetired(p);
+}
+
+void CoreLink::FreeRetired(Pools* p) {
+  retired_.remove_if([p](const std::unique_ptr<Pools>& r) { return r.get() == p; });
 }
 
 }  // namespace goblin::gateway

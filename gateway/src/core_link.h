@@ -5,7 +5,7 @@
 // says how many; each keyed request goes to ShardOf(key), pub/sub to shard 0), each with
 // its queue of messages waiting for ring space (bounded: Send refuses past `queue_limit`
 // bytes so the caller pushes back on its clients) and the read-only mappings of that
-// shard's pools (HTTP front), and reconnection. The shards come and go together: one
+// shard's pools and head table (HTTP front), and reconnection. The shards come and go together: one
 // shard's socket closing means the core went away.
 // When the core goes away (socket EOF, corrupt ring) the link goes down: its fds leave the
 // caller's epoll set, the queue is dropped, the pool mappings are retired (kept mapped while
@@ -51,6 +51,7 @@ class CoreLink {
   // One shard's pools as this process maps them (read-only), for one epoch.
   struct Pools {
     Mapping head, io;
+    Mapping table, touch;  // the head table (read-only) and its touch bytes (writable)
     uint16_t shard = 0;
     uint64_t epoch = 0;
     uint64_t holds = 0;  // lent pieces still pointing into these mappings
@@ -119,6 +120,12 @@ class CoreLink {
   // A held piece is done: unholds `p` and gives the loan back to its shard if `p` is this
   // epoch's (a retired mapping is freed at its last unhold).
   void ReleaseLoan(uint64_t loan_id, Pools* p);
+  // A held piece that was not lent (a head served here) is done.
+  void Unhold(Pools* p) {
+    if (p == nullptr) return;
+    --p->holds;
+    if (p->retired && p->holds == 0) FreeRetired(p);
+  }
   // Gives back a loan of this epoch that was never held (nobody wants its bytes).
   void ReturnLoan(uint64_t loan_id, uint16_t shard);
 
@@ -139,6 +146,7 @@ class CoreLink {
   VoidResult WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   VoidResult MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   void CloseShards();  // leaves the epoll set, drops queues, retires mappings
+  void FreeRetired(Pools* p);
   void GoDown(const Status& why);
   SendResult SendEncoded(Shard& sh, std::span<const uint8_t> msg, bool bounded);
   SendResult SendVia(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes, uint16_t shard,

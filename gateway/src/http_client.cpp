@@ -170,6 +170,7 @@ void HttpServer::Impl::Dispatch(Conn& c) {
     ++stats_.core_unavailable;
     return Respond(c, 503, ErrorBody(503, "goblin-core is unavailable"), "Retry-After: 1\r\n");
   }
+  if (options_.local_hits && e.range.empty() && ServeLocal(c)) return;
   // Plain GETs ask for the body at once (the best first byte); the rest look first.
   e.via_head_lookup = e.head || !e.range.empty() || !e.inm.empty() || !e.ims.empty();
   if (e.via_head_lookup) {
@@ -258,7 +259,10 @@ void HttpServer::Impl::Flush(Conn& c) {
       Close(c);
       return;
     }
-    Advance(c, static_cast<size_t>(n));
+    if (!Advance(c, static_cast<size_t>(n))) {
+      Close(c);
+      return;
+    }
   }
   if (c.out.empty() && !c.ex && (c.close_after || !c.reading)) {
     Close(c);
@@ -278,7 +282,8 @@ size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max) {
   size_t bytes = 0, off = c.first_off;
   // A write that starts a response stops kFirstSendBytes after its headers.
   size_t limit = SIZE_MAX;
-  for (auto it = c.out.begin(); it != c.out.end() && iov->size() < max; ++it) {
+  for (size_t i = 0; i < c.out.size() && iov->size() < max; ++i) {
+    Piece* it = &c.out[i];
     if (it->response_head && off == 0) {
       if (!iov->empty()) break;  // the previous response's bytes go on their own
       limit = it->owned.size() + kFirstSendBytes;
@@ -290,33 +295,58 @@ size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max) {
     bytes += len;
     off = 0;
     if (bytes == limit) break;
+    if (it->stamp != 0) break;  // a local head is checked before anything after it goes
   }
   return bytes;
 }
 
-void HttpServer::Impl::Advance(Conn& c, size_t left) {
+bool HttpServer::Impl::Advance(Conn& c, size_t left) {
   c.last_active = c.last_progress = MonotonicNanos();
   c.out_bytes -= left;
+  bool ok = true;
   while (left > 0 && !c.out.empty()) {
     Piece& p = c.out.front();
     size_t len = p.owned.empty() ? p.len : p.owned.size();
     size_t rest = len - c.first_off;
     if (left >= rest) {
       left -= rest;
-      if (p.loan != 0) ReleaseLoan(p.loan, p.pools);
+      if (p.stamp != 0) {
+        // Every byte of this local head has been read by the kernel: still the object's?
+        // (the held-back last byte is read first, so the check covers it too)
+        if (c.out.size() > 1 && c.out[1].seal != nullptr) {
+          c.out[1].owned[0] = static_cast<char>(*c.out[1].seal);
+          c.out[1].seal = nullptr;
+        }
+        if (!StampHolds(*p.pools, p.entry, p.stamp)) {
+          ++stats_.local_cut;
+          GOBLIN_LOG_WARN(kLog, "a head changed while it was sent: closing the connection");
+          ok = false;
+        }
+      }
+      ReleasePiece(p);
       c.out.pop_front();
       c.first_off = 0;
+      if (!ok) return false;
     } else {
       c.first_off += left;
       left = 0;
     }
   }
+  return ok;
+}
+
+void HttpServer::Impl::ReleasePiece(Piece& p) {
+  if (p.loan != 0) {
+    ReleaseLoan(p.loan, p.pools);
+  } else if (p.stamp != 0) {
+    core_->Unhold(p.pools);
+  }
+  p.loan = p.stamp = 0;
+  GiveString(std::move(p.owned));
 }
 
 void HttpServer::Impl::ReleasePieces(Conn& c) {
-  for (Piece& p : c.out) {
-    if (p.loan != 0) ReleaseLoan(p.loan, p.pools);
-  }
+  for (size_t i = 0; i < c.out.size(); ++i) ReleasePiece(c.out[i]);
   c.out.clear();
   c.out_bytes = 0;
   c.first_off = 0;
@@ -371,7 +401,7 @@ void HttpServer::Impl::OnNetCompletion(uint64_t ud, int32_t res) {
     if (res == -EINTR || res == -EAGAIN) return Flush(c);
     return Close(c);
   }
-  Advance(c, static_cast<size_t>(res));
+  if (!Advance(c, static_cast<size_t>(res))) return Close(c);
   Flush(c);
 }
 

@@ -49,6 +49,8 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
   uint64_t corr = next_corr_++;
   const std::string& key = c.ex->key;
   uint32_t flags = wire::kGetLoans | (follow ? wire::kGetFollowFill : 0);
+  // A whole object: where its head is, for local hits of the next requests.
+  if (options_.local_hits && offset == 0 && length == UINT64_MAX) flags |= wire::kGetDescribe;
   bool sent = SendRequest(
       c,
       [&](uint8_t* b, size_t cap) {
@@ -120,6 +122,7 @@ void HttpServer::Impl::Purge(Conn& c) {
       }
     }
   } else {
+    hot_.Erase(key);  // (the core withdraws its entry too; no need to look at it again)
     bool sent = SendRequest(
         c,
         [&](uint8_t* b, size_t cap) {
@@ -134,11 +137,12 @@ void HttpServer::Impl::Purge(Conn& c) {
 
 std::string HttpServer::Impl::HitHead(Exchange& ex, int status, std::string_view meta,
                                       uint64_t created_ns, std::string_view extra,
-                                      bool drop_content_type) {
+                                      bool drop_content_type, size_t body_bytes) {
   uint64_t now = detail::NowUnixNanos();
   uint64_t age = created_ns != 0 && now > created_ns ? (now - created_ns) / 1'000'000'000ULL : 0;
-  std::string out;
-  out.reserve(192 + meta.size() + extra.size());  // one allocation for the whole head
+  std::string out = TakeString();
+  // One allocation for the whole head (and a body the caller appends).
+  out.reserve(192 + meta.size() + extra.size() + body_bytes);
   fmt::format_to(std::back_inserter(out), "HTTP/1.1 {} {}\r\n", status, Reason(status));
   detail::AppendStoredHeaders(&out, meta, drop_content_type);
   fmt::format_to(std::back_inserter(out),
@@ -282,6 +286,14 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t co
 
 void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info) {
   Exchange& ex = *c.ex;
+  if (ex.local_tail) {
+    // The tail of a head sent from here: it must be the same version's.
+    if (info.status() != wire::LookupStatus::kHit || info.generation() != ex.local_generation) {
+      ++stats_.local_cut;
+      return Fail(c, 503, "the object changed while its head was sent");
+    }
+    return;
+  }
   if (ex.state == ExState::kCoreBody) return;  // a later part of a multi-range answer
   if (info.status() == wire::LookupStatus::kMiss) {
     // (also when the fill we meant to follow ended before we asked: committed and gone,
@@ -369,6 +381,7 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   }
   // ObjectGet answered: the body follows.
   ex.size = size;
+  if (!filling) Learn(ex, info);
   if (ex.head) {
     Write(c,
           HitHead(ex, 200, meta, info.created_nanos(),
@@ -425,6 +438,7 @@ void HttpServer::Impl::OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint6
 
 void HttpServer::Impl::OnCoreDown() {
   ++stats_.core_disconnects;
+  hot_.Clear();  // (descriptors name the old connection's mappings)
   // Every request to the core is gone with it; fills lose their lease.
   std::vector<uint64_t> waiting;
   for (auto& [corr, t] : corr_) {

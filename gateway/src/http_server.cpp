@@ -37,6 +37,9 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   slow_clients_dropped += o.slow_clients_dropped;
   core_unavailable += o.core_unavailable;
   core_disconnects += o.core_disconnects;
+  local_hits += o.local_hits;
+  local_stale += o.local_stale;
+  local_cut += o.local_cut;
   return *this;
 }
 

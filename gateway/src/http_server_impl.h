@@ -4,6 +4,8 @@
 //                    (--net sync: epoll readiness; --net async: NetRing), close
 //   http_hit.cpp     answers from the core: lookups, ranges, multipart, conditionals, PURGE,
 //                    what happens when the core link goes down
+//   http_local.cpp   local hits: heads served from the mapped pools without the core
+//                    (descriptors learned from its answers, checked against its head table)
 //   http_fill.cpp    misses: the fill of one key from the origin into the core, its leader,
 //                    its waiters and followers, and how it ends (committed or aborted)
 //   http_origin.cpp  origin connections: address, connect, keep-alive pool, response parsing
@@ -29,8 +31,10 @@
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/http_server.h"
 #include "goblin/wire/goblin_wire.h"
+#include "hot_heads.h"
 #include "http_util.h"
 #include "net_ring.h"
+#include "stable_queue.h"
 
 namespace goblin::gateway {
 
@@ -51,7 +55,7 @@ inline constexpr uint64_t kOpRecv = 1, kOpWrite = 2, kOpCancel = 3;
 
 class HttpServer::Impl {
  public:
-  explicit Impl(const HttpServerOptions& o) : options_(o) {}
+  explicit Impl(const HttpServerOptions& o) : options_(o), hot_(o.hot_heads) {}
   VoidResult Init();
   VoidResult Run(int stop_fd);
   HttpStats stats_;
@@ -63,8 +67,16 @@ class HttpServer::Impl {
     const uint8_t* ptr = nullptr;  // borrowed (a loan) when owned is empty
     size_t len = 0;
     uint64_t loan = 0;
-    CoreLink::Pools* pools = nullptr;  // the mapping a loan's bytes live in
+    CoreLink::Pools* pools = nullptr;  // the mapping a loan's (or local head's) bytes live in
     bool response_head = false;        // a status line and headers: see kFirstSendBytes
+    // A head served here, not lent: its bytes are the object's only while head table entry
+    // `entry` of `pools` still carries `stamp`, checked once the kernel has read them (no
+    // later piece goes in the same write); the connection is closed if not.
+    uint64_t stamp = 0;
+    uint32_t entry = 0;
+    // The response's last byte, held back (in `owned`) until the piece before it is
+    // checked: copied from here just before that check.
+    const uint8_t* seal = nullptr;
   };
   struct Fill;
   enum class ExState { kLookup, kCoreBody, kWaitFill, kOrigin, kDone };
@@ -87,6 +99,9 @@ class HttpServer::Impl {
     std::string body, content_type_in;
     uint32_t acks_due = 0;  // a purge by prefix: PurgeAcks still to come (one per shard)
     uint64_t purged = 0;    // ... and the objects they deleted so far
+    // The head went out from here; the core sends the tail (it must be of this version).
+    bool local_tail = false;
+    uint64_t local_generation = 0;
     // Back to a new exchange's state, keeping what the strings and vectors have allocated
     // (a keep-alive connection's next request reuses them).
     void Reset() {
@@ -108,9 +123,9 @@ class HttpServer::Impl {
     uint64_t id = 0;
     UniqueFd fd;
     std::string in;
-    // (a deque: an io_uring write in flight points into its pieces, which must not move
+    // (stable: an io_uring write in flight points into its pieces, which must not move
     // when more are queued, and a short string keeps its bytes inside the object)
-    std::deque<Piece> out;
+    StableQueue<Piece> out;
     size_t first_off = 0;
     size_t out_bytes = 0;
     uint64_t last_active = 0;
@@ -213,7 +228,24 @@ class HttpServer::Impl {
   // --net async
   void PostRecv(Conn& c);
   void OnNetCompletion(uint64_t ud, int32_t res);
-  void Advance(Conn& c, size_t n);  // n output bytes left the process
+  // n output bytes left the process; false: a local head among them changed while it was
+  // sent (the caller closes the connection).
+  [[nodiscard]] bool Advance(Conn& c, size_t n);
+  // What a piece holds is given back (a loan, a mapping; its string to the spares).
+  void ReleasePiece(Piece& p);
+  // Strings for response heads, reused (bounded): a warm hit allocates none.
+  std::string TakeString() {
+    if (spare_strings_.empty()) return {};
+    std::string s = std::move(spare_strings_.back());
+    spare_strings_.pop_back();
+    s.clear();
+    return s;
+  }
+  void GiveString(std::string&& s) {
+    if (s.capacity() > 15 && s.capacity() <= kSpareStringMax &&
+        spare_strings_.size() < kSpareStrings)
+      spare_strings_.push_back(std::move(s));
+  }
   // The output pieces as iovecs (at most `max`), from the unsent part of the first one.
   size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max);
 
@@ -237,12 +269,25 @@ class HttpServer::Impl {
                   bool last);
   void ReleaseLoan(uint64_t loan, CoreLink::Pools* pools) { core_->ReleaseLoan(loan, pools); }
   std::string HitHead(Exchange& ex, int status, std::string_view meta, uint64_t created_ns,
-                      std::string_view extra, bool drop_content_type = false);
+                      std::string_view extra, bool drop_content_type = false,
+                      size_t body_bytes = 0);
   // The Date header's value now (formatted once per second, like nginx's cached time).
   std::string_view HttpDate();
   // The core link went down: every exchange waiting on the core is answered (503 before a
   // head, closed after one), every fill continues uncached or ends.
   void OnCoreDown();
+
+  // ---- local hits (http_local.cpp) ----
+  // Answers `c`'s GET or HEAD (no range) from a descriptor of this worker's if it is still
+  // current; false: nothing was sent, ask the core.
+  bool ServeLocal(Conn& c);
+  // An ObjectInfo of a hit named the head's entry: remember it for the key's next hits.
+  void Learn(const Exchange& ex, const wire::ObjectInfoDecoder& info);
+  // The head table entry still carries `stamp` (after an acquire fence: every read of the
+  // head's bytes before this call is ordered before it).
+  static bool StampHolds(const CoreLink::Pools& p, uint32_t entry, uint64_t stamp);
+  // Marks a head read here in the core's touch table (its eviction and demotion see it).
+  static void Touch(const CoreLink::Pools& p, uint32_t entry);
 
   // ---- fills (http_fill.cpp) ----
   void Miss(Conn& c);
@@ -298,6 +343,9 @@ class HttpServer::Impl {
   bool resolve_again_ = false;
   std::vector<uint64_t> idle_origins_;
   std::unique_ptr<CoreLink> core_;
+  HotHeads hot_;  // (local hits)
+  static constexpr size_t kSpareStrings = 256, kSpareStringMax = 160 << 10;
+  std::vector<std::string> spare_strings_;
   UniqueFd epoll_, listen_;
   bool async_ = false;
   NetRing net_;

@@ -66,6 +66,13 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--core-reply-poll", &h.core_reply_poll,
                     "HTTP front: after asking the core for an object, poll this long for the "
                     "answer before sleeping (0: sleep at once)");
+  app.add_option("--local-hits", h.local_hits,
+                 "HTTP front: serve hits whose head is in the core's RAM from its pools here, "
+                 "without asking the core (validated against its head table)")
+      ->capture_default_str();
+  app.add_option("--hot-heads", h.hot_heads,
+                 "HTTP front: head descriptors each worker keeps for local hits")
+      ->capture_default_str();
   // RESP
   gateway::RespServerOptions r;
   r.port = 0;
@@ -209,12 +216,14 @@ int main(int argc, char** argv) {
     gateway::HttpStats st;
     for (const auto& w : workers) st += w->stats();
     GOBLIN_LOG_INFO(kLog,
-                    "HTTP: {} requests, {} hits, {} misses ({} coalesced), {} passes, {} origin "
-                    "requests ({} errors), {} fills ({} aborted), {} purges, {} bad requests, "
-                    "{} answered 503 for the core ({} core disconnects)",
-                    st.requests, st.hits, st.misses, st.coalesced, st.passes, st.origin_requests,
-                    st.origin_errors, st.fills, st.fills_aborted, st.purges, st.bad_requests,
-                    st.core_unavailable, st.core_disconnects);
+                    "HTTP: {} requests, {} hits ({} local, {} stale descriptors, {} cut off "
+                    "when a head changed mid-send), {} misses ({} coalesced), {} passes, {} "
+                    "origin requests ({} errors), {} fills ({} aborted), {} purges, {} bad "
+                    "requests, {} answered 503 for the core ({} core disconnects)",
+                    st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
+                    st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
+                    st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
+                    st.core_disconnects);
   }
   if (rs) {
     const auto& st = rs->stats();

@@ -32,6 +32,18 @@ Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries, int numa_
   if (madvise(t->base_, t->bytes_, MADV_POPULATE_WRITE) != 0) {
     for (uint64_t off = 0; off < t->bytes_; off += page) t->base_[off] = 0;  // older kernels
   }
+  t->touch_bytes_ = (uint64_t{entries} + page - 1) / page * page;
+  t->touch_fd_ = UniqueFd(memfd_create("goblin-touch-table", MFD_CLOEXEC));
+  if (!t->touch_fd_) return Err(ErrnoStatus("memfd_create(touch table)", errno));
+  if (ftruncate(t->touch_fd_.get(), static_cast<off_t>(t->touch_bytes_)) != 0) {
+    return Err(ErrnoStatus("ftruncate(touch table)", errno));
+  }
+  a = mmap(nullptr, t->touch_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, t->touch_fd_.get(), 0);
+  if (a == MAP_FAILED) return Err(ErrnoStatus("mmap(touch table)", errno));
+  t->touch_ = static_cast<uint8_t*>(a);
+  if (auto r = BindMemoryToNode(t->touch_, t->touch_bytes_, numa_node, strict); !r) {
+    return Err(r.error().WithContext("touch table"));
+  }
   t->free_.reserve(entries);
   for (uint32_t i = entries; i-- > 0;) t->free_.push_back(i);
   return t;
@@ -39,10 +51,11 @@ Result<std::unique_ptr<HeadTable>> HeadTable::Create(uint32_t entries, int numa_
 
 HeadTable::~HeadTable() {
   if (base_ != nullptr) munmap(base_, bytes_);
+  if (touch_ != nullptr) munmap(touch_, touch_bytes_);
 }
 
 std::optional<uint32_t> HeadTable::Publish(const sbe::HeadTableEntry& entry) {
-  if (free_.empty() || entry.generation == 0) {
+  if (free_.empty()) {
     ++publish_failures_;
     return std::nullopt;
   }
@@ -52,16 +65,19 @@ std::optional<uint32_t> HeadTable::Publish(const sbe::HeadTableEntry& entry) {
   e.offset = entry.offset;
   e.length = entry.length;
   e.checksum = entry.checksum;
-  // A local reader that sees the generation sees the fields (remote readers compare all four).
-  std::atomic_ref<uint64_t>(e.generation).store(entry.generation, std::memory_order_release);
+  std::atomic_ref<uint8_t>(touch_[i]).store(0, std::memory_order_relaxed);
+  // A local reader that sees the stamp sees the fields (remote readers compare all four).
+  std::atomic_ref<uint64_t>(e.stamp).store(next_stamp_++, std::memory_order_release);
   return i;
 }
 
 void HeadTable::Withdraw(uint32_t index) {
   if (index >= capacity_) return;
   sbe::HeadTableEntry& e = entries()[index];
-  // Before the slot is freed: seq_cst keeps the pool's later writes behind this store.
-  std::atomic_ref<uint64_t>(e.generation).store(0, std::memory_order_seq_cst);
+  // Before the slot is freed: the fence keeps every later write (the slot's next contents,
+  // the entry's next publication) behind this store, for readers that check the stamp last.
+  std::atomic_ref<uint64_t>(e.stamp).store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   e.offset = e.length = e.checksum = 0;
   free_.push_back(index);
 }

@@ -490,8 +490,10 @@ bool Store::DemoteOneHead() {
     std::string key = std::move(head_clock_.front());
     head_clock_.pop_front();
     auto h = heads_.find(key);
-    if (h == heads_.end()) continue;  // stale
-    if (h->second.referenced || loaned_.count(h->second.generation)) {
+    if (h == heads_.end()) continue;      // stale
+    bool touched = TakeTouch(h->second);  // (read where the core did not see it)
+    if (touched) policy_.Touch(key);
+    if (touched || h->second.referenced || loaned_.count(h->second.generation)) {
       h->second.referenced = false;
       head_clock_.push_back(std::move(key));
       continue;
@@ -510,6 +512,11 @@ bool Store::EvictOne(int tier) {
     const ObjectRecord* r = index_->Find(key);
     if (r == nullptr) return true;  // stale: nothing to keep
     if (loaned_.count(r->generation)) return false;
+    // A head read where the core did not see it (a gateway's local hit): another round.
+    if (auto h = heads_.find(key); h != heads_.end() && TakeTouch(h->second)) {
+      h->second.referenced = true;
+      return false;
+    }
     if (tier < 0) return true;
     return std::any_of(r->extents.begin(), r->extents.end(),
                        [&](const Extent& e) { return e.tier == tier; });
@@ -634,13 +641,21 @@ Result<std::optional<HeadDescription>> Store::Describe(std::string_view key, Dis
   }
   HeadDescription d;
   d.info = std::move(*info);
-  auto h = heads_.find(d.info.key);
-  if (h == heads_.end() || h->second.generation != d.info.generation) return d;
+  if (auto p = PublishHead(d.info.key, d.info.generation)) {
+    d.entry = p->first;
+    d.head = p->second;
+  }
+  return d;
+}
+
+std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> Store::PublishHead(const std::string& key,
+                                                                           uint64_t generation) {
+  auto h = heads_.find(key);
+  if (h == heads_.end() || h->second.generation != generation) return std::nullopt;
   Resident& r = h->second;
   r.referenced = true;
   if (r.entry == sbe::kNoHeadEntry) {
     sbe::HeadTableEntry e;
-    e.generation = r.generation;
     e.offset = r.slot.offset;
     e.length = r.length;
     e.checksum = XXH3_64bits(pool_->At(r.slot.offset), r.length);
@@ -649,11 +664,8 @@ Result<std::optional<HeadDescription>> Store::Describe(std::string_view key, Dis
       ++stats_.heads_described;
     }
   }
-  if (r.entry != sbe::kNoHeadEntry) {
-    d.entry = r.entry;
-    d.head = head_table_->Read(r.entry);
-  }
-  return d;
+  if (r.entry == sbe::kNoHeadEntry) return std::nullopt;
+  return std::pair{r.entry, head_table_->Read(r.entry)};
 }
 
 void Store::ReleasePin(uint64_t id) {

@@ -238,8 +238,10 @@ void ObjectCases() {
         .set_entry(UINT32_MAX - 1)
         .set_pool_offset(0x1234000)
         .set_head_length(1 << 20)
-        .set_checksum(0xfeedfacecafebeefULL);
+        .set_checksum(0xfeedfacecafebeefULL)
+        .set_stamp(9);
     auto d = RoundTrip<HeadDescriptorDecoder>(b, e.Finish());
+    EXPECT_EQ(d.stamp(), 9u);
     EXPECT_EQ(d.status(), LookupStatus::kHit);
     EXPECT_EQ(d.object_size(), 3ull << 30);
     EXPECT_EQ(d.generation(), 41u);

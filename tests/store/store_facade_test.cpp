@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -548,7 +549,7 @@ TEST_F(StoreTest, DescribedHeadsReadOneSidedUntilTheyLeaveRam) {
   ASSERT_NE(d->entry, sbe::kNoHeadEntry);
   EXPECT_EQ(d->info.size, a.size());
   EXPECT_EQ(d->head.length, kHead);
-  EXPECT_EQ(d->head.generation, d->info.generation);
+  EXPECT_NE(d->head.stamp, 0u);
   std::vector<uint8_t> got;
   ASSERT_TRUE(ReadOneSided(*store_, *d, &got));
   EXPECT_EQ(got, std::vector<uint8_t>(a.begin(), a.begin() + kHead));
@@ -577,7 +578,7 @@ TEST_F(StoreTest, DescribedHeadsReadOneSidedUntilTheyLeaveRam) {
   auto db = store_->Describe("/b").value();
   ASSERT_TRUE(db.has_value());
   EXPECT_EQ(db->head.offset, d2->head.offset);  // the same slot...
-  EXPECT_EQ(db->entry, d2->entry);              // ...and the same entry, a new generation
+  EXPECT_EQ(db->entry, d2->entry);              // ...and the same entry, a new stamp
   EXPECT_FALSE(ReadOneSided(*store_, *d2, &got));
   ASSERT_TRUE(ReadOneSided(*store_, *db, &got));
 
@@ -589,6 +590,56 @@ TEST_F(StoreTest, DescribedHeadsReadOneSidedUntilTheyLeaveRam) {
   ASSERT_TRUE(ReadOneSided(*store_, *db2, &got));
   auto b = Data(3 * kHead, 4);
   EXPECT_EQ(got, std::vector<uint8_t>(b.begin(), b.begin() + kHead));
+}
+
+// A head demoted and brought back into the same slot under the same entry is the same bytes
+// of the same version, but a reader that held the old descriptor across that cannot know its
+// bytes were not overwritten in between: the new publication has a new stamp.
+TEST_F(StoreTest, AHeadPublishedAgainGetsANewStamp) {
+  opts_.pool.memory = 1 << 20;  // 16 heads of 64 KiB
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/a", Data(kHead, 1)));
+  auto d = store_->Describe("/a").value();
+  ASSERT_TRUE(d && d->entry != sbe::kNoHeadEntry);
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(Put("/p" + std::to_string(i), Data(kHead, 10 + i)));
+  EXPECT_GT(store_->stats().heads_demoted, 0u);
+  auto d2 = store_->Describe("/a").value();
+  ASSERT_TRUE(d2 && d2->entry != sbe::kNoHeadEntry);
+  EXPECT_NE(d2->head.stamp, d->head.stamp);
+  std::vector<uint8_t> got;
+  EXPECT_FALSE(ReadOneSided(*store_, *d, &got));
+  EXPECT_TRUE(ReadOneSided(*store_, *d2, &got));
+  // Described again while it stays: the same publication.
+  EXPECT_EQ(store_->Describe("/a").value()->head.stamp, d2->head.stamp);
+}
+
+// A reader that serves described heads itself marks them in the touch table; the store
+// counts that as a read when it looks for a head to demote.
+TEST_F(StoreTest, TouchedHeadsStayInRamUnderPressure) {
+  opts_.pool.memory = 1 << 20;  // 16 heads of 64 KiB
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  const HeadTable& t = store_->head_table();
+  void* m = mmap(nullptr, t.touch_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, t.touch_fd(), 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* touch = static_cast<uint8_t*>(m);
+  // The pool full, its CLOCK turning: then one head read only here, one not read at all.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Put("/f" + std::to_string(i), Data(kHead, 50 + i)));
+  ASSERT_TRUE(Put("/hot", Data(kHead, 1)));
+  ASSERT_TRUE(Put("/cold", Data(kHead, 2)));
+  auto hot = store_->Describe("/hot").value();
+  auto cold = store_->Describe("/cold").value();
+  ASSERT_TRUE(hot && hot->entry != sbe::kNoHeadEntry);
+  ASSERT_TRUE(cold && cold->entry != sbe::kNoHeadEntry);
+  std::vector<uint8_t> got;
+  for (int i = 0; i < 60; ++i) {
+    touch[hot->entry] = 1;  // read elsewhere, between every two writes
+    ASSERT_TRUE(Put("/p" + std::to_string(i), Data(kHead, 10 + i)));
+  }
+  EXPECT_GT(store_->stats().heads_demoted, 60u);
+  EXPECT_GT(store_->stats().heads_touched, 0u);
+  EXPECT_TRUE(ReadOneSided(*store_, *hot, &got)) << "a head read all along was demoted";
+  EXPECT_FALSE(ReadOneSided(*store_, *cold, &got)) << "a head nobody read stayed in RAM";
+  munmap(m, t.touch_bytes());
 }
 
 TEST_F(StoreTest, AFullHeadTableLeavesHeadsToTwoSidedReads) {

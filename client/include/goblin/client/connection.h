@@ -179,6 +179,7 @@ class Connection {
     uint64_t pool_offset = 0;     // of the head in the head pool
     uint64_t length = 0;          // head bytes: object bytes [0, length)
     uint64_t checksum = 0;        // their XXH3-64
+    uint64_t stamp = 0;           // the entry's stamp while it describes this head
     uint16_t shard = 0;           // the core shard whose pool and table hold it
     bool readable() const { return entry != UINT32_MAX; }
   };

@@ -2,8 +2,11 @@
 // mode) that keeps no cache state of its own: objects live in goblin-core.
 // - GET/HEAD: a hit is answered from the core (the RAM head first; the body lent in place
 //   from the core's pools, which this process maps read-only, and written to the socket
-//   from there); 206 for one range, multipart/byteranges for several, 416, 304 for
-//   If-None-Match / If-Modified-Since; Age, Via and X-Cache: HIT|MISS.
+//   from there); once a worker knows where an object's head sits in the core's RAM, its
+//   hits are served from the pools here without asking the core (local hits: checked
+//   against the core's head table before and after the bytes are read; a tail beyond the
+//   head still comes from the core, asked at once); 206 for one range, multipart/byteranges for
+//   several, 416, 304 for If-None-Match / If-Modified-Since; Age, Via and X-Cache: HIT|MISS.
 // - A miss is fetched from the origin once: streamed to the client while it is written to
 //   the core as a fill; other requests for the same key meanwhile follow that fill through
 //   the core (one origin request per object). Uncacheable answers (no-store, private,
@@ -61,6 +64,11 @@ struct HttpServerOptions {
   // rounds (sched_yield): for workers that share CPUs with goblin-core's shards and clients,
   // so a polling worker never holds a CPU another thread has work for.
   bool yield_when_polling = false;
+  // Hits whose head is in the core's RAM are served from its pools here (a descriptor per
+  // key learned from an earlier hit, checked against the head table on every use); off:
+  // every hit asks the core.
+  bool local_hits = true;
+  size_t hot_heads = 16384;  // descriptors per worker
 };
 
 struct HttpStats {
@@ -68,6 +76,9 @@ struct HttpStats {
   uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
   uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
   uint64_t core_unavailable = 0, core_disconnects = 0;  // 503s while the core was away; losses
+  // Hits served from the mapped pools without the core; descriptors found stale (the request
+  // then went to the core); responses cut off because a head changed while it was sent.
+  uint64_t local_hits = 0, local_stale = 0, local_cut = 0;
   HttpStats& operator+=(const HttpStats& o);
 };
 

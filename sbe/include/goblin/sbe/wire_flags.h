@@ -16,6 +16,10 @@ inline constexpr uint32_t kGetFollowFill = 1u << 0;  // stream an in-progress fi
 // Lend bytes in the pools the client mapped (MapPools) as Loan messages, each released with
 // LoanRelease; bytes that cannot be lent still come as ObjectData.
 inline constexpr uint32_t kGetLoans = 1u << 1;
+// On a hit whose head is in RAM, publish it in the head table and name its entry in the
+// ObjectInfo (headEntry, headStamp, headOffset, headLength): the reader may serve the head
+// itself next time, validated by the stamp (goblin-gateway's local hits).
+inline constexpr uint32_t kGetDescribe = 1u << 2;
 
 // PutBegin.flags
 // Reserve the key before its head is known (a cache asks before it goes to the origin, so

@@ -83,6 +83,7 @@ struct StoreStats {
   uint64_t loans_out = 0;
   uint64_t streams_open = 0, fill_followers = 0;
   uint64_t heads_described = 0, descriptors_withdrawn = 0;
+  uint64_t heads_touched = 0;  // reads of described heads that readers served themselves
 };
 
 // What a lookup returns: enough to answer HEAD and to plan a read.
@@ -188,6 +189,10 @@ class Store {
   Result<std::optional<HeadDescription>> Describe(std::string_view key,
                                                   DiskRead disk = DiskRead::kBlock,
                                                   std::unique_ptr<Stream>* refill = nullptr);
+  // The head table entry of `key`'s head if version `generation` of it is resident,
+  // published on first use (no disk read; nullopt: not in RAM, or the table is full).
+  std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> PublishHead(const std::string& key,
+                                                                      uint64_t generation);
   // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
   // O(objects): an administrative operation, not for the request path.
   Result<uint64_t> DeletePrefix(std::string_view prefix);
@@ -310,6 +315,13 @@ class Store {
     head_table_->Withdraw(r.entry);
     r.entry = sbe::kNoHeadEntry;
     ++stats_.descriptors_withdrawn;
+  }
+  // A reader that serves described heads itself (goblin-gateway's local hits) read `r`'s
+  // since the last look (its touch byte, cleared): counts as a read for demotion and eviction.
+  bool TakeTouch(Resident& r) {
+    if (r.entry == sbe::kNoHeadEntry || !head_table_->TakeTouch(r.entry)) return false;
+    ++stats_.heads_touched;
+    return true;
   }
   void FreeHead(const PoolSlot& slot, uint64_t len) {
     pool_->Free(slot, len);

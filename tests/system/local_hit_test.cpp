@@ -1,0 +1,273 @@
+// Local hits end to end (issue #20, docs/hot-path.md): goblin-gateway serves hits whose head
+// is in goblin-core's RAM from the pools it maps, without asking the core, and never serves
+// a version that is no longer the cache's: replaced, purged, expired, evicted and demoted
+// objects are each read again through the core, byte-exact, and a head that changes while it
+// is being sent never reaches the client as a complete response. Both --net modes. The
+// gateway's counters (its exit log) say which hits were local.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "tests/system/mirror_harness.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+
+class LocalHits : public testing::TestWithParam<std::string>, public test::MirrorHarness {
+ protected:
+  void Start(std::vector<std::string> core_extra = {}) {
+    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    // Heads of 256 KiB: whole objects up to 64 KiB are copied, bigger ones sent from the pool.
+    std::vector<std::string> extra{"--ram-head", "256K", "--block", "256K"};
+    extra.insert(extra.end(), core_extra.begin(), core_extra.end());
+    ASSERT_TRUE(StartCoreAndOrigin(name, extra)) << (core_ ? core_->Output() : std::string());
+    StartGateway(GetParam());
+    ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  }
+  void TearDown() override { StopAll(); }
+
+  // Hits counted by the gateway, from its exit log (the gateway is stopped).
+  struct Counts {
+    long hits = -1, local = -1, stale = -1, cut = -1;
+  };
+  Counts StopGatewayAndCount() {
+    gateway_->Signal(SIGTERM);
+    EXPECT_EQ(gateway_->Wait(10s), 0);
+    std::string log = gateway_->Output();
+    std::smatch m;
+    Counts c;
+    static const std::regex re(
+        R"((\d+) hits \((\d+) local, (\d+) stale descriptors, (\d+) cut off)");
+    if (std::regex_search(log, m, re)) {
+      c.hits = std::stol(m[1]);
+      c.local = std::stol(m[2]);
+      c.stale = std::stol(m[3]);
+      c.cut = std::stol(m[4]);
+    }
+    return c;
+  }
+  // GET on `client`: the status and the body must be `want`.
+  void ExpectBody(test::KeepAliveClient& client, const std::string& path, const std::string& want,
+                  const std::string& why) {
+    test::KeepAliveClient::Answer a;
+    ASSERT_TRUE(client.Get(path, &a)) << why;
+    ASSERT_EQ(a.status, 200) << why << "\n" << a.headers;
+    ASSERT_EQ(a.body.size(), want.size()) << why;
+    ASSERT_TRUE(a.body == want) << why << ": the bytes differ";
+  }
+  // Stores `bytes` under `path`'s key with the native CLI (a new version behind the
+  // gateway's back, as another gateway or client would).
+  void PutNative(const std::string& path, const std::string& bytes) {
+    std::string file = dir_ + "/put.bin";
+    std::ofstream(file, std::ios::binary) << bytes;
+    auto [rc, out] =
+        test::RunCommand({GOBLIN_CLI_BIN, "--target", "unix:" + core_sock_, "put",
+                          "127.0.0.1" + path, file, "--meta", "Content-Type: text/x-replaced\r\n"},
+                         dir_ + "/put.log", 30s);
+    ASSERT_EQ(rc, 0) << out;
+  }
+};
+
+// Every way a hit is served locally (copied, sent from the pool with its last byte held
+// back, a head from the pool with the tail from the core) gives the origin's bytes; HEAD and
+// conditionals are answered locally too; ranges still go to the core.
+TEST_P(LocalHits, EverySizeIsByteExact) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  test::KeepAliveClient client(port_);
+  ASSERT_TRUE(client.ok());
+  const std::vector<std::string> paths{"/gen/1/a",    "/gen/4K/b", "/gen/64K/c",
+                                       "/gen/200K/d", "/gen/1M/e", "/gen/3M/f"};
+  std::map<std::string, std::string> want;
+  for (const auto& p : paths) {
+    want[p] = Origin(p);
+    ASSERT_NO_FATAL_FAILURE(ExpectBody(client, p, want[p], p + ": the miss"));
+  }
+  // (a hit while a fill's commit is still on its way to the journal is served by the core
+  // without a descriptor: give them time to settle)
+  std::this_thread::sleep_for(300ms);
+  for (const auto& p : paths) {
+    // The hit through the core that learns where the head is, then local hits.
+    for (int i = 0; i < 5; ++i) ASSERT_NO_FATAL_FAILURE(ExpectBody(client, p, want[p], p));
+  }
+  test::KeepAliveClient::Answer a;
+  ASSERT_TRUE(client.Ask("HEAD /gen/200K/d HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", &a, false));
+  EXPECT_EQ(a.status, 200);
+  EXPECT_TRUE(HasHeader(a.headers, "Content-Length: 204800")) << a.headers;
+  EXPECT_TRUE(HasHeader(a.headers, "X-Cache: HIT")) << a.headers;
+  size_t etag_at = a.headers.find("ETag: ");
+  ASSERT_NE(etag_at, std::string::npos) << a.headers;
+  std::string etag = a.headers.substr(etag_at + 6, a.headers.find("\r\n", etag_at) - etag_at - 6);
+  ASSERT_TRUE(client.Ask(fmt::format("GET /gen/200K/d HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     "If-None-Match: {}\r\n\r\n",
+                                     etag),
+                         &a, false));
+  EXPECT_EQ(a.status, 304) << a.headers;
+  ASSERT_TRUE(
+      client.Ask("GET /gen/1M/e HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: bytes=10-19\r\n\r\n", &a));
+  EXPECT_EQ(a.status, 206);
+  EXPECT_EQ(a.body, want["/gen/1M/e"].substr(10, 10));
+  // The connection still serves whole objects after all that.
+  ASSERT_NO_FATAL_FAILURE(ExpectBody(client, "/gen/3M/f", want["/gen/3M/f"], "after"));
+  for (const auto& p : paths) EXPECT_EQ(OriginHits(p), 1 + 1) << p;  // the fill and Origin()
+  Counts c = StopGatewayAndCount();
+  EXPECT_GE(c.local, 6 * 4 + 2 + 1) << gateway_->Output();  // (4 per object, HEAD, 304, last)
+  EXPECT_EQ(c.stale, 0);
+  EXPECT_EQ(c.cut, 0);
+}
+
+// A version that is no longer the cache's is never served from a descriptor: each case
+// reads the object again through the core and gets the cache's current bytes.
+TEST_P(LocalHits, ReplacedPurgedExpiredEvictedAndDemotedAreNeverServedStale) {
+  // RAM for 16 heads of 256 KiB; at most 24 objects.
+  ASSERT_NO_FATAL_FAILURE(Start({"--memory", "4M", "--max-objects", "24"}));
+  test::KeepAliveClient client(port_);
+  ASSERT_TRUE(client.ok());
+  auto warm = [&](const std::string& p, const std::string& want) {
+    for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(ExpectBody(client, p, want, p));
+  };
+  // Replaced behind the gateway's back: the new bytes at once.
+  const std::string r = "/gen/4K/replaced", rbig = "/gen/200K/replaced";
+  ASSERT_NO_FATAL_FAILURE(warm(r, Origin(r)));
+  ASSERT_NO_FATAL_FAILURE(warm(rbig, Origin(rbig)));
+  std::string v2(4096, 'x'), v2big(200 << 10, 'y');
+  ASSERT_NO_FATAL_FAILURE(PutNative(r, v2));
+  ASSERT_NO_FATAL_FAILURE(PutNative(rbig, v2big));
+  ASSERT_NO_FATAL_FAILURE(warm(r, v2));
+  ASSERT_NO_FATAL_FAILURE(warm(rbig, v2big));
+  // Purged: a miss (the origin asked again), then local hits of the new fill.
+  const std::string p = "/gen/4K/purged";
+  ASSERT_NO_FATAL_FAILURE(warm(p, Origin(p)));
+  test::KeepAliveClient::Answer a;
+  ASSERT_TRUE(client.Ask(fmt::format("PURGE {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", p), &a));
+  ASSERT_EQ(a.status, 200) << a.headers << a.body;
+  ASSERT_NO_FATAL_FAILURE(warm(p, Origin(p)));
+  EXPECT_EQ(OriginHits(p), 2 + 2);  // two fills, two Origin() calls
+  // Expired: one second of freshness, then the origin again.
+  const std::string e = "/gen/4K/expires?cc=max-age=1";
+  ASSERT_NO_FATAL_FAILURE(warm(e, Origin(e)));
+  std::this_thread::sleep_for(1200ms);
+  ASSERT_NO_FATAL_FAILURE(warm(e, Origin(e)));
+  EXPECT_EQ(OriginHits(e), 2 + 2);
+  // Demoted (16 heads of RAM, 30 more objects) and evicted (24 objects at most): whatever
+  // became of each, its bytes are right, from RAM, disk or the origin.
+  const std::string d = "/gen/200K/demoted";
+  ASSERT_NO_FATAL_FAILURE(warm(d, Origin(d)));
+  for (int i = 0; i < 30; ++i) {
+    std::string q = fmt::format("/gen/256K/filler{}", i);
+    ASSERT_NO_FATAL_FAILURE(ExpectBody(client, q, Origin(q), q));
+  }
+  ASSERT_NO_FATAL_FAILURE(warm(d, Origin(d)));
+  const std::string ev = "/gen/4K/evicted";
+  ASSERT_NO_FATAL_FAILURE(warm(ev, Origin(ev)));
+  // Objects read again once their fill has committed (a read of a committing fill is not
+  // counted by the eviction policy): S3-FIFO's main queue, where `ev` is, turns over.
+  for (int i = 0; i < 120; i += 2) {
+    std::string q[2] = {fmt::format("/gen/1K/more{}", i), fmt::format("/gen/1K/more{}", i + 1)};
+    std::string want[2] = {Origin(q[0]), Origin(q[1])};
+    for (int k = 0; k < 2; ++k) ASSERT_NO_FATAL_FAILURE(ExpectBody(client, q[k], want[k], q[k]));
+    std::this_thread::sleep_for(20ms);
+    for (int k = 0; k < 2; ++k) ASSERT_NO_FATAL_FAILURE(ExpectBody(client, q[k], want[k], q[k]));
+  }
+  ASSERT_NO_FATAL_FAILURE(warm(ev, Origin(ev)));
+  EXPECT_EQ(OriginHits(ev), 2 + 2) << "not evicted: the test did not test eviction";
+  Counts c = StopGatewayAndCount();
+  EXPECT_GT(c.local, 12) << gateway_->Output();
+  // Replaced x2, expired, demoted, evicted: each found its descriptor stale (a PURGE
+  // through this worker drops the key's descriptor itself).
+  EXPECT_GE(c.stale, 5) << gateway_->Output();
+  EXPECT_EQ(c.cut, 0);
+}
+
+// A worker whose descriptors all went stale at once (everything purged) serves every object
+// through the core, then locally again.
+TEST_P(LocalHits, AWorkerWhoseDescriptorsAreAllStaleServesThroughTheCore) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  test::KeepAliveClient client(port_);
+  ASSERT_TRUE(client.ok());
+  std::vector<std::string> paths, wants;
+  for (int i = 0; i < 12; ++i) {
+    paths.push_back(fmt::format("/gen/{}K/all{}", i % 2 ? 4 : 300, i));
+    wants.push_back(Origin(paths.back()));
+    ASSERT_NO_FATAL_FAILURE(ExpectBody(client, paths[i], wants[i], "the miss"));
+  }
+  // (a hit while a fill's commit is still on its way to the journal is served by the core
+  // without a descriptor: the next one learns it)
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < 12; ++i) {
+    for (int k = 0; k < 3; ++k) ASSERT_NO_FATAL_FAILURE(ExpectBody(client, paths[i], wants[i], ""));
+  }
+  test::KeepAliveClient::Answer a;
+  ASSERT_TRUE(client.Ask("PURGE / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Purge: all\r\n\r\n", &a));
+  ASSERT_EQ(a.status, 200) << a.body;
+  for (int round = 0; round < 5; ++round) {
+    for (size_t i = 0; i < paths.size(); ++i)
+      ASSERT_NO_FATAL_FAILURE(ExpectBody(client, paths[i], wants[i], paths[i]));
+  }
+  Counts c = StopGatewayAndCount();
+  EXPECT_EQ(c.stale, 12) << gateway_->Output();
+  EXPECT_GE(c.local, 12 * 2 + 12) << gateway_->Output();
+}
+
+// A client that stops reading in the middle of an 8 MiB head sent from the pool while the
+// object is replaced (and its slot reused): it never receives a complete response with
+// wrong bytes: either the old object whole, or a connection closed short of its length.
+TEST_P(LocalHits, AHeadReplacedWhileItIsSentIsCutOffNeverCompletedWrong) {
+  // (more than a socket's send buffer can take: tcp_wmem's maximum is 4 MiB)
+  ASSERT_NO_FATAL_FAILURE(Start({"--ram-head", "8M", "--block", "8M", "--memory", "64M"}));
+  const std::string path = "/gen/8M/midsend";
+  const std::string want = Origin(path);
+  {
+    test::KeepAliveClient warmup(port_);
+    for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(ExpectBody(warmup, path, want, "warm"));
+  }
+  // A small receive buffer, and no reading until the object has changed.
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(port_)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string req = fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(200ms);  // the gateway has written what the socket takes
+  ASSERT_NO_FATAL_FAILURE(PutNative(path, std::string(8 << 20, 'z')));
+  for (int i = 0; i < 3; ++i)  // (another object into the freed slot)
+    ASSERT_NO_FATAL_FAILURE(
+        PutNative(fmt::format("/gen/8M/other{}", i), std::string(8 << 20, 'o')));
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    if (got.size() >= want.size() + 1000) break;
+  }
+  close(fd);
+  size_t body_at = got.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos) << got.substr(0, 200);
+  std::string body = got.substr(body_at + 4);
+  if (body.size() >= want.size()) {
+    EXPECT_TRUE(body.substr(0, want.size()) == want) << "a complete response with wrong bytes";
+  }
+  Counts c = StopGatewayAndCount();
+  // The socket could not take the whole head before the change, so this one is cut off.
+  EXPECT_LT(body.size(), want.size());
+  EXPECT_EQ(c.cut, 1) << gateway_->Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Net, LocalHits, testing::Values("sync", "async"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace goblin
