@@ -1,6 +1,6 @@
 # Shared by the benchmark scripts that start caches and servers (sourced, not run):
-# stop_pids, wait_port, require_caches. The caller defines PIDS=() (processes it started),
-# RUN (its scratch directory) and die().
+# stop_pids, wait_port, require_caches, start_cache. The caller defines PIDS=() (processes
+# it started), RUN (its scratch directory) and die().
 
 # Stops every process in PIDS (TERM, up to 10 s, then KILL), and any varnishd child left
 # behind under $RUN.
@@ -36,4 +36,35 @@ require_caches() {
       *) die "unknown cache $c" ;;
     esac
   done
+}
+
+# Starts CACHE (goblin, varnish or nginx) on 127.0.0.1:$PORT in front of the origin on
+# $ORIGIN_PORT, its storage under CACHE_DIR (STORE_BYTES for Varnish's file storage and
+# nginx's max_size), its output in LOG; goblin-store gets --memory $GOBLIN_MEMORY and
+# $GOBLIN_ARGS. Sets CACHE_PID (also added to PIDS). Uses ROOT, BUILD_DIR and RUN.
+start_cache() {  # cache cache_dir store_bytes log
+  local cache=$1 dir=$2 bytes=$3 log=$4
+  case $cache in
+    goblin)
+      # shellcheck disable=SC2086
+      "$BUILD_DIR/tools/goblin-store" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
+        --listen-address 127.0.0.1 --http-port "$PORT" --memory "$GOBLIN_MEMORY" \
+        --ssd-dir "$dir/tier" --socket-dir "$RUN" $GOBLIN_ARGS > "$log" 2>&1 &
+      ;;
+    varnish)
+      sed "s/@ORIGIN_PORT@/$ORIGIN_PORT/" "$ROOT/bench/mirror/varnish.vcl.in" > "$RUN/varnish.vcl"
+      varnishd -F -n "$RUN/varnish" -a "127.0.0.1:$PORT" -f "$RUN/varnish.vcl" \
+        -s "file,$dir/varnish.bin,$bytes,4k" > "$log" 2>&1 &
+      ;;
+    nginx)
+      mkdir -p "$RUN/client_body" "$dir/tmp"
+      sed -e "s|@PORT@|$PORT|; s|@ORIGIN_PORT@|$ORIGIN_PORT|; s|@CACHE_DIR@|$dir|g" \
+          -e "s|@MAX_SIZE@|$bytes|; s|@RUN@|$RUN|g" \
+          "$ROOT/bench/mirror/nginx.conf.in" > "$RUN/nginx.conf"
+      nginx -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log" > "$log" 2>&1 &
+      ;;
+    *) die "unknown cache $cache" ;;
+  esac
+  CACHE_PID=$!
+  PIDS+=("$CACHE_PID")
 }

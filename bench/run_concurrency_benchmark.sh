@@ -119,29 +119,7 @@ for mix in $MIXES; do
     PIDS+=($!)
     wait_port "$ORIGIN_PORT" || die "the origin did not start"
     STORE_BYTES=$((BYTES / 10 * 15 + (256 << 20)))
-    case $cache in
-      goblin)
-        # shellcheck disable=SC2086
-        "$BUILD_DIR/tools/goblin-store" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
-          --listen-address 127.0.0.1 --http-port "$PORT" --memory "$GOBLIN_MEMORY" \
-          --ssd-dir "$CACHE_DIR/tier" --socket-dir "$RUN" $GOBLIN_ARGS \
-          > "$OUT/cache-$mix-$cache.log" 2>&1 &
-        ;;
-      varnish)
-        sed "s/@ORIGIN_PORT@/$ORIGIN_PORT/" "$ROOT/bench/mirror/varnish.vcl.in" > "$RUN/varnish.vcl"
-        varnishd -F -n "$RUN/varnish" -a "127.0.0.1:$PORT" -f "$RUN/varnish.vcl" \
-          -s "file,$CACHE_DIR/varnish.bin,$STORE_BYTES,4k" > "$OUT/cache-$mix-$cache.log" 2>&1 &
-        ;;
-      nginx)
-        mkdir -p "$RUN/client_body" "$CACHE_DIR/tmp"
-        sed -e "s|@PORT@|$PORT|; s|@ORIGIN_PORT@|$ORIGIN_PORT|; s|@CACHE_DIR@|$CACHE_DIR|g" \
-            -e "s|@MAX_SIZE@|$STORE_BYTES|; s|@RUN@|$RUN|g" \
-            "$ROOT/bench/mirror/nginx.conf.in" > "$RUN/nginx.conf"
-        nginx -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log" > "$OUT/cache-$mix-$cache.log" 2>&1 &
-        ;;
-    esac
-    CACHE_PID=$!
-    PIDS+=("$CACHE_PID")
+    start_cache "$cache" "$CACHE_DIR" "$STORE_BYTES" "$OUT/cache-$mix-$cache.log"
     wait_port "$PORT" || { cat "$OUT/cache-$mix-$cache.log"; die "$cache did not start"; }
     t0=$(date +%s.%N)
     "$CLIENT" --target "http://127.0.0.1:$PORT" --manifest "$MANIFEST" --connections 8 \

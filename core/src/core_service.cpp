@@ -152,6 +152,7 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
     case wire::LoanReleaseDecoder::kTemplateId:
     case wire::ObjectPurgeDecoder::kTemplateId:
     case wire::ObjectDescribeDecoder::kTemplateId:
+    case wire::ObjectGetCancelDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
     default: {
@@ -443,6 +444,12 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         return;
       }
       return SendDescription(session, d.correlation_id(), *r);
+    }
+    case wire::ObjectGetCancelDecoder::kTemplateId: {
+      wire::ObjectGetCancelDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("ObjectGetCancel", e);
+      return CancelDownload(session, d.correlation_id());
     }
     case wire::MapPoolsDecoder::kTemplateId: {
       wire::MapPoolsDecoder d;
@@ -813,6 +820,25 @@ CoreService::Downloads::iterator CoreService::EndDownload(Downloads& list, Downl
     list.erase(it);
   }
   return next;
+}
+
+void CoreService::CancelDownload(reactor::Session& session, uint64_t correlation_id) {
+  if (auto it = downloads_.find(session.id()); it != downloads_.end()) {
+    for (auto d = it->second.begin(); d != it->second.end(); ++d) {
+      if (d->correlation_id != correlation_id) continue;
+      ++counters_.gets_cancelled;
+      EndDownload(it->second, d);  // (what it lent stays out until released)
+      return;
+    }
+  }
+  auto p = std::find_if(parked_.begin(), parked_.end(), [&](const ParkedGet& g) {
+    return g.session == session.id() && g.msg.size() >= 16 &&
+           sbe::Load<uint64_t>(g.msg.data() + 8) == correlation_id;
+  });
+  if (p != parked_.end()) {
+    ++counters_.gets_cancelled;
+    parked_.erase(p);
+  }
 }
 
 void CoreService::OnWritable(reactor::Session& session) {

@@ -207,9 +207,12 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--fill-timeout", &fill_timeout,
                     "A fill that receives no data for this long is aborted (its readers are "
                     "cut off, the key is free again); 0: never");
+  so.head_descriptors = 0;
   app.add_option("--head-descriptors", so.head_descriptors,
-                 "Heads describable at once for one-sided reads (the head table's entries)")
-      ->check(CLI::Range(1u, 1u << 26))
+                 "Heads describable at once for one-sided reads and the gateway's local hits "
+                 "(the head table's entries, 32 bytes each; 0: one per 16 KiB of --memory, "
+                 "65,536 to 4,194,304)")
+      ->check(CLI::Range(0u, 1u << 26))
       ->capture_default_str();
   app.add_option("--prepare", prepare_dir,
                  "Mark DIR (empty or new) as a Goblin disk tier, then exit");
@@ -395,7 +398,13 @@ int main(int argc, char** argv) {
       o.io_buffers = std::max<uint32_t>(4, so.io_buffers / n_shards);
       o.fill_staging_bytes = so.fill_staging_bytes / n_shards;
       o.max_objects = so.max_objects == 0 ? 0 : std::max<uint64_t>(1, so.max_objects / n_shards);
-      o.head_descriptors = std::max<uint32_t>(1, so.head_descriptors / n_shards);
+      // (a table too small for the heads RAM holds leaves the rest to the core: a small
+      // object's head takes one 4 KiB class slot, so the default covers heads of 16 KiB)
+      uint64_t descriptors =
+          so.head_descriptors != 0
+              ? so.head_descriptors
+              : std::clamp<uint64_t>(pool_opts.memory / (16 << 10), 65536, uint64_t{1} << 22);
+      o.head_descriptors = static_cast<uint32_t>(std::max<uint64_t>(1, descriptors / n_shards));
       sh.store = o;
     }
 #if GOBLIN_HAVE_UCX

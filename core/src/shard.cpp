@@ -122,9 +122,9 @@ void Shard::LogSummary() const {
   const auto& st = server_->stats();
   GOBLIN_LOG_INFO(kLog,
                   "shard {}: {} clients served, {} messages, {} pings, {} refused, {} corrupt "
-                  "rings",
+                  "rings, {} gets ({} cancelled by their reader)",
                   options_.index, st.accepted, st.messages, service_->counters().pings, st.rejected,
-                  st.corrupt);
+                  st.corrupt, service_->counters().gets, service_->counters().gets_cancelled);
   if (!store_) return;
   const auto& ss = store_->stats();
   const auto& ps = store_->pool().stats();

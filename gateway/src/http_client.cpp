@@ -197,6 +197,7 @@ void HttpServer::Impl::Fail(Conn& c, int status, std::string_view why) {
     return;
   }
   // Headers are out: closing mid-body is the only honest signal.
+  CancelCoreGet(c);
   c.ex.reset();
   dirty_.push_back(&c);
 }
@@ -233,7 +234,7 @@ void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t
   dirty_.push_back(&c);
 }
 
-void HttpServer::Impl::Flush(Conn& c) {
+void HttpServer::Impl::Flush(Conn& c, bool once) {
 #if GOBLIN_HAVE_URING
   if (async_) {
     if (c.closed || c.write_inflight) return;
@@ -262,6 +263,10 @@ void HttpServer::Impl::Flush(Conn& c) {
     if (!Advance(c, static_cast<size_t>(n))) {
       Close(c);
       return;
+    }
+    if (once) {
+      dirty_.push_back(&c);  // (the rest at the end of this round)
+      break;
     }
   }
   if (c.out.empty() && !c.ex && (c.close_after || !c.reading)) {
@@ -332,6 +337,9 @@ bool HttpServer::Impl::Advance(Conn& c, size_t left) {
       left = 0;
     }
   }
+  // A response went out whole: its client's next request (or connection) tends to follow at
+  // once, and a big response outlasts the polling its request started.
+  if (c.out.empty()) ExpectNextRequest();
   return ok;
 }
 
@@ -417,6 +425,7 @@ void HttpServer::Impl::Close(Conn& c) {
   if (!async_) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
   c.fd.Reset();
   if (!c.write_inflight) ReleasePieces(c);
+  CancelCoreGet(c);  // (the rest of an object it was reading)
   // A fill this client led goes on without it (others follow it; the cache wants it); a
   // pass-through for it is dropped.
   if (c.ex && c.ex->state == ExState::kOrigin) {

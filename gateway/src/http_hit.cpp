@@ -71,6 +71,20 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
   return corr;
 }
 
+void HttpServer::Impl::CancelCoreGet(Conn& c) {
+  if (!c.ex || c.ex->corr == 0) return;
+  auto it = corr_.find(c.ex->corr);
+  if (it == corr_.end() || it->second.kind != CorrKind::kLookup || it->second.conn != c.id) return;
+  const uint64_t corr = c.ex->corr;
+  corr_.erase(it);
+  c.ex->corr = 0;
+  core_->SendAlways(
+      [&](uint8_t* b, size_t cap) {
+        return wire::ObjectGetCancelEncoder(b, cap).set_correlation_id(corr).Finish();
+      },
+      32, core_->ShardFor(c.ex->key));
+}
+
 uint64_t HttpServer::Impl::CoreHead(Conn& c) {
   uint64_t corr = next_corr_++;
   const std::string& key = c.ex->key;

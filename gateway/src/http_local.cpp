@@ -23,6 +23,7 @@
 #include <atomic>
 
 #include "goblin/common/clock.h"
+#include "goblin/common/config.h"
 #include "goblin/gateway/cache_policy.h"
 #include "goblin/sbe/head_table.h"
 #include "http_server_impl.h"
@@ -96,6 +97,7 @@ bool HttpServer::Impl::ServeLocal(Conn& c) {
     ++stats_.hits;
     ++stats_.local_hits;
     Touch(*p, h->entry);
+    ExpectNextRequest();
   };
   if (policy::NotModified(ex.inm, ex.ims, MetaGet(meta, "etag"), MetaGet(meta, "last-modified"))) {
     count();
@@ -142,12 +144,20 @@ bool HttpServer::Impl::ServeLocal(Conn& c) {
     FinishExchange(c);
     return true;
   }
-  // The tail from the core, asked now: its disk read runs while the head goes out.
+  // The tail from the core, asked now: its disk read runs while the head goes out. The
+  // head's first write (headers and 4 KiB) goes just before (asking the core may wake it,
+  // and on a machine whose CPUs it shares, the client's first byte should not wait for
+  // that); the rest of the head after (the disk read must start before it, not after).
   ex.local_tail = true;
   ex.local_generation = h->generation;
   ex.size = h->size;
-  dirty_.push_back(&c);
-  if (CoreGet(c, h->length, UINT64_MAX, false) != 0) ex.state = ExState::kCoreBody;
+  const uint64_t tail_from = h->length;
+  Flush(c, /*once=*/true);
+#if GOBLIN_HAVE_URING
+  if (async_) net_.Submit();
+#endif
+  if (c.closed || !c.ex) return true;
+  if (CoreGet(c, tail_from, UINT64_MAX, false) != 0) c.ex->state = ExState::kCoreBody;
   return true;
 }
 

@@ -2,9 +2,10 @@
 // goblin-gateway run with tests/support/malloc_count.cpp preloaded, each counting into a
 // file of its own; a keep-alive client warms a 4 KiB object up, then the test counts what
 // 1,000 more hits cost each process, in both --net modes: served locally by the gateway
-// (the default) and through the core (--local-hits false). The budgets below are today's
-// (measured, rounded up); every change that removes an allocation lowers them. Release
-// build only (a sanitizer replaces malloc).
+// (the default) and through the core (--local-hits false); and in the core alone, a warm
+// native GET and a PUBLISH to one subscriber. The budgets below are today's (measured,
+// rounded up); every change that removes an allocation lowers them. Release build only (a
+// sanitizer replaces malloc).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "goblin/client/connection.h"
 #include "tests/system/mirror_harness.h"
 
 namespace goblin {
@@ -113,6 +115,78 @@ TEST_P(HotPath, AWarmKeepAliveHitStaysWithinItsAllocationBudget) {
               Net().c_str(), Local() ? "served by the gateway" : "through the core", gateway, core);
   EXPECT_LE(gateway, Local() ? kLocalGatewayBudget : kCoreGatewayBudget);
   EXPECT_LE(core, Local() ? kLocalCoreBudget : kCoreCoreBudget);
+}
+
+// The native plane's hot paths, counted in goblin-core alone (the clients are this test
+// process, not counted): a warm 4 KiB GetInto over the ring, and a 16-byte PUBLISH to one
+// subscriber (its delivery included).
+class NativeHotPath : public testing::Test, public test::MirrorHarness {
+ protected:
+  void SetUp() override {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "a sanitizer build replaces malloc";
+#endif
+    if (!fs::exists(GOBLIN_MALLOC_COUNT_LIB) || !fs::exists("/usr/bin/python3")) {
+      GTEST_SKIP() << "the malloc counter and python3 are needed";
+    }
+    count_dir_ = fmt::format("{}/hotpath-native-{}", test::TmpDir(), getpid());
+    fs::remove_all(count_dir_);
+    fs::create_directories(count_dir_);
+    core_count_ = count_dir_ + "/core.count";
+    core_env_ = {std::string("LD_PRELOAD=") + GOBLIN_MALLOC_COUNT_LIB,
+                 "GOBLIN_MALLOC_COUNT_FILE=" + core_count_};
+    ASSERT_TRUE(StartCoreAndOrigin("native")) << (core_ ? core_->Output() : std::string());
+  }
+  void TearDown() override {
+    StopAll();
+    fs::remove_all(count_dir_);
+  }
+  std::string count_dir_, core_count_;
+};
+
+// Allocations in the core per warm native GET (4 KiB, lent) and per PUBLISH delivered to one
+// subscriber: today's counts (1.00 each), rounded up (docs/hot-path.md).
+constexpr double kNativeGetBudget = 1.1, kPublishBudget = 1.1;
+
+TEST_F(NativeHotPath, AWarmGetAndAPublishStayWithinTheirBudgets) {
+  ASSERT_GT(ReadCount(core_count_), 0u) << "the counter was not preloaded into goblin-core";
+  auto c = client::Connection::Open("unix:" + core_sock_);
+  ASSERT_TRUE(c) << c.error().ToString();
+  std::vector<uint8_t> data(4096);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
+  ASSERT_TRUE((*c)->Put("native/hot", data));
+  std::vector<uint8_t> buf(4096);
+  auto get = [&] {
+    uint64_t got = 0;
+    auto m = (*c)->GetInto("native/hot", buf, 0, &got);
+    return m && m->found && got == data.size() && buf == data;
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(get()) << i;
+  constexpr int kOps = 1000;
+  uint64_t c0 = ReadCount(core_count_);
+  for (int i = 0; i < kOps; ++i) ASSERT_TRUE(get()) << i;
+  const double per_get = double(ReadCount(core_count_) - c0) / kOps;
+
+  auto sub = client::Connection::Open("unix:" + core_sock_);
+  ASSERT_TRUE(sub) << sub.error().ToString();
+  std::vector<std::string> channels{"hot-channel"};
+  ASSERT_TRUE((*sub)->Subscribe(client::Connection::SubKind::kChannel, channels));
+  auto publish = [&] {
+    auto n = (*c)->Publish("hot-channel", "0123456789abcdef");
+    if (!n || *n != 1) return false;
+    auto m = (*sub)->NextMessage(std::chrono::seconds(5));
+    return m && m->has_value() && (*m)->payload == "0123456789abcdef";
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(publish()) << i;
+  c0 = ReadCount(core_count_);
+  for (int i = 0; i < kOps; ++i) ASSERT_TRUE(publish()) << i;
+  const double per_publish = double(ReadCount(core_count_) - c0) / kOps;
+  std::printf(
+      "allocations in goblin-core per warm native 4 KiB GET %.2f, per PUBLISH to one "
+      "subscriber %.2f\n",
+      per_get, per_publish);
+  EXPECT_LE(per_get, kNativeGetBudget);
+  EXPECT_LE(per_publish, kPublishBudget);
 }
 
 INSTANTIATE_TEST_SUITE_P(Net, HotPath,

@@ -53,8 +53,9 @@ struct CoreCounters {
   uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
   uint64_t bytes_lent = 0, loans = 0;
   uint64_t publishes = 0, deliveries_sent = 0, slow_subscribers_dropped = 0;
-  uint64_t reservations = 0;  // PutBegins with kPutReserve granted
-  uint64_t gets_parked = 0;   // follow-ObjectGets that waited for a reserved fill's head
+  uint64_t reservations = 0;    // PutBegins with kPutReserve granted
+  uint64_t gets_parked = 0;     // follow-ObjectGets that waited for a reserved fill's head
+  uint64_t gets_cancelled = 0;  // ObjectGets whose reader left before their last byte
 };
 
 struct CoreHistograms {
@@ -199,6 +200,9 @@ class CoreService : public reactor::Handler {
   Download& NewDownload(Downloads& list);
   // Ends `it` (its stream released) and keeps its node; returns the next one.
   Downloads::iterator EndDownload(Downloads& list, Downloads::iterator it);
+  // ObjectGetCancel: the session's ObjectGet `correlation_id` ends here (a stream, or one
+  // parked behind a reserved fill); unknown ids are ignored (it may just have ended).
+  void CancelDownload(reactor::Session& session, uint64_t correlation_id);
   struct PendingDescribe {
     uint64_t session = 0, correlation_id = 0;
     std::string key;
