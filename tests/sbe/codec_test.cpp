@@ -213,6 +213,10 @@ void ObjectCases() {
         .set_generation(9)
         .set_created_nanos(11)
         .set_expires_nanos(12)
+        .set_head_entry(UINT32_MAX - 3)
+        .set_head_stamp(77)
+        .set_head_offset(1ull << 33)
+        .set_head_length(4 << 20)
         .set_metadata("etag: x");
     auto d = RoundTrip<ObjectInfoDecoder>(b, e.Finish());
     EXPECT_EQ(d.status(), LookupStatus::kFilling);
@@ -220,7 +224,17 @@ void ObjectCases() {
     EXPECT_EQ(d.generation(), 9u);
     EXPECT_EQ(d.created_nanos(), 11u);
     EXPECT_EQ(d.expires_nanos(), 12u);
+    EXPECT_EQ(d.head_entry(), UINT32_MAX - 3);
+    EXPECT_EQ(d.head_stamp(), 77u);
+    EXPECT_EQ(d.head_offset(), 1ull << 33);
+    EXPECT_EQ(d.head_length(), 4u << 20);
     EXPECT_EQ(d.metadata(), "etag: x");
+  }
+  {
+    ObjectGetCancelEncoder e(b.data(), b.size());
+    e.set_correlation_id(0xfeedull << 32);
+    auto d = RoundTrip<ObjectGetCancelDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 0xfeedull << 32);
   }
   {
     ObjectDescribeEncoder e(b.data(), b.size());
