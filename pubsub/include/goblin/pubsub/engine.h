@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "goblin/common/function_ref.h"
 #include "goblin/common/string_hash.h"
 #include "goblin/pubsub/glob.h"
 
@@ -58,9 +59,11 @@ class Engine {
   void Remove(SubscriberId sub);
 
   // Called once per receiving group: kind kChannel/kShard with an empty pattern, or
-  // kPattern with the matching pattern. The span is valid during the call only.
+  // kPattern with the matching pattern. The span is valid during the call only. (A
+  // FunctionRef: a std::function of the core's visitor, which captures more than two
+  // pointers, allocated once per PUBLISH.)
   using Visitor =
-      std::function<void(Kind kind, std::string_view pattern, std::span<const SubscriberId>)>;
+      FunctionRef<void(Kind kind, std::string_view pattern, std::span<const SubscriberId>)>;
   // PUBLISH (sharded = false: channel subscribers and matching patterns) or SPUBLISH
   // (shard subscribers only). Returns the receiver count.
   uint64_t Publish(std::string_view channel, bool sharded, const Visitor& visit);
