@@ -16,8 +16,7 @@ HotHead& HotHeads::Slot(std::string_view key) {
     for (;;) {
       hand_ = (hand_ + 1) % slots_.size();
       HotHead& h = slots_[hand_];
-      if (h.key.empty() || !index_.count(h.key)) break;  // (not in use)
-      if (!h.referenced) break;
+      if (!h.referenced) break;  // (every slot is in use here: none is free)
       h.referenced = false;
     }
     i = static_cast<uint32_t>(hand_);

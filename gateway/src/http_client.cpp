@@ -337,9 +337,6 @@ bool HttpServer::Impl::Advance(Conn& c, size_t left) {
       left = 0;
     }
   }
-  // A response went out whole: its client's next request (or connection) tends to follow at
-  // once, and a big response outlasts the polling its request started.
-  if (c.out.empty()) ExpectNextRequest();
   return ok;
 }
 

@@ -201,8 +201,10 @@ class MirrorHarness {
 };
 
 // A TCP connection to 127.0.0.1:`port` with a 5 s receive timeout; -1 when it fails.
-inline int ConnectLoopback(const std::string& port) {
+// `rcvbuf` > 0: that receive buffer, set before connecting (a client that reads slowly).
+inline int ConnectLoopback(const std::string& port, int rcvbuf = 0) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
