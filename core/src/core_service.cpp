@@ -350,7 +350,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       wire::LookupStatus status = wire::LookupStatus::kMiss;
       std::optional<store::ObjectInfo> head_info;  // (ObjectHead's copy)
       const store::ObjectInfo* info = nullptr;     // (an ObjectGet's: its stream's)
-      std::unique_ptr<store::Store::Stream> stream;
+      store::Store::StreamPtr stream;
       if (get) {
         auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0);
         if (!r) return SendStatusError(session, corr, r.error());
@@ -429,7 +429,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectDescribe", e);
       if (!OwnsKey(session, d.correlation_id(), d.key())) return;
-      std::unique_ptr<store::Store::Stream> refill;
+      store::Store::StreamPtr refill;
       auto r = store_->Describe(d.key(), store::Store::DiskRead::kAsync, &refill);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       if (refill) {  // the head is on disk only: read it asynchronously, answer then

@@ -38,12 +38,12 @@ void S3Fifo::Insert(std::string_view key) {
 }
 
 void S3Fifo::Touch(std::string_view key) {
-  auto it = entries_.find(std::string(key));
+  auto it = entries_.find(key);
   if (it != entries_.end() && it->second.freq < 3) ++it->second.freq;
 }
 
 void S3Fifo::Remove(std::string_view key) {
-  auto it = entries_.find(std::string(key));
+  auto it = entries_.find(key);
   if (it == entries_.end()) return;
   (it->second.queue == Queue::kSmall ? small_ : main_).erase(it->second.pos);
   entries_.erase(it);

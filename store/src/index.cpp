@@ -238,9 +238,21 @@ const ObjectRecord* Index::Find(std::string_view key) const {
   return const_cast<Index*>(this)->FindMutable(key);
 }
 
+namespace {
+// Moves a record's extent list out (its buffer, which loans point into, keeps its address),
+// or appends to a list that already holds some.
+void TakeExtents(std::vector<Extent>& from, std::vector<Extent>* to) {
+  if (to->empty()) {
+    *to = std::move(from);
+  } else {
+    to->insert(to->end(), from.begin(), from.end());
+  }
+}
+}  // namespace
+
 void Index::Apply(ObjectRecord r, std::vector<Extent>* released) {
   if (ObjectRecord* old = FindMutable(r.key)) {
-    if (released) released->insert(released->end(), old->extents.begin(), old->extents.end());
+    if (released) TakeExtents(old->extents, released);
     *old = std::move(r);
     return;
   }
@@ -254,8 +266,7 @@ bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
   auto& bucket = it->second;
   for (size_t i = 0; i < bucket.size(); ++i) {
     if (bucket[i].key != key) continue;
-    if (released)
-      released->insert(released->end(), bucket[i].extents.begin(), bucket[i].extents.end());
+    if (released) TakeExtents(bucket[i].extents, released);
     bucket.erase(bucket.begin() + static_cast<long>(i));
     if (bucket.empty()) map_.erase(it);
     --size_;

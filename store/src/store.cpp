@@ -118,6 +118,7 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
 }
 
 Store::~Store() {
+  for (Stream* s : spare_streams_) delete s;
   for (auto& [id, f] : fills_) {
     for (Stream* st : f.followers) st->fill_ = 0;
     if (f.writer) f.writer->Abort();
@@ -584,21 +585,26 @@ void Store::AdoptHead(Loan& loan, std::span<const uint8_t> data) {
   AddResident(loan.info.key, Resident{loan.info.generation, *slot, len, len});
 }
 
-Loan Store::MakeLoan(const ObjectRecord& rec) {
-  Loan loan;
-  loan.info = ObjectInfo{
-      rec.key, rec.size, rec.generation, rec.created_unix_ns, rec.expires_unix_ns, rec.metadata};
-  loan.extents = rec.extents;
+void Store::MakeLoan(const ObjectRecord& rec, Loan* loan) {
+  ObjectInfo& info = loan->info;
+  info.key.assign(rec.key);
+  info.size = rec.size;
+  info.generation = rec.generation;
+  info.created_unix_ns = rec.created_unix_ns;
+  info.expires_unix_ns = rec.expires_unix_ns;
+  info.metadata.assign(rec.metadata);
+  loan->extents = rec.extents;
+  loan->head.reset();
+  loan->head_bytes = 0;
   if (auto h = heads_.find(rec.key); h != heads_.end() && h->second.generation == rec.generation) {
     h->second.referenced = true;
-    loan.head = h->second.slot;
-    loan.head_bytes = h->second.length;
+    loan->head = h->second.slot;
+    loan->head_bytes = h->second.length;
   }
-  loan.id = next_loan_++;
+  loan->id = next_loan_++;
   ++loaned_[rec.generation].count;
-  loan_generation_[loan.id] = rec.generation;
+  loan_generation_[loan->id] = rec.generation;
   ++stats_.loans_out;
-  return loan;
 }
 
 VoidResult Store::EnsureHead(const ObjectRecord& rec) {
@@ -618,11 +624,13 @@ Result<std::optional<Loan>> Store::Get(std::string_view key) {
   if (!info) return std::optional<Loan>();
   policy_.Touch(key);
   GOBLIN_RETURN_IF_ERROR(EnsureHead(*index_->Find(key)));
-  return std::optional<Loan>(MakeLoan(*index_->Find(key)));
+  std::optional<Loan> loan(std::in_place);
+  MakeLoan(*index_->Find(key), &*loan);
+  return loan;
 }
 
 Result<std::optional<HeadDescription>> Store::Describe(std::string_view key, DiskRead disk,
-                                                       std::unique_ptr<Stream>* refill) {
+                                                       StreamPtr* refill) {
   GOBLIN_ASSIGN_OR_RETURN(auto info, Head(key));
   if (!info) return std::optional<HeadDescription>();
   policy_.Touch(key);
@@ -632,11 +640,10 @@ Result<std::optional<HeadDescription>> Store::Describe(std::string_view key, Dis
   } else if (disk == DiskRead::kAsync && refill != nullptr && rec.size > 0 &&
              !heads_.count(rec.key)) {
     // The head's first extent read like any stream's; its arrival adopts the head.
-    std::unique_ptr<Stream> st(new Stream(this));
-    st->loan_ = MakeLoan(rec);
+    StreamPtr st = NewStream();
+    MakeLoan(rec, &st->loan_);
     st->pos_ = 0;
     st->end_ = std::min(rec.size, options_.ram_head);
-    ++stats_.streams_open;
     *refill = std::move(st);
   }
   HeadDescription d;
@@ -705,7 +712,7 @@ void Store::DropCorrupt(const std::string& key, uint64_t generation, const Statu
   (void)DeleteCommitted(key);
 }
 
-VoidResult Store::ReadRange(const std::vector<Extent>& extents, uint64_t offset,
+VoidResult Store::ReadRange(std::span<const Extent> extents, uint64_t offset,
                             std::span<uint8_t> out) {
   // The extents that overlap [offset, offset + out.size()).
   std::vector<Extent> need;
@@ -809,12 +816,15 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.
       o.status = fill.committing ? Lookup::kHit : Lookup::kFilling;
-      std::unique_ptr<Stream> s(new Stream(this));
+      StreamPtr s = NewStream();
       s->fill_ = f->second;
-      s->loan_.info =
-          ObjectInfo{fill.key, fill.committing ? fill.writer->bytes() : fill.expected_size,
-                     0,        fill.started_unix_ns,
-                     0,        fill.metadata};
+      ObjectInfo& info = s->loan_.info;
+      info.key.assign(fill.key);
+      info.size = fill.committing ? fill.writer->bytes() : fill.expected_size;
+      info.generation = 0;
+      info.created_unix_ns = fill.started_unix_ns;
+      info.expires_unix_ns = 0;
+      info.metadata.assign(fill.metadata);
       o.info = &s->loan_.info;
       s->pos_ = offset;
       s->end_ = length > UINT64_MAX - offset ? UINT64_MAX : offset + length;
@@ -823,7 +833,6 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
         s->pos_ = std::min(s->pos_, s->end_);
       }
       fill.followers.push_back(s.get());
-      ++stats_.streams_open;
       ++stats_.fill_followers;
       o.stream = std::move(s);
       return o;
@@ -833,13 +842,12 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   if (rec == nullptr) return o;
   policy_.Touch(key);
   o.status = Lookup::kHit;
-  std::unique_ptr<Stream> s(new Stream(this));
-  s->loan_ = MakeLoan(*rec);
+  StreamPtr s = NewStream();
+  MakeLoan(*rec, &s->loan_);
   o.info = &s->loan_.info;
   uint64_t size = rec->size;
   s->pos_ = std::min(offset, size);
   s->end_ = length > size - s->pos_ ? size : s->pos_ + length;
-  ++stats_.streams_open;
   o.stream = std::move(s);
   return o;
 }
@@ -951,37 +959,33 @@ namespace {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr size_t kKeptStreams = 0;
 #else
-constexpr size_t kKeptStreams = 4096;  // per thread
+constexpr size_t kKeptStreams = 4096;  // per store (one shard's loop)
 #endif
-struct KeptStreams {
-  std::vector<void*> storage;
-  ~KeptStreams() {
-    for (void* p : storage) ::operator delete(p);
-  }
-};
-thread_local KeptStreams t_kept_streams;
 }  // namespace
 
-void* Store::Stream::operator new(size_t n) {
-  auto& kept = t_kept_streams.storage;
-  if (n == sizeof(Stream) && !kept.empty()) {
-    void* p = kept.back();
-    kept.pop_back();
-    return p;
+Store::StreamPtr Store::NewStream() {
+  ++stats_.streams_open;
+  if (!spare_streams_.empty()) {
+    Stream* s = spare_streams_.back();
+    spare_streams_.pop_back();
+    return StreamPtr(s);
   }
-  return ::operator new(n);
+  return StreamPtr(new Stream(this));
 }
 
-void Store::Stream::operator delete(void* p, size_t n) {
-  auto& kept = t_kept_streams.storage;
-  if (n == sizeof(Stream) && kept.size() < kKeptStreams) {
-    kept.push_back(p);
-    return;
+void Store::StreamDeleter::operator()(Stream* s) const { Store::ReturnStream(s); }
+
+void Store::ReturnStream(Stream* s) {
+  s->Close();
+  Store* store = s->store_;
+  if (store->spare_streams_.size() < kKeptStreams) {
+    store->spare_streams_.push_back(s);
+  } else {
+    delete s;
   }
-  ::operator delete(p);
 }
 
-Store::Stream::~Stream() {
+void Store::Stream::Close() {
   DropReader();
   auto& starved = store_->starved_;
   starved.erase(std::remove(starved.begin(), starved.end(), this), starved.end());
@@ -994,6 +998,21 @@ Store::Stream::~Stream() {
     store_->Release(loan_);
   }
   --store_->stats_.streams_open;
+  // As new, keeping the strings' capacity.
+  loan_.id = 0;
+  loan_.info.key.clear();
+  loan_.info.metadata.clear();
+  loan_.info.size = loan_.info.generation = 0;
+  loan_.info.created_unix_ns = loan_.info.expires_unix_ns = 0;
+  loan_.head.reset();
+  loan_.head_bytes = 0;
+  loan_.extents = {};
+  fill_ = 0;
+  pos_ = end_ = 0;
+  failed_ = Status();
+  reader_first_ = 0;
+  where_ = Where::kPrivate;
+  ready_ = nullptr;
 }
 
 void Store::Stream::DropReader() {
@@ -1013,7 +1032,7 @@ void Store::Stream::FillEnded(const ObjectRecord* rec) {
   } else {
     // Continue on the committed object; its extents are the ones the fill wrote, so a
     // reader in progress stays valid.
-    loan_ = store_->MakeLoan(*rec);
+    store_->MakeLoan(*rec, &loan_);
     end_ = std::min(end_, rec->size);
     pos_ = std::min(pos_, end_);
   }
@@ -1035,7 +1054,7 @@ void Store::Stream::Consume(uint64_t n) {
   }
 }
 
-Result<Store::Stream::Step> Store::Stream::PeekDisk(const std::vector<Extent>& extents,
+Result<Store::Stream::Step> Store::Stream::PeekDisk(std::span<const Extent> extents,
                                                     size_t durable_end,
                                                     std::span<const uint8_t>* out) {
   auto from_chunk = [&] {

@@ -201,6 +201,30 @@ TEST_F(StoreTest, ReplacedObjectStaysReadableThroughItsLoan) {
   store_->Release(**loan);  // a second release is ignored
 }
 
+// A loan points at its version's extent list (no copy): the list outlives a delete and a
+// replacement while the loan is out, and a stream reads the tail through it.
+TEST_F(StoreTest, ADeletedObjectStaysReadableThroughItsLoanAndStream) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto v1 = Data(900000, 5);
+  ASSERT_TRUE(Put("/d", v1));
+  auto loan = store_->Get("/d");
+  ASSERT_TRUE(loan && *loan);
+  auto opened = store_->OpenStream("/d", kHead + 10);
+  ASSERT_TRUE(opened && opened->stream);
+  ASSERT_GT((*loan)->extents.size(), 1u);
+  ASSERT_TRUE(store_->Delete("/d").value());
+  ASSERT_TRUE(Put("/d", Data(700000, 6)));  // a new version with a list of its own
+  ASSERT_TRUE(Put("/e", Data(900000, 7)));  // would reuse v1's space if it were freed
+  std::vector<uint8_t> old(v1.size());
+  ASSERT_TRUE(store_->Read(**loan, 0, old));
+  EXPECT_EQ(old, v1);
+  first_offset_ = kHead + 10;
+  auto tail = Drain(*opened->stream);
+  ASSERT_TRUE(tail) << tail.error().ToString();
+  EXPECT_EQ(*tail, std::vector<uint8_t>(v1.begin() + kHead + 10, v1.end()));
+  store_->Release(**loan);
+}
+
 TEST_F(StoreTest, DamagedDiskDataIsDetectedAndTheObjectDropped) {
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto data = Data(300000, 4);
@@ -396,7 +420,7 @@ TEST_F(StoreTest, DescribeCanLeaveTheDiskReadToAStream) {
   auto data = Data(3 * kExtent, 4);
   ASSERT_TRUE(Put("/d", data));
   OpenStore();  // restart: the head is on disk only
-  std::unique_ptr<Store::Stream> refill;
+  Store::StreamPtr refill;
   auto d = store_->Describe("/d", Store::DiskRead::kAsync, &refill);
   ASSERT_TRUE(d && *d);
   EXPECT_EQ((*d)->entry, sbe::kNoHeadEntry);  // not yet

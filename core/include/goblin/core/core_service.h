@@ -118,7 +118,7 @@ class CoreService : public reactor::Handler {
   void FailUpload(Upload& up, Status why);
   struct Download {
     uint64_t correlation_id = 0;
-    std::unique_ptr<store::Store::Stream> stream;
+    store::Store::StreamPtr stream;
     bool lend = false;  // kGetLoans on a session that mapped the pools
     bool ready = true;  // may have bytes to send (the stream's callback sets it)
     bool done = false;
@@ -206,7 +206,7 @@ class CoreService : public reactor::Handler {
   struct PendingDescribe {
     uint64_t session = 0, correlation_id = 0;
     std::string key;
-    std::unique_ptr<store::Store::Stream> refill;
+    store::Store::StreamPtr refill;
     bool ready = true;
   };
   std::list<PendingDescribe> describes_;  // (stable addresses: the refill callbacks hold them)

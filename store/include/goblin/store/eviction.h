@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "goblin/common/string_hash.h"
+
 namespace goblin::store {
 
 struct EvictionStats {
@@ -62,7 +64,7 @@ class S3Fifo {
 
   uint32_t small_percent_;
   std::list<std::string> small_, main_;  // front = newest, back = next to consider
-  std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> entries_;
   std::deque<uint64_t> ghost_;  // digests, oldest first
   std::unordered_multiset<uint64_t> ghost_set_;
   EvictionStats stats_;

@@ -87,7 +87,8 @@ class Index {
 
   // Records `record` (generation assigned here) and makes it visible, replacing any object
   // with the same key. `released` receives the replaced object's extents (their space may be
-  // reused once the record is durable and the caller has no loans on them). `*lsn` (if
+  // reused once the record is durable and the caller has no loans on them): the record's own
+  // list, moved, when `released` is empty, so loans pointing into it stay valid. `*lsn` (if
   // given): the record's LSN, durable once durable_lsn() reaches it (at once without a worker).
   Result<uint64_t> Commit(ObjectRecord record, std::vector<Extent>* released,
                           uint64_t* lsn = nullptr);

@@ -102,7 +102,11 @@ struct Loan {
   ObjectInfo info;
   std::optional<PoolSlot> head;  // pool slot holding object bytes [0, head_bytes)
   uint64_t head_bytes = 0;
-  std::vector<Extent> extents;  // the whole object on disk (head included)
+  // The whole object on disk (head included): the committed record's own list, not a copy.
+  // A record's list stays at one address while loans on its version are out (the index
+  // moves it, never copies it, when the version is replaced or deleted, and the store keeps
+  // it until the last loan's release), so a loan costs no allocation.
+  std::span<const Extent> extents;
 };
 
 // A resident head described for one-sided reads (Store::Describe).
@@ -118,6 +122,12 @@ class Store {
   ~Store();
 
   class Stream;
+  // Owns a stream; giving it back returns it to its store (which keeps it whole for the next
+  // one, see Stream). On the store's thread, before the store is destroyed.
+  struct StreamDeleter {
+    void operator()(Stream* s) const;
+  };
+  using StreamPtr = std::unique_ptr<Stream, StreamDeleter>;
   using FillId = uint64_t;
   enum class FillStart { kGranted, kInProgress };
   // Starts a fill of `key`. kInProgress: another fill of the key runs (follow it, try again
@@ -188,7 +198,7 @@ class Store {
   enum class DiskRead { kBlock, kAsync, kNever };
   Result<std::optional<HeadDescription>> Describe(std::string_view key,
                                                   DiskRead disk = DiskRead::kBlock,
-                                                  std::unique_ptr<Stream>* refill = nullptr);
+                                                  StreamPtr* refill = nullptr);
   // The head table entry of `key`'s head if version `generation` of it is resident,
   // published on first use (no disk read; nullopt: not in RAM, or the table is full).
   std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> PublishHead(const std::string& key,
@@ -201,7 +211,7 @@ class Store {
   struct Opened {
     Lookup status = Lookup::kMiss;
     const ObjectInfo* info = nullptr;  // the stream's (lives as long as it; not copied)
-    std::unique_ptr<Stream> stream;    // for kHit and kFilling
+    StreamPtr stream;                  // for kHit and kFilling
   };
   // A stream of object bytes [offset, offset + length) (clamped to the object). With
   // `follow_fill`, a key being filled (and not yet committed) streams that fill.
@@ -338,13 +348,14 @@ class Store {
   // read from disk); Corruption drops the object.
   VoidResult EnsureHead(const ObjectRecord& rec);
   // Pins `rec`'s generation for a new loan (Get and streams).
-  Loan MakeLoan(const ObjectRecord& rec);
+  // A loan on `rec`'s version, written into `*loan` (whose strings keep their capacity).
+  void MakeLoan(const ObjectRecord& rec, Loan* loan);
   void AddResident(const std::string& key, Resident r);
   // A stream read object bytes [0, data.size()) of `loan`'s object from disk: keep them as
   // its head if it has none in RAM (a restart's lazy refill, without an extra read).
   void AdoptHead(Loan& loan, std::span<const uint8_t> data);
   void DropCorrupt(const std::string& key, uint64_t generation, const Status& why);
-  VoidResult ReadRange(const std::vector<Extent>& extents, uint64_t offset, std::span<uint8_t> out);
+  VoidResult ReadRange(std::span<const Extent> extents, uint64_t offset, std::span<uint8_t> out);
   bool Expired(const ObjectRecord& r, uint64_t now) const {
     return r.expires_unix_ns != 0 && now >= r.expires_unix_ns;
   }
@@ -367,7 +378,11 @@ class Store {
   std::unordered_map<std::string, Resident> heads_;
   RecyclingMap<uint64_t, Loaned> loaned_;             // generation -> loans
   RecyclingMap<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
-  std::vector<Stream*> starved_;                      // streams waiting for a buffer
+  // A stream for this store: a kept one, else a new one.
+  StreamPtr NewStream();
+  static void ReturnStream(Stream* s);  // (StreamDeleter)
+  std::vector<Stream*> spare_streams_;  // closed streams kept for reuse (StreamDeleter)
+  std::vector<Stream*> starved_;        // streams waiting for a buffer
   std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
   S3Fifo policy_;
   // Objects with a TTL: (expiry, key), earliest first; entries are checked against the index.
@@ -394,12 +409,10 @@ class Store {
 // destroyed by its owner (which releases what it holds), never outliving the store.
 class Store::Stream {
  public:
-  ~Stream();
-  // Streams come and go with every ObjectGet: a thread keeps the storage of the ones it
-  // deleted for its next ones (a shard's loop stops allocating them once warm). Plain heap
-  // allocations under a sanitizer, which must see every use after free.
-  static void* operator new(size_t n);
-  static void operator delete(void* p, size_t n);
+  // Streams come and go with every ObjectGet: the store keeps the ones given back whole
+  // (StreamPtr), with the capacity of their loan's key and metadata, so a shard's loop stops
+  // allocating for them once warm. Deleted at once under a sanitizer, which must see every
+  // use after free.
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -431,12 +444,16 @@ class Store::Stream {
  private:
   friend class Store;
   explicit Stream(Store* store) : store_(store) {}
+  ~Stream() = default;
+  // Ends what the stream holds (its reader, its place among a fill's followers or the
+  // starved, its loan) and makes it as new, keeping its strings' capacity.
+  void Close();
   void Wake() {
     if (ready_) ready_();
   }
   // The fill committed as `rec` (switch to the object) or was abandoned (`rec` null).
   void FillEnded(const ObjectRecord* rec);
-  Result<Step> PeekDisk(const std::vector<Extent>& extents, size_t first_durable_end,
+  Result<Step> PeekDisk(std::span<const Extent> extents, size_t first_durable_end,
                         std::span<const uint8_t>* out);
   void DropReader();
 
