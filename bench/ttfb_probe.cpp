@@ -7,9 +7,12 @@
 //   --mode keepalive  one connection, requests in sequence; the clock starts before send();
 //                     every body is read whole (Content-Length) before the next request.
 // Each response must be 200 with the expected Content-Length (--size). Prints the
-// first-byte and whole-response percentiles in microseconds, and with --json one line.
+// first-byte and whole-response percentiles in microseconds, and with --json one line;
+// --raw FILE appends every measured first-byte time (us, one per line) to FILE, so that
+// runs interleaved with other servers' can be summarized together.
 //   ttfb_probe --target http://127.0.0.1:8080 --path /gen/4096/a --size 4096
 //       [--mode close|keepalive] [--requests 2000] [--warmup 100] [--label goblin] [--json]
+//       [--raw FILE]
 // Exit status 1 when a request failed.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -112,7 +115,7 @@ bool Exchange(int fd, const std::string& req, uint64_t size, uint64_t body_wante
 
 int main(int argc, char** argv) {
   CLI::App app("ttfb_probe: time to first byte of one URL, one request at a time");
-  std::string target_url, path, mode = "close", label = "server";
+  std::string target_url, path, mode = "close", label = "server", raw_path;
   uint64_t size = 0, read_bytes = 64 << 10;
   int requests = 2000, warmup = 100;
   bool json = false;
@@ -128,6 +131,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Requests before the measured ones")->capture_default_str();
   app.add_option("--label", label, "Name of the server in the output")->capture_default_str();
   app.add_flag("--json", json, "Also print one JSON line");
+  app.add_option("--raw", raw_path, "Append each first-byte time (us) to this file");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   Target t;
   if (!ParseTarget(target_url, &t)) {
@@ -164,6 +168,15 @@ int main(int argc, char** argv) {
       first_us.push_back(static_cast<double>(tm.first_ns) / 1e3);
       done_us.push_back(static_cast<double>(tm.done_ns) / 1e3);
     }
+  }
+  if (!raw_path.empty()) {
+    FILE* raw = std::fopen(raw_path.c_str(), "a");
+    if (raw == nullptr) {
+      std::fprintf(stderr, "ttfb_probe: cannot open %s\n", raw_path.c_str());
+      return 1;
+    }
+    for (double us : first_us) std::fprintf(raw, "%.2f\n", us);
+    std::fclose(raw);
   }
   auto f = bench::Summarize(first_us), d = bench::Summarize(done_us);
   std::printf(

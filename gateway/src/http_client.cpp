@@ -38,7 +38,13 @@ void HttpServer::Impl::Accept() {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto c = std::make_unique<Conn>();
+    std::unique_ptr<Conn> c;
+    if (!spare_conns_.empty()) {
+      c = std::move(spare_conns_.back());
+      spare_conns_.pop_back();
+    } else {
+      c = std::make_unique<Conn>();
+    }
     c->id = next_tag_++;
     c->fd = UniqueFd(fd);
     char ip[INET_ADDRSTRLEN] = {};
@@ -46,7 +52,7 @@ void HttpServer::Impl::Accept() {
     c->peer = ip;
     c->last_active = MonotonicNanos();
     if (async_) {
-      c->rbuf = std::make_unique<char[]>(64 * 1024);
+      if (!c->rbuf) c->rbuf = std::make_unique<char[]>(kRecvBytes);
       Conn& ref = *c;
       conns_.emplace(c->id, std::move(c));
       ++stats_.accepted;
@@ -60,13 +66,16 @@ void HttpServer::Impl::Accept() {
 }
 
 void HttpServer::Impl::OnReadable(Conn& c) {
-  char buf[64 * 1024];
+  char buf[kRecvBytes];
   for (;;) {
     ssize_t n = read(c.fd.get(), buf, sizeof buf);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       c.last_active = MonotonicNanos();
       if (c.in.size() > options_.limits.max_header_bytes * 4 && c.ex) break;  // pipelined: enough
+      // Less than asked for: the socket is drained (its readiness is level-triggered, so
+      // anything that arrives after this read is reported again): no read just for EAGAIN.
+      if (static_cast<size_t>(n) < sizeof buf) break;
       continue;
     }
     if (n == 0) {
@@ -363,7 +372,7 @@ void HttpServer::Impl::PostRecv(Conn& c) {
   if (c.in.size() > (1u << 20) && c.ex) return;  // enough pipelined input: wait for this one
   c.recv_inflight = true;
   ++c.ops;
-  net_.Recv(c.fd.get(), c.rbuf.get(), 64 * 1024, (c.id << 2) | kOpRecv);
+  net_.Recv(c.fd.get(), c.rbuf.get(), kRecvBytes, (c.id << 2) | kOpRecv);
 #else
   (void)c;
 #endif
@@ -410,9 +419,28 @@ void HttpServer::Impl::OnNetCompletion(uint64_t ud, int32_t res) {
   Flush(c);
 }
 
+void HttpServer::Impl::ReapClosed() {
+  size_t kept = 0;
+  for (uint64_t id : closed_) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    if (it->second->ops != 0) {  // io_uring still holds its buffers: next round
+      closed_[kept++] = id;
+      continue;
+    }
+    if (spare_conns_.size() < kSpareConns) {
+      it->second->Reset();
+      spare_conns_.push_back(std::move(it->second));
+    }
+    conns_.erase(it);
+  }
+  closed_.resize(kept);
+}
+
 void HttpServer::Impl::Close(Conn& c) {
   if (c.closed) return;
   c.closed = true;
+  closed_.push_back(c.id);
   // The peer sees the end now (FIN), even while io_uring still holds a reference to the
   // socket for requests in flight: a close(2) alone would wait for them.
   shutdown(c.fd.get(), SHUT_RDWR);

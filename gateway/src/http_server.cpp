@@ -108,9 +108,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       if (!dirty_[i]->closed) Flush(*dirty_[i]);
     }
     dirty_.clear();
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      it = it->second->closed && it->second->ops == 0 ? conns_.erase(it) : std::next(it);
-    }
+    if (!closed_.empty()) ReapClosed();
     dead_fills_.clear();
     uint64_t now = MonotonicNanos();
     core_->Tick(now);

@@ -46,6 +46,7 @@ inline constexpr size_t kCoreBacklogHigh = 16 << 20;  // pause origins while the
 // a small first segment reaches the client sooner (on loopback a 64 KiB first write put
 // ~70 us between the request and the response's first byte that a 4 KiB one does not).
 inline constexpr size_t kFirstSendBytes = 4 << 10;
+inline constexpr size_t kRecvBytes = 64 << 10;  // one read of a client's requests
 // epoll tags: small numbers for fixed fds; connections count up from kFirstTag; origins
 // have kOriginTagBit set.
 inline constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTagListen = 4,
@@ -142,6 +143,24 @@ class HttpServer::Impl {
     uint32_t ops = 0;  // io_uring requests in flight (the Conn lives until they complete)
     std::vector<iovec> wiov;
     size_t wiov_bytes = 0;
+    // Back to a fresh connection's state (for reuse by the next accept), keeping what its
+    // buffers, queue and last exchange have allocated.
+    void Reset() {
+      id = 0;
+      fd.Reset();
+      in.clear();
+      out.clear();
+      first_off = out_bytes = 0;
+      last_active = last_progress = 0;
+      close_after = closed = epollout = false;
+      reading = true;
+      peer.clear();
+      if (ex) spare_ex = std::move(ex);
+      recv_inflight = write_inflight = false;
+      ops = 0;
+      wiov.clear();
+      wiov_bytes = 0;
+    }
   };
   struct Origin {
     uint64_t tag = 0;
@@ -223,6 +242,8 @@ class HttpServer::Impl {
   // `once`: at most one write now (the caller has more to do before the rest goes).
   void Flush(Conn& c, bool once = false);
   void Close(Conn& c);
+  // Erases the closed connections io_uring no longer holds, keeping some for reuse.
+  void ReapClosed();
   void FinishExchange(Conn& c);
   void ReleasePieces(Conn& c);
   Conn* Find(uint64_t id) {
@@ -362,7 +383,12 @@ class HttpServer::Impl {
   UniqueFd epoll_, listen_;
   bool async_ = false;
   NetRing net_;
-  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  // Client connections by id; closed ones are erased (once io_uring holds none of their
+  // buffers) from closed_, and up to kSpareConns kept whole for the next accepts.
+  RecyclingMap<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::vector<uint64_t> closed_;
+  static constexpr size_t kSpareConns = 64;
+  std::vector<std::unique_ptr<Conn>> spare_conns_;
   std::unordered_map<uint64_t, std::unique_ptr<Origin>> origins_;
   // Every fill lives in all_fills_ until it ends; fills_ names the ones a request for the key
   // can still join (not kUncached: the key is free again for the next request).

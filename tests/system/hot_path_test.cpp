@@ -30,6 +30,8 @@ namespace fs = std::filesystem;
 // eviction policy's lookup takes a view).
 constexpr double kLocalGatewayBudget = 0.02, kLocalCoreBudget = 0.02;
 constexpr double kCoreGatewayBudget = 0.02, kCoreCoreBudget = 0.02;
+// A hit on a connection of its own, in the gateway (either way).
+constexpr double kConnectionGatewayBudget = 0.02;
 
 // The count a preloaded process keeps in `path` (0 before the file exists).
 uint64_t ReadCount(const std::string& path) {
@@ -115,6 +117,33 @@ TEST_P(HotPath, AWarmKeepAliveHitStaysWithinItsAllocationBudget) {
   std::printf("allocations per warm keep-alive 4 KiB hit (--net %s, %s): gateway %.2f, core %.2f\n",
               Net().c_str(), Local() ? "served by the gateway" : "through the core", gateway, core);
   EXPECT_LE(gateway, Local() ? kLocalGatewayBudget : kCoreGatewayBudget);
+  EXPECT_LE(core, Local() ? kLocalCoreBudget : kCoreCoreBudget);
+}
+
+// A hit on a connection of its own (Connection: close): the gateway keeps closed
+// connections whole (buffers, output queue, last exchange) for the next accepts, so once
+// warm an accept-hit-close costs it nothing either.
+TEST_P(HotPath, AWarmHitOnAConnectionOfItsOwnStaysWithinItsAllocationBudget) {
+  const std::string path = "/gen/4K/hot-per-connection";
+  const std::string want = Origin(path);
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  auto hit = [&] {
+    std::string r = test::RawExchange(port_, request);
+    return r.starts_with("HTTP/1.1 200") && r.size() > want.size() &&
+           r.compare(r.size() - want.size(), want.size(), want) == 0;
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(hit()) << i;
+  constexpr int kHits = 500;
+  const uint64_t core0 = ReadCount(core_count_), gw0 = ReadCount(gateway_count_);
+  for (int i = 0; i < kHits; ++i) ASSERT_TRUE(hit()) << i;
+  const double core = double(ReadCount(core_count_) - core0) / kHits;
+  const double gateway = double(ReadCount(gateway_count_) - gw0) / kHits;
+  std::printf(
+      "allocations per warm 4 KiB hit on a connection of its own (--net %s, %s): gateway %.2f, "
+      "core %.2f\n",
+      Net().c_str(), Local() ? "served by the gateway" : "through the core", gateway, core);
+  EXPECT_LE(gateway, kConnectionGatewayBudget);
   EXPECT_LE(core, Local() ? kLocalCoreBudget : kCoreCoreBudget);
 }
 
