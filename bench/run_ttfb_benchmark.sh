@@ -19,7 +19,7 @@
 #
 # Environment (defaults): CACHES ("goblin goblin-core nginx varnish"), REQUESTS (2000;
 # the 256 MiB object: REQUESTS/10 with a connection per request, REQUESTS/20 keep-alive,
-# so that p99 is not the slowest single request), ROUNDS (10),
+# so that p99 is not the slowest single request), ROUNDS (20),
 # GOBLIN_MEMORY (1G), GOBLIN_ARGS, PORT (8080; the caches take PORT, PORT+1, ...),
 # ORIGIN_PORT (18080, likewise), OUT (var/bench/ttfb-<time>), BUILD_DIR (build/release).
 set -euo pipefail
@@ -28,7 +28,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
 CACHES=${CACHES:-"goblin goblin-core nginx varnish"}
 REQUESTS=${REQUESTS:-2000}
-ROUNDS=${ROUNDS:-10}
+ROUNDS=${ROUNDS:-20}
 GOBLIN_MEMORY=${GOBLIN_MEMORY:-1G}
 GOBLIN_ARGS=${GOBLIN_ARGS:-}
 PORT=${PORT:-8080}

@@ -474,6 +474,11 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["fills_timed_out"] += s.fills_timed_out;
       m["inline_syncs"] += s.inline_syncs;
       m["fill_disk_waits"] += s.fill_disk_waits;
+      m["tail_bytes_in_ram"] += s.tail_bytes_in_ram;
+      m["tail_blocks_filled"] += s.tail_blocks_filled;
+      m["tail_blocks_adopted"] += s.tail_blocks_adopted;
+      m["tails_dropped"] += s.tails_dropped;
+      m["tail_bytes_served"] += s.tail_bytes_served;
       const store::Index& index = sh.store->index();
       const store::IndexStats& is = index.stats();
       m["journal_group_syncs"] += is.group_syncs;

@@ -207,6 +207,11 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--fill-timeout", &fill_timeout,
                     "A fill that receives no data for this long is aborted (its readers are "
                     "cut off, the key is free again); 0: never");
+  app.add_option("--ram-tails", so.ram_tails,
+                 "Keep bytes past each head in RAM too while the pool has blocks to spare "
+                 "(taken as fills write them and as reads bring them from disk; the first thing "
+                 "given back when heads need room)")
+      ->capture_default_str();
   so.head_descriptors = 0;
   app.add_option("--head-descriptors", so.head_descriptors,
                  "Heads describable at once for one-sided reads and the gateway's local hits "
@@ -450,11 +455,11 @@ int main(int argc, char** argv) {
   if (!signals) return Fail(signals.error());
 
   GOBLIN_LOG_INFO(
-      kLog, "head pool: {} ({} shard{} of {}: {} blocks of {}, heads up to {}), {}, {}, node {}",
+      kLog, "head pool: {} ({} shard{} of {}: {} blocks of {}, heads up to {}{}), {}, {}, node {}",
       FormatSize(pool.size() * n_shards), n_shards, n_shards == 1 ? "" : "s",
       FormatSize(pool.size()), pool.stats().blocks_total, FormatSize(pool.block_size()),
-      FormatSize(ram_head), store::BackingName(pool.backing()),
-      pool.locked() ? "locked" : "not locked",
+      FormatSize(ram_head), so.ram_tails ? ", tails while there is room" : "",
+      store::BackingName(pool.backing()), pool.locked() ? "locked" : "not locked",
       numa >= 0 ? std::to_string(numa) : std::string("any"));
   if (first.store() != nullptr) {
     uint64_t objects = 0;

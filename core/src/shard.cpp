@@ -131,10 +131,12 @@ void Shard::LogSummary() const {
   GOBLIN_LOG_INFO(kLog,
                   "shard {} store: {} objects, {} hits, {} misses, {} fills ({} aborted), {} "
                   "evicted, {} expired, {} heads demoted, {} corrupt dropped; pool {} of {} in "
-                  "use, fragmentation {:.1f}%; {} lent, {} copied",
+                  "use ({} of it tails, {} served from them), fragmentation {:.1f}%; {} lent, "
+                  "{} copied",
                   options_.index, ss.objects, ss.hits, ss.misses, ss.fills_committed,
                   ss.fills_aborted, ss.evicted, ss.expired, ss.heads_demoted, ss.corrupt_dropped,
                   HumanSize(ps.bytes_reserved), HumanSize(ps.pool_bytes),
+                  HumanSize(ss.tail_bytes_in_ram), HumanSize(ss.tail_bytes_served),
                   100.0 * ps.Fragmentation(), HumanSize(service_->counters().bytes_lent),
                   HumanSize(service_->counters().bytes_out));
 }

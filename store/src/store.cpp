@@ -84,6 +84,8 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   for (const auto& [gen, key] : by_generation) s->policy_.Insert(key);
 
   GOBLIN_ASSIGN_OR_RETURN(s->pool_, HeadPool::Create(o.pool));
+  // Tails leave a sixteenth of the pool (at least one block) free for new heads.
+  s->tail_reserve_blocks_ = std::max<uint64_t>(1, s->pool_->stats().blocks_total / 16);
   const bool strict = !o.pool.allow_promotion;
   GOBLIN_ASSIGN_OR_RETURN(s->head_table_,
                           HeadTable::Create(o.head_descriptors, o.pool.numa_node, strict));
@@ -224,6 +226,28 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
       f.head_len += take;
     }
   }
+  // Bytes past a head in RAM go to the RAM tail too while the pool has blocks to spare.
+  if (options_.ram_tails && f.head && !f.tail_closed && f.head_len == options_.ram_head) {
+    const uint64_t block = pool_->block_size();
+    uint64_t at = f.writer->bytes();  // object offset of data[0]
+    size_t done = at < options_.ram_head ? options_.ram_head - at : 0;
+    while (done < data.size()) {
+      uint64_t in_block = f.tail_len % block;
+      if (in_block == 0) {
+        auto slot = AllocateTailBlock(/*displace=*/false);
+        if (!slot) {
+          f.tail_closed = true;  // the tail ends here: the rest only on disk
+          break;
+        }
+        f.tail.push_back(*slot);
+        ++stats_.tail_blocks_filled;
+      }
+      uint64_t take = std::min<uint64_t>(data.size() - done, block - in_block);
+      std::memcpy(pool_->At(f.tail.back().offset + in_block), data.data() + done, take);
+      f.tail_len += take;
+      done += take;
+    }
+  }
   if (auto r = f.writer->Append(data); !r) {
     Abort(id);
     return r;
@@ -309,10 +333,18 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
     }
   }
   if (head && size > 0) {
-    AddResident(f.key, Resident{*gen, *head, std::min(size, options_.ram_head), head_alloc});
+    Resident r{*gen, *head, std::min(size, options_.ram_head), head_alloc};
+    if (!f.tail.empty() && f.tail_len > 0) {
+      r.tail = std::move(f.tail);
+      r.tail_bytes = f.tail_len;
+      stats_.tail_bytes_in_ram += f.tail_len;
+      tail_clock_.push_back(f.key);
+    }
+    AddResident(f.key, std::move(r));
   } else if (head) {
     pool_->Free(*head, head_alloc);
   }
+  FreeTail(&f.tail, 0);  // (a tail that did not go to a resident head)
   const ObjectRecord* committed = index_->Find(f.key);
   policy_.Insert(f.key);
   if (committed->expires_unix_ns != 0) expiries_.emplace(committed->expires_unix_ns, f.key);
@@ -343,6 +375,7 @@ void Store::Abort(FillId id) {
   Fill& f = it->second;
   f.writer->Abort();
   if (f.head) pool_->Free(*f.head, options_.ram_head);
+  FreeTail(&f.tail, 0);
   std::vector<Stream*> followers = std::move(f.followers);
   auto on_commit = std::move(f.on_commit);
   filling_.erase(f.key);
@@ -355,7 +388,7 @@ void Store::Abort(FillId id) {
 
 void Store::AddResident(const std::string& key, Resident r) {
   if (auto h = heads_.find(key); h != heads_.end()) Withdraw(h->second);
-  heads_[key] = r;
+  heads_[key] = std::move(r);
   head_clock_.push_back(key);
   ++stats_.heads_in_ram;
   if (head_clock_.size() > 2 * heads_.size() + 64) {  // drop stale entries
@@ -370,10 +403,14 @@ void Store::AddResident(const std::string& key, Resident r) {
 void Store::Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
                    uint64_t lsn) {
   std::optional<PoolSlot> head;
-  uint64_t head_len = 0;
+  uint64_t head_len = 0, head_bytes = 0, tail_bytes = 0;
+  std::vector<PoolSlot> tail;
   if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == generation) {
     head = h->second.slot;
     head_len = h->second.alloc_len;
+    head_bytes = h->second.length;
+    tail = std::move(h->second.tail);
+    tail_bytes = h->second.tail_bytes;
     Withdraw(h->second);
     heads_.erase(h);
   }
@@ -383,10 +420,14 @@ void Store::Retire(const std::string& key, uint64_t generation, std::vector<Exte
     l->second.extents = std::move(extents);
     l->second.head = head;
     l->second.head_len = head_len;
+    l->second.tail = std::move(tail);
+    l->second.head_bytes = head_bytes;
+    l->second.tail_bytes = tail_bytes;
     return;
   }
   FreeWhenDurable(std::move(extents), lsn);
   if (head) FreeHead(*head, head_len);  // (RAM: nothing to wait for)
+  FreeTail(&tail, tail_bytes);
 }
 
 void Store::FreeWhenDurable(std::vector<Extent> extents, uint64_t lsn) {
@@ -479,10 +520,99 @@ bool Store::MakeRoom(uint16_t tier) {
 
 std::optional<PoolSlot> Store::AllocateHead(uint64_t len) {
   auto slot = pool_->Allocate(len);
+  // Tails are the first to give their blocks back, then cold heads.
+  for (int i = 0; !slot && i < kMaxDemotionsPerAllocation && DropOneTail(); ++i) {
+    slot = pool_->Allocate(len);
+  }
   for (int i = 0; !slot && i < kMaxDemotionsPerAllocation && DemoteOneHead(); ++i) {
     slot = pool_->Allocate(len);
   }
   return slot;
+}
+
+std::optional<PoolSlot> Store::AllocateTailBlock(bool displace) {
+  if (pool_->stats().blocks_free <= tail_reserve_blocks_ && !(displace && DropOneTail())) {
+    return std::nullopt;
+  }
+  if (pool_->stats().blocks_free <= tail_reserve_blocks_) return std::nullopt;
+  return pool_->Allocate(pool_->block_size());
+}
+
+void Store::FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes) {
+  for (const PoolSlot& s : *tail) pool_->Free(s, pool_->block_size());
+  tail->clear();
+  stats_.tail_bytes_in_ram -= bytes;
+}
+
+bool Store::DropOneTail() {
+  for (size_t budget = 2 * tail_clock_.size() + 1; budget > 0 && !tail_clock_.empty(); --budget) {
+    std::string key = std::move(tail_clock_.front());
+    tail_clock_.pop_front();
+    auto h = heads_.find(key);
+    if (h == heads_.end() || h->second.tail.empty()) continue;  // stale
+    Resident& r = h->second;
+    if (r.tail_referenced || loaned_.count(r.generation)) {
+      r.tail_referenced = false;
+      tail_clock_.push_back(std::move(key));
+      continue;
+    }
+    FreeTail(&r.tail, r.tail_bytes);
+    r.tail_bytes = 0;
+    ++stats_.tails_dropped;
+    return true;
+  }
+  return false;
+}
+
+std::span<const uint8_t> Store::TailBytes(const Loan& loan, uint64_t pos) {
+  const std::vector<PoolSlot>* tail = nullptr;
+  uint64_t start = 0, bytes = 0;
+  if (auto h = heads_.find(loan.info.key);
+      h != heads_.end() && h->second.generation == loan.info.generation) {
+    h->second.tail_referenced = true;
+    tail = &h->second.tail;
+    start = h->second.length;
+    bytes = h->second.tail_bytes;
+  } else if (auto l = loaned_.find(loan.info.generation); l != loaned_.end() && l->second.retired) {
+    tail = &l->second.tail;
+    start = l->second.head_bytes;
+    bytes = l->second.tail_bytes;
+  }
+  if (tail == nullptr || pos < start || pos >= start + bytes) return {};
+  const uint64_t block = pool_->block_size();
+  uint64_t off = pos - start;
+  const PoolSlot& slot = (*tail)[off / block];
+  uint64_t n = std::min(block - off % block, start + bytes - pos);
+  return {pool_->At(slot.offset + off % block), n};
+}
+
+void Store::AdoptTail(const Loan& loan, uint64_t offset, std::span<const uint8_t> data) {
+  if (!options_.ram_tails) return;
+  auto h = heads_.find(loan.info.key);
+  if (h == heads_.end() || h->second.generation != loan.info.generation) return;
+  Resident& r = h->second;
+  if (r.length < options_.ram_head) return;  // (a small object is whole in its head)
+  const uint64_t block = pool_->block_size();
+  uint64_t prefix = r.length + r.tail_bytes;  // the first object byte not in RAM
+  if (offset > prefix || offset + data.size() <= prefix) return;
+  const bool had_tail = !r.tail.empty();
+  size_t done = prefix - offset;
+  while (done < data.size()) {
+    uint64_t in_block = r.tail_bytes % block;
+    if (in_block == 0) {
+      auto slot = AllocateTailBlock(/*displace=*/true);
+      if (!slot) break;
+      // (dropping a tail never drops this one: it is being read, so its version has a loan)
+      r.tail.push_back(*slot);
+      ++stats_.tail_blocks_adopted;
+    }
+    uint64_t take = std::min<uint64_t>(data.size() - done, block - in_block);
+    std::memcpy(pool_->At(r.tail.back().offset + in_block), data.data() + done, take);
+    r.tail_bytes += take;
+    stats_.tail_bytes_in_ram += take;
+    done += take;
+  }
+  if (!had_tail && !r.tail.empty()) tail_clock_.push_back(loan.info.key);
 }
 
 bool Store::DemoteOneHead() {
@@ -501,6 +631,8 @@ bool Store::DemoteOneHead() {
     }
     Withdraw(h->second);
     FreeHead(h->second.slot, h->second.alloc_len);
+    if (!h->second.tail.empty()) ++stats_.tails_dropped;  // (a tail goes with its head)
+    FreeTail(&h->second.tail, h->second.tail_bytes);
     heads_.erase(h);
     ++stats_.heads_demoted;
     return true;
@@ -686,6 +818,7 @@ void Store::ReleasePin(uint64_t id) {
   if (it->second.retired) {
     FreeWhenDurable(std::move(it->second.extents), it->second.retired_lsn);
     if (it->second.head) FreeHead(*it->second.head, it->second.head_len);
+    FreeTail(&it->second.tail, it->second.tail_bytes);
   }
   loaned_.erase(it);
 }
@@ -1104,8 +1237,10 @@ Result<Store::Stream::Step> Store::Stream::PeekDisk(std::span<const Extent> exte
   if (*step == ExtentReader::Step::kEnd)
     return Err(StatusCode::kInternal, "stream reader ended early");
   chunk_ = c;
-  if (c.object_offset == 0 && fill_ == 0) {
-    store_->AdoptHead(loan_, {store_->buffers_->Buffer(c.buffer), c.length});
+  if (fill_ == 0) {
+    std::span<const uint8_t> bytes{store_->buffers_->Buffer(c.buffer), c.length};
+    if (c.object_offset == 0) store_->AdoptHead(loan_, bytes);
+    store_->AdoptTail(loan_, c.object_offset, bytes);
   }
   from_chunk();
   return Step::kData;
@@ -1138,6 +1273,18 @@ Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
     where_ = Where::kHeadPool;
     *out = {store_->pool_->At(loan_.head->offset + pos_), std::min(loan_.head_bytes, end_) - pos_};
     return Step::kData;
+  }
+  if (loan_.head) {  // past the head: its RAM tail, as far as it goes
+    if (auto t = store_->TailBytes(loan_, pos_); !t.empty()) {
+      if (chunk_) {  // (a disk chunk read before the tail grew past it)
+        store_->buffers_->Release(chunk_->buffer);
+        chunk_.reset();
+      }
+      where_ = Where::kHeadPool;
+      *out = t.first(std::min<uint64_t>(t.size(), end_ - pos_));
+      store_->stats_.tail_bytes_served += out->size();
+      return Step::kData;
+    }
   }
   return PeekDisk(loan_.extents, loan_.extents.size(), out);
 }

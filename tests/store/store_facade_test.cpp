@@ -100,6 +100,7 @@ class StoreTest : public testing::Test {
 };
 
 TEST_F(StoreTest, EverySizeClassRoundTripsWithItsHeadInRam) {
+  opts_.ram_tails = false;  // (heads alone: the pool's bytes below are theirs)
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   uint32_t seed = 1;
   for (size_t size : {size_t{1}, size_t{4096}, size_t{kHead - 1}, size_t{kHead}, size_t{kHead + 1},
@@ -135,6 +136,111 @@ TEST_F(StoreTest, EverySizeClassRoundTripsWithItsHeadInRam) {
   EXPECT_EQ(store_->stats().loans_out, 0u);
   // Small objects took small slots, not 64 KiB ones.
   EXPECT_LT(store_->pool().stats().bytes_reserved, 7 * kHead);
+}
+
+// ---- RAM tails: idle pool blocks hold bytes past the heads ----
+
+TEST_F(StoreTest, AFillKeepsItsTailInIdleRamAndStreamsServeItWithoutTheDisk) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());  // 8 MiB pool: 128 blocks of 64 KiB
+  auto data = Data(20 * kHead + 123, 1);
+  ASSERT_TRUE(Put("/t", data));
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, data.size() - kHead);
+  EXPECT_EQ(store_->stats().tail_blocks_filled, 20u);
+  const uint64_t disk0 = store_->tier().stats().read_bytes;
+  for (uint64_t from : {uint64_t{0}, kHead, kHead + 5, uint64_t{7 * kHead + 9}}) {
+    first_offset_ = from;
+    auto o = store_->OpenStream("/t", from);
+    ASSERT_TRUE(o && o->stream);
+    auto got = Drain(*o->stream);
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(*got, std::vector<uint8_t>(data.begin() + static_cast<ptrdiff_t>(from), data.end()));
+  }
+  EXPECT_EQ(store_->tier().stats().read_bytes, disk0);  // every byte from RAM
+  EXPECT_GT(store_->stats().tail_bytes_served, 3 * (data.size() - kHead) - kHead);
+  // Gone with the object: the pool holds nothing once it is deleted.
+  ASSERT_TRUE(store_->Delete("/t").value());
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 0u);
+  EXPECT_EQ(store_->pool().stats().slots_used, 0u);
+}
+
+TEST_F(StoreTest, WithoutRamTailsOnlyHeadsAreKept) {
+  opts_.ram_tails = false;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(20 * kHead, 2);
+  ASSERT_TRUE(Put("/t", data));
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 0u);
+  EXPECT_EQ(store_->pool().stats().slots_used, 1u);
+  first_offset_ = kHead;
+  auto o = store_->OpenStream("/t", kHead);
+  ASSERT_TRUE(o && o->stream);
+  auto got = Drain(*o->stream);
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(got->size(), data.size() - kHead);
+  EXPECT_GE(store_->tier().stats().read_bytes, data.size() - kHead);
+}
+
+TEST_F(StoreTest, TailsLeaveAReserveToHeadsAndGiveWayToThem) {
+  opts_.pool.memory = 2 << 20;  // 32 blocks; tails leave 2 free
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto big = Data(40 * kHead, 3);
+  ASSERT_TRUE(Put("/big", big));  // head + 29 tail blocks: the pool is full but the reserve
+  EXPECT_EQ(store_->pool().stats().blocks_free, 2u);
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 29 * kHead);
+  // New heads take the reserve, then the tail's blocks: no head is demoted for a tail.
+  std::vector<std::vector<uint8_t>> smalls;
+  for (int i = 0; i < 20; ++i) {
+    smalls.push_back(Data(2 * kHead, 100 + i));
+    ASSERT_TRUE(Put("/s" + std::to_string(i), smalls.back()));
+  }
+  EXPECT_EQ(store_->stats().heads_demoted, 0u);
+  EXPECT_GE(store_->stats().tails_dropped, 1u);
+  EXPECT_EQ(store_->stats().heads_in_ram, 21u);
+  // The tail that went is read from disk again, byte for byte.
+  EXPECT_EQ(GetAll("/big").value(), big);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(GetAll("/s" + std::to_string(i)).value(), smalls[i]);
+}
+
+TEST_F(StoreTest, AReadBringsATailBackFromDiskWhileThePoolHasRoom) {
+  auto data = Data(12 * kHead + 77, 4);
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/r", data));
+  ASSERT_NO_FATAL_FAILURE(OpenStore());  // a restart: nothing in RAM
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 0u);
+  auto read = [&](uint64_t from) {
+    first_offset_ = from;
+    auto o = store_->OpenStream("/r", from);
+    EXPECT_TRUE(o && o->stream);
+    auto got = Drain(*o->stream);
+    EXPECT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(*got, std::vector<uint8_t>(data.begin() + static_cast<ptrdiff_t>(from), data.end()));
+  };
+  read(0);  // from disk: head and tail stay
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, data.size() - kHead);
+  EXPECT_EQ(store_->stats().tail_blocks_adopted, 12u);
+  const uint64_t disk0 = store_->tier().stats().read_bytes;
+  read(0);
+  read(3 * kHead + 1);
+  EXPECT_EQ(store_->tier().stats().read_bytes, disk0);
+}
+
+TEST_F(StoreTest, AReplacedVersionsTailStaysReadableForItsStreamThenIsFreed) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto v1 = Data(10 * kHead, 5), v2 = Data(10 * kHead, 6);
+  ASSERT_TRUE(Put("/v", v1));
+  const uint64_t used1 = store_->pool().stats().slots_used;
+  first_offset_ = kHead;
+  auto o = store_->OpenStream("/v", kHead);
+  ASSERT_TRUE(o && o->stream);
+  ASSERT_TRUE(Put("/v", v2));  // the old version's head and tail wait for the stream
+  EXPECT_EQ(store_->pool().stats().slots_used, 2 * used1);
+  auto got = Drain(*o->stream);
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_EQ(*got, std::vector<uint8_t>(v1.begin() + kHead, v1.end()));
+  o->stream.reset();
+  EXPECT_EQ(store_->pool().stats().slots_used, used1);
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, v2.size() - kHead);
+  first_offset_ = 0;
+  EXPECT_EQ(GetAll("/v").value(), v2);
 }
 
 TEST_F(StoreTest, RestartKeepsObjectsAndRefillsHeadsOnFirstRead) {
@@ -562,6 +668,7 @@ bool ReadOneSided(const Store& store, const HeadDescription& d, std::vector<uint
 
 TEST_F(StoreTest, DescribedHeadsReadOneSidedUntilTheyLeaveRam) {
   opts_.pool.memory = 1 << 20;  // 16 heads of 64 KiB
+  opts_.ram_tails = false;      // (which slot a head gets next, below, is the heads' alone)
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto a = Data(3 * kHead, 1), small = Data(100, 2);
   ASSERT_TRUE(Put("/a", a));

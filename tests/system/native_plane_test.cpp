@@ -499,8 +499,11 @@ TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
   std::filesystem::remove(out + ".log");
   // The core is alive, serves everyone else, and holds nothing for the dead reader: the
   // object can be replaced and deleted.
-  EXPECT_TRUE(c->Ping());
-  EXPECT_TRUE(GetAll(*c, "big").value() == data);
+  auto ping = c->Ping();
+  ASSERT_TRUE(ping) << ping.error().ToString() << "\ncore:\n" << nc.core->proc.Output();
+  auto all = GetAll(*c, "big");
+  ASSERT_TRUE(all) << all.error().ToString();
+  EXPECT_TRUE(*all == data);
   auto fresh = nc.Connect();
   ASSERT_TRUE(fresh);
   ASSERT_TRUE(fresh->Put("big", Pattern(1000, 6)));

@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <poll.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "goblin/common/clock.h"
@@ -46,6 +47,14 @@ Status UcsError(ucs_status_t status, std::string_view what) {
 }
 
 Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
+  // The tcp transport's PUT zcopy (its rendezvous) trips an assertion in UCX 1.13 when a
+  // peer dies with puts of ours outstanding ("tcp_ep.c:939 Assertion `ep->flags &
+  // UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK' failed", and the process aborts; openucx/ucx#4680 is
+  // the same family): seen with a client killed in the middle of a big Get. Rendezvous over
+  // tcp then goes as active messages. Set in the environment, which is where UCX reads
+  // transport settings (ucp_config_modify does not reach them in 1.13), before the first
+  // context, from setup code; an explicit UCX_TCP_PUT_ENABLE is the operator's to choose.
+  setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Err(UcsError(st, "ucp_config_read"));

@@ -12,8 +12,13 @@
 // them (head from the pool, tail from I/O buffers read ahead asynchronously) for event
 // loops: Poll() dispatches disk completions (wake on event_fd()).
 // Space: S3-FIFO over whole objects evicts when a tier is full or there are more than
-// max_objects; a full head pool first demotes cold heads (the object stays on disk). TTLs
-// expire lazily on lookup and actively in Poll().
+// max_objects; a full head pool first drops RAM tails, then demotes cold heads (the object
+// stays on disk). TTLs expire lazily on lookup and actively in Poll().
+// Idle RAM (ram_tails): while the pool has blocks to spare, an object keeps more than its
+// head in RAM: whole blocks of the bytes after it ("its RAM tail"), taken as a fill writes
+// them or as a stream reads them from disk, so the object's RAM prefix grows past the head;
+// a stream serves those bytes from the pool like the head. Tails only take blocks beyond a
+// reserve kept for heads, and are the first thing given back when a head needs room.
 // Threading: one owner thread (a core shard).
 #pragma once
 
@@ -56,6 +61,8 @@ struct StoreOptions {
   uint32_t read_ahead = 4;            // extents in flight per stream
   uint64_t max_objects = 0;           // 0: no limit but space
   uint32_t head_descriptors = 65536;  // head table entries (heads describable at once)
+  // Keep bytes past the head in RAM while the pool has room (see the header).
+  bool ram_tails = true;
   // A fill that receives no data for this long is aborted by the store itself (its followers
   // see Aborted, the key is free again); 0: never. The owner learns of it from
   // TakeTimedOutFills().
@@ -84,6 +91,10 @@ struct StoreStats {
   uint64_t streams_open = 0, fill_followers = 0;
   uint64_t heads_described = 0, descriptors_withdrawn = 0;
   uint64_t heads_touched = 0;  // reads of described heads that readers served themselves
+  // RAM tails: bytes held now, blocks taken as fills wrote them or streams read them from
+  // disk, tails given back for heads (or lost with their head), bytes streams served from them.
+  uint64_t tail_bytes_in_ram = 0, tail_blocks_filled = 0, tail_blocks_adopted = 0;
+  uint64_t tails_dropped = 0, tail_bytes_served = 0;
 };
 
 // What a lookup returns: enough to answer HEAD and to plan a read.
@@ -268,6 +279,10 @@ class Store {
     std::unique_ptr<ObjectWriter> writer;
     std::optional<PoolSlot> head;
     uint64_t head_len = 0;  // bytes copied into the head slot so far
+    // The RAM tail taken as the bytes came (whole blocks; none once a block was refused).
+    std::vector<PoolSlot> tail;
+    uint64_t tail_len = 0;
+    bool tail_closed = false;
     uint64_t started_unix_ns = 0;
     uint64_t last_data_ns = 0;  // MonotonicNanos of BeginFill or the last Append
     bool head_pending = false;  // reserved; SetFillHead not yet called
@@ -291,6 +306,10 @@ class Store {
     uint64_t alloc_len = 0;              // the length the slot was allocated for (pool accounting)
     bool referenced = true;              // CLOCK bit for head demotion
     uint32_t entry = sbe::kNoHeadEntry;  // its head table entry, once described
+    // Object bytes [length, length + tail_bytes) in RAM too: whole pool blocks, in order.
+    std::vector<PoolSlot> tail;
+    uint64_t tail_bytes = 0;
+    bool tail_referenced = false;  // CLOCK bit for dropping tails (read since the hand passed)
   };
   struct Loaned {  // per generation with loans out
     uint32_t count = 0;
@@ -299,6 +318,8 @@ class Store {
     std::vector<Extent> extents;   // (when retired)
     std::optional<PoolSlot> head;  // (when retired)
     uint64_t head_len = 0;
+    std::vector<PoolSlot> tail;  // (when retired) its RAM tail, whose readers may still be on it
+    uint64_t head_bytes = 0, tail_bytes = 0;  // (when retired) where the tail starts, its length
   };
   Store() = default;
   // The committed record of `key`, counted as a hit; nullptr (a miss) when there is none or
@@ -337,9 +358,22 @@ class Store {
     pool_->Free(slot, len);
     --stats_.heads_in_ram;
   }
-  // A pool slot of `len` bytes, demoting cold heads to make room; nullopt if none can be.
+  // A pool slot of `len` bytes, dropping RAM tails, then demoting cold heads to make room;
+  // nullopt if none can be.
   std::optional<PoolSlot> AllocateHead(uint64_t len);
   bool DemoteOneHead();
+  // RAM tails. A block for a tail if the pool has one beyond the heads' reserve; with
+  // `displace`, a cold tail may be dropped for it (reads do; fills do not, so a flood of new
+  // objects never pushes out the tails of read ones).
+  std::optional<PoolSlot> AllocateTailBlock(bool displace);
+  void FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes);
+  bool DropOneTail();  // CLOCK over objects with tails; not one with loans out
+  // Object bytes at `pos` from `loan`'s RAM tail (its version's, current or retired):
+  // empty if that byte is not in RAM.
+  std::span<const uint8_t> TailBytes(const Loan& loan, uint64_t pos);
+  // A stream read object bytes [offset, offset + data.size()) of `loan`'s object from disk:
+  // those that extend its RAM prefix (head + tail) go to RAM too while there is room.
+  void AdoptTail(const Loan& loan, uint64_t offset, std::span<const uint8_t> data);
   // Evicts one object (S3-FIFO order; not one with readers; with `tier` >= 0 one that has
   // bytes on that tier); false if none could go.
   bool EvictOne(int tier);
@@ -384,6 +418,8 @@ class Store {
   std::vector<Stream*> spare_streams_;  // closed streams kept for reuse (StreamDeleter)
   std::vector<Stream*> starved_;        // streams waiting for a buffer
   std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
+  std::deque<std::string> tail_clock_;  // the same for resident tails
+  uint64_t tail_reserve_blocks_ = 0;    // free pool blocks tails leave to heads
   S3Fifo policy_;
   // Objects with a TTL: (expiry, key), earliest first; entries are checked against the index.
   using Due = std::pair<uint64_t, std::string>;
