@@ -6,20 +6,28 @@
 #   bench/run_concurrency_benchmark.sh [--no-build]
 #
 # For each mix (MIXES: "small" is web-like: SMALL_OBJECTS objects, log-normal sizes with a
-# median of 26 KiB, capped at 64 MiB; "large" is LARGE_OBJECTS objects of 16-256 MiB) and
-# each cache in turn: a fresh cache directory; every object prewarmed exactly once and the
-# origin's access log checked for exactly one request per object; then for each connection
-# count in CONNS, http_load runs the shuffled order (PASSES passes; every response's status
-# and length checked) while the cache's CPU time is read from /proc before and after; the
-# origin's log is checked again (a request during the measured runs is a miss: the run is
-# invalid). Results: OUT/results.md (Gbit/s, requests/s, p50/p99 completion by size class,
-# server CPU seconds per GB delivered, and goblin's ratio to the better peer per row) and
-# OUT/<mix>-<cache>-<conns>.json (http_load --json).
+# median of 26 KiB, capped at 64 MiB; "large" is LARGE_OBJECTS objects of 16-256 MiB) every
+# cache starts at once, each on its own port (PORT, PORT+1, ...) in front of its own origin
+# (ORIGIN_PORT, ...), with a fresh cache directory; every object is prewarmed exactly once
+# and each origin's access log checked for exactly one request per object. Then, for each
+# connection count in CONNS, ROUNDS rounds in which the caches take turns (each round in
+# another order), each turn http_load running the shuffled order PASSES times (every
+# response's status and length checked) while the cache's CPU time is read from /proc before
+# and after: what the machine does meanwhile (this VM's neighbours) falls on every cache
+# alike, and an idle cache costs the others nothing. The origins' logs are checked again at
+# the end (a request during the measured runs is a miss: the run is invalid).
+# Results: OUT/results.md: per connection count, Gbit/s and requests/s over all rounds (the
+# rounds' bytes over their time) with the slowest and fastest round, goblin's ratio to the
+# better peer; p50/p99 completion by size class (median over the rounds); server CPU seconds
+# per GB delivered. Raw: OUT/<mix>-<cache>-<conns>-r<round>.json (http_load --json).
 #
-# Environment (defaults): CACHES ("goblin nginx varnish"), MIXES ("small large"),
-# CONNS ("1 16 64 256 1024"), PASSES (small 3, large 1), SMALL_OBJECTS (4000),
-# LARGE_OBJECTS (12), THREADS (client loops, 2), GOBLIN_ARGS, GOBLIN_MEMORY (1G), PORT (8080),
-# ORIGIN_PORT (18080), OUT (var/bench/concurrency-<time>), BUILD_DIR (build/release).
+# Environment (defaults): CACHES ("goblin nginx varnish"; goblin-TAG is goblin with
+# $GOBLIN_ARGS_TAG added, for A/B runs of configurations), MIXES ("small large"),
+# CONNS ("1 16 64 256 1024"), ROUNDS (3), PASSES per turn (small 1, large 1),
+# SMALL_OBJECTS (4000), LARGE_OBJECTS (12), THREADS (client loops, 2), GOBLIN_ARGS,
+# GOBLIN_MEMORY (the RAM pool: small 1G, large 4G; nginx and Varnish use the page cache,
+# which holds either corpus), PORT (8080), ORIGIN_PORT (18080),
+# OUT (var/bench/concurrency-<time>), BUILD_DIR (build/release).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +39,8 @@ SMALL_OBJECTS=${SMALL_OBJECTS:-4000}
 LARGE_OBJECTS=${LARGE_OBJECTS:-12}
 THREADS=${THREADS:-2}
 GOBLIN_ARGS=${GOBLIN_ARGS:-}
-GOBLIN_MEMORY=${GOBLIN_MEMORY:-1G}
+GOBLIN_MEMORY=${GOBLIN_MEMORY:-}
+ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-8080}
 ORIGIN_PORT=${ORIGIN_PORT:-18080}
 OUT=${OUT:-$ROOT/var/bench/concurrency-$(date -u +%Y%m%d-%H%M%S)}
@@ -57,7 +66,8 @@ fi
 CLIENT=$BUILD_DIR/bench/http_load
 [ -x "$CLIENT" ] || die "$CLIENT is missing (build it or drop --no-build)"
 # shellcheck disable=SC2086
-require_caches $CACHES
+# shellcheck disable=SC2046
+require_caches $(for c in $CACHES; do echo "${c%%-*}"; done)
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -106,84 +116,131 @@ for mix in $MIXES; do
   manifest "$mix" > "$MANIFEST"
   NOBJ=$(wc -l < "$MANIFEST")
   BYTES=$(awk '{s += $2} END {printf "%.0f\n", s}' "$MANIFEST")
-  passes=${PASSES:-$([ "$mix" = small ] && echo 3 || echo 1)}
-  say "== mix $mix: $NOBJ objects, $((BYTES >> 20)) MiB; $passes passes per connection count"
+  passes=${PASSES:-1}
+  memory=${GOBLIN_MEMORY:-$([ "$mix" = small ] && echo 1G || echo 4G)}
+  say "== mix $mix: $NOBJ objects, $((BYTES >> 20)) MiB; $ROUNDS rounds of $passes passes per connection count; goblin --memory $memory"
+  declare -A CACHE_PORT=() ORIGIN_LOG=() CPID=() WARM=()
+  i=0
   for cache in $CACHES; do
+    port=$((PORT + i)) oport=$((ORIGIN_PORT + i))
+    i=$((i + 1))
+    CACHE_PORT[$cache]=$port
     CACHE_DIR=$ROOT/var/bench/conc-cache-$cache
     rm -rf "$CACHE_DIR"
-    mkdir -p "$CACHE_DIR"
+    mkdir -p "$CACHE_DIR" "$RUN/$cache"
+    chmod 755 "$RUN/$cache"
     LOG=$OUT/origin-$mix-$cache.log
+    ORIGIN_LOG[$cache]=$LOG
     : > "$LOG"
-    $PY "$ROOT/tests/support/test_origin.py" --port "$ORIGIN_PORT" --log "$LOG" \
+    $PY "$ROOT/tests/support/test_origin.py" --port "$oport" --log "$LOG" \
       > "$OUT/origin-$mix-$cache.out" 2>&1 &
     PIDS+=($!)
-    wait_port "$ORIGIN_PORT" || die "the origin did not start"
+    wait_port "$oport" || die "the origin did not start"
     STORE_BYTES=$((BYTES / 10 * 15 + (256 << 20)))
-    start_cache "$cache" "$CACHE_DIR" "$STORE_BYTES" "$OUT/cache-$mix-$cache.log"
-    wait_port "$PORT" || { cat "$OUT/cache-$mix-$cache.log"; die "$cache did not start"; }
+    # goblin-TAG: goblin with $GOBLIN_ARGS_TAG added (A/B runs of two configurations).
+    extra=$GOBLIN_ARGS
+    if [[ $cache == goblin-* ]]; then
+      var=GOBLIN_ARGS_${cache#goblin-}
+      extra="$extra ${!var:-}"
+    fi
+    PORT=$port ORIGIN_PORT=$oport RUN=$RUN/$cache GOBLIN_MEMORY=$memory GOBLIN_ARGS=$extra \
+      start_cache "${cache%%-*}" "$CACHE_DIR" "$STORE_BYTES" "$OUT/cache-$mix-$cache.log"
+    CPID[$cache]=$CACHE_PID
+    wait_port "$port" || { cat "$OUT/cache-$mix-$cache.log"; die "$cache did not start"; }
     t0=$(date +%s.%N)
-    "$CLIENT" --target "http://127.0.0.1:$PORT" --manifest "$MANIFEST" --connections 8 \
+    "$CLIENT" --target "http://127.0.0.1:$port" --manifest "$MANIFEST" --connections 8 \
       --threads "$THREADS" --passes 1 --label "$cache-prewarm" > "$OUT/prewarm-$mix-$cache.txt" ||
       { cat "$OUT/prewarm-$mix-$cache.txt"; die "$cache: prewarm failed"; }
-    sleep 2  # (a cache may still be writing the last objects after their responses ended)
-    WARM=$(origin_gets "$LOG")
-    say "$cache: prewarmed in $(echo "$(date +%s.%N) - $t0" | bc) s; origin saw $WARM GETs for $NOBJ objects"
-    [ "$WARM" = "$NOBJ" ] || die "$cache: the origin saw $WARM requests for $NOBJ objects while prewarming"
-    for c in $CONNS; do
-      cpu0=$(tree_cpu "$CACHE_PID")
-      if ! "$CLIENT" --target "http://127.0.0.1:$PORT" --manifest "$MANIFEST" --connections "$c" \
-          --threads "$THREADS" --passes "$passes" --label "$cache" --json \
-          > "$OUT/$mix-$cache-$c.txt"; then
-        say "$cache: errors at $c connections"
-        INVALID=1
-      fi
-      cpu1=$(tree_cpu "$CACHE_PID")
-      tail -1 "$OUT/$mix-$cache-$c.txt" |
-        $PY -c 'import json,sys; d=json.load(sys.stdin); d["server_cpu_s"]=float(sys.argv[1]); d["mix"]=sys.argv[2]; print(json.dumps(d))' \
-          "$(echo "($cpu1 - $cpu0) / $(getconf CLK_TCK)" | bc -l)" "$mix" > "$OUT/$mix-$cache-$c.json"
-      say "$(head -1 "$OUT/$mix-$cache-$c.txt")"
+    say "$cache: prewarmed in $(echo "$(date +%s.%N) - $t0" | bc) s"
+  done
+  sleep 2  # (a cache may still be writing the last objects after their responses ended)
+  for cache in $CACHES; do
+    WARM[$cache]=$(origin_gets "${ORIGIN_LOG[$cache]}")
+    [ "${WARM[$cache]}" = "$NOBJ" ] ||
+      die "$cache: the origin saw ${WARM[$cache]} requests for $NOBJ objects while prewarming"
+  done
+  read -r -a order <<< "$CACHES"
+  n=${#order[@]}
+  for c in $CONNS; do
+    for round in $(seq "$ROUNDS"); do
+      for k in $(seq 0 $((n - 1))); do
+        cache=${order[$(((k + round) % n))]}
+        cpu0=$(tree_cpu "${CPID[$cache]}")
+        out=$OUT/$mix-$cache-$c-r$round
+        if ! "$CLIENT" --target "http://127.0.0.1:${CACHE_PORT[$cache]}" --manifest "$MANIFEST" \
+            --connections "$c" --threads "$THREADS" --passes "$passes" --label "$cache" --json \
+            > "$out.txt"; then
+          say "$cache: errors at $c connections"
+          INVALID=1
+        fi
+        cpu1=$(tree_cpu "${CPID[$cache]}")
+        tail -1 "$out.txt" |
+          $PY -c 'import json,sys; d=json.load(sys.stdin); d["server_cpu_s"]=float(sys.argv[1]); d["mix"]=sys.argv[2]; d["round"]=int(sys.argv[3]); print(json.dumps(d))' \
+            "$(echo "($cpu1 - $cpu0) / $(getconf CLK_TCK)" | bc -l)" "$mix" "$round" > "$out.json"
+        say "round $round: $(head -1 "$out.txt")"
+      done
     done
-    AFTER=$(origin_gets "$LOG")
-    if [ "$AFTER" != "$WARM" ]; then
-      say "INVALID: $cache: the origin saw $((AFTER - WARM)) requests during the measured runs"
+  done
+  for cache in $CACHES; do
+    AFTER=$(origin_gets "${ORIGIN_LOG[$cache]}")
+    if [ "$AFTER" != "${WARM[$cache]}" ]; then
+      say "INVALID: $cache: the origin saw $((AFTER - WARM[$cache])) requests during the measured runs"
       INVALID=1
     fi
-    stop_all
-    rm -rf "$CACHE_DIR"
   done
+  stop_all
+  for cache in $CACHES; do rm -rf "$ROOT/var/bench/conc-cache-$cache"; done
+  unset CACHE_PORT ORIGIN_LOG CPID WARM
 done
 
 $PY - "$OUT" <<'PY' | tee "$OUT/results.md"
-import glob, json, os, sys
-rows = [json.load(open(f)) for f in glob.glob(os.path.join(sys.argv[1], "*-*-*.json"))]
+import glob, json, os, statistics, sys
+rows = [json.load(open(f)) for f in glob.glob(os.path.join(sys.argv[1], "*-*-*-r*.json"))]
 by = {}
 for r in rows:
-    by.setdefault((r["mix"], r["connections"]), {})[r["label"]] = r
+    by.setdefault((r["mix"], r["connections"], r["label"]), []).append(r)
+def agg(rs):
+    secs = sum(r["seconds"] for r in rs)
+    b = sum(r["bytes"] for r in rs)
+    gb = [r["gbit_s"] for r in rs]
+    classes = {}
+    for name in rs[0]["classes"]:
+        cl = [r["classes"][name] for r in rs if name in r["classes"]]
+        classes[name] = (statistics.median(c["done_p50_ms"] for c in cl),
+                         statistics.median(c["done_p99_ms"] for c in cl))
+    return {"gbit_s": b * 8 / secs / 1e9 if secs else 0,
+            "requests_s": sum(r["requests"] for r in rs) / secs if secs else 0,
+            "min": min(gb), "max": max(gb), "bytes": b,
+            "cpu": sum(r["server_cpu_s"] for r in rs), "classes": classes, "rounds": len(rs)}
 for mix in sorted({r["mix"] for r in rows}, reverse=True):
     print(f"\n### {mix} mix\n")
     caches = sorted({r["label"] for r in rows if r["mix"] == mix})
-    print("| connections | " + " | ".join(f"{c} Gbit/s (req/s)" for c in caches) +
+    conns_all = sorted({r["connections"] for r in rows if r["mix"] == mix})
+    cell = {(n, c): agg(by[(mix, n, c)]) for n in conns_all for c in caches if (mix, n, c) in by}
+    print("| connections | " + " | ".join(f"{c} Gbit/s (req/s) [rounds]" for c in caches) +
           " | goblin / best peer |")
     print("|---:|" + "---:|" * len(caches) + "---:|")
-    for conns in sorted({k[1] for k in by if k[0] == mix}):
-        cell = by[(mix, conns)]
-        line = f"| {conns} | " + " | ".join(
-            f"{cell[c]['gbit_s']:.2f} ({cell[c]['requests_s']:.0f})" if c in cell else "-"
+    for n in conns_all:
+        line = f"| {n} | " + " | ".join(
+            f"{cell[(n, c)]['gbit_s']:.2f} ({cell[(n, c)]['requests_s']:.0f}) "
+            f"[{cell[(n, c)]['min']:.1f}-{cell[(n, c)]['max']:.1f}]" if (n, c) in cell else "-"
             for c in caches)
-        peers = [cell[c]["gbit_s"] for c in cell if c != "goblin"]
-        ratio = f"{cell['goblin']['gbit_s'] / max(peers):.2f}x" if "goblin" in cell and peers and max(peers) > 0 else "-"
-        print(line + f" | {ratio} |")
+        peers = [cell[(n, c)]["gbit_s"] for c in caches
+                 if not c.startswith("goblin") and (n, c) in cell]
+        ratio = ", ".join(f"{cell[(n, g)]['gbit_s'] / max(peers):.2f}x" for g in caches
+                          if g.startswith("goblin") and (n, g) in cell and peers and max(peers) > 0)
+        print(line + f" | {ratio or '-'} |")
     print("\n| connections | cache | class | p50 ms | p99 ms | server CPU s/GB |")
     print("|---:|---|---|---:|---:|---:|")
-    for conns in sorted({k[1] for k in by if k[0] == mix}):
+    for n in conns_all:
         for c in caches:
-            r = by[(mix, conns)].get(c)
-            if not r:
+            a = cell.get((n, c))
+            if not a:
                 continue
-            gb = r["bytes"] / 1e9
-            cpu = f"{r['server_cpu_s'] / gb:.2f}" if gb > 0 else "-"
-            for name, cl in r["classes"].items():
-                print(f"| {conns} | {c} | {name} | {cl['done_p50_ms']:.2f} | {cl['done_p99_ms']:.2f} | {cpu} |")
+            gb = a["bytes"] / 1e9
+            cpu = f"{a['cpu'] / gb:.2f}" if gb > 0 else "-"
+            for name, (p50, p99) in a["classes"].items():
+                print(f"| {n} | {c} | {name} | {p50:.2f} | {p99:.2f} | {cpu} |")
 PY
 say "results: $OUT/results.md"
 [ "$INVALID" = 0 ] || { say "the run is INVALID (see above)"; exit 1; }

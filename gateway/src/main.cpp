@@ -107,8 +107,10 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads,
                  "HTTP workers, each with its own loop, listener and core connection (0: one per "
-                 "CPU of --cpus, else of the allowed CPUs)")
-      ->check(CLI::Range(0, 1024));
+                 "CPU of --cpus, else of the allowed CPUs; given twice, the last counts, so "
+                 "goblin-store --gateway-arg=--threads=N overrides its choice)")
+      ->check(CLI::Range(0, 1024))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (!requirepass_file.empty()) {

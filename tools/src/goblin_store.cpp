@@ -98,8 +98,9 @@ int main(int argc, char** argv) {
   int cores = 0;
   app.add_option("--cores", cores,
                  "CPUs to serve with: goblin-core's shards (--cores) and goblin-gateway's HTTP "
-                 "workers (--threads); 0: half the CPUs of --numa (else of the allowed CPUs) each, "
-                 "at least one. A disk tier keeps the shard count it was first used with")
+                 "workers (--threads); 0: a worker per CPU of --numa (else of the allowed CPUs) "
+                 "and a shard per two, at least one each. A disk tier keeps the shard count it "
+                 "was first used with")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   AddSizeOption(app, "--memory", &memory, "Head pool size");
@@ -150,7 +151,10 @@ int main(int argc, char** argv) {
       return Fail(fmt::format("could not prepare the tier {}", dir));
     }
   }
-  // Both processes share the host (and its clients): half the CPUs each. A store that
+  // Both processes share the host (and its clients). Hits are served by the gateway's
+  // workers (heads locally, the rest lent by the core), so the workers get every CPU and
+  // the core a shard per two (measured on 2 CPUs: 2 workers and 1 shard beat 1 and 1 by
+  // 10-60% from 16 to 1,024 connections, docs/benchmarks/concurrency.md). A store that
   // already has a layout keeps its shard count (goblin-core reads it from the tier).
   int core_shards = cores, gw_threads = cores;
   if (cores == 0) {
@@ -163,8 +167,8 @@ int main(int argc, char** argv) {
     if (cpus.empty()) {
       if (auto a = CurrentThreadAffinity(); a) cpus = std::move(*a);
     }
-    gw_threads = std::max<int>(1, static_cast<int>(cpus.size()) / 2);
-    core_shards = gw_threads;
+    gw_threads = std::max<int>(1, static_cast<int>(cpus.size()));
+    core_shards = std::max<int>(1, static_cast<int>(cpus.size()) / 2);
     for (const std::string& dir : {ssd_dir, hdd_dir}) {
       if (dir.empty()) continue;
       auto layout = store::TierShardLayout(dir);
