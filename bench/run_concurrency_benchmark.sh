@@ -11,8 +11,8 @@
 # (ORIGIN_PORT, ...), with a fresh cache directory; every object is prewarmed exactly once
 # and each origin's access log checked for exactly one request per object. Then, for each
 # connection count in CONNS, ROUNDS rounds in which the caches take turns (each round in
-# another order), each turn http_load running the shuffled order PASSES times (every
-# response's status and length checked) while the cache's CPU time is read from /proc before
+# another order), each turn http_load running the shuffled order for TURN_SECONDS (or
+# PASSES times; every response's status and length checked) while the cache's CPU time is read from /proc before
 # and after: what the machine does meanwhile (this VM's neighbours) falls on every cache
 # alike, and an idle cache costs the others nothing. The origins' logs are checked again at
 # the end (a request during the measured runs is a miss: the run is invalid).
@@ -23,7 +23,7 @@
 #
 # Environment (defaults): CACHES ("goblin nginx varnish"; goblin-TAG is goblin with
 # $GOBLIN_ARGS_TAG added, for A/B runs of configurations), MIXES ("small large"),
-# CONNS ("1 16 64 256 1024"), ROUNDS (3), PASSES per turn (small 1, large 1),
+# CONNS ("1 16 64 256 1024"), ROUNDS (3), TURN_SECONDS (2) or PASSES per turn (unset),
 # SMALL_OBJECTS (4000), LARGE_OBJECTS (12), THREADS (client loops, 2), GOBLIN_ARGS,
 # GOBLIN_MEMORY (the RAM pool: small 1G, large 4G; nginx and Varnish use the page cache,
 # which holds either corpus), PORT (8080), ORIGIN_PORT (18080),
@@ -41,6 +41,7 @@ THREADS=${THREADS:-2}
 GOBLIN_ARGS=${GOBLIN_ARGS:-}
 GOBLIN_MEMORY=${GOBLIN_MEMORY:-}
 ROUNDS=${ROUNDS:-3}
+TURN_SECONDS=${TURN_SECONDS:-2}
 PORT=${PORT:-8080}
 ORIGIN_PORT=${ORIGIN_PORT:-18080}
 OUT=${OUT:-$ROOT/var/bench/concurrency-$(date -u +%Y%m%d-%H%M%S)}
@@ -116,9 +117,12 @@ for mix in $MIXES; do
   manifest "$mix" > "$MANIFEST"
   NOBJ=$(wc -l < "$MANIFEST")
   BYTES=$(awk '{s += $2} END {printf "%.0f\n", s}' "$MANIFEST")
-  passes=${PASSES:-1}
+  # A turn runs TURN_SECONDS (the order, round and round; connection set-up and the last
+  # requests in flight weigh little), or PASSES passes when that is set.
+  if [ -n "${PASSES:-}" ]; then load=(--passes "$PASSES") turn="$PASSES passes"
+  else load=(--seconds "$TURN_SECONDS") turn="${TURN_SECONDS} s"; fi
   memory=${GOBLIN_MEMORY:-$([ "$mix" = small ] && echo 1G || echo 4G)}
-  say "== mix $mix: $NOBJ objects, $((BYTES >> 20)) MiB; $ROUNDS rounds of $passes passes per connection count; goblin --memory $memory"
+  say "== mix $mix: $NOBJ objects, $((BYTES >> 20)) MiB; $ROUNDS rounds of $turn per connection count; goblin --memory $memory"
   declare -A CACHE_PORT=() ORIGIN_LOG=() CPID=() WARM=()
   i=0
   for cache in $CACHES; do
@@ -168,7 +172,7 @@ for mix in $MIXES; do
         cpu0=$(tree_cpu "${CPID[$cache]}")
         out=$OUT/$mix-$cache-$c-r$round
         if ! "$CLIENT" --target "http://127.0.0.1:${CACHE_PORT[$cache]}" --manifest "$MANIFEST" \
-            --connections "$c" --threads "$THREADS" --passes "$passes" --label "$cache" --json \
+            --connections "$c" --threads "$THREADS" "${load[@]}" --label "$cache" --json \
             > "$out.txt"; then
           say "$cache: errors at $c connections"
           INVALID=1
