@@ -50,6 +50,12 @@ BUILD=1
 [ "${1:-}" = "--no-build" ] && BUILD=0
 
 mkdir -p "$OUT"
+# The caches take PORT, PORT+1, ... and their origins ORIGIN_PORT, ...: the two ranges must not meet.
+ncaches=$(wc -w <<< "$CACHES")
+if (( PORT < ORIGIN_PORT + ncaches && ORIGIN_PORT < PORT + ncaches )); then
+  echo "ports overlap: caches on $PORT.. and origins on $ORIGIN_PORT.. ($ncaches each)" >&2
+  exit 2
+fi
 say() { echo "concurrency-bench: $*" | tee -a "$OUT/run.log"; }
 die() { say "ERROR: $*"; exit 1; }
 RUN=$(mktemp -d /tmp/goblin-conc-bench.XXXXXX)

@@ -479,6 +479,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["tail_blocks_adopted"] += s.tail_blocks_adopted;
       m["tails_dropped"] += s.tails_dropped;
       m["tail_bytes_served"] += s.tail_bytes_served;
+      m["pool_blocks_punched"] += sh.store->pool().stats().blocks_punched;
       const store::Index& index = sh.store->index();
       const store::IndexStats& is = index.stats();
       m["journal_group_syncs"] += is.group_syncs;

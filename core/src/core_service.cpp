@@ -639,7 +639,8 @@ bool CoreService::Lend(reactor::Session& session, Download& d, std::span<const u
       .set_pool_offset(pool_offset)
       .set_object_offset(st.position())
       .set_length(static_cast<uint32_t>(bytes.size()))
-      .set_checksum(0);
+      .set_checksum(0)
+      .set_flags(head && st.stable() ? wire::kSegmentStable : 0);
   st.Consume(bytes.size());
   ++counters_.loans;
   counters_.bytes_lent += bytes.size();

@@ -115,6 +115,7 @@ VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::millisecon
     if (m == nullptr) continue;  // a pool this gateway does not know
     int prot = m == &p->touch ? PROT_READ | PROT_WRITE : PROT_READ;
     GOBLIN_ASSIGN_OR_RETURN(*m, Mapping::MapShared(fd, pool.bytes(), prot, "goblin-core pool"));
+    if (m == &p->head) p->head_fd = std::move(fds[i - 1]);
   }
   if (!p->head || !p->io) return goblin::Err(StatusCode::kCorruption, "PoolMap without both pools");
   sh.pools = std::move(p);

@@ -51,6 +51,7 @@ class CoreLink {
   // One shard's pools as this process maps them (read-only), for one epoch.
   struct Pools {
     Mapping head, io;
+    UniqueFd head_fd;      // the head pool's memfd: stable pieces are sent from it by reference
     Mapping table, touch;  // the head table (read-only) and its touch bytes (writable)
     uint16_t shard = 0;
     uint64_t epoch = 0;

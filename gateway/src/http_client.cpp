@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -231,7 +232,7 @@ void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head) {
 }
 
 void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t loan,
-                                 CoreLink::Pools* pools) {
+                                 CoreLink::Pools* pools, bool by_ref) {
   if (c.out.empty()) c.last_progress = MonotonicNanos();
   c.out_bytes += n;
   Piece p;
@@ -239,6 +240,7 @@ void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t
   p.len = n;
   p.loan = loan;
   p.pools = pools;
+  p.by_ref = by_ref;
   c.out.push_back(std::move(p));
   dirty_.push_back(&c);
 }
@@ -261,8 +263,22 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
 #endif
   std::vector<iovec>& iov = c.wiov;
   while (!c.out.empty()) {
-    Gather(c, &iov, 16);
-    ssize_t n = writev(c.fd.get(), iov.data(), static_cast<int>(iov.size()));
+    ssize_t n;
+    if (const Piece& front = c.out.front(); front.by_ref) {
+      // By reference: the socket takes the pool's pages (the block is stable: its pages are
+      // never rewritten while referenced), so the loan can go back once this returns.
+      off_t off = static_cast<off_t>(front.ptr - front.pools->head.data() + c.first_off);
+      n = sendfile(c.fd.get(), front.pools->head_fd.get(), &off, front.len - c.first_off);
+      if (n >= 0) stats_.bytes_by_reference += static_cast<uint64_t>(n);
+    } else {
+      bool ref_next = false;
+      Gather(c, &iov, 16, &ref_next);
+      msghdr mh{};
+      mh.msg_iov = iov.data();
+      mh.msg_iovlen = iov.size();
+      // Headers followed by a piece sent by reference: one segment, not two.
+      n = sendmsg(c.fd.get(), &mh, MSG_NOSIGNAL | (ref_next ? MSG_MORE : 0));
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -291,13 +307,17 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
   }
 }
 
-size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max) {
+size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max, bool* ref_next) {
   iov->clear();
   size_t bytes = 0, off = c.first_off;
   // A write that starts a response stops kFirstSendBytes after its headers.
   size_t limit = SIZE_MAX;
   for (size_t i = 0; i < c.out.size() && iov->size() < max; ++i) {
     Piece* it = &c.out[i];
+    if (ref_next != nullptr && it->by_ref) {  // (goes on its own: sendfile)
+      *ref_next = true;
+      break;
+    }
     if (it->response_head && off == 0) {
       if (!iov->empty()) break;  // the previous response's bytes go on their own
       limit = it->owned.size() + kFirstSendBytes;

@@ -244,7 +244,10 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t co
         stats_.bytes_lent += seg.length();
         CoreLink::Hold(pools);
         used = true;
-        OnCoreBody(*c, {pool.data() + seg.pool_offset(), seg.length()}, l->loan_id(), pools, last);
+        const bool by_ref = !async_ && seg.pool() == wire::PoolKind::kHead &&
+                            (seg.flags() & wire::kSegmentStable) != 0 && pools->head_fd;
+        OnCoreBody(*c, {pool.data() + seg.pool_offset(), seg.length()}, l->loan_id(), pools, by_ref,
+                   last);
         break;  // one segment per loan
       }
       if (!used) {
@@ -258,7 +261,7 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t co
       if (!d) return;
       bool last = d->last() != 0;
       if (last) corr_.erase(it);
-      OnCoreBody(*c, d->bytes_bytes(), 0, nullptr, last);
+      OnCoreBody(*c, d->bytes_bytes(), 0, nullptr, false, last);
       return;
     }
     case wire::PurgeAckDecoder::kTemplateId: {
@@ -428,14 +431,14 @@ void HttpServer::Impl::StartRangePart(Conn& c) {
 }
 
 void HttpServer::Impl::OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan,
-                                  CoreLink::Pools* pools, bool last) {
+                                  CoreLink::Pools* pools, bool by_ref, bool last) {
   Exchange& ex = *c.ex;
   if (ex.chunked_out && !bytes.empty()) Write(c, fmt::format("{:x}\r\n", bytes.size()));
   if (loan != 0) {
     if (bytes.empty()) {
       ReleaseLoan(loan, pools);
     } else {
-      WriteLoan(c, bytes.data(), bytes.size(), loan, pools);
+      WriteLoan(c, bytes.data(), bytes.size(), loan, pools, by_ref);
     }
   } else if (!bytes.empty()) {
     Write(c, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));

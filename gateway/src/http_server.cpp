@@ -34,6 +34,7 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   purges += o.purges;
   bad_requests += o.bad_requests;
   bytes_lent += o.bytes_lent;
+  bytes_by_reference += o.bytes_by_reference;
   slow_clients_dropped += o.slow_clients_dropped;
   core_unavailable += o.core_unavailable;
   core_disconnects += o.core_disconnects;

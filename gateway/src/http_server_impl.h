@@ -72,6 +72,10 @@ class HttpServer::Impl {
     uint64_t loan = 0;
     CoreLink::Pools* pools = nullptr;  // the mapping a loan's (or local head's) bytes live in
     bool response_head = false;        // a status line and headers: see kFirstSendBytes
+    // A lent piece in a stable pool block (wire::kSegmentStable): --net sync sends it by
+    // reference (sendfile from the pool's memfd: the socket holds the pages, no copy), and
+    // the loan goes back once the call returns.
+    bool by_ref = false;
     // A head served here, not lent: its bytes are the object's only while head table entry
     // `entry` of `pools` still carries `stamp`, checked once the kernel has read them (no
     // later piece goes in the same write); the connection is closed if not.
@@ -237,7 +241,8 @@ class HttpServer::Impl {
   // headers; the write that sends them carries at most kFirstSendBytes of what follows, so
   // the client's first byte is not held back behind copying a whole RAM head.
   void Write(Conn& c, std::string bytes, bool response_head = false);
-  void WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t loan, CoreLink::Pools* pools);
+  void WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t loan, CoreLink::Pools* pools,
+                 bool by_ref = false);
   // Writes what `c` has queued (sync: until the socket is full; async: one write in flight).
   // `once`: at most one write now (the caller has more to do before the rest goes).
   void Flush(Conn& c, bool once = false);
@@ -272,7 +277,10 @@ class HttpServer::Impl {
       spare_strings_.push_back(std::move(s));
   }
   // The output pieces as iovecs (at most `max`), from the unsent part of the first one.
-  size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max);
+  // The output's next bytes as iovecs (at most `max`). With `ref_next`, they stop before a
+  // piece sent by reference (Piece::by_ref; the caller sends a first one on its own), and
+  // *ref_next says when they stopped there: every piece gathered went whole.
+  size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max, bool* ref_next = nullptr);
 
   // ---- the core (http_hit.cpp) ----
   // Sends a request that belongs to `c`'s exchange; false (and the exchange answered: 414
@@ -300,7 +308,7 @@ class HttpServer::Impl {
   void StartRangePart(Conn& c);
   // `pools`: where a lent piece lives (with loan != 0).
   void OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint64_t loan, CoreLink::Pools* pools,
-                  bool last);
+                  bool by_ref, bool last);
   void ReleaseLoan(uint64_t loan, CoreLink::Pools* pools) { core_->ReleaseLoan(loan, pools); }
   std::string HitHead(Exchange& ex, int status, std::string_view meta, uint64_t created_ns,
                       std::string_view extra, bool drop_content_type = false,

@@ -221,11 +221,13 @@ int main(int argc, char** argv) {
                     "HTTP: {} requests, {} hits ({} local, {} stale descriptors, {} cut off "
                     "when a head changed mid-send), {} misses ({} coalesced), {} passes, {} "
                     "origin requests ({} errors), {} fills ({} aborted), {} purges, {} bad "
-                    "requests, {} answered 503 for the core ({} core disconnects)",
+                    "requests, {} answered 503 for the core ({} core disconnects); {} lent by "
+                    "the core, {} of it sent by reference",
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
-                    st.core_disconnects);
+                    st.core_disconnects, HumanSize(st.bytes_lent),
+                    HumanSize(st.bytes_by_reference));
   }
   if (rs) {
     const auto& st = rs->stats();

@@ -157,6 +157,8 @@ Result<std::unique_ptr<HeadPool>> HeadPool::Create(const PoolOptions& o) {
     if (mid < o.block && mid < 2 * c) p->class_size_.push_back(static_cast<uint32_t>(mid));
   }
   std::sort(p->class_size_.begin(), p->class_size_.end());
+  p->stable_ = o.stable_blocks && o.block % page == 0 &&
+               (backing == Backing::kSmallPages || o.block % kHuge == 0);
   p->partial_head_.assign(p->class_size_.size(), kNone);
   uint64_t nblocks = o.memory / o.block;
   p->blocks_.resize(nblocks);
@@ -247,7 +249,9 @@ void HeadPool::Free(const PoolSlot& slot, uint64_t length) {
   uint32_t per_block = static_cast<uint32_t>(block_ / csize);
   bool was_full = blk.free_head == kNone && blk.carved == per_block;
   uint32_t index = static_cast<uint32_t>((slot.offset - b * block_) / csize);
-  std::memcpy(base_ + slot.offset, &blk.free_head, 4);
+  // (A block whose last slot this is starts afresh below: no link to keep. A stable slot's
+  // bytes must not be written at all: a socket may still be sending them.)
+  if (blk.live > 1) std::memcpy(base_ + slot.offset, &blk.free_head, 4);
   blk.free_head = index;
   --blk.live;
   --stats_.slots_used;
@@ -256,6 +260,18 @@ void HeadPool::Free(const PoolSlot& slot, uint64_t length) {
   if (was_full) LinkPartial(b);
   if (blk.live == 0) {
     UnlinkPartial(b);
+    if (stable_ && csize * 2 > block_) {
+      // Readers' sockets may still reference these pages (Stable): they keep them, the
+      // block gets new ones. (Best effort: a failure leaves the pages in place and is
+      // logged once; PUNCH_HOLE on shmem fails only for a bad range.)
+      if (fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    static_cast<off_t>(uint64_t{b} * block_), static_cast<off_t>(block_)) != 0) {
+        GOBLIN_LOG_ERROR(kLog, "head pool: punching block {} out: {}", b,
+                         ErrnoStatus("fallocate", errno).message());
+        stable_ = false;  // never again claim what we cannot keep
+      }
+      ++stats_.blocks_punched;
+    }
     blk = Block{};
     free_blocks_.push_back(b);
     ++stats_.blocks_free;

@@ -1145,6 +1145,7 @@ void Store::Stream::Close() {
   failed_ = Status();
   reader_first_ = 0;
   where_ = Where::kPrivate;
+  stable_ = false;
   ready_ = nullptr;
 }
 
@@ -1180,6 +1181,9 @@ uint32_t Store::Stream::DetachChunk() {
 }
 
 void Store::Stream::Consume(uint64_t n) {
+  if (where_ == Where::kHeadPool && fill_ == 0 && pos_ >= loan_.head_bytes) {
+    store_->stats_.tail_bytes_served += n;
+  }
   pos_ += n;
   if (chunk_ && pos_ >= chunk_->object_offset + chunk_->length) {
     store_->buffers_->Release(chunk_->buffer);
@@ -1271,6 +1275,7 @@ Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
   }
   if (loan_.head && pos_ < loan_.head_bytes) {
     where_ = Where::kHeadPool;
+    stable_ = store_->pool_->Stable(*loan_.head);
     *out = {store_->pool_->At(loan_.head->offset + pos_), std::min(loan_.head_bytes, end_) - pos_};
     return Step::kData;
   }
@@ -1281,8 +1286,8 @@ Result<Store::Stream::Step> Store::Stream::Peek(std::span<const uint8_t>* out) {
         chunk_.reset();
       }
       where_ = Where::kHeadPool;
+      stable_ = store_->pool_->stable_blocks();  // (a tail block is alone in its block)
       *out = t.first(std::min<uint64_t>(t.size(), end_ - pos_));
-      store_->stats_.tail_bytes_served += out->size();
       return Step::kData;
     }
   }

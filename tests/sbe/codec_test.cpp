@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 
 namespace goblin::wire {
@@ -273,7 +274,8 @@ void ObjectCases() {
         .set_pool_offset(4096)
         .set_object_offset(0)
         .set_length(262144)
-        .set_checksum(0xdeadbeef);
+        .set_checksum(0xdeadbeef)
+        .set_flags(kSegmentStable);
     g.Next()
         .set_pool(PoolKind::kIo)
         .set_pool_offset(1 << 21)
@@ -288,7 +290,9 @@ void ObjectCases() {
     for (auto s : d.segments()) total += s.length();
     EXPECT_EQ(total, 1u << 20);
     EXPECT_EQ((*d.segments().begin()).checksum(), 0xdeadbeefu);
+    EXPECT_EQ((*d.segments().begin()).flags(), kSegmentStable);  // (schema version 1)
     EXPECT_EQ((*++d.segments().begin()).pool(), PoolKind::kIo);
+    EXPECT_EQ((*++d.segments().begin()).flags(), 0);
   }
   {
     LoanReleaseEncoder e(b.data(), b.size());
@@ -433,7 +437,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x00, 0x00,  // blockLength 16, template 4, schema 7107, v0
+                               0x1b, 0x01, 0x00,  // blockLength 16, template 4, schema 7107, v1
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -451,7 +455,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x00, 0x00,  // blockLength 18, template 12
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x01, 0x00,  // blockLength 18, template 12, v1
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/run_concurrency_benchmark.sh end to end on a tiny small-object mix: Goblin, nginx and
-# Varnish each from an empty cache, prewarm with the origin-count check, two connection
-# counts measured by bench/http_load, the tables with goblin's ratio. Then http_load alone
-# against the origin: a wrong size in the manifest fails the run.
+# Varnish side by side, each from an empty cache in front of its own origin, prewarm with the
+# origin-count check, two connection counts measured by bench/http_load in two interleaved
+# rounds, the tables with goblin's ratio. Then http_load alone against an origin: a wrong
+# size in the manifest fails the run.
 # Usage: concurrency_benchmark_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 SRC=$1
@@ -16,21 +17,30 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-MIXES=small SMALL_OBJECTS=150 CONNS="1 8" PASSES=1 GOBLIN_MEMORY=64M PORT=18441 \
-  ORIGIN_PORT=18442 OUT="$OUT/run" BUILD_DIR="$BUILD" \
+MIXES=small SMALL_OBJECTS=150 CONNS="1 8" PASSES=1 ROUNDS=2 GOBLIN_MEMORY=64M PORT=18441 \
+  ORIGIN_PORT=18451 OUT="$OUT/run" BUILD_DIR="$BUILD" \
   timeout 400 "$SRC/bench/run_concurrency_benchmark.sh" --no-build > "$OUT/log" 2>&1 ||
   { cat "$OUT/log"; fail "run_concurrency_benchmark.sh failed"; }
 for c in goblin nginx varnish; do
-  grep -q "concurrency-bench: $c: prewarmed .* origin saw 150 GETs for 150 objects" "$OUT/log" ||
-    { cat "$OUT/log"; fail "$c: no prewarm with the origin check"; }
+  grep -q "concurrency-bench: $c: prewarmed in" "$OUT/log" || { cat "$OUT/log"; fail "$c: no prewarm"; }
+  [ "$(grep -c '^GET /gen/' "$OUT/run/origin-small-$c.log")" = 150 ] ||
+    { cat "$OUT/log"; fail "$c: its origin did not see exactly one GET per object"; }
   for n in 1 8; do
-    grep -q "^$c: $n connections on .* 150 requests (0 failed" "$OUT/run/small-$c-$n.txt" ||
-      { cat "$OUT/log"; fail "$c: no error-free run at $n connections"; }
+    for r in 1 2; do
+      grep -q "^$c: $n connections on .* 150 requests (0 failed" "$OUT/run/small-$c-$n-r$r.txt" ||
+        { cat "$OUT/log"; fail "$c: no error-free round $r at $n connections"; }
+    done
   done
   grep -q "| 8 | $c | <=64K |" "$OUT/run/results.md" || fail "$c is missing from the tables"
 done
-grep -qE "^\| 8 \| [0-9.]+ \([0-9]+\) .*\| [0-9.]+x \|$" "$OUT/run/results.md" ||
-  { cat "$OUT/run/results.md"; fail "no ratio row"; }
+grep -qE "^\| 8 \| [0-9.]+ \([0-9]+\) \[[0-9.]+-[0-9.]+\] .*\| [0-9.]+x \|$" \
+  "$OUT/run/results.md" || { cat "$OUT/run/results.md"; fail "no ratio row"; }
+# Overlapping port ranges are refused before anything starts.
+if CACHES="goblin nginx" PORT=18441 ORIGIN_PORT=18442 OUT="$OUT/bad" BUILD_DIR="$BUILD" \
+    "$SRC/bench/run_concurrency_benchmark.sh" --no-build > "$OUT/bad.log" 2>&1; then
+  fail "overlapping ports were not refused"
+fi
+grep -q "overlap" "$OUT/bad.log" || { cat "$OUT/bad.log"; fail "no word about the overlap"; }
 
 # http_load alone against the origin: right sizes pass, a wrong one fails the run.
 /usr/bin/python3 "$SRC/tests/support/test_origin.py" --port 18443 --log "$OUT/origin.log" \

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -265,6 +266,66 @@ TEST_P(LocalHits, AHeadReplacedWhileItIsSentIsCutOffNeverCompletedWrong) {
   // The socket could not take the whole head before the change, so this one is cut off.
   EXPECT_LT(body.size(), want.size());
   EXPECT_EQ(c.cut, 1) << gateway_->Output();
+}
+
+// A tail the core lends from RAM goes to the socket by reference (--net sync: sendfile from
+// the pool's memfd; the loan is released as soon as the call returns). The socket then holds
+// the pool's pages while the client has not read them: here the object is replaced and its
+// blocks reused by other objects before the client reads a byte, and it must still get
+// every original byte, because a freed stable block is punched out of the pool and its next
+// owner writes to new pages. (--net async copies: the same bytes, the other way.)
+TEST_P(LocalHits, ATailSentByReferenceKeepsItsBytesWhenItsBlocksAreReused) {
+  // 64 blocks of 256 KiB: the replacement and the others below need the old blocks.
+  ASSERT_NO_FATAL_FAILURE(Start({"--memory", "16M"}));
+  // (smaller than what the client's socket takes without reading, below)
+  const std::string path = "/gen/3M/byref";
+  const std::string want = Origin(path);
+  {
+    test::KeepAliveClient warmup(port_);
+    ASSERT_NO_FATAL_FAILURE(ExpectBody(warmup, path, want, "the miss"));
+    std::this_thread::sleep_for(200ms);
+    for (int i = 0; i < 2; ++i) ASSERT_NO_FATAL_FAILURE(ExpectBody(warmup, path, want, "warm"));
+  }
+  // A receive buffer the whole response fits in (the kernel doubles it), not read yet.
+  int fd = test::ConnectLoopback(port_, /*rcvbuf=*/4 << 20);
+  ASSERT_GE(fd, 0);
+  std::string req = fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(300ms);  // the whole response is in the socket, the loans back
+  ASSERT_NO_FATAL_FAILURE(PutNative(path, std::string(3 << 20, 'z')));
+  for (int i = 0; i < 4; ++i)  // (into the freed blocks)
+    ASSERT_NO_FATAL_FAILURE(
+        PutNative(fmt::format("/gen/3M/other{}", i), std::string(3 << 20, 'o')));
+  std::string got;
+  char buf[65536];
+  size_t body_at = std::string::npos;
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    if (body_at == std::string::npos) body_at = got.find("\r\n\r\n");
+    if (body_at != std::string::npos && got.size() >= body_at + 4 + want.size()) break;
+  }
+  close(fd);
+  ASSERT_NE(body_at, std::string::npos) << got.substr(0, 200);
+  std::string body = got.substr(body_at + 4);
+  ASSERT_EQ(body.size(), want.size());
+  EXPECT_TRUE(body == want) << "wrong bytes from offset "
+                            << std::mismatch(body.begin(), body.end(), want.begin()).first -
+                                   body.begin();
+  {
+    test::KeepAliveClient next(port_);
+    ASSERT_NO_FATAL_FAILURE(ExpectBody(next, path, std::string(3 << 20, 'z'), "the new version"));
+  }
+  gateway_->Signal(SIGTERM);
+  ASSERT_EQ(gateway_->Wait(10s), 0);
+  std::smatch m;
+  std::string log = gateway_->Output();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(, ([0-9.]+ \w+) of it sent by reference)")))
+      << log;
+  if (GetParam() == "sync") {
+    EXPECT_NE(m[1].str(), "0 B") << "the tail was not sent by reference";
+  } else {
+    EXPECT_EQ(m[1].str(), "0 B");
+  }
 }
 
 // Clients that leave in the middle of a big hit (the head sent from here, the tail streaming

@@ -201,10 +201,12 @@ class MirrorHarness {
 };
 
 // A TCP connection to 127.0.0.1:`port` with a 5 s receive timeout; -1 when it fails.
-// `rcvbuf` > 0: that receive buffer, set before connecting (a client that reads slowly).
+// `rcvbuf` > 0: that receive buffer, set before connecting (a client that reads slowly, or
+// one that lets a whole response wait in its socket; past net.core.rmem_max as root).
 inline int ConnectLoopback(const std::string& port, int rcvbuf = 0) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  if (rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));

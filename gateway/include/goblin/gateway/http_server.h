@@ -75,6 +75,7 @@ struct HttpStats {
   uint64_t accepted = 0, requests = 0, hits = 0, misses = 0, passes = 0, coalesced = 0;
   uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
   uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
+  uint64_t bytes_by_reference = 0;  // lent bytes sent with sendfile from the pool (no copy)
   uint64_t core_unavailable = 0, core_disconnects = 0;  // 503s while the core was away; losses
   // Hits served from the mapped pools without the core; descriptors found stale (the request
   // then went to the core); responses cut off because a head changed while it was sent.

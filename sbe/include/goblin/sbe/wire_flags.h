@@ -21,6 +21,12 @@ inline constexpr uint32_t kGetLoans = 1u << 1;
 // itself next time, validated by the stamp (goblin-gateway's local hits).
 inline constexpr uint32_t kGetDescribe = 1u << 2;
 
+// Loan.segments.flags
+// The segment's bytes lie in a pool block whose pages are never rewritten while referenced
+// (store::HeadPool::Stable): a reader that sends them on (goblin-gateway) may send them by
+// reference (sendfile from the pool's fd) and release the loan as soon as the call returns.
+inline constexpr uint8_t kSegmentStable = 1u << 0;
+
 // PutBegin.flags
 // Reserve the key before its head is known (a cache asks before it goes to the origin, so
 // one origin request serves every client of every gateway): expectedSize, ttlNanos and

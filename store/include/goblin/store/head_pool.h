@@ -40,6 +40,9 @@ struct PoolOptions {
   HugePages hugepages = HugePages::kAuto;
   bool lock = true;              // mlock when permitted (logged when not)
   bool allow_promotion = false;  // false: MPOL_BIND strict, pages never migrate
+  // Stable blocks (see Stable()): a block that held a slot alone is punched out of the
+  // memfd when that slot is freed, so pages a socket still references are never rewritten.
+  bool stable_blocks = true;
   std::string sysfs_root = "/sys";
 };
 
@@ -61,6 +64,7 @@ struct PoolStats {
   uint64_t bytes_reserved = 0;         // sum of live slot capacities
   uint64_t bytes_in_class_blocks = 0;  // blocks assigned to classes (used or not)
   uint64_t allocation_failures = 0;
+  uint64_t blocks_punched = 0;  // freed stable blocks given new pages (Stable)
   // 1 - requested / (bytes held by class blocks): memory not holding head bytes.
   double Fragmentation() const;
 };
@@ -80,6 +84,19 @@ class HeadPool {
   // Returns a slot; `length` is what was asked for when it was allocated. Every slot
   // allocated is freed exactly once.
   void Free(const PoolSlot& slot, uint64_t length);
+
+  // Whether `slot`'s bytes may be sent by reference (sendfile/splice from fd(): the socket
+  // then holds the pages, not a copy, until the peer has them): true for a slot alone in
+  // its block (more than half a block) when blocks are stable. Freeing such a slot punches
+  // its block out of the memfd (fallocate PUNCH_HOLE) before the block can be reused: pages
+  // still referenced keep the bytes they had, and the block's next owner writes to new
+  // ones (faulted in on that first write). Stable only where a block is a whole number of
+  // the backing's pages (any block with 4 KiB pages, 2 MiB multiples with huge pages): a
+  // punch inside a huge page would zero it in place.
+  bool Stable(const PoolSlot& slot) const {
+    return stable_ && class_size_[slot.size_class] * 2 > block_;
+  }
+  bool stable_blocks() const { return stable_; }
 
   uint8_t* data() const { return base_; }
   uint8_t* At(uint64_t offset) const { return base_ + offset; }
@@ -107,6 +124,7 @@ class HeadPool {
   uint64_t block_ = 0;
   Backing backing_ = Backing::kSmallPages;
   bool locked_ = false;
+  bool stable_ = false;
   int node_ = -1;
   PoolStats stats_;
   std::vector<uint32_t> class_size_;

@@ -464,6 +464,8 @@ class Store::Stream {
   // can be lent them instead of sent a copy.
   enum class Where : uint8_t { kHeadPool, kIoBuffer, kPrivate };
   Where where() const { return where_; }
+  // kHeadPool bytes in a stable block (HeadPool::Stable): they may be sent by reference.
+  bool stable() const { return stable_; }
   // For kIoBuffer: gives the I/O buffer under the last Peek to the caller, who returns it
   // with Store::ReleaseBuffer; Consume() the peeked bytes next.
   uint32_t DetachChunk();
@@ -502,6 +504,7 @@ class Store::Stream {
   size_t reader_first_ = 0;  // index in the extent list of the reader's first extent
   std::optional<ExtentReader::Chunk> chunk_;  // the chunk being consumed
   Where where_ = Where::kPrivate;
+  bool stable_ = false;
   std::function<void()> ready_;
 };
 
