@@ -207,6 +207,12 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--fill-timeout", &fill_timeout,
                     "A fill that receives no data for this long is aborted (its readers are "
                     "cut off, the key is free again); 0: never");
+  app.add_option("--stable-blocks", pool_opts.stable_blocks,
+                 "Punch a block out of the pool when the slot it held alone is freed, so that "
+                 "what is lent from such blocks may be sent by reference (goblin-gateway "
+                 "--net sync: sendfile); each page costs a fault on the block's next use. Off: "
+                 "on loopback with 4 KiB pages a copy measured faster (docs/hot-path.md)")
+      ->capture_default_str();
   app.add_option("--ram-tails", so.ram_tails,
                  "Keep bytes past each head in RAM too while the pool has blocks to spare "
                  "(taken as fills write them and as reads bring them from disk; the first thing "

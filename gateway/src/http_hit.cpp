@@ -244,7 +244,8 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t co
         stats_.bytes_lent += seg.length();
         CoreLink::Hold(pools);
         used = true;
-        const bool by_ref = !async_ && seg.pool() == wire::PoolKind::kHead &&
+        const bool by_ref = options_.send_by_reference && !async_ &&
+                            seg.pool() == wire::PoolKind::kHead &&
                             (seg.flags() & wire::kSegmentStable) != 0 && pools->head_fd;
         OnCoreBody(*c, {pool.data() + seg.pool_offset(), seg.length()}, l->loan_id(), pools, by_ref,
                    last);

@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--core-reply-poll", &h.core_reply_poll,
                     "HTTP front: after asking the core for an object, poll this long for the "
                     "answer before sleeping (0: sleep at once)");
+  app.add_option("--send-by-reference", h.send_by_reference,
+                 "HTTP front, --net sync: send what the core lends from stable pool blocks with "
+                 "sendfile (the socket references the pages) instead of copying it")
+      ->capture_default_str();
   app.add_option("--local-hits", h.local_hits,
                  "HTTP front: serve hits whose head is in the core's RAM from its pools here, "
                  "without asking the core (validated against its head table)")

@@ -150,7 +150,9 @@ std::string SpliceFreeRewriteRead(bool stable) {
 }
 
 TEST(HeadPool, AStableSlotsPagesKeepTheirBytesWhileReferencedAfterItIsFreedAndReused) {
-  auto pool = HeadPool::Create(Small(1 << 20, 256 << 10));
+  PoolOptions o = Small(1 << 20, 256 << 10);
+  o.stable_blocks = true;
+  auto pool = HeadPool::Create(o);
   ASSERT_TRUE(pool);
   ASSERT_TRUE((*pool)->stable_blocks());
   auto big = (*pool)->Allocate(200 << 10), small = (*pool)->Allocate(100 << 10);

@@ -276,7 +276,7 @@ TEST_P(LocalHits, AHeadReplacedWhileItIsSentIsCutOffNeverCompletedWrong) {
 // owner writes to new pages. (--net async copies: the same bytes, the other way.)
 TEST_P(LocalHits, ATailSentByReferenceKeepsItsBytesWhenItsBlocksAreReused) {
   // 64 blocks of 256 KiB: the replacement and the others below need the old blocks.
-  ASSERT_NO_FATAL_FAILURE(Start({"--memory", "16M"}));
+  ASSERT_NO_FATAL_FAILURE(Start({"--memory", "16M", "--stable-blocks", "true"}));
   // (smaller than what the client's socket takes without reading, below)
   const std::string path = "/gen/3M/byref";
   const std::string want = Origin(path);

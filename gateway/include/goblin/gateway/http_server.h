@@ -68,6 +68,9 @@ struct HttpServerOptions {
   // key learned from an earlier hit, checked against the head table on every use); off:
   // every hit asks the core.
   bool local_hits = true;
+  // --net sync: send lent bytes in stable pool blocks with sendfile (no copy) instead of
+  // writev (docs/hot-path.md "Sending by reference").
+  bool send_by_reference = true;
   size_t hot_heads = 16384;  // descriptors per worker
 };
 

@@ -42,7 +42,9 @@ struct PoolOptions {
   bool allow_promotion = false;  // false: MPOL_BIND strict, pages never migrate
   // Stable blocks (see Stable()): a block that held a slot alone is punched out of the
   // memfd when that slot is freed, so pages a socket still references are never rewritten.
-  bool stable_blocks = true;
+  // Off by default: on loopback with 4 KiB pages sending by reference measured slower than
+  // a copy (docs/hot-path.md), and the punch costs the block's next owner a fault per page.
+  bool stable_blocks = false;
   std::string sysfs_root = "/sys";
 };
 
