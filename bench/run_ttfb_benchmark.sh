@@ -17,7 +17,8 @@
 # the run is invalid). Results: $OUT/results.md (p50 / p90 / p99 in microseconds over all
 # rounds, goblin / nginx at each), the raw first-byte times in $OUT/raw-*.txt.
 #
-# Environment (defaults): CACHES ("goblin goblin-core nginx varnish"), REQUESTS (2000;
+# Environment (defaults): CACHES ("goblin goblin-core nginx varnish"; goblin-TAG is goblin
+# with $GOBLIN_ARGS_TAG added, for A/B runs), REQUESTS (2000;
 # the 256 MiB object: REQUESTS/10 with a connection per request, REQUESTS/20 keep-alive,
 # so that p99 is not the slowest single request), ROUNDS (20),
 # GOBLIN_MEMORY (1G), GOBLIN_ARGS, PORT (8080; the caches take PORT, PORT+1, ...),
@@ -60,7 +61,7 @@ fi
 PROBE=$BUILD_DIR/bench/ttfb_probe
 [ -x "$PROBE" ] || die "$PROBE not built"
 peers=""
-for c in $CACHES; do [ "$c" = goblin-core ] || peers="$peers $c"; done
+for c in $CACHES; do [[ $c == goblin-* ]] || peers="$peers $c"; done
 # shellcheck disable=SC2086
 require_caches $peers
 
@@ -102,9 +103,15 @@ for cache in $CACHES; do
   PIDS+=($!)
   wait_port "$oport" || die "the origin did not start"
   extra="--ram-head 4M --block 4M $GOBLIN_ARGS"
-  [ "$cache" = goblin-core ] && extra="$extra --gateway-arg=--local-hits=false"
+  # goblin-core: every hit through the core; goblin-TAG: with $GOBLIN_ARGS_TAG added.
+  if [ "$cache" = goblin-core ]; then
+    extra="$extra --gateway-arg=--local-hits=false"
+  elif [[ $cache == goblin-* ]]; then
+    var=GOBLIN_ARGS_${cache#goblin-}
+    extra="$extra ${!var:-}"
+  fi
   PORT=$port ORIGIN_PORT=$oport RUN=$RUN/$cache GOBLIN_ARGS=$extra \
-    start_cache "${cache%-core}" "$CACHE_DIR" $((1 << 30)) "$OUT/cache-$cache.log"
+    start_cache "${cache%%-*}" "$CACHE_DIR" $((1 << 30)) "$OUT/cache-$cache.log"
   wait_port "$port" || { cat "$OUT/cache-$cache.log"; die "$cache did not start"; }
   for o in $OBJECTS; do
     path=${o%%:*}
@@ -158,8 +165,10 @@ out = sys.argv[1]
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
-caches = [c for c in ["goblin", "goblin-core", "nginx", "varnish"]
-          if any(f.startswith(f"raw-{c}-") for f in os.listdir(out))]
+order = ["goblin", "goblin-core", "nginx", "varnish"]
+found = {f.split("-close-")[0].split("-keepalive-")[0][4:] for f in os.listdir(out)
+         if f.startswith("raw-")}
+caches = [c for c in order if c in found] + sorted(found - set(order))
 print("| object | connection | " + " | ".join(f"{c} p50 / p90 / p99 us" for c in caches) +
       " | goblin / nginx p50, p90, p99 |")
 print("|---|---|" + "---:|" * len(caches) + "---:|")
