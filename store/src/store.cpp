@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include <xxhash.h>
 
@@ -338,7 +339,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
       r.tail = std::move(f.tail);
       r.tail_bytes = f.tail_len;
       stats_.tail_bytes_in_ram += f.tail_len;
-      tail_clock_.push_back(f.key);
+      AddToTailClock(f.key);
     }
     AddResident(f.key, std::move(r));
   } else if (head) {
@@ -612,7 +613,22 @@ void Store::AdoptTail(const Loan& loan, uint64_t offset, std::span<const uint8_t
     stats_.tail_bytes_in_ram += take;
     done += take;
   }
-  if (!had_tail && !r.tail.empty()) tail_clock_.push_back(loan.info.key);
+  if (!had_tail && !r.tail.empty()) AddToTailClock(loan.info.key);
+}
+
+void Store::AddToTailClock(const std::string& key) {
+  tail_clock_.push_back(key);
+  if (tail_clock_.size() > 2 * heads_.size() + 64) {  // drop entries of tails gone meanwhile
+    std::deque<std::string> live;
+    std::unordered_set<std::string_view> seen;  // (a key whose tail came back: once)
+    for (auto& k : tail_clock_) {
+      if (auto h = heads_.find(k);
+          h != heads_.end() && !h->second.tail.empty() && seen.insert(h->first).second) {
+        live.push_back(std::move(k));
+      }
+    }
+    tail_clock_ = std::move(live);
+  }
 }
 
 bool Store::DemoteOneHead() {

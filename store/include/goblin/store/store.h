@@ -368,6 +368,7 @@ class Store {
   std::optional<PoolSlot> AllocateTailBlock(bool displace);
   void FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes);
   bool DropOneTail();  // CLOCK over objects with tails; not one with loans out
+  void AddToTailClock(const std::string& key);  // (and sheds stale entries now and then)
   // Object bytes at `pos` from `loan`'s RAM tail (its version's, current or retired):
   // empty if that byte is not in RAM.
   std::span<const uint8_t> TailBytes(const Loan& loan, uint64_t pos);
