@@ -18,7 +18,8 @@
 # rounds, goblin / nginx at each), the raw first-byte times in $OUT/raw-*.txt.
 #
 # Environment (defaults): CACHES ("goblin goblin-core nginx varnish"; goblin-TAG is goblin
-# with $GOBLIN_ARGS_TAG added, for A/B runs), REQUESTS (2000;
+# with $GOBLIN_ARGS_TAG added, for A/B runs), OBJECTS (PATH:SIZE ..., the three above),
+# MODES ("close keepalive"), REQUESTS (2000;
 # the 256 MiB object: REQUESTS/10 with a connection per request, REQUESTS/20 keep-alive,
 # so that p99 is not the slowest single request), ROUNDS (20),
 # GOBLIN_MEMORY (1G), GOBLIN_ARGS, PORT (8080; the caches take PORT, PORT+1, ...),
@@ -76,7 +77,9 @@ require_caches $peers
 } | tee "$OUT/machine.txt"
 
 # The origin's /gen/SIZE/NAME objects (a seeded pattern, max-age=3600).
-OBJECTS="/gen/4096/hot4k:4096 /gen/262144/hot256k:262144 /gen/268435456/hot256m:268435456"
+OBJECTS=${OBJECTS:-"/gen/4096/hot4k:4096 /gen/262144/hot256k:262144 /gen/268435456/hot256m:268435456"}
+NOBJ=$(wc -w <<< "$OBJECTS")
+MODES=${MODES:-"close keepalive"}
 origin_gets() { grep -c '^GET /gen/' "$1" 2>/dev/null || true; }
 
 INVALID=0
@@ -122,13 +125,13 @@ sleep 2  # (a cache may still be writing the last object after its response ende
 declare -A WARM
 for cache in $CACHES; do
   WARM[$cache]=$(origin_gets "${ORIGIN_LOG[$cache]}")
-  [ "${WARM[$cache]}" = 3 ] || die "$cache: the origin saw ${WARM[$cache]} requests for 3 objects while prewarming"
+  [ "${WARM[$cache]}" = "$NOBJ" ] || die "$cache: the origin saw ${WARM[$cache]} requests for $NOBJ objects while prewarming"
 done
 
 for o in $OBJECTS; do
   path=${o%%:*}
   size=${o##*:}
-  for mode in close keepalive; do
+  for mode in $MODES; do
     n=$REQUESTS
     if [ "$size" -gt $((16 << 20)) ]; then
       n=$([ "$mode" = close ] && echo $((REQUESTS / 10)) || echo $((REQUESTS / 20)))
@@ -182,6 +185,8 @@ for size, name, obj in [(4096, "4 KiB", "hot4k"), (262144, "256 KiB", "hot256k")
                 v = [float(x) for x in open(f).read().split()]
                 if v:
                     cell[c] = (pct(v, 0.5), pct(v, 0.9), pct(v, 0.99), len(v))
+        if not cell:
+            continue  # (a case not run: OBJECTS, MODES)
         line = f"| {name} | {'per request' if mode == 'close' else 'keep-alive'} | " + " | ".join(
             f"{cell[c][0]:.0f} / {cell[c][1]:.0f} / {cell[c][2]:.0f}" if c in cell else "-"
             for c in caches)

@@ -37,9 +37,7 @@ void HttpServer::Impl::Accept() {
       close(fd);
       continue;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    std::unique_ptr<Conn> c;
+    std::unique_ptr<Conn> c;  // (TCP_NODELAY comes from the listener)
     if (!spare_conns_.empty()) {
       c = std::move(spare_conns_.back());
       spare_conns_.pop_back();
@@ -62,7 +60,10 @@ void HttpServer::Impl::Accept() {
     }
     if (!EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c->id)) continue;
     ++stats_.accepted;
+    Conn& ref = *c;
     conns_.emplace(c->id, std::move(c));
+    // Accepted once its first bytes arrived (TCP_DEFER_ACCEPT): read and answer them now.
+    OnReadable(ref);
   }
 }
 
@@ -261,18 +262,34 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
     return;
   }
 #endif
+  if (c.write_blocked && !c.out.empty()) return;  // (until EPOLLOUT)
+  c.write_blocked = false;
   std::vector<iovec>& iov = c.wiov;
+  // This round's share: --write-chunk, and no more than the response has sent so far (at
+  // least kRampBytes): a client that leaves after the first bytes of a big response (a
+  // player seeking, a probe) costs a few small copies, not a socket buffer's worth.
+  if (!c.out.empty() && c.out.front().response_head && c.first_off == 0) c.response_sent = 0;
+  const size_t budget = options_.write_chunk == 0
+                            ? SIZE_MAX
+                            : std::min<uint64_t>(options_.write_chunk,
+                                                 std::max<uint64_t>(kRampBytes, c.response_sent));
+  size_t written = 0;
   while (!c.out.empty()) {
+    if (written >= budget) {  // others' turn: the rest in the next round
+      next_round_.push_back(c.id);
+      return;
+    }
     ssize_t n;
     if (const Piece& front = c.out.front(); front.by_ref) {
       // By reference: the socket takes the pool's pages (the block is stable: its pages are
       // never rewritten while referenced), so the loan can go back once this returns.
       off_t off = static_cast<off_t>(front.ptr - front.pools->head.data() + c.first_off);
-      n = sendfile(c.fd.get(), front.pools->head_fd.get(), &off, front.len - c.first_off);
+      n = sendfile(c.fd.get(), front.pools->head_fd.get(), &off,
+                   std::min(front.len - c.first_off, budget - written));
       if (n >= 0) stats_.bytes_by_reference += static_cast<uint64_t>(n);
     } else {
       bool ref_next = false;
-      Gather(c, &iov, 16, &ref_next);
+      Gather(c, &iov, 16, &ref_next, budget - written);
       msghdr mh{};
       mh.msg_iov = iov.data();
       mh.msg_iovlen = iov.size();
@@ -281,10 +298,15 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        c.write_blocked = true;
+        break;
+      }
       Close(c);
       return;
     }
+    written += static_cast<size_t>(n);
+    c.response_sent += static_cast<uint64_t>(n);
     if (!Advance(c, static_cast<size_t>(n))) {
       Close(c);
       return;
@@ -307,11 +329,12 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
   }
 }
 
-size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max, bool* ref_next) {
+size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max, bool* ref_next,
+                                size_t max_bytes) {
   iov->clear();
   size_t bytes = 0, off = c.first_off;
   // A write that starts a response stops kFirstSendBytes after its headers.
-  size_t limit = SIZE_MAX;
+  size_t limit = max_bytes;
   for (size_t i = 0; i < c.out.size() && iov->size() < max; ++i) {
     Piece* it = &c.out[i];
     if (ref_next != nullptr && it->by_ref) {  // (goes on its own: sendfile)
@@ -320,7 +343,7 @@ size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max, bo
     }
     if (it->response_head && off == 0) {
       if (!iov->empty()) break;  // the previous response's bytes go on their own
-      limit = it->owned.size() + kFirstSendBytes;
+      limit = std::min(limit, it->owned.size() + kFirstSendBytes);
     }
     const uint8_t* base =
         it->owned.empty() ? it->ptr : reinterpret_cast<const uint8_t*>(it->owned.data());

@@ -74,6 +74,12 @@ VoidResult HttpServer::Impl::Init() {
   if (options_.reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
     return ErrnoErr("setsockopt SO_REUSEPORT", errno);
   }
+  // Accepted connections inherit TCP_NODELAY (no system call per accept), and are accepted
+  // once their first bytes are in (nginx's `listen ... deferred`): the request is read
+  // right at accept, not one loop round later behind whatever else that round writes.
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int defer_seconds = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_seconds, sizeof defer_seconds);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(options_.port < 0 ? 0 : options_.port));
@@ -105,6 +111,13 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
 #endif
     // Origins paused for the core's backlog or a slow client resume when that shrinks.
     ResumeOrigins();
+    if (!next_round_.empty()) {  // (their turn again)
+      ++work;
+      for (uint64_t id : next_round_) {
+        if (Conn* c = Find(id)) dirty_.push_back(c);
+      }
+      next_round_.clear();
+    }
     for (size_t i = 0; i < dirty_.size(); ++i) {
       if (!dirty_[i]->closed) Flush(*dirty_[i]);
     }
@@ -175,7 +188,10 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
         if (auto it = origins_.find(tag); it != origins_.end()) OnOriginEvent(*it->second, ev);
       } else if (Conn* c = Find(tag)) {
         if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) OnReadable(*c);
-        if (!c->closed && (ev & EPOLLOUT)) Flush(*c);
+        if (!c->closed && (ev & EPOLLOUT)) {
+          c->write_blocked = false;
+          Flush(*c);
+        }
       }
     }
     if (n > 0) last_work = MonotonicNanos();

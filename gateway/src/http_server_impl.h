@@ -47,6 +47,9 @@ inline constexpr size_t kCoreBacklogHigh = 16 << 20;  // pause origins while the
 // ~70 us between the request and the response's first byte that a 4 KiB one does not).
 inline constexpr size_t kFirstSendBytes = 4 << 10;
 inline constexpr size_t kRecvBytes = 64 << 10;  // one read of a client's requests
+// --net sync: a response's writes per loop round start at this and double up to
+// --write-chunk (see Flush).
+inline constexpr size_t kRampBytes = 64 << 10;
 // epoll tags: small numbers for fixed fds; connections count up from kFirstTag; origins
 // have kOriginTagBit set.
 inline constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTagListen = 4,
@@ -138,6 +141,10 @@ class HttpServer::Impl {
     uint64_t last_active = 0;
     uint64_t last_progress = 0;  // last time output moved (slow-client timeout)
     bool close_after = false, closed = false, epollout = false, reading = true;
+    // --net sync: the last write met a full socket; no write is tried again before EPOLLOUT
+    // (pieces queued meanwhile wait for it, without a system call each).
+    bool write_blocked = false;
+    uint64_t response_sent = 0;  // bytes of the response being written (its writes ramp up)
     std::string peer;
     std::unique_ptr<Exchange> ex;
     std::unique_ptr<Exchange> spare_ex;  // the last one, reused by the next request
@@ -156,7 +163,8 @@ class HttpServer::Impl {
       out.clear();
       first_off = out_bytes = 0;
       last_active = last_progress = 0;
-      close_after = closed = epollout = false;
+      close_after = closed = epollout = write_blocked = false;
+      response_sent = 0;
       reading = true;
       peer.clear();
       if (ex) spare_ex = std::move(ex);
@@ -280,7 +288,8 @@ class HttpServer::Impl {
   // The output's next bytes as iovecs (at most `max`). With `ref_next`, they stop before a
   // piece sent by reference (Piece::by_ref; the caller sends a first one on its own), and
   // *ref_next says when they stopped there: every piece gathered went whole.
-  size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max, bool* ref_next = nullptr);
+  size_t Gather(Conn& c, std::vector<iovec>* iov, size_t max, bool* ref_next = nullptr,
+                size_t max_bytes = SIZE_MAX);
 
   // ---- the core (http_hit.cpp) ----
   // Sends a request that belongs to `c`'s exchange; false (and the exchange answered: 414
@@ -410,6 +419,9 @@ class HttpServer::Impl {
   uint64_t next_tag_ = kFirstTag, next_corr_ = 1;
   uint64_t poll_until_ = 0;
   std::vector<Conn*> dirty_;
+  // Connections that wrote options_.write_chunk bytes this round and have more (by id: flushed
+  // again in the next round, after the events that came meanwhile).
+  std::vector<uint64_t> next_round_;
 };
 
 }  // namespace goblin::gateway

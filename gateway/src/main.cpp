@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--send-timeout", &send_timeout,
                     "A client that takes no response bytes for this long is closed");
   AddSizeOption(app, "--max-body", &h.max_body, "Largest request body proxied to the origin");
+  AddSizeOption(app, "--write-chunk", &h.write_chunk,
+                "HTTP front, --net sync: bytes one connection writes per loop round before the "
+                "worker's other connections get their turn; a response's first rounds write "
+                "64 KiB, doubling up to this (0: no limit, until its socket is full)",
+                /*allow_zero=*/true);
   AddDurationOption(app, "--core-reply-poll", &h.core_reply_poll,
                     "HTTP front: after asking the core for an object, poll this long for the "
                     "answer before sleeping (0: sleep at once)");

@@ -185,6 +185,12 @@ TEST(SpscRing, WaitingFlagsTellThePeerToRing) {
   c.SetWaiting(true);
   ASSERT_TRUE(p.TryWrite(1, Pattern(0, 8)));
   EXPECT_TRUE(p.Publish());
+  // The doorbell rung, the announcement is taken: a burst rings once per sleep.
+  ASSERT_TRUE(p.TryWrite(1, Pattern(0, 8)));
+  EXPECT_FALSE(p.Publish());
+  c.SetWaiting(true);  // (it read everything and is going to sleep again)
+  ASSERT_TRUE(p.TryWrite(1, Pattern(0, 8)));
+  EXPECT_TRUE(p.Publish());
   c.SetWaiting(false);
   EXPECT_FALSE(c.ProducerWaiting());
   p.SetWaiting(true);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -24,14 +25,15 @@ using namespace std::chrono_literals;
 
 class LocalHits : public testing::TestWithParam<std::string>, public test::MirrorHarness {
  protected:
-  void Start(std::vector<std::string> core_extra = {}) {
+  void Start(std::vector<std::string> core_extra = {},
+             std::vector<std::string> gateway_extra = {}) {
     std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
     std::replace(name.begin(), name.end(), '/', '-');
     // Heads of 256 KiB: whole objects up to 64 KiB are copied, bigger ones sent from the pool.
     std::vector<std::string> extra{"--ram-head", "256K", "--block", "256K"};
     extra.insert(extra.end(), core_extra.begin(), core_extra.end());
     ASSERT_TRUE(StartCoreAndOrigin(name, extra)) << (core_ ? core_->Output() : std::string());
-    StartGateway(GetParam());
+    StartGateway(GetParam(), std::move(gateway_extra));
     ASSERT_FALSE(port_.empty()) << gateway_->Output();
   }
   void TearDown() override { StopAll(); }
@@ -365,6 +367,59 @@ TEST_P(LocalHits, ClientsLeavingMidBodyStopTheCoresStream) {
   static const std::regex re(R"((\d+) gets \((\d+) cancelled by their reader\))");
   ASSERT_TRUE(std::regex_search(log, m, re)) << log;
   EXPECT_GE(std::stol(m[2]), kLeavers - 2) << log;  // (one may have ended before its cancel)
+}
+
+// One worker, big responses written in small turns (--write-chunk 64K; --net async writes
+// one gather at a time anyway): a client that does not read holds its connection's output
+// (its socket full: the worker waits for it to drain, it does not retry the write every
+// round), while other clients on the same worker get whole objects, local heads, tails from
+// the core and small hits alike; then the stalled client reads every byte of its own.
+TEST_P(LocalHits, ConnectionsTakeTurnsAndAStalledOneWaitsWithoutHoldingOthers) {
+  ASSERT_NO_FATAL_FAILURE(Start({}, {"--write-chunk", "64K"}));
+  const std::vector<std::string> paths{"/gen/3M/turns-a", "/gen/8M/turns-b", "/gen/4K/turns-c"};
+  std::map<std::string, std::string> want;
+  {
+    test::KeepAliveClient warmup(port_);
+    for (const auto& p : paths) {
+      want[p] = Origin(p);
+      ASSERT_NO_FATAL_FAILURE(ExpectBody(warmup, p, want[p], p + ": the miss"));
+    }
+    std::this_thread::sleep_for(300ms);
+    for (const auto& p : paths) ASSERT_NO_FATAL_FAILURE(ExpectBody(warmup, p, want[p], p));
+  }
+  // The stalled client: asks for the 8 MiB object and reads nothing for now.
+  int fd = test::ConnectLoopback(port_, /*rcvbuf=*/4096);
+  ASSERT_GE(fd, 0);
+  std::string req = fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", paths[1]);
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(200ms);
+  // Two clients at once, each reading everything, several rounds.
+  for (int round = 0; round < 3; ++round) {
+    std::thread other([&] {
+      test::KeepAliveClient c(port_);
+      for (const auto& p : paths) ExpectBody(c, p, want[p], "the other client: " + p);
+    });
+    test::KeepAliveClient c(port_);
+    for (auto it = paths.rbegin(); it != paths.rend(); ++it)
+      ASSERT_NO_FATAL_FAILURE(ExpectBody(c, *it, want[*it], "round " + std::to_string(round)));
+    other.join();
+  }
+  // The stalled client now reads its whole response.
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    size_t at = got.find("\r\n\r\n");
+    if (at != std::string::npos && got.size() >= at + 4 + want[paths[1]].size()) break;
+  }
+  close(fd);
+  size_t body_at = got.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos) << got.substr(0, 200);
+  EXPECT_EQ(got.size() - body_at - 4, want[paths[1]].size());
+  EXPECT_TRUE(got.substr(body_at + 4) == want[paths[1]]) << "the stalled client's bytes differ";
+  Counts c = StopGatewayAndCount();
+  EXPECT_EQ(c.cut, 0);
+  EXPECT_GT(c.local, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Net, LocalHits, testing::Values("sync", "async"),

@@ -72,6 +72,12 @@ struct HttpServerOptions {
   // writev (docs/hot-path.md "Sending by reference").
   bool send_by_reference = true;
   size_t hot_heads = 16384;  // descriptors per worker
+  // --net sync: bytes one connection writes per loop round before the others get their
+  // turn (nginx's sendfile_max_chunk): a big response does not hold up a request that
+  // arrives on the same worker behind its copy into a socket buffer of several MiB. A
+  // response's first rounds write less (64 KiB, doubling up to this). 0: no limit (until
+  // the socket is full).
+  uint64_t write_chunk = 1 << 20;
 };
 
 struct HttpStats {

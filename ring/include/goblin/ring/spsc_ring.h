@@ -118,15 +118,18 @@ class RingProducer {
   }
 
   // Makes every completed record visible. Returns true when the consumer said it is going
-  // to sleep, i.e. the caller must ring the consumer's doorbell. A pure busy-poll pair
-  // never sleeps and skips the check (and its full fence) with check_sleeper = false.
+  // to sleep, i.e. the caller must ring the consumer's doorbell; the announcement is taken
+  // with it, so a burst of records rings once per sleep, not once per record (the woken
+  // consumer reads every record before it announces again). A pure busy-poll pair never
+  // sleeps and skips the check (and its full fence) with check_sleeper = false.
   bool Publish(bool check_sleeper = true) {
     ctl_->tail.store(tail_, std::memory_order_release);
     if (!check_sleeper) return false;
     // Pairs with the consumer's store of consumer_waiting + reload of tail (Dekker): one of
     // the two sides sees the other's store, so a wake-up is never lost.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    return ctl_->consumer_waiting.load(std::memory_order_relaxed) != 0;
+    if (ctl_->consumer_waiting.load(std::memory_order_relaxed) == 0) return false;
+    return ctl_->consumer_waiting.exchange(0, std::memory_order_relaxed) != 0;
   }
 
   // Bytes of free space as last seen (refreshes the consumer position).
