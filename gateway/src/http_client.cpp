@@ -26,13 +26,15 @@ constexpr std::string_view kLog = "http";
 using detail::ErrorBody;
 using detail::Reason;
 
-void HttpServer::Impl::Accept() {
+void HttpServer::Impl::Accept(int listen_fd) {
+  const bool neighbours = listen_fd != listen_.get();
   for (;;) {
     sockaddr_in peer{};
     socklen_t len = sizeof peer;
-    int fd = accept4(listen_.get(), reinterpret_cast<sockaddr*>(&peer), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
+    if (neighbours) ++stats_.accepted_for_neighbour;
     if (conns_.size() >= options_.max_clients) {
       close(fd);
       continue;

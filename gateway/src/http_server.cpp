@@ -22,6 +22,7 @@ constexpr std::string_view kLog = "http";
 
 HttpStats& HttpStats::operator+=(const HttpStats& o) {
   accepted += o.accepted;
+  accepted_for_neighbour += o.accepted_for_neighbour;
   requests += o.requests;
   hits += o.hits;
   misses += o.misses;
@@ -181,7 +182,9 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       } else if (tag == kTagCoreSock) {
         core_->OnSocketEvent();
       } else if (tag == kTagListen) {
-        Accept();
+        Accept(listen_.get());
+      } else if (tag == kTagListenNeighbour) {
+        Accept(neighbour_listen_);
       } else if (tag == kTagNetRing) {
         // completions are reaped at the top of the loop
       } else if (tag & kOriginTagBit) {
@@ -216,5 +219,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
 VoidResult HttpServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const HttpStats& HttpServer::stats() const { return impl_->stats_; }
 int HttpServer::port() const { return impl_->port_; }
+int HttpServer::listen_fd() const { return impl_->listen_fd(); }
+VoidResult HttpServer::AcceptAlsoFrom(int fd) { return impl_->AcceptAlsoFrom(fd); }
+
+VoidResult HttpServer::Impl::AcceptAlsoFrom(int fd) {
+  neighbour_listen_ = fd;
+  return EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLEXCLUSIVE, kTagListenNeighbour);
+}
 
 }  // namespace goblin::gateway

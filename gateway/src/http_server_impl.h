@@ -53,7 +53,7 @@ inline constexpr size_t kRampBytes = 64 << 10;
 // epoll tags: small numbers for fixed fds; connections count up from kFirstTag; origins
 // have kOriginTagBit set.
 inline constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTagListen = 4,
-                          kTagNetRing = 5;
+                          kTagNetRing = 5, kTagListenNeighbour = 6;
 inline constexpr uint64_t kOriginTagBit = 1ull << 62;
 inline constexpr uint64_t kFirstTag = 16;
 // --net async user data: connection id << 2 | operation.
@@ -66,6 +66,8 @@ class HttpServer::Impl {
   VoidResult Run(int stop_fd);
   HttpStats stats_;
   int port_ = 0;
+  int listen_fd() const { return listen_.get(); }
+  VoidResult AcceptAlsoFrom(int fd);
 
  private:
   struct Piece {
@@ -234,7 +236,8 @@ class HttpServer::Impl {
   };
 
   // ---- clients (http_client.cpp) ----
-  void Accept();
+  // Accepts what `listen_fd` has queued (this worker's listener or its neighbour's).
+  void Accept(int listen_fd);
   void OnReadable(Conn& c);
   void ProcessRequests(Conn& c);
   void BuildExchange(Conn& c, const http::Request& r);
@@ -419,6 +422,7 @@ class HttpServer::Impl {
   uint64_t next_tag_ = kFirstTag, next_corr_ = 1;
   uint64_t poll_until_ = 0;
   std::vector<Conn*> dirty_;
+  int neighbour_listen_ = -1;  // another worker's listener (AcceptAlsoFrom), not owned
   // Connections that wrote options_.write_chunk bytes this round and have more (by id: flushed
   // again in the next round, after the events that came meanwhile).
   std::vector<uint64_t> next_round_;

@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--send-timeout", &send_timeout,
                     "A client that takes no response bytes for this long is closed");
   AddSizeOption(app, "--max-body", &h.max_body, "Largest request body proxied to the origin");
+  app.add_option("--accept-from-neighbour", h.accept_from_neighbour,
+                 "HTTP front, several workers: each also accepts from the next worker's "
+                 "listener, so an awake worker takes a connection a sleeping one would wake for")
+      ->capture_default_str();
   AddSizeOption(app, "--write-chunk", &h.write_chunk,
                 "HTTP front, --net sync: bytes one connection writes per loop round before the "
                 "worker's other connections get their turn; a response's first rounds write "
@@ -187,6 +191,12 @@ int main(int argc, char** argv) {
       if (!s) return Fail(s.error().WithContext(fmt::format("HTTP worker {}", i)));
       workers.push_back(std::move(*s));
     }
+    if (workers.size() > 1 && h.accept_from_neighbour) {  // worker i also takes i+1's
+      for (size_t i = 0; i < workers.size(); ++i) {
+        if (auto r = workers[i]->AcceptAlsoFrom(workers[(i + 1) % workers.size()]->listen_fd()); !r)
+          return Fail(r.error().WithContext(fmt::format("HTTP worker {}", i)));
+      }
+    }
     GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {}, {} worker{}, {} between polls)",
                     h.mirror, listen_address, workers[0]->port(), net, threads,
                     threads == 1 ? "" : "s", h.yield_when_polling ? "yielding" : "pausing");
@@ -231,12 +241,13 @@ int main(int argc, char** argv) {
                     "when a head changed mid-send), {} misses ({} coalesced), {} passes, {} "
                     "origin requests ({} errors), {} fills ({} aborted), {} purges, {} bad "
                     "requests, {} answered 503 for the core ({} core disconnects); {} lent by "
-                    "the core, {} of it sent by reference",
+                    "the core, {} of it sent by reference; {} connections, {} taken from a "
+                    "neighbour worker's listener",
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
-                    st.core_disconnects, HumanSize(st.bytes_lent),
-                    HumanSize(st.bytes_by_reference));
+                    st.core_disconnects, HumanSize(st.bytes_lent), HumanSize(st.bytes_by_reference),
+                    st.accepted, st.accepted_for_neighbour);
   }
   if (rs) {
     const auto& st = rs->stats();

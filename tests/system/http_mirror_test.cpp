@@ -11,9 +11,11 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -151,6 +153,43 @@ TEST_P(HttpMirror, ParallelMissesOnSeveralWorkersMakeOneOriginRequest) {
   EXPECT_NE(core_->Output().find("'goblin-gateway-http-2'"), std::string::npos)
       << "every worker has its own core connection\n"
       << core_->Output();
+}
+
+// Workers also accept from their neighbour's listener (EPOLLEXCLUSIVE: whichever is awake
+// or first takes the connection): every connection is answered once, by one worker, and the
+// exit log counts each connection once, however many were taken by the neighbour.
+TEST_P(HttpMirror, WorkersTakingTheirNeighboursConnectionsAnswerEachOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "3"}));
+  const std::string path = "/gen/64K/neighbours";
+  const std::string want = Origin(path);
+  constexpr int kConnections = 150;
+  std::vector<std::thread> clients;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 3; ++t) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < kConnections / 3; ++i) {
+        std::string got = test::RawExchange(
+            port_,
+            fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path));
+        size_t at = got.find("\r\n\r\n");
+        if (got.rfind("HTTP/1.1 200", 0) == 0 && at != std::string::npos &&
+            got.substr(at + 4) == want)
+          ++good;
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(good.load(), kConnections);
+  gateway_->Signal(SIGTERM);
+  ASSERT_EQ(gateway_->Wait(10s), 0);
+  std::string log = gateway_->Output();
+  std::smatch m;
+  static const std::regex re(R"((\d+) connections, (\d+) taken from a neighbour)");
+  ASSERT_TRUE(std::regex_search(log, m, re)) << log;
+  EXPECT_EQ(std::stol(m[1]), kConnections) << log;
+  EXPECT_LE(std::stol(m[2]), kConnections) << log;
+  std::printf("[ neighbours ] %s of %s connections taken from a neighbour's listener\n",
+              m[2].str().c_str(), m[1].str().c_str());
 }
 
 TEST_P(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {

@@ -78,10 +78,15 @@ struct HttpServerOptions {
   // response's first rounds write less (64 KiB, doubling up to this). 0: no limit (until
   // the socket is full).
   uint64_t write_chunk = 1 << 20;
+  // With several workers: each also takes connections from its neighbour's listener
+  // (AcceptAlsoFrom), so one that is awake does not leave a connection waiting for a
+  // sleeping sibling's wake-up.
+  bool accept_from_neighbour = true;
 };
 
 struct HttpStats {
   uint64_t accepted = 0, requests = 0, hits = 0, misses = 0, passes = 0, coalesced = 0;
+  uint64_t accepted_for_neighbour = 0;  // of `accepted`: from the neighbour's listener
   uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
   uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
   uint64_t bytes_by_reference = 0;  // lent bytes sent with sendfile from the pool (no copy)
@@ -99,6 +104,13 @@ class HttpServer {
   VoidResult Run(int stop_fd);
   const HttpStats& stats() const;
   int port() const;
+  // Its listening socket (SO_REUSEPORT: one per worker).
+  int listen_fd() const;
+  // Before Run: also accept connections from `fd`, another worker's listener (which must
+  // outlive this worker's Run). Registered with EPOLLEXCLUSIVE: a connection queued there
+  // wakes its owner and at most this one of the sleeping, and whichever is first takes it;
+  // an awake worker takes it at its next round.
+  VoidResult AcceptAlsoFrom(int fd);
 
  private:
   class Impl;
