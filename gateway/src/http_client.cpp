@@ -34,7 +34,6 @@ void HttpServer::Impl::Accept(int listen_fd) {
     int fd =
         accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    if (neighbours) ++stats_.accepted_for_neighbour;
     if (conns_.size() >= options_.max_clients) {
       close(fd);
       continue;
@@ -57,11 +56,13 @@ void HttpServer::Impl::Accept(int listen_fd) {
       Conn& ref = *c;
       conns_.emplace(c->id, std::move(c));
       ++stats_.accepted;
+      stats_.accepted_for_neighbour += neighbours;
       PostRecv(ref);
       continue;
     }
     if (!EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c->id)) continue;
     ++stats_.accepted;
+    stats_.accepted_for_neighbour += neighbours;
     Conn& ref = *c;
     conns_.emplace(c->id, std::move(c));
     // Accepted once its first bytes arrived (TCP_DEFER_ACCEPT): read and answer them now.
@@ -277,8 +278,8 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
                                                  std::max<uint64_t>(kRampBytes, c.response_sent));
   size_t written = 0;
   while (!c.out.empty()) {
-    if (written >= budget) {  // others' turn: the rest in the next round
-      next_round_.push_back(c.id);
+    if (written >= budget) {                         // others' turn: the rest in the next round
+      if (!c.epollout) next_round_.push_back(c.id);  // (else its EPOLLOUT brings it back)
       return;
     }
     ssize_t n;

@@ -192,6 +192,46 @@ TEST_P(HttpMirror, WorkersTakingTheirNeighboursConnectionsAnswerEachOnce) {
               m[2].str().c_str(), m[1].str().c_str());
 }
 
+// The listener defers accept until a request's first bytes are in (TCP_DEFER_ACCEPT, 1 s):
+// a client that connects and says nothing past that, then asks, is still answered, and so
+// is one that sends its request in two parts; the next connection is served as usual.
+TEST_P(HttpMirror, AClientThatSpeaksLateOrInPartsIsAnswered) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string path = "/gen/4K/late-speaker";
+  const std::string want = Origin(path);
+  const std::string req =
+      fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+  auto read_all = [](int fd) {
+    std::string out;
+    char buf[65536];
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;)
+      out.append(buf, static_cast<size_t>(n));
+    close(fd);
+    return out;
+  };
+  auto body_of = [](const std::string& r) {
+    size_t at = r.find("\r\n\r\n");
+    return at == std::string::npos ? std::string() : r.substr(at + 4);
+  };
+  int fd = test::ConnectLoopback(port_);
+  ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(1500ms);  // (past the deferral)
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string late = read_all(fd);
+  EXPECT_EQ(late.rfind("HTTP/1.1 200", 0), 0u) << late.substr(0, 200);
+  EXPECT_TRUE(body_of(late) == want) << "the late speaker's bytes differ";
+  fd = test::ConnectLoopback(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(send(fd, req.data(), 10, MSG_NOSIGNAL), 10);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(send(fd, req.data() + 10, req.size() - 10, MSG_NOSIGNAL),
+            static_cast<ssize_t>(req.size() - 10));
+  std::string parts = read_all(fd);
+  EXPECT_TRUE(body_of(parts) == want) << parts.substr(0, 200);
+  std::string next = test::RawExchange(port_, req);
+  EXPECT_TRUE(body_of(next) == want) << next.substr(0, 200);
+}
+
 TEST_P(HttpMirror, ARangeOnAMissIsAnsweredAtOnceWhileTheObjectFills) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::string want = Origin("/gen/2M/late");
