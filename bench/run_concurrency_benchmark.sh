@@ -26,7 +26,9 @@
 # CONNS ("1 16 64 256 1024"), ROUNDS (3), TURN_SECONDS (2) or PASSES per turn (unset),
 # SMALL_OBJECTS (4000), LARGE_OBJECTS (12), THREADS (client loops, 2), GOBLIN_ARGS,
 # GOBLIN_MEMORY (the RAM pool: small 1G, large 4G; nginx and Varnish use the page cache,
-# which holds either corpus), PORT (8080), ORIGIN_PORT (18080),
+# which holds either corpus), HUGEPAGES (auto: reserve 2 MiB HugeTLB pages for each goblin
+# pool of the mix, as a deployment does with the Ansible role's goblin_hugepages_2m, and give
+# them back after; off: none, the pool then uses 4 KiB pages), PORT (8080), ORIGIN_PORT (18080),
 # OUT (var/bench/concurrency-<time>), BUILD_DIR (build/release).
 set -euo pipefail
 
@@ -41,6 +43,7 @@ THREADS=${THREADS:-2}
 GOBLIN_ARGS=${GOBLIN_ARGS:-}
 GOBLIN_MEMORY=${GOBLIN_MEMORY:-}
 ROUNDS=${ROUNDS:-3}
+HUGEPAGES=${HUGEPAGES:-auto}
 TURN_SECONDS=${TURN_SECONDS:-2}
 PORT=${PORT:-8080}
 ORIGIN_PORT=${ORIGIN_PORT:-18080}
@@ -63,7 +66,9 @@ chmod 755 "$RUN"  # varnishd's and nginx's workers run as their own users
 # shellcheck source=bench/cache_bench_lib.sh
 . "$ROOT/bench/cache_bench_lib.sh"
 PIDS=()
-stop_all() { stop_pids; }
+HP_FILE=/proc/sys/vm/nr_hugepages
+HP_BEFORE=$(cat "$HP_FILE")
+stop_all() { stop_pids; [ -w "$HP_FILE" ] && echo "$HP_BEFORE" > "$HP_FILE" 2>/dev/null || true; }
 trap 'stop_all; rm -rf "$RUN"' EXIT
 
 if [ "$BUILD" = 1 ]; then
@@ -129,6 +134,15 @@ for mix in $MIXES; do
   else load=(--seconds "$TURN_SECONDS") turn="${TURN_SECONDS} s"; fi
   memory=${GOBLIN_MEMORY:-$([ "$mix" = small ] && echo 1G || echo 4G)}
   say "== mix $mix: $NOBJ objects, $((BYTES >> 20)) MiB; $ROUNDS rounds of $turn per connection count; goblin --memory $memory"
+  if [ "$HUGEPAGES" = auto ] && [ -w "$HP_FILE" ]; then
+    # Each goblin pool: --memory in 2 MiB pages and a little for its I/O buffers.
+    ngoblin=0
+    for c in $CACHES; do [ "${c%%-*}" != goblin ] || ngoblin=$((ngoblin + 1)); done
+    mib=$($PY -c 'import sys; s=sys.argv[1].upper(); u={"K":1/1024,"M":1,"G":1024,"T":1<<20}; print(int(float(s[:-1])*u[s[-1]]) if s[-1] in u else int(s)>>20)' "$memory")
+    want=$((HP_BEFORE + ngoblin * (mib / 2 + 64)))
+    echo "$want" > "$HP_FILE" 2>/dev/null || true
+    say "HugeTLB: asked for $want 2 MiB pages, got $(cat "$HP_FILE") ($ngoblin goblin pool(s) of $memory)"
+  fi
   declare -A CACHE_PORT=() ORIGIN_LOG=() CPID=() WARM=()
   i=0
   for cache in $CACHES; do
