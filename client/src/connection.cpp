@@ -70,6 +70,8 @@ Result<std::unique_ptr<Connection>> Connection::Open(std::string_view target_tex
   to.ring_bytes = options.ring_bytes;
   to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kClient);
   to.timeout = options.timeout;
+  to.spin = options.spin;
+  to.spin_yield = options.spin_yield;
   GOBLIN_ASSIGN_OR_RETURN(auto transports,
                           ConnectShards(target.kind == Target::Kind::kUcx, target.address, to));
   for (auto& t : transports) {
@@ -640,7 +642,8 @@ Result<bool> Connection::ReadHead(const HeadDescriptor& d, std::span<uint8_t> ds
 }
 
 Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
-                                               uint64_t offset, uint64_t length, bool follow_fill) {
+                                               uint64_t offset, uint64_t length, bool follow_fill,
+                                               const MetaHook& on_meta) {
   Link& l = LinkFor(key);
   if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
     if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
@@ -670,6 +673,7 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
       }
       have_info = true;
       m = MetaOf(*info);
+      if (m.found && on_meta) on_meta(m);
       return !m.found;  // a miss ends the exchange; a hit is followed by ObjectData
     }
     if (t == wire::LoanDecoder::kTemplateId) {

@@ -97,6 +97,8 @@ Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,
   ro.peer_kind = options.peer_kind;
   ro.connect_timeout = options.timeout;
   ro.shard = options.shard;
+  ro.spin = options.spin;
+  ro.spin_yield = options.spin_yield;
   GOBLIN_ASSIGN_OR_RETURN(auto r, ring::RingClient::Connect(socket_path, ro));
   return std::unique_ptr<Transport>(new RingTransport(std::move(r)));
 }
@@ -109,6 +111,8 @@ Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
   uo.peer_kind = options.peer_kind;
   uo.timeout = options.timeout;
   uo.shard = options.shard;
+  uo.busy_poll = options.spin;
+  uo.spin_yield = options.spin_yield;
   GOBLIN_ASSIGN_OR_RETURN(auto u, verbs::UcxClient::Connect(host_port, uo));
   return std::unique_ptr<Transport>(new UcxTransport(std::move(u)));
 #else

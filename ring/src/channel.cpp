@@ -1,5 +1,7 @@
 #include "goblin/ring/channel.h"
 
+#include <sched.h>
+
 #include <emmintrin.h>
 #include <poll.h>
 
@@ -72,20 +74,24 @@ void RingChannel::FinishSleep() {
 }
 
 bool RingChannel::Wait(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout,
-                       bool want_space, int also_fd) {
+                       bool want_space, int also_fd, bool spin_yield) {
   const uint64_t start = MonotonicNanos();
   const uint64_t spin_until = start + static_cast<uint64_t>(spin.count());
   const uint64_t deadline = start + static_cast<uint64_t>(timeout.count());
   const uint32_t space_goal = capacity_ / 2;
   auto ready = [&] { return rx_.HasData() || (want_space && tx_.FreeSpace() >= space_goal); };
-  // Bounded spin: check the clock only every 64 pauses.
+  // Bounded spin: check the clock only every 64 pauses (every yield: each is a system call).
   for (uint32_t i = 0;; ++i) {
     if (ready()) return true;
-    if ((i & 63) == 0) {
+    if (spin_yield || (i & 63) == 0) {
       uint64_t now = MonotonicNanos();
       if (now >= spin_until || now >= deadline) break;
     }
-    _mm_pause();
+    if (spin_yield) {
+      sched_yield();
+    } else {
+      _mm_pause();
+    }
   }
   if (mode_ == WakeMode::kBusyPoll) {
     while (MonotonicNanos() < deadline) {

@@ -102,13 +102,14 @@ VoidResult RingClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecon
     if (now >= deadline)
       return Err(StatusCode::kTimeout, "the core did not drain the ring in time");
     channel_.Wait(options_.spin, std::chrono::nanoseconds(deadline - now), /*want_space=*/true,
-                  sock_.get());
+                  sock_.get(), options_.spin_yield);
   }
 }
 
 Result<bool> RingClient::Wait(std::chrono::nanoseconds timeout) {
   if (channel_.HasData()) return true;
-  bool woke = channel_.Wait(options_.spin, timeout, /*want_space=*/false, sock_.get());
+  bool woke =
+      channel_.Wait(options_.spin, timeout, /*want_space=*/false, sock_.get(), options_.spin_yield);
   if (channel_.HasData()) return true;
   GOBLIN_RETURN_IF_ERROR(CheckAlive());
   return woke && channel_.HasData();

@@ -1,5 +1,7 @@
 #include "goblin/verbs/ucx_client.h"
 
+#include <sched.h>
+
 #include <unistd.h>
 
 #include <cstring>
@@ -375,7 +377,10 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     uint64_t now = MonotonicNanos();
     if (now >= end) return false;
-    if (now < spin_until) continue;  // poll a little before paying for a wake-up
+    if (now < spin_until) {  // poll a little before paying for a wake-up
+      if (options_.spin_yield) sched_yield();
+      continue;
+    }
     worker_->WaitForEvents(std::chrono::nanoseconds(end - now));
   }
 }

@@ -44,6 +44,13 @@ struct ConnectOptions {
   // (the sink sees spans into that memory); false: every byte is copied through the ring.
   // Ring plane only (the UCX plane copies).
   bool zero_copy = true;
+  // Waiting for the core's answer: poll this long before sleeping (on the ring's doorbell or
+  // the UCX worker's event fd), and while polling give the CPU away (sched_yield) so that a
+  // core shard or another thread with work on the same CPU runs meanwhile. A client on a CPU
+  // of its own (no core shard, no other busy thread there) sets spin_yield = false for the
+  // lowest latency; `spin` 0 sleeps at once.
+  std::chrono::nanoseconds spin = std::chrono::microseconds(50);
+  bool spin_yield = true;
 };
 
 class Connection {
@@ -81,9 +88,13 @@ class Connection {
   // Streams object bytes [offset, offset + length) to `sink` in order. A miss returns
   // found = false without calling the sink. With `follow_fill`, a key being filled is
   // streamed as the fill grows (filling = true); Aborted if that fill is abandoned.
+  // `on_meta` (if given) sees the object's metadata when the core's answer arrives, before
+  // the first byte reaches the sink (as an HTTP client sees a response's headers); not on a miss.
   using Sink = std::function<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
+  using MetaHook = std::function<void(const ObjectMeta&)>;
   Result<ObjectMeta> Get(std::string_view key, const Sink& sink, uint64_t offset = 0,
-                         uint64_t length = UINT64_MAX, bool follow_fill = false);
+                         uint64_t length = UINT64_MAX, bool follow_fill = false,
+                         const MetaHook& on_meta = {});
   Result<bool> Delete(std::string_view key);
   // Stores the file at `path` (its size announced) under `key`.
   Result<uint64_t> PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns = 0,

@@ -72,6 +72,8 @@ struct TransportOptions {
   uint32_t ring_bytes = 4096;
   std::chrono::milliseconds timeout{5000};
   uint16_t shard = 0;
+  std::chrono::nanoseconds spin = std::chrono::microseconds(50);  // before sleeping
+  bool spin_yield = true;  // give the CPU away while spinning
 };
 
 Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,

@@ -104,10 +104,12 @@ class RingChannel {
   void FinishSleep();
 
   // Blocks until a record is readable, the peer frees space (when want_space), `also_fd`
-  // is readable (e.g. the liveness socket), or the timeout passes. Spins for `spin` first.
-  // Returns true when the wait ended for a reason other than the timeout.
+  // is readable (e.g. the liveness socket), or the timeout passes. Spins for `spin` first,
+  // pausing between checks, or with `spin_yield` giving the CPU away (sched_yield) so that a
+  // thread with work on the same CPU (the core's shard, on a machine whose CPUs are shared)
+  // runs meanwhile. Returns true when the wait ended for a reason other than the timeout.
   bool Wait(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout, bool want_space,
-            int also_fd);
+            int also_fd, bool spin_yield = false);
 
   RingProducer& producer() { return tx_; }
   RingConsumer& consumer() { return rx_; }

@@ -28,6 +28,7 @@ struct ClientOptions {
   std::string name = "goblin-client";
   WakeMode wake = WakeMode::kSpinThenSleep;
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
+  bool spin_yield = false;  // give the CPU away while spinning (RingChannel::Wait)
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
   uint16_t shard = 0;  // the core shard to reach (Welcome: shard_count())
 };

@@ -28,8 +28,10 @@ struct UcxClientOptions {
   uint32_t max_message = 256 << 10;
   size_t send_window = 1 << 20;  // bytes in flight before TrySend says "full"
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
-  // Wait() polls the worker this long before arming it and sleeping (0: sleep at once).
+  // Wait() polls the worker this long before arming it and sleeping (0: sleep at once),
+  // with `spin_yield` giving the CPU away between polls (sched_yield).
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
+  bool spin_yield = false;
   uint16_t shard = 0;  // the core shard this endpoint is for (its listener must serve it)
 };
 

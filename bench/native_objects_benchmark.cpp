@@ -1,0 +1,202 @@
+// native_objects_benchmark: the native plane in the seed system's form (issue #21). Exact
+// OBJECT_SIZE objects held in the core's RAM heads, read in a fixed-seed key order:
+//   native_objects_benchmark --target unix:PATH|ucx://HOST:PORT [--objects 256]
+//       [--object-size 256K] [--samples 5000] [--connections 1,2,4,8] [--seconds 3]
+//       [--seed 42] [--label L] [--no-store] [--keep]
+//   1. stores OBJECTS objects under bench/o/NNNNN (each byte a function of the key's index
+//      and the offset, so a wrong object or offset is seen; --no-store: a run with --keep
+//      stored them, e.g. before the core restarted), then reads each once;
+//   2. serial: one connection, SAMPLES gets one after another; per get the time to the
+//      response header (the core's ObjectInfo, Connection::Get's on_meta), to the payload
+//      being ready (the first sink call) and to completion (the last byte), all percentiles;
+//   3. throughput: for each N in CONNECTIONS, N threads each with its own Connection run
+//      gets back to back for SECONDS (closed loop, each its own seeded order): aggregate
+//      MB/s and Gbit/s of payload, gets/s, completion p50/p99.
+// Every get's length is checked and its bytes spot-checked (every 4 KiB and both ends:
+// checking each byte would measure the check). Prints Markdown rows; the caller chooses
+// UCX_TLS for ucx:// targets (bench/native_objects_benchmark.sh runs ucx_perftest beside it).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/stats.h"
+#include "goblin/client/connection.h"
+#include "goblin/common/cli.h"
+#include "goblin/common/clock.h"
+
+namespace {
+
+using namespace goblin;
+
+uint8_t ObjectByte(uint32_t object, uint64_t i) {
+  return static_cast<uint8_t>(((i + object * 0x9e3779b1ull) * 2654435761u) >> 13);
+}
+
+std::string KeyOf(uint32_t object) { return fmt::format("bench/o/{:05d}", object); }
+
+struct Times {
+  uint64_t header_ns = 0, ready_ns = 0, done_ns = 0;
+};
+
+// One verified get of `object`: times from t0, or an error.
+Result<Times> ReadObject(client::Connection& c, uint32_t object, uint64_t size) {
+  Times t;
+  uint64_t t0 = MonotonicNanos(), got = 0;
+  bool ok = true;
+  auto m = c.Get(
+      KeyOf(object),
+      [&](uint64_t off, std::span<const uint8_t> b) {
+        if (got == 0) t.ready_ns = MonotonicNanos() - t0;
+        for (size_t i = 0; i < b.size(); i += 4096) ok &= b[i] == ObjectByte(object, off + i);
+        ok &= b.empty() || b.back() == ObjectByte(object, off + b.size() - 1);
+        got += b.size();
+        return VoidResult();
+      },
+      0, UINT64_MAX, false,
+      [&](const client::Connection::ObjectMeta&) { t.header_ns = MonotonicNanos() - t0; });
+  t.done_ns = MonotonicNanos() - t0;
+  if (!m) return Err(m.error());
+  if (!m->found) return Err(StatusCode::kNotFound, "{} is not stored", KeyOf(object));
+  if (!ok || got != size) {
+    return Err(StatusCode::kCorruption, "{}: {} bytes of {}, or bytes differ from what was stored",
+               KeyOf(object), got, size);
+  }
+  return t;
+}
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "native_objects_benchmark: %s\n", what.c_str());
+  return 1;
+}
+
+std::string Row(const bench::Summary& s) {
+  return fmt::format("{:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f}", s.min, s.p50, s.p90,
+                     s.p99, s.p999, s.max);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("native_objects_benchmark: exact-size RAM-head objects over one plane",
+               "native_objects_benchmark");
+  std::string target, label, connections = "1,2,4,8";
+  uint64_t object_size = 256 << 10;
+  uint32_t objects = 256;
+  uint64_t seed = 42;
+  int samples = 5000;
+  double seconds = 3;
+  app.add_option("--target", target, "unix:PATH or ucx://HOST:PORT (libgoblin)")->required();
+  app.add_option("--objects", objects, "How many objects")->capture_default_str();
+  AddSizeOption(app, "--object-size", &object_size, "Each object's size");
+  app.add_option("--samples", samples, "Serial gets")->capture_default_str();
+  app.add_option("--connections", connections, "Throughput: connection counts, comma-separated")
+      ->capture_default_str();
+  app.add_option("--seconds", seconds, "Throughput: seconds per connection count")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "Key order seed")->capture_default_str();
+  app.add_option("--label", label, "Row label");
+  bool no_store = false, keep = false;
+  app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
+  app.add_flag("--keep", keep, "Leave the objects stored at the end");
+  if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (label.empty()) label = target;
+  const client::ConnectOptions copts{.name = "native_objects_benchmark"};
+
+  auto conn = client::Connection::Open(target, copts);
+  if (!conn) return Fail(fmt::format("{}: {}", target, conn.error().ToString()));
+  client::Connection& c = **conn;
+  std::vector<uint8_t> body(object_size);
+  for (uint32_t o = 0; o < objects && !no_store; ++o) {
+    for (uint64_t i = 0; i < object_size; ++i) body[i] = ObjectByte(o, i);
+    if (auto r = c.Put(KeyOf(o), body); !r) {
+      return Fail(fmt::format("put {}: {}", KeyOf(o), r.error().ToString()));
+    }
+  }
+  for (uint32_t o = 0; o < objects; ++o) {  // each read once (and checked) before timing
+    if (auto r = ReadObject(c, o, object_size); !r) return Fail(r.error().ToString());
+  }
+
+  // Serial: one get at a time in a fixed-seed order.
+  std::mt19937_64 rng(seed);
+  std::vector<double> header_us, ready_us, done_us;
+  for (int i = 0; i < samples; ++i) {
+    auto object = static_cast<uint32_t>(rng() % objects);
+    auto r = ReadObject(c, object, object_size);
+    if (!r) return Fail(r.error().ToString());
+    header_us.push_back(static_cast<double>(r->header_ns) / 1e3);
+    ready_us.push_back(static_cast<double>(r->ready_ns) / 1e3);
+    done_us.push_back(static_cast<double>(r->done_ns) / 1e3);
+  }
+  fmt::print("\n{}: one connection, {} gets of {}-byte objects one after another (us)\n\n", label,
+             samples, object_size);
+  fmt::print("| time to | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("| response header | {} |\n", Row(bench::Summarize(header_us)));
+  fmt::print("| payload ready | {} |\n", Row(bench::Summarize(ready_us)));
+  fmt::print("| complete | {} |\n", Row(bench::Summarize(done_us)));
+
+  // Throughput: N connections, closed loop.
+  fmt::print("\n{}: N connections, gets back to back for {} s each\n\n", label, seconds);
+  fmt::print("| connections | MB/s | Gbit/s | gets/s | complete p50 (us) | p99 (us) |\n"
+             "|---:|---:|---:|---:|---:|---:|\n");
+  std::stringstream list(connections);
+  for (std::string item; std::getline(list, item, ',');) {
+    const int n = std::stoi(item);
+    std::vector<std::unique_ptr<client::Connection>> conns;
+    for (int k = 0; k < n; ++k) {
+      auto cn = client::Connection::Open(target, copts);
+      if (!cn) return Fail(fmt::format("{}: {}", target, cn.error().ToString()));
+      conns.push_back(std::move(*cn));
+    }
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::vector<double>> lat(static_cast<size_t>(n));
+    std::vector<uint64_t> bytes(static_cast<size_t>(n), 0);
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    uint64_t start = 0, stop_at = 0;
+    std::vector<std::thread> threads;
+    for (int k = 0; k < n; ++k) {
+      threads.emplace_back([&, k] {
+        std::mt19937_64 r(seed + 1 + static_cast<uint64_t>(k));
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        do {  // (at least one get per connection, however short the turn)
+          auto object = static_cast<uint32_t>(r() % objects);
+          auto t = ReadObject(*conns[static_cast<size_t>(k)], object, object_size);
+          if (!t) {
+            errors[static_cast<size_t>(k)] = t.error().ToString();
+            return;
+          }
+          bytes[static_cast<size_t>(k)] += object_size;
+          lat[static_cast<size_t>(k)].push_back(static_cast<double>(t->done_ns) / 1e3);
+        } while (MonotonicNanos() < stop_at);
+      });
+    }
+    while (ready.load() < n) std::this_thread::yield();
+    start = MonotonicNanos();
+    stop_at = start + static_cast<uint64_t>(seconds * 1e9);
+    go.store(true, std::memory_order_release);
+    for (auto& t : threads) t.join();
+    const double secs = static_cast<double>(MonotonicNanos() - start) / 1e9;
+    std::vector<double> all;
+    uint64_t total = 0;
+    for (int k = 0; k < n; ++k) {
+      if (!errors[static_cast<size_t>(k)].empty()) {
+        return Fail(fmt::format("{} connections: {}", n, errors[static_cast<size_t>(k)]));
+      }
+      total += bytes[static_cast<size_t>(k)];
+      all.insert(all.end(), lat[static_cast<size_t>(k)].begin(), lat[static_cast<size_t>(k)].end());
+    }
+    auto s = bench::Summarize(all);
+    fmt::print("| {} | {:.0f} | {:.2f} | {:.0f} | {:.1f} | {:.1f} |\n", n,
+               static_cast<double>(total) / secs / 1e6, static_cast<double>(total) * 8 / secs / 1e9,
+               static_cast<double>(s.count) / secs, s.p50, s.p99);
+    std::fflush(stdout);
+  }
+  for (uint32_t o = 0; o < objects && !keep; ++o) (void)c.Delete(KeyOf(o));
+  return 0;
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The native plane in the seed system's form (issue #21), each transport beside its own
+# ceiling in the same run: for every transport in TRANSPORTS
+#   ucx_perftest ucp_am_lat (16 B; one-way latency, the round trip is twice it) and
+#   ucp_put_bw (OBJECT_SIZE) on that transport, then bench/native_objects_benchmark against
+#   one goblin-core: exact OBJECT_SIZE objects in RAM heads, a fixed-seed key order, one
+#   connection serial (response header, payload ready, complete: all percentiles), then
+#   CONNECTIONS connections closed-loop throughput.
+#   bench/native_objects_benchmark.sh [--no-build]
+# Transports: tcp (UCX_TLS=tcp), shm (UCX_TLS=sm: posix/sysv/cma; tcp only for the core's
+# listener), rc (UCX_TLS=rc_verbs: needs an RDMA device, e.g. the Soft-RoCE guest of
+# tests/rdma/rxe_vm.sh), ring (goblin's own shared-memory rings; no ucx_perftest peer).
+# Environment (defaults): TRANSPORTS ("tcp shm ring"), OBJECTS (256), OBJECT_SIZE (256K),
+# SAMPLES (5000), CONNECTIONS (1,2,4,8), TURN_SECONDS (3: per connection count), PERF_ITERS (20000), CORE_ARGS (extra
+# goblin-core options), NET_DEVICES (lo), BUILD_DIR (build/release),
+# OUT (var/bench/native-objects-<time>). Results: OUT/results.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
+TRANSPORTS=${TRANSPORTS:-"tcp shm ring"}
+OBJECTS=${OBJECTS:-256}
+OBJECT_SIZE=${OBJECT_SIZE:-256K}
+SAMPLES=${SAMPLES:-5000}
+CONNECTIONS=${CONNECTIONS:-1,2,4,8}
+TURN_SECONDS=${TURN_SECONDS:-3}
+PERF_ITERS=${PERF_ITERS:-20000}
+CORE_ARGS=${CORE_ARGS:-}
+NET_DEVICES=${NET_DEVICES:-lo}
+OUT=${OUT:-$ROOT/var/bench/native-objects-$(date -u +%Y%m%d-%H%M%S)}
+[ "${1:-}" = "--no-build" ] ||
+  cmake --build "$BUILD_DIR" --target goblin-core native_objects_benchmark >/dev/null
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)" >&2; exit 1; }
+mkdir -p "$OUT"
+RUN=$(mktemp -d /tmp/goblin-native-objects.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 0.3
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$RUN"
+}
+trap cleanup EXIT
+wait_for() { for _ in $(seq 300); do eval "$1" && return 0; sleep 0.1; done; return 1; }
+size_bytes=$(numfmt --from=iec "$OBJECT_SIZE")
+export UCX_NET_DEVICES=$NET_DEVICES UCX_WARN_UNUSED_ENV_VARS=n
+export UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y
+
+ucx_tls() {  # transport -> UCX_TLS
+  case $1 in
+    tcp) echo tcp ;;
+    shm) echo sm,tcp ;;
+    rc) echo rc_verbs,tcp ;;
+    *) echo "" ;;
+  esac
+}
+
+# ucx_perftest TEST SIZE on transport TLS: prints the "Final:" line's fields.
+perftest() {  # tls test size
+  local tls=$1 test=$2 size=$3 port=$((13337 + RANDOM % 1000)) out
+  UCX_TLS=$tls ucx_perftest -p "$port" > "$RUN/perf-server.out" 2>&1 &
+  local server=$!
+  sleep 0.5
+  out=$(UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" \
+        -n "$PERF_ITERS" 2>&1 | tee -a "$OUT/perftest.log" | sed -n 's/^Final:\s*//p')
+  wait "$server" 2>/dev/null || true
+  echo "$out"
+}
+
+"$BUILD_DIR/core/goblin-core" --prepare "$RUN/tier" > /dev/null
+# Every object whole in a RAM head: heads and blocks of the object size at least.
+head=$(( size_bytes > 262144 ? size_bytes : 262144 ))
+UCX_TLS=all "$BUILD_DIR/core/goblin-core" --listen-unix "$RUN/core.sock" --ssd-dir "$RUN/tier" \
+  --memory 1G --block "$head" --ram-head "$head" --rdma-listen 127.0.0.1:0 \
+  --rdma-max-message 1M --cores 1 $CORE_ARGS > "$RUN/core.log" 2>&1 &
+PIDS+=($!)
+wait_for "grep -q 'UCX plane listening' $RUN/core.log" || { cat "$RUN/core.log"; exit 1; }
+UCX_PORT=$(sed -n 's/.*UCX plane listening on .* (port \([0-9]*\)).*/\1/p' "$RUN/core.log")
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD) $CORE_ARGS"
+  echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
+  echo "ucx: $(ucx_info -v | sed -n 's/# Version //p')"
+  echo "objects: $OBJECTS x $OBJECT_SIZE; samples $SAMPLES; connections $CONNECTIONS x ${TURN_SECONDS} s"
+} | tee "$OUT/machine.txt"
+
+B=$BUILD_DIR/bench/native_objects_benchmark
+for t in $TRANSPORTS; do
+  tls=$(ucx_tls "$t")
+  {
+    echo
+    echo "## $t"
+    if [ -n "$tls" ]; then
+      # Final: iterations, then for latency tests one-way us (p50 average overall), MB/s
+      # (average overall), msg/s (average overall).
+      lat=$(perftest "${tls%%,tcp}" ucp_am_lat 16)
+      bw=$(perftest "${tls%%,tcp}" ucp_put_bw "$size_bytes")
+      one_way=$(awk '{print $2}' <<< "$lat")
+      echo
+      echo "ucx_perftest on UCX_TLS=${tls%%,tcp}: ucp_am_lat 16 B one-way p50 $one_way us" \
+           "(round trip ~$(awk -v x="$one_way" 'BEGIN{printf "%.2f", 2 * x}') us);" \
+           "ucp_put_bw $OBJECT_SIZE $(awk '{print $6}' <<< "$bw") MB/s"
+      UCX_TLS=$tls "$B" --target "ucx://127.0.0.1:$UCX_PORT" --objects "$OBJECTS" \
+        --object-size "$OBJECT_SIZE" --samples "$SAMPLES" --connections "$CONNECTIONS" \
+        --seconds "$TURN_SECONDS" --label "native, UCX $t"
+    else
+      "$B" --target "unix:$RUN/core.sock" --objects "$OBJECTS" --object-size "$OBJECT_SIZE" \
+        --samples "$SAMPLES" --connections "$CONNECTIONS" --seconds "$TURN_SECONDS" \
+        --label "native, ring plane"
+    fi
+  } | tee -a "$OUT/results.md"
+done
+echo "results: $OUT/results.md"
