@@ -100,12 +100,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "Key order seed")->capture_default_str();
   app.add_option("--label", label, "Row label");
-  bool no_store = false, keep = false;
+  bool no_store = false, keep = false, pause_spin = false;
+  app.add_flag("--pause-spin", pause_spin,
+               "Clients spin with pause, not yielding (a client with a CPU of its own)");
   app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (label.empty()) label = target;
-  const client::ConnectOptions copts{.name = "native_objects_benchmark"};
+  const client::ConnectOptions copts{.name = "native_objects_benchmark",
+                                     .spin_yield = !pause_spin};
 
   auto conn = client::Connection::Open(target, copts);
   if (!conn) return Fail(fmt::format("{}: {}", target, conn.error().ToString()));

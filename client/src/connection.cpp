@@ -648,8 +648,10 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
   if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
     if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
   }
+  // Remote planes take the first bytes in the answer (one message less before the first byte).
   uint32_t flags = (follow_fill ? wire::kGetFollowFill : 0) |
-                   (options_.zero_copy && Mapped(l) ? wire::kGetLoans : 0);
+                   (options_.zero_copy && Mapped(l) ? wire::kGetLoans : 0) |
+                   (l.transport->local() ? 0 : wire::kGetFirstBytes);
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
                           SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
                             return wire::ObjectGetEncoder(b, cap)
@@ -673,8 +675,16 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
       }
       have_info = true;
       m = MetaOf(*info);
-      if (m.found && on_meta) on_meta(m);
-      return !m.found;  // a miss ends the exchange; a hit is followed by ObjectData
+      if (!m.found) return true;  // a miss ends the exchange; a hit is followed by ObjectData
+      if (on_meta) on_meta(m);
+      if (auto first = info->first_bytes_bytes(); !first.empty()) {
+        stats_.bytes_copied += first.size();
+        if (auto r = sink(offset, first); !r) {
+          sink_error = r.error();
+          return true;
+        }
+      }
+      return info->first_bytes_end() != 0;  // (else ObjectData follows)
     }
     if (t == wire::LoanDecoder::kTemplateId) {
       auto loan = wire::LoanDecoder::Decode(msg);

@@ -351,6 +351,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       std::optional<store::ObjectInfo> head_info;  // (ObjectHead's copy)
       const store::ObjectInfo* info = nullptr;     // (an ObjectGet's: its stream's)
       store::Store::StreamPtr stream;
+      const uint64_t get_start = get ? MonotonicNanos() : 0;
       if (get) {
         auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0);
         if (!r) return SendStatusError(session, corr, r.error());
@@ -389,8 +390,28 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           }
         }
       }
+      // The first bytes in the answer itself (kGetFirstBytes): peeked last, after every other
+      // store call (the span is valid until the next one).
+      uint64_t first_n = 0;
+      bool first_ends = false;
+      if (stream && (flags & wire::kGetFirstBytes) != 0) {
+        std::span<const uint8_t> bytes;
+        auto step = stream->Peek(&bytes);
+        if (step && *step == store::Store::Stream::Step::kData && !bytes.empty()) {
+          // (within the session's largest message, beside metadata of up to half of it)
+          first_n = std::min<uint64_t>({bytes.size(), kFirstInlineBytes, session.max_message() / 4});
+          first_ends = stream->end() != UINT64_MAX && stream->position() + first_n == stream->end();
+          oi.set_first_bytes_end(first_ends ? 1 : 0).set_first_bytes(bytes.first(first_n));
+        }
+      }
       if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
+      if (first_n > 0) {
+        stream->Consume(first_n);
+        counters_.bytes_out += first_n;
+        histograms_.get_first_piece.Record(MonotonicNanos() - get_start);
+        if (first_ends) return;
+      }
       reactor::Session* s = &session;
       bool lend = lenders_.count(session.id()) != 0 &&
                   ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
@@ -398,7 +419,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       d->correlation_id = corr;
       d->stream = std::move(stream);
       d->lend = lend;
-      d->started_ns = MonotonicNanos();
+      d->first_sent = first_n > 0;
+      d->started_ns = first_n > 0 ? 0 : MonotonicNanos();
       d->stream->SetReadyCallback([s, d] {
         d->ready = true;
         s->WantWritable(true);

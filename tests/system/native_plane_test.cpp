@@ -294,6 +294,49 @@ TEST_P(NativePlane, EveryWaitPolicyIsAnsweredWithManyConnectionsAtOnce) {
   EXPECT_EQ(calls, 0);
 }
 
+// The first bytes of a get ride in the core's answer on the UCX plane (kGetFirstBytes): objects
+// and ranges that end inside them, at their edge and just past it, whole or from an offset,
+// come back exact, and the get after each one sees only its own bytes (an answer that ends the
+// exchange leaves no ObjectData behind it).
+TEST_P(NativePlane, FirstBytesInTheAnswerEndExactlyAndLeaveNothingBehind) {
+  NativeCore nc(Tag("first"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  const std::vector<size_t> sizes{1, 100, 2047, 2048, 2049, 4096, 300000};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto data = Pattern(sizes[i], static_cast<uint8_t>(40 + i));
+    ASSERT_TRUE(c->Put(fmt::format("first/{}", i), data)) << sizes[i];
+  }
+  struct Case {
+    size_t object;
+    uint64_t offset, length;
+  };
+  std::vector<Case> cases;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    cases.push_back({i, 0, UINT64_MAX});
+    if (sizes[i] > 10) cases.push_back({i, 10, 7});  // a range inside the first bytes
+    if (sizes[i] > 2058) cases.push_back({i, 10, 2048});  // a range ending at their edge
+    if (sizes[i] > 2059) cases.push_back({i, 10, 2049});  // and one byte past it
+    if (sizes[i] > 5) cases.push_back({i, sizes[i] - 5, UINT64_MAX});  // the last bytes
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (const Case& k : cases) {
+      SCOPED_TRACE(fmt::format("object of {} bytes, offset {}, length {}", sizes[k.object],
+                               k.offset, k.length));
+      auto data = Pattern(sizes[k.object], static_cast<uint8_t>(40 + k.object));
+      uint64_t end = k.length == UINT64_MAX ? data.size() : std::min<uint64_t>(data.size(),
+                                                                               k.offset + k.length);
+      auto got = GetAll(*c, fmt::format("first/{}", k.object), k.offset, k.length);
+      ASSERT_TRUE(got) << got.error().ToString();
+      ASSERT_EQ(got->size(), end - k.offset);
+      EXPECT_TRUE(std::equal(got->begin(), got->end(), data.begin() + static_cast<long>(k.offset)));
+    }
+  }
+  // A miss after all that is a clean miss; a ping is answered.
+  EXPECT_EQ(GetAll(*c, "first/none").error().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c->Ping("after"));
+}
+
 // A writer that takes a lease and goes quiet: the core aborts the fill after --fill-timeout,
 // on every plane; the follower is told (Aborted), the key is free for the next writer, and
 // the stalled writer's commit fails.

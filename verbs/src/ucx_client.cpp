@@ -333,7 +333,9 @@ bool UcxClient::Deliverable() const {
 }
 
 Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) {
-  if (!Deliverable()) worker_->Progress();
+  // One step of progress: a message that is in is handed on before the worker takes in more
+  // (a reply's first bytes do not wait for the rendezvous of the rest behind them).
+  if (!Deliverable()) worker_->ProgressOnce();
   size_t n = 0;
   while (n < max && Pending()) {
     if (inbox_head_ == inbox_.size()) {  // take what arrived (both keep their capacity)
@@ -372,11 +374,12 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
   uint64_t spin_until = start + static_cast<uint64_t>(options_.busy_poll.count());
   for (;;) {
     if (Deliverable()) return true;
-    worker_->Progress();
+    const bool did = worker_->ProgressOnce();  // (see Poll)
     if (Deliverable()) return true;
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     uint64_t now = MonotonicNanos();
     if (now >= end) return false;
+    if (did) continue;       // more may be in: poll again at once
     if (now < spin_until) {  // poll a little before paying for a wake-up
       if (options_.spin_yield) sched_yield();
       continue;

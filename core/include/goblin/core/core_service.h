@@ -72,11 +72,14 @@ class CoreService : public reactor::Handler {
   static constexpr size_t kMaxDownloadsPerSession = 4096;
   // Loans one stream may have out (a slow reader behind a gateway holds only these).
   static constexpr uint32_t kMaxLoansPerDownload = 8;
-  // A remote session's first piece of a Get, copied inline (one eager fragment on UCX's tcp,
-  // shared-memory and verbs transports) before the rest goes by reference. 256 KiB objects,
-  // bench/native_objects_benchmark.sh: first payload byte p50 over tcp 33.9 us with 64 KiB
-  // inline, 18.5 with 8 KiB, 16.8 with 2 KiB; over shared memory 15.7, 4.3, 3.2 us; and
-  // every object complete sooner too (docs/benchmarks/native.md).
+  // A remote session's first piece of a Get: copied (in the ObjectInfo itself when the reader
+  // asks with kGetFirstBytes, else as an ObjectData of its own) before the rest goes by
+  // reference. One eager fragment on UCX's tcp, shared-memory and verbs transports, and all
+  // of an object of up to this size in one message. 256 KiB objects,
+  // bench/native_objects_benchmark.sh, first payload byte p50 as a message of its own: over
+  // tcp 33.9 us with 64 KiB, 18.5 with 8 KiB, 16.8 with 2 KiB; over shared memory 15.7, 4.3,
+  // 3.2 us; in the ObjectInfo: tcp 9.6 us (the header's time), shared memory 2.6 (512 B: 9.3
+  // and 2.1; docs/benchmarks/native.md).
   static constexpr uint64_t kFirstInlineBytes = 2 << 10;
 
   // `store` may be null (no disk tier): object requests then get an error saying so.

@@ -20,6 +20,11 @@ inline constexpr uint32_t kGetLoans = 1u << 1;
 // ObjectInfo (headEntry, headStamp, headOffset, headLength): the reader may serve the head
 // itself next time, validated by the stamp (goblin-gateway's local hits).
 inline constexpr uint32_t kGetDescribe = 1u << 2;
+// The reader takes the first bytes of the range in the ObjectInfo itself (firstBytes, at the
+// range's offset; firstBytesEnd when they are all of it): its first byte arrives with the
+// answer, not one message later. libgoblin asks on remote planes (UCX), where each message
+// is a send of its own; schema version 2.
+inline constexpr uint32_t kGetFirstBytes = 1u << 3;
 
 // Loan.segments.flags
 // The segment's bytes lie in a pool block whose pages are never rewritten while referenced

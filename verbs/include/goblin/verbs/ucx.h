@@ -52,6 +52,10 @@ class UcxWorker {
 
   // Progresses until nothing more happens now; returns how many times progress did work.
   size_t Progress();
+  // One ucp_worker_progress call: true when it did something. For a reader that hands each
+  // message on as it arrives (Progress() would first take in all that is there, a whole
+  // rendezvous included, before the first message is handed on).
+  bool ProgressOnce() { return ucp_worker_progress(worker_) != 0; }
   // Routes goblin messages (active message kAmMessage, delivered whole) to cb(arg, ...).
   VoidResult SetMessageHandler(ucp_am_recv_callback_t cb, void* arg);
   // An fd that becomes readable when the armed worker has events.
