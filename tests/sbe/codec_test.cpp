@@ -218,7 +218,9 @@ void ObjectCases() {
         .set_head_stamp(77)
         .set_head_offset(1ull << 33)
         .set_head_length(4 << 20)
-        .set_metadata("etag: x");
+        .set_first_bytes_end(1)
+        .set_metadata("etag: x")
+        .set_first_bytes(std::string_view("\x00\x01first", 7));
     auto d = RoundTrip<ObjectInfoDecoder>(b, e.Finish());
     EXPECT_EQ(d.status(), LookupStatus::kFilling);
     EXPECT_EQ(d.object_size(), 5ull << 30);
@@ -230,6 +232,8 @@ void ObjectCases() {
     EXPECT_EQ(d.head_offset(), 1ull << 33);
     EXPECT_EQ(d.head_length(), 4u << 20);
     EXPECT_EQ(d.metadata(), "etag: x");
+    EXPECT_EQ(d.first_bytes_end(), 1);
+    EXPECT_EQ(d.first_bytes(), std::string_view("\x00\x01first", 7));
   }
   {
     ObjectGetCancelEncoder e(b.data(), b.size());
@@ -437,7 +441,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x01, 0x00,  // blockLength 16, template 4, schema 7107, v1
+                               0x1b, 0x02, 0x00,  // blockLength 16, template 4, schema 7107, v2
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -455,7 +459,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x01, 0x00,  // blockLength 18, template 12, v1
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x02, 0x00,  // blockLength 18, template 12, v2
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId
