@@ -2,7 +2,7 @@
 // OBJECT_SIZE objects held in the core's RAM heads, read in a fixed-seed key order:
 //   native_objects_benchmark --target unix:PATH|ucx://HOST:PORT [--objects 256]
 //       [--object-size 256K] [--samples 5000] [--connections 1,2,4,8] [--seconds 3]
-//       [--seed 42] [--label L] [--no-store] [--keep]
+//       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--pause-spin]
 //   1. stores OBJECTS objects under bench/o/NNNNN (each byte a function of the key's index
 //      and the offset, so a wrong object or offset is seen; --no-store: a run with --keep
 //      stored them, e.g. before the core restarted), then reads each once;
@@ -11,7 +11,8 @@
 //      being ready (the first sink call) and to completion (the last byte), all percentiles;
 //   3. throughput: for each N in CONNECTIONS, N threads each with its own Connection run
 //      gets back to back for SECONDS (closed loop, each its own seeded order): aggregate
-//      MB/s and Gbit/s of payload, gets/s, completion p50/p99.
+//      MB/s and Gbit/s of payload, gets/s, completion p50/p99; with --window W each
+//      connection keeps W gets in flight (Connection::StartGet/WaitGets, out of order).
 // Every get's length is checked and its bytes spot-checked (every 4 KiB and both ends:
 // checking each byte would measure the check). Prints Markdown rows; the caller chooses
 // UCX_TLS for ucx:// targets (bench/native_objects_benchmark.sh runs ucx_perftest beside it).
@@ -22,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bench/stats.h"
@@ -69,6 +71,54 @@ Result<Times> ReadObject(client::Connection& c, uint32_t object, uint64_t size) 
   return t;
 }
 
+// Closed loop with `window` gets in flight on one connection (StartGet/WaitGets): a new get
+// starts as soon as one finishes, until `stop_at`; then the rest are drained. Each get's
+// bytes and length are checked; its completion time (from its start) goes to `lat`.
+VoidResult WindowedGets(client::Connection& c, std::mt19937_64& rng, uint32_t objects,
+                        uint64_t size, uint32_t window, uint64_t stop_at, uint64_t* bytes,
+                        std::vector<double>* lat) {
+  struct InFlight {
+    uint32_t object = 0;
+    uint64_t t0 = 0, got = 0;
+    bool ok = true;
+  };
+  std::unordered_map<uint64_t, std::shared_ptr<InFlight>> flying;
+  bool stopping = false;
+  for (;;) {
+    while (!stopping && flying.size() < window) {
+      auto f = std::make_shared<InFlight>();
+      f->object = static_cast<uint32_t>(rng() % objects);
+      f->t0 = MonotonicNanos();
+      GOBLIN_ASSIGN_OR_RETURN(
+          uint64_t id, c.StartGet(KeyOf(f->object), [f](uint64_t off, std::span<const uint8_t> b) {
+            for (size_t i = 0; i < b.size(); i += 4096) f->ok &= b[i] == ObjectByte(f->object, off + i);
+            f->ok &= b.empty() || b.back() == ObjectByte(f->object, off + b.size() - 1);
+            f->got += b.size();
+            return VoidResult();
+          }));
+      flying.emplace(id, std::move(f));
+    }
+    if (flying.empty()) return {};
+    GOBLIN_ASSIGN_OR_RETURN(auto done, c.WaitGets(std::chrono::seconds(5)));
+    if (done.empty()) return Err(StatusCode::kTimeout, "no get finished within 5 s");
+    const uint64_t now = MonotonicNanos();
+    for (auto& d : done) {
+      auto it = flying.find(d.id);
+      if (it == flying.end()) return Err(StatusCode::kInternal, "get {} finished twice", d.id);
+      const InFlight& f = *it->second;
+      if (!d.result) return Err(d.result.error());
+      if (!d.result->found || !f.ok || f.got != size) {
+        return Err(StatusCode::kCorruption, "{}: {} bytes of {}, or bytes differ", KeyOf(f.object),
+                   f.got, size);
+      }
+      *bytes += size;
+      lat->push_back(static_cast<double>(now - f.t0) / 1e3);
+      flying.erase(it);
+    }
+    stopping = now >= stop_at;
+  }
+}
+
 int Fail(const std::string& what) {
   std::fprintf(stderr, "native_objects_benchmark: %s\n", what.c_str());
   return 1;
@@ -101,6 +151,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Key order seed")->capture_default_str();
   app.add_option("--label", label, "Row label");
   bool no_store = false, keep = false, pause_spin = false;
+  uint32_t window = 1;
+  app.add_option("--window", window,
+                 "Throughput: gets in flight per connection (StartGet/WaitGets; 1: one at a time)")
+      ->capture_default_str();
   app.add_flag("--pause-spin", pause_spin,
                "Clients spin with pause, not yielding (a client with a CPU of its own)");
   app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
@@ -143,7 +197,8 @@ int main(int argc, char** argv) {
   fmt::print("| complete | {} |\n", Row(bench::Summarize(done_us)));
 
   // Throughput: N connections, closed loop.
-  fmt::print("\n{}: N connections, gets back to back for {} s each\n\n", label, seconds);
+  fmt::print("\n{}: N connections, {} get{} in flight on each, for {} s each\n\n", label, window,
+             window == 1 ? "" : "s", seconds);
   fmt::print("| connections | MB/s | Gbit/s | gets/s | complete p50 (us) | p99 (us) |\n"
              "|---:|---:|---:|---:|---:|---:|\n");
   std::stringstream list(connections);
@@ -167,6 +222,13 @@ int main(int argc, char** argv) {
         std::mt19937_64 r(seed + 1 + static_cast<uint64_t>(k));
         ready.fetch_add(1);
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        if (window > 1) {
+          auto e = WindowedGets(*conns[static_cast<size_t>(k)], r, objects, object_size, window,
+                                stop_at, &bytes[static_cast<size_t>(k)],
+                                &lat[static_cast<size_t>(k)]);
+          if (!e) errors[static_cast<size_t>(k)] = e.error().ToString();
+          return;
+        }
         do {  // (at least one get per connection, however short the turn)
           auto object = static_cast<uint32_t>(r() % objects);
           auto t = ReadObject(*conns[static_cast<size_t>(k)], object, object_size);

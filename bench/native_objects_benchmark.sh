@@ -13,7 +13,8 @@
 # Environment (defaults): TRANSPORTS ("tcp shm ring"), OBJECTS (256), OBJECT_SIZE (256K),
 # SAMPLES (5000), CONNECTIONS (1,2,4,8), TURN_SECONDS (3: per connection count), PERF_ITERS (20000), CORE_ARGS (extra
 # goblin-core options, e.g. "--cpus 0 --polling pause" for a core with a CPU of its own),
-# CLIENT_ARGS (e.g. --pause-spin: clients spin without yielding), NET_DEVICES (lo),
+# CLIENT_ARGS (e.g. --pause-spin: clients spin without yielding), WINDOW (1: gets in flight
+# per connection in the throughput rows), NET_DEVICES (lo),
 # BUILD_DIR (build/release),
 # OUT (var/bench/native-objects-<time>). Results: OUT/results.md.
 set -euo pipefail
@@ -28,6 +29,7 @@ TURN_SECONDS=${TURN_SECONDS:-3}
 PERF_ITERS=${PERF_ITERS:-20000}
 CORE_ARGS=${CORE_ARGS:-}
 CLIENT_ARGS=${CLIENT_ARGS:-}
+WINDOW=${WINDOW:-1}
 NET_DEVICES=${NET_DEVICES:-lo}
 OUT=${OUT:-$ROOT/var/bench/native-objects-$(date -u +%Y%m%d-%H%M%S)}
 [ "${1:-}" = "--no-build" ] ||
@@ -84,7 +86,7 @@ UCX_PORT=$(sed -n 's/.*UCX plane listening on .* (port \([0-9]*\)).*/\1/p' "$RUN
   echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD) $CORE_ARGS; clients: $CLIENT_ARGS"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
   echo "ucx: $(ucx_info -v | sed -n 's/# Version //p')"
-  echo "objects: $OBJECTS x $OBJECT_SIZE; samples $SAMPLES; connections $CONNECTIONS x ${TURN_SECONDS} s"
+  echo "objects: $OBJECTS x $OBJECT_SIZE; samples $SAMPLES; connections $CONNECTIONS x ${TURN_SECONDS} s; window $WINDOW"
 } | tee "$OUT/machine.txt"
 
 B=$BUILD_DIR/bench/native_objects_benchmark
@@ -105,11 +107,11 @@ for t in $TRANSPORTS; do
            "ucp_put_bw $OBJECT_SIZE $(awk '{print $6}' <<< "$bw") MB/s"
       UCX_TLS=$tls "$B" --target "ucx://127.0.0.1:$UCX_PORT" --objects "$OBJECTS" \
         --object-size "$OBJECT_SIZE" --samples "$SAMPLES" --connections "$CONNECTIONS" \
-        --seconds "$TURN_SECONDS" --label "native, UCX $t" $CLIENT_ARGS
+        --seconds "$TURN_SECONDS" --label "native, UCX $t" --window "$WINDOW" $CLIENT_ARGS
     else
       "$B" --target "unix:$RUN/core.sock" --objects "$OBJECTS" --object-size "$OBJECT_SIZE" \
         --samples "$SAMPLES" --connections "$CONNECTIONS" --seconds "$TURN_SECONDS" \
-        --label "native, ring plane" $CLIENT_ARGS
+        --label "native, ring plane" --window "$WINDOW" $CLIENT_ARGS
     fi
   } | tee -a "$OUT/results.md"
 done

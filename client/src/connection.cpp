@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "connection_internal.h"
 #include "goblin/client/transport.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
@@ -21,6 +22,11 @@
 #include "goblin/wire/goblin_wire.h"
 
 namespace goblin::client {
+
+using detail::ErrorReply;
+using detail::Mapped;
+using detail::MetaOf;
+using detail::TemplateOf;
 
 Result<Target> ParseTarget(std::string_view text) {
   if (text.starts_with("unix:"))
@@ -37,25 +43,6 @@ Result<Target> ParseTarget(std::string_view text) {
   return Target{Target::Kind::kUnix, std::string(text)};
 }
 
-struct Connection::Link {
-  struct Mapping {
-    uint8_t* base = nullptr;
-    uint64_t bytes = 0;
-  };
-  std::unique_ptr<Transport> transport;
-  Mapping head_pool, io_pool, head_table;
-  bool remote_mapped = false;  // UCX: the pools' rkeys are unpacked
-  bool map_failed = false;
-  ~Link() {
-    for (Mapping* m : {&head_pool, &io_pool, &head_table}) {
-      if (m->base != nullptr) munmap(m->base, m->bytes);
-    }
-  }
-};
-
-namespace {
-bool Mapped(const auto& l) { return l.head_pool.base != nullptr; }
-}  // namespace
 
 Connection::Connection() = default;
 Connection::~Connection() = default;
@@ -96,20 +83,6 @@ bool Connection::pools_mapped() const {
   return false;
 }
 
-namespace {
-
-Status ErrorReply(std::span<const uint8_t> m) {
-  auto e = wire::ErrorDecoder::Decode(m);
-  if (!e) return Status(StatusCode::kCorruption, "malformed Error reply");
-  auto code = static_cast<uint16_t>(e->code());
-  StatusCode sc =
-      code >= 1 && code <= 14 ? static_cast<StatusCode>(code) : StatusCode::kFailedPrecondition;
-  return Status(sc, fmt::format("goblin-core: {}", e->text()));
-}
-
-uint16_t TemplateOf(std::span<const uint8_t> m) { return sbe::Load<uint16_t>(m.data() + 2); }
-
-}  // namespace
 
 VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
                                const std::function<bool(std::span<const uint8_t>)>& fn) {
@@ -121,12 +94,16 @@ VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
   while (!done && error.ok()) {
     uint64_t now = MonotonicNanos();
     if (now >= deadline) return Err(StatusCode::kTimeout, "no reply from goblin-core in time");
-    GOBLIN_ASSIGN_OR_RETURN(bool ready,
-                            l.transport->Wait(std::chrono::nanoseconds(deadline - now)));
-    if (!ready) continue;
-    GOBLIN_ASSIGN_OR_RETURN(size_t n, l.transport->Poll([&](std::span<const uint8_t> m) {
+    auto ready = l.transport->Wait(std::chrono::nanoseconds(deadline - now));
+    if (!ready) {
+      FailGets(l, ready.error());
+      return Err(ready.error());
+    }
+    if (!*ready) continue;
+    auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
       if (m.size() < 16) return;
+      if (RouteToGets(l, m)) return;  // (a get in flight's: its sink runs now)
       uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
       bool mine = corr == correlation_id && !done && error.ok();
       if (!mine && TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
@@ -142,8 +119,12 @@ VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
       }
       if (corr != correlation_id) return;  // a late reply to something abandoned
       done = fn(m);
-    }));
-    if (n > 0) deadline = MonotonicNanos() + patience;
+    });
+    if (!polled) {
+      FailGets(l, polled.error());
+      return Err(polled.error());
+    }
+    if (*polled > 0) deadline = MonotonicNanos() + patience;
   }
   if (!error.ok()) return Err(error);
   return {};
@@ -203,21 +184,6 @@ Result<uint64_t> Connection::SendRequest(
   return corr;
 }
 
-namespace {
-Connection::ObjectMeta MetaOf(const wire::ObjectInfoDecoder& info) {
-  Connection::ObjectMeta m;
-  m.found = info.status() != wire::LookupStatus::kMiss;
-  m.filling = info.status() == wire::LookupStatus::kFilling;
-  if (m.found) {
-    m.size = info.object_size();
-    m.generation = info.generation();
-    m.created_unix_ns = info.created_nanos();
-    m.expires_unix_ns = info.expires_nanos();
-    m.metadata = std::string(info.metadata());
-  }
-  return m;
-}
-}  // namespace
 
 Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
                                  uint64_t ttl_ns, std::string_view metadata) {
@@ -639,92 +605,6 @@ Result<bool> Connection::ReadHead(const HeadDescriptor& d, std::span<uint8_t> ds
   }
   ++stats_.one_sided_reads;
   return true;
-}
-
-Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
-                                               uint64_t offset, uint64_t length, bool follow_fill,
-                                               const MetaHook& on_meta) {
-  Link& l = LinkFor(key);
-  if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
-    if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
-  }
-  // Remote planes take the first bytes in the answer (one message less before the first byte).
-  uint32_t flags = (follow_fill ? wire::kGetFollowFill : 0) |
-                   (options_.zero_copy && Mapped(l) ? wire::kGetLoans : 0) |
-                   (l.transport->local() ? 0 : wire::kGetFirstBytes);
-  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
-                          SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
-                            return wire::ObjectGetEncoder(b, cap)
-                                .set_correlation_id(id)
-                                .set_offset(offset)
-                                .set_length(length)
-                                .set_flags(flags)
-                                .set_key(key)
-                                .Finish();
-                          }));
-  ObjectMeta m;
-  bool have_info = false;
-  Status sink_error;
-  GOBLIN_RETURN_IF_ERROR(Receive(l, corr, [&](std::span<const uint8_t> msg) {
-    uint16_t t = TemplateOf(msg);
-    if (!have_info) {
-      auto info = wire::ObjectInfoDecoder::Decode(msg);
-      if (!info) {
-        sink_error = info.error();
-        return true;
-      }
-      have_info = true;
-      m = MetaOf(*info);
-      if (!m.found) return true;  // a miss ends the exchange; a hit is followed by ObjectData
-      if (on_meta) on_meta(m);
-      if (auto first = info->first_bytes_bytes(); !first.empty()) {
-        stats_.bytes_copied += first.size();
-        if (auto r = sink(offset, first); !r) {
-          sink_error = r.error();
-          return true;
-        }
-      }
-      return info->first_bytes_end() != 0;  // (else ObjectData follows)
-    }
-    if (t == wire::LoanDecoder::kTemplateId) {
-      auto loan = wire::LoanDecoder::Decode(msg);
-      if (!loan) {
-        sink_error = loan.error();
-        return true;
-      }
-      bool last = loan->last() != 0;
-      for (auto seg : loan->segments()) {
-        const Link::Mapping& m = seg.pool() == wire::PoolKind::kHead ? l.head_pool : l.io_pool;
-        if (m.base == nullptr || seg.pool_offset() > m.bytes ||
-            seg.length() > m.bytes - seg.pool_offset()) {
-          sink_error = Status(StatusCode::kCorruption, "a loan outside the mapped pools");
-          break;
-        }
-        stats_.bytes_lent += seg.length();
-        if (auto r = sink(seg.object_offset(), {m.base + seg.pool_offset(), seg.length()}); !r) {
-          sink_error = r.error();
-          break;
-        }
-      }
-      ++stats_.loans;
-      ReleaseLoan(l, loan->loan_id());
-      return last || !sink_error.ok();
-    }
-    if (t != wire::ObjectDataDecoder::kTemplateId) return false;
-    auto d = wire::ObjectDataDecoder::Decode(msg);
-    if (!d) {
-      sink_error = d.error();
-      return true;
-    }
-    stats_.bytes_copied += d->bytes_bytes().size();
-    if (auto r = sink(d->offset(), d->bytes_bytes()); !r) {
-      sink_error = r.error();
-      return true;
-    }
-    return d->last() != 0;
-  }));
-  if (!sink_error.ok()) return Err(sink_error);
-  return m;
 }
 
 Result<uint64_t> Connection::PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns,

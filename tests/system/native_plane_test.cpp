@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <optional>
 #include <regex>
@@ -335,6 +336,105 @@ TEST_P(NativePlane, FirstBytesInTheAnswerEndExactlyAndLeaveNothingBehind) {
   // A miss after all that is a clean miss; a ping is answered.
   EXPECT_EQ(GetAll(*c, "first/none").error().code(), StatusCode::kNotFound);
   EXPECT_TRUE(c->Ping("after"));
+}
+
+// Many gets in flight on one connection (StartGet/WaitGets): a large object whose tail comes
+// from disk started first and thirty small ones after it, a miss and a range; each finishes
+// once with its own bytes, the small ones before the large one (out of order), synchronous
+// calls in between see their own replies; past kMaxGetsInFlight a clear error; and a core
+// that goes away finishes every get in flight with an error instead of leaving it hanging.
+TEST_P(NativePlane, ManyGetsInFlightFinishOutOfOrderWithTheirOwnBytes) {
+  NativeCore nc(Tag("window"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto big = Pattern((9 << 20) + 321, 77);
+  ASSERT_TRUE(c->Put("win/big", big));
+  std::vector<std::vector<uint8_t>> small;
+  for (int i = 0; i < 30; ++i) {
+    small.push_back(Pattern(1000 + static_cast<size_t>(i) * 997, static_cast<uint8_t>(i)));
+    ASSERT_TRUE(c->Put(fmt::format("win/s{}", i), small.back()));
+  }
+  std::map<uint64_t, std::vector<uint8_t>> got;
+  std::map<uint64_t, std::string> what;
+  auto start = [&](const std::string& key, uint64_t offset = 0, uint64_t length = UINT64_MAX) {
+    auto id = std::make_shared<uint64_t>(0);
+    auto r = c->StartGet(
+        key,
+        [&got, id](uint64_t, std::span<const uint8_t> b) {
+          got[*id].insert(got[*id].end(), b.begin(), b.end());
+          return VoidResult();
+        },
+        offset, length);
+    EXPECT_TRUE(r) << key << ": " << r.error().ToString();
+    *id = r ? *r : 0;
+    what[*id] = key;
+    return *id;
+  };
+  const uint64_t big_id = start("win/big");
+  std::vector<uint64_t> small_ids;
+  for (int i = 0; i < 30; ++i) small_ids.push_back(start(fmt::format("win/s{}", i)));
+  const uint64_t miss_id = start("win/none");
+  const uint64_t range_id = start("win/big", 5 << 20, 1000);
+  EXPECT_EQ(c->gets_in_flight(), 33u);
+  // A synchronous call while they are in flight gets its own reply.
+  auto head = c->Head("win/s3");
+  ASSERT_TRUE(head) << head.error().ToString();
+  EXPECT_EQ(head->size, small[3].size());
+  std::vector<uint64_t> order;
+  std::map<uint64_t, Connection::ObjectMeta> metas;
+  for (int spins = 0; spins < 500 && order.size() < 33; ++spins) {
+    auto done = c->WaitGets(100ms);
+    ASSERT_TRUE(done) << done.error().ToString();
+    for (auto& d : *done) {
+      ASSERT_TRUE(d.result) << what[d.id] << ": " << d.result.error().ToString();
+      EXPECT_EQ(metas.count(d.id), 0u) << what[d.id] << " finished twice";
+      metas[d.id] = *d.result;
+      order.push_back(d.id);
+    }
+  }
+  ASSERT_EQ(order.size(), 33u);
+  EXPECT_EQ(c->gets_in_flight(), 0u);
+  EXPECT_NE(order.front(), big_id) << "the large get finished before every small one";
+  EXPECT_TRUE(got[big_id] == big) << got[big_id].size() << " bytes of " << big.size();
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_TRUE(got[small_ids[static_cast<size_t>(i)]] == small[static_cast<size_t>(i)]) << i;
+    EXPECT_TRUE(metas[small_ids[static_cast<size_t>(i)]].found);
+  }
+  EXPECT_FALSE(metas[miss_id].found);
+  EXPECT_EQ(got.count(miss_id), 0u);
+  EXPECT_TRUE(std::equal(got[range_id].begin(), got[range_id].end(), big.begin() + (5 << 20)) &&
+              got[range_id].size() == 1000u);
+  // Nothing left over: WaitGets with none in flight returns at once, empty.
+  auto none = c->WaitGets(1s);
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+  // The window's limit.
+  std::vector<uint64_t> many;
+  for (size_t i = 0; i < Connection::kMaxGetsInFlight; ++i) {
+    auto r = c->StartGet("win/s0", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); });
+    ASSERT_TRUE(r) << i << ": " << r.error().ToString();
+  }
+  auto over = c->StartGet("win/s0", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); });
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code(), StatusCode::kResourceExhausted);
+  size_t finished = 0;
+  for (int spins = 0; spins < 500 && c->gets_in_flight() > 0; ++spins) {
+    auto done = c->WaitGets(100ms);
+    ASSERT_TRUE(done) << done.error().ToString();
+    for (auto& d : *done) finished += d.result && d.result->found ? 1 : 0;
+  }
+  EXPECT_EQ(finished, Connection::kMaxGetsInFlight);
+  // The core goes away with gets in flight: each finishes with an error.
+  for (int i = 0; i < 5; ++i) start("win/big");
+  nc.Kill();
+  size_t failed = 0;
+  for (int spins = 0; spins < 100 && c->gets_in_flight() > 0; ++spins) {
+    auto done = c->WaitGets(100ms);
+    if (!done) break;
+    for (auto& d : *done) failed += d.result ? 0 : 1;
+  }
+  EXPECT_EQ(c->gets_in_flight(), 0u);
+  EXPECT_GE(failed, 1u);
 }
 
 // A writer that takes a lease and goes quiet: the core aborts the fill after --fill-timeout,

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "goblin/common/status.h"
@@ -96,6 +97,25 @@ class Connection {
                          uint64_t length = UINT64_MAX, bool follow_fill = false,
                          const MetaHook& on_meta = {});
   Result<bool> Delete(std::string_view key);
+
+  // ---- Many gets in flight on one connection ----
+  // StartGet sends an ObjectGet and returns its id at once; the reply's bytes go to `sink` as
+  // they arrive, from within WaitGets (or any other call on this Connection that reads
+  // replies), and gets finish in whatever order the core finishes them: one client can keep
+  // a link busy. At most kMaxGetsInFlight at once (ResourceExhausted beyond: WaitGets first).
+  static constexpr size_t kMaxGetsInFlight = 256;
+  Result<uint64_t> StartGet(std::string_view key, Sink sink, uint64_t offset = 0,
+                            uint64_t length = UINT64_MAX);
+  struct GetDone {
+    uint64_t id = 0;
+    Result<ObjectMeta> result;  // a miss: found = false; an error: the get's Status
+  };
+  // Waits up to `timeout` for started gets to finish and returns those that have, in the
+  // order they finished (empty: none within the timeout, or none in flight). A core that goes
+  // away finishes every get in flight on its link with that error.
+  Result<std::vector<GetDone>> WaitGets(std::chrono::nanoseconds timeout);
+  size_t gets_in_flight() const { return gets_.size(); }
+
   // Stores the file at `path` (its size announced) under `key`.
   Result<uint64_t> PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns = 0,
                            std::string_view metadata = {});
@@ -213,7 +233,8 @@ class Connection {
   bool pools_mapped() const;
 
  private:
-  struct Link;  // one shard's transport and mappings
+  struct Link;      // one shard's transport and mappings
+  struct GetState;  // one get's reply in progress (client/src/connection_internal.h)
   Connection();
   Link& LinkFor(std::string_view key);
   Link& first() { return *links_.front(); }
@@ -229,6 +250,14 @@ class Connection {
   // an Error with this id (or with id 0, a session-level error) ends it as a Status.
   VoidResult Receive(Link& l, uint64_t correlation_id,
                      const std::function<bool(std::span<const uint8_t>)>& fn);
+  // One message of a get's reply: true when the get is over (its last bytes, a miss, or an
+  // error in state.error).
+  bool HandleGetMessage(GetState& state, std::span<const uint8_t> msg);
+  // A message for a get in flight on `l`: handled (and the get finished when it ends);
+  // false when it is not one.
+  bool RouteToGets(Link& l, std::span<const uint8_t> msg);
+  // Finishes every get in flight on `l` with `error` (its transport failed).
+  void FailGets(Link& l, const Status& error);
   // Waits for the single reply with this correlation id and copies it out.
   Result<std::vector<uint8_t>> AwaitReply(Link& l, uint64_t correlation_id);
   // Encodes a request (encode(buffer, capacity, correlation_id) -> length, 0 if it did not
@@ -243,6 +272,8 @@ class Connection {
   ConnectOptions options_;
   uint64_t next_correlation_ = 1;
   std::deque<Message> inbox_;  // deliveries received while awaiting replies (shard 0's)
+  std::unordered_map<uint64_t, std::unique_ptr<GetState>> gets_;  // in flight, by id
+  std::vector<GetDone> gets_done_;                                 // finished, not yet taken
   Stats stats_;
 };
 

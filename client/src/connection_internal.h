@@ -1,0 +1,81 @@
+// libgoblin internals shared by connection.cpp (requests, pub/sub, puts) and gets.cpp (the
+// replies of gets, one at a time or many in flight): a Connection's per-shard link, the
+// state of one get, and the helpers both read messages with.
+// Threading: as Connection (one thread at a time).
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "goblin/client/connection.h"
+#include "goblin/client/transport.h"
+#include "goblin/sbe/runtime.h"
+#include "goblin/wire/goblin_wire.h"
+
+namespace goblin::client {
+
+struct Connection::Link {
+  struct Mapping {
+    uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::unique_ptr<Transport> transport;
+  Mapping head_pool, io_pool, head_table;
+  bool remote_mapped = false;  // UCX: the pools' rkeys are unpacked
+  bool map_failed = false;
+  ~Link() {
+    for (Mapping* m : {&head_pool, &io_pool, &head_table}) {
+      if (m->base != nullptr) munmap(m->base, m->bytes);
+    }
+  }
+};
+
+// One get's reply in progress: the ObjectInfo, then Loans or ObjectData until the last.
+struct Connection::GetState {
+  Link* link = nullptr;
+  uint64_t id = 0;      // the ObjectGet's correlation id
+  uint64_t offset = 0;  // of the range asked for (where ObjectInfo's first bytes go)
+  Sink owned_sink;      // (gets in flight own theirs; a synchronous Get lends its own)
+  const Sink* sink = nullptr;
+  const MetaHook* on_meta = nullptr;
+  ObjectMeta meta;
+  bool have_info = false;
+  Status error;
+};
+
+namespace detail {
+
+// (generic: Link is private to Connection)
+inline bool Mapped(const auto& l) { return l.head_pool.base != nullptr; }
+
+inline uint16_t TemplateOf(std::span<const uint8_t> m) { return sbe::Load<uint16_t>(m.data() + 2); }
+
+inline Status ErrorReply(std::span<const uint8_t> m) {
+  auto e = wire::ErrorDecoder::Decode(m);
+  if (!e) return Status(StatusCode::kCorruption, "malformed Error reply");
+  auto code = static_cast<uint16_t>(e->code());
+  StatusCode sc =
+      code >= 1 && code <= 14 ? static_cast<StatusCode>(code) : StatusCode::kFailedPrecondition;
+  return Status(sc, fmt::format("goblin-core: {}", e->text()));
+}
+
+inline Connection::ObjectMeta MetaOf(const wire::ObjectInfoDecoder& info) {
+  Connection::ObjectMeta m;
+  m.found = info.status() != wire::LookupStatus::kMiss;
+  m.filling = info.status() == wire::LookupStatus::kFilling;
+  if (m.found) {
+    m.size = info.object_size();
+    m.generation = info.generation();
+    m.created_unix_ns = info.created_nanos();
+    m.expires_unix_ns = info.expires_nanos();
+    m.metadata = std::string(info.metadata());
+  }
+  return m;
+}
+
+}  // namespace detail
+}  // namespace goblin::client

@@ -1,0 +1,219 @@
+// libgoblin's gets: the reply of one get (ObjectInfo, with the first bytes on remote planes,
+// then Loans or ObjectData until the last), read by a synchronous Get or by the gets a
+// connection keeps in flight (StartGet / WaitGets), which finish in any order.
+#include <algorithm>
+#include <chrono>
+
+#include "connection_internal.h"
+#include "goblin/common/clock.h"
+#include "goblin/sbe/wire_flags.h"
+
+namespace goblin::client {
+
+using detail::ErrorReply;
+using detail::Mapped;
+using detail::MetaOf;
+using detail::TemplateOf;
+
+bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
+  Link& l = *g.link;
+  const uint16_t t = TemplateOf(msg);
+  if (t == wire::ErrorDecoder::kTemplateId) {
+    g.error = ErrorReply(msg);
+    return true;
+  }
+  if (!g.have_info) {
+    auto info = wire::ObjectInfoDecoder::Decode(msg);
+    if (!info) {
+      g.error = info.error();
+      return true;
+    }
+    g.have_info = true;
+    g.meta = MetaOf(*info);
+    if (!g.meta.found) return true;  // a miss ends the exchange; a hit is followed by ObjectData
+    if (g.on_meta != nullptr && *g.on_meta) (*g.on_meta)(g.meta);
+    if (auto first = info->first_bytes_bytes(); !first.empty()) {
+      stats_.bytes_copied += first.size();
+      if (auto r = (*g.sink)(g.offset, first); !r) {
+        g.error = r.error();
+        return true;
+      }
+    }
+    return info->first_bytes_end() != 0;  // (else ObjectData follows)
+  }
+  if (t == wire::LoanDecoder::kTemplateId) {
+    auto loan = wire::LoanDecoder::Decode(msg);
+    if (!loan) {
+      g.error = loan.error();
+      return true;
+    }
+    bool last = loan->last() != 0;
+    for (auto seg : loan->segments()) {
+      const Link::Mapping& m = seg.pool() == wire::PoolKind::kHead ? l.head_pool : l.io_pool;
+      if (m.base == nullptr || seg.pool_offset() > m.bytes ||
+          seg.length() > m.bytes - seg.pool_offset()) {
+        g.error = Status(StatusCode::kCorruption, "a loan outside the mapped pools");
+        break;
+      }
+      stats_.bytes_lent += seg.length();
+      if (auto r = (*g.sink)(seg.object_offset(), {m.base + seg.pool_offset(), seg.length()});
+          !r) {
+        g.error = r.error();
+        break;
+      }
+    }
+    ++stats_.loans;
+    ReleaseLoan(l, loan->loan_id());
+    return last || !g.error.ok();
+  }
+  if (t != wire::ObjectDataDecoder::kTemplateId) return false;
+  auto d = wire::ObjectDataDecoder::Decode(msg);
+  if (!d) {
+    g.error = d.error();
+    return true;
+  }
+  stats_.bytes_copied += d->bytes_bytes().size();
+  if (auto r = (*g.sink)(d->offset(), d->bytes_bytes()); !r) {
+    g.error = r.error();
+    return true;
+  }
+  return d->last() != 0;
+}
+
+namespace {
+
+// An ObjectGet's flags for a link.
+uint32_t GetFlags(const auto& l, const ConnectOptions& o, bool follow_fill) {
+  // Remote planes take the first bytes in the answer (one message less before the first byte).
+  return (follow_fill ? wire::kGetFollowFill : 0) |
+         (o.zero_copy && Mapped(l) ? wire::kGetLoans : 0) |
+         (l.transport->local() ? 0 : wire::kGetFirstBytes);
+}
+
+}  // namespace
+
+Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
+                                               uint64_t offset, uint64_t length, bool follow_fill,
+                                               const MetaHook& on_meta) {
+  Link& l = LinkFor(key);
+  if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
+    if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
+  }
+  const uint32_t flags = GetFlags(l, options_, follow_fill);
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
+                          SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+                            return wire::ObjectGetEncoder(b, cap)
+                                .set_correlation_id(id)
+                                .set_offset(offset)
+                                .set_length(length)
+                                .set_flags(flags)
+                                .set_key(key)
+                                .Finish();
+                          }));
+  GetState g;
+  g.link = &l;
+  g.id = corr;
+  g.offset = offset;
+  g.sink = &sink;
+  g.on_meta = &on_meta;
+  GOBLIN_RETURN_IF_ERROR(
+      Receive(l, corr, [&](std::span<const uint8_t> m) { return HandleGetMessage(g, m); }));
+  if (!g.error.ok()) return Err(g.error);
+  return g.meta;
+}
+
+Result<uint64_t> Connection::StartGet(std::string_view key, Sink sink, uint64_t offset,
+                                      uint64_t length) {
+  if (gets_.size() >= kMaxGetsInFlight) {
+    return Err(StatusCode::kResourceExhausted, "{} gets in flight already (WaitGets first)",
+               gets_.size());
+  }
+  Link& l = LinkFor(key);
+  if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
+    if (auto r = MapPools(l); !r) l.map_failed = true;
+  }
+  const uint32_t flags = GetFlags(l, options_, false);
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
+                          SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+                            return wire::ObjectGetEncoder(b, cap)
+                                .set_correlation_id(id)
+                                .set_offset(offset)
+                                .set_length(length)
+                                .set_flags(flags)
+                                .set_key(key)
+                                .Finish();
+                          }));
+  auto g = std::make_unique<GetState>();
+  g->link = &l;
+  g->id = corr;
+  g->offset = offset;
+  g->owned_sink = std::move(sink);
+  g->sink = &g->owned_sink;
+  gets_.emplace(corr, std::move(g));
+  return corr;
+}
+
+bool Connection::RouteToGets(Link& l, std::span<const uint8_t> m) {
+  if (gets_.empty() || m.size() < 16) return false;
+  auto it = gets_.find(sbe::Load<uint64_t>(m.data() + 8));
+  if (it == gets_.end() || it->second->link != &l) return false;
+  GetState& g = *it->second;
+  if (!HandleGetMessage(g, m)) return true;
+  if (g.error.ok()) {
+    gets_done_.push_back({g.id, g.meta});
+  } else {
+    gets_done_.push_back({g.id, Err(g.error)});
+  }
+  gets_.erase(it);
+  return true;
+}
+
+void Connection::FailGets(Link& l, const Status& error) {
+  for (auto it = gets_.begin(); it != gets_.end();) {
+    if (it->second->link == &l) {
+      gets_done_.push_back({it->first, Err(error)});
+      it = gets_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanoseconds timeout) {
+  const uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  for (;;) {
+    // What has arrived on every link with gets in flight.
+    for (auto& lp : links_) {
+      Link& l = *lp;
+      bool mine = false;
+      for (auto& [id, g] : gets_) mine |= g->link == &l;
+      if (!mine) continue;
+      auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
+        if (TakeDelivery(m) || RouteToGets(l, m)) return;
+        if (m.size() >= 16 && TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
+          // A loan nobody will read (an abandoned or failed request): give it back at once.
+          if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
+        } else if (m.size() >= 16 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
+                   sbe::Load<uint64_t>(m.data() + 8) == 0) {
+          FailGets(l, ErrorReply(m));  // the session as a whole
+        }
+      });
+      if (!polled) FailGets(l, polled.error());
+    }
+    if (!gets_done_.empty() || gets_.empty()) {
+      std::vector<GetDone> out;
+      out.swap(gets_done_);
+      return out;
+    }
+    const uint64_t now = MonotonicNanos();
+    if (now >= deadline) return std::vector<GetDone>{};
+    // Wait on a link with gets in flight; with several shards, in short turns.
+    Link* wait_on = gets_.begin()->second->link;
+    uint64_t slice = deadline - now;
+    if (links_.size() > 1) slice = std::min<uint64_t>(slice, 1'000'000);
+    auto ready = wait_on->transport->Wait(std::chrono::nanoseconds(slice));
+    if (!ready) FailGets(*wait_on, ready.error());
+  }
+}
+
+}  // namespace goblin::client
