@@ -91,7 +91,8 @@ VoidResult WindowedGets(client::Connection& c, std::mt19937_64& rng, uint32_t ob
       f->t0 = MonotonicNanos();
       GOBLIN_ASSIGN_OR_RETURN(
           uint64_t id, c.StartGet(KeyOf(f->object), [f](uint64_t off, std::span<const uint8_t> b) {
-            for (size_t i = 0; i < b.size(); i += 4096) f->ok &= b[i] == ObjectByte(f->object, off + i);
+            for (size_t i = 0; i < b.size(); i += 4096)
+              f->ok &= b[i] == ObjectByte(f->object, off + i);
             f->ok &= b.empty() || b.back() == ObjectByte(f->object, off + b.size() - 1);
             f->got += b.size();
             return VoidResult();
@@ -161,8 +162,7 @@ int main(int argc, char** argv) {
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (label.empty()) label = target;
-  const client::ConnectOptions copts{.name = "native_objects_benchmark",
-                                     .spin_yield = !pause_spin};
+  const client::ConnectOptions copts{.name = "native_objects_benchmark", .spin_yield = !pause_spin};
 
   auto conn = client::Connection::Open(target, copts);
   if (!conn) return Fail(fmt::format("{}: {}", target, conn.error().ToString()));
@@ -191,7 +191,8 @@ int main(int argc, char** argv) {
   }
   fmt::print("\n{}: one connection, {} gets of {}-byte objects one after another (us)\n\n", label,
              samples, object_size);
-  fmt::print("| time to | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "| time to | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n");
   fmt::print("| response header | {} |\n", Row(bench::Summarize(header_us)));
   fmt::print("| payload ready | {} |\n", Row(bench::Summarize(ready_us)));
   fmt::print("| complete | {} |\n", Row(bench::Summarize(done_us)));
@@ -199,8 +200,9 @@ int main(int argc, char** argv) {
   // Throughput: N connections, closed loop.
   fmt::print("\n{}: N connections, {} get{} in flight on each, for {} s each\n\n", label, window,
              window == 1 ? "" : "s", seconds);
-  fmt::print("| connections | MB/s | Gbit/s | gets/s | complete p50 (us) | p99 (us) |\n"
-             "|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "| connections | MB/s | Gbit/s | gets/s | complete p50 (us) | p99 (us) |\n"
+      "|---:|---:|---:|---:|---:|---:|\n");
   std::stringstream list(connections);
   for (std::string item; std::getline(list, item, ',');) {
     const int n = std::stoi(item);
@@ -223,9 +225,9 @@ int main(int argc, char** argv) {
         ready.fetch_add(1);
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
         if (window > 1) {
-          auto e = WindowedGets(*conns[static_cast<size_t>(k)], r, objects, object_size, window,
-                                stop_at, &bytes[static_cast<size_t>(k)],
-                                &lat[static_cast<size_t>(k)]);
+          auto e =
+              WindowedGets(*conns[static_cast<size_t>(k)], r, objects, object_size, window, stop_at,
+                           &bytes[static_cast<size_t>(k)], &lat[static_cast<size_t>(k)]);
           if (!e) errors[static_cast<size_t>(k)] = e.error().ToString();
           return;
         }

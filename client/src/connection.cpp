@@ -43,7 +43,6 @@ Result<Target> ParseTarget(std::string_view text) {
   return Target{Target::Kind::kUnix, std::string(text)};
 }
 
-
 Connection::Connection() = default;
 Connection::~Connection() = default;
 
@@ -82,7 +81,6 @@ bool Connection::pools_mapped() const {
   }
   return false;
 }
-
 
 VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
                                const std::function<bool(std::span<const uint8_t>)>& fn) {
@@ -183,7 +181,6 @@ Result<uint64_t> Connection::SendRequest(
   GOBLIN_RETURN_IF_ERROR(l.transport->Send({buf.data(), n}, options_.timeout));
   return corr;
 }
-
 
 Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
                                  uint64_t ttl_ns, std::string_view metadata) {

@@ -1,8 +1,12 @@
 // libgoblin's gets: the reply of one get (ObjectInfo, with the first bytes on remote planes,
 // then Loans or ObjectData until the last), read by a synchronous Get or by the gets a
 // connection keeps in flight (StartGet / WaitGets), which finish in any order.
+#include <poll.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "connection_internal.h"
 #include "goblin/common/clock.h"
@@ -56,8 +60,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
         break;
       }
       stats_.bytes_lent += seg.length();
-      if (auto r = (*g.sink)(seg.object_offset(), {m.base + seg.pool_offset(), seg.length()});
-          !r) {
+      if (auto r = (*g.sink)(seg.object_offset(), {m.base + seg.pool_offset(), seg.length()}); !r) {
         g.error = r.error();
         break;
       }
@@ -92,24 +95,28 @@ uint32_t GetFlags(const auto& l, const ConnectOptions& o, bool follow_fill) {
 
 }  // namespace
 
-Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
-                                               uint64_t offset, uint64_t length, bool follow_fill,
-                                               const MetaHook& on_meta) {
-  Link& l = LinkFor(key);
+Result<uint64_t> Connection::SendGet(Link& l, std::string_view key, uint64_t offset,
+                                     uint64_t length, bool follow_fill) {
   if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
     if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
   }
   const uint32_t flags = GetFlags(l, options_, follow_fill);
-  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
-                          SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
-                            return wire::ObjectGetEncoder(b, cap)
-                                .set_correlation_id(id)
-                                .set_offset(offset)
-                                .set_length(length)
-                                .set_flags(flags)
-                                .set_key(key)
-                                .Finish();
-                          }));
+  return SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+    return wire::ObjectGetEncoder(b, cap)
+        .set_correlation_id(id)
+        .set_offset(offset)
+        .set_length(length)
+        .set_flags(flags)
+        .set_key(key)
+        .Finish();
+  });
+}
+
+Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink& sink,
+                                               uint64_t offset, uint64_t length, bool follow_fill,
+                                               const MetaHook& on_meta) {
+  Link& l = LinkFor(key);
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendGet(l, key, offset, length, follow_fill));
   GetState g;
   g.link = &l;
   g.id = corr;
@@ -129,20 +136,7 @@ Result<uint64_t> Connection::StartGet(std::string_view key, Sink sink, uint64_t 
                gets_.size());
   }
   Link& l = LinkFor(key);
-  if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
-    if (auto r = MapPools(l); !r) l.map_failed = true;
-  }
-  const uint32_t flags = GetFlags(l, options_, false);
-  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
-                          SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
-                            return wire::ObjectGetEncoder(b, cap)
-                                .set_correlation_id(id)
-                                .set_offset(offset)
-                                .set_length(length)
-                                .set_flags(flags)
-                                .set_key(key)
-                                .Finish();
-                          }));
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendGet(l, key, offset, length, false));
   auto g = std::make_unique<GetState>();
   g->link = &l;
   g->id = corr;
@@ -180,20 +174,19 @@ void Connection::FailGets(Link& l, const Status& error) {
 }
 
 Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanoseconds timeout) {
-  const uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  const uint64_t start = MonotonicNanos();
+  const uint64_t deadline = start + static_cast<uint64_t>(timeout.count());
+  const uint64_t spin_until = start + static_cast<uint64_t>(options_.spin.count());
   for (;;) {
-    // What has arrived on every link with gets in flight.
+    // What has arrived, on every link (each get's reply comes on its key's shard).
     for (auto& lp : links_) {
       Link& l = *lp;
-      bool mine = false;
-      for (auto& [id, g] : gets_) mine |= g->link == &l;
-      if (!mine) continue;
       auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
-        if (TakeDelivery(m) || RouteToGets(l, m)) return;
-        if (m.size() >= 16 && TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
+        if (TakeDelivery(m) || RouteToGets(l, m) || m.size() < 16) return;
+        if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
           // A loan nobody will read (an abandoned or failed request): give it back at once.
           if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
-        } else if (m.size() >= 16 && TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
+        } else if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
                    sbe::Load<uint64_t>(m.data() + 8) == 0) {
           FailGets(l, ErrorReply(m));  // the session as a whole
         }
@@ -207,12 +200,33 @@ Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanos
     }
     const uint64_t now = MonotonicNanos();
     if (now >= deadline) return std::vector<GetDone>{};
-    // Wait on a link with gets in flight; with several shards, in short turns.
-    Link* wait_on = gets_.begin()->second->link;
-    uint64_t slice = deadline - now;
-    if (links_.size() > 1) slice = std::min<uint64_t>(slice, 1'000'000);
-    auto ready = wait_on->transport->Wait(std::chrono::nanoseconds(slice));
-    if (!ready) FailGets(*wait_on, ready.error());
+    if (now < spin_until) {  // poll a little before paying for a wake-up (as Wait does)
+      if (options_.spin_yield) sched_yield();
+      continue;
+    }
+    SleepOnLinks(deadline - now);
+  }
+}
+
+void Connection::SleepOnLinks(uint64_t max_ns) {
+  // Every link announces its sleep before any fd is watched (a reply that lands in between
+  // makes PrepareSleep say no); then one poll() over all their wake and liveness fds.
+  std::vector<pollfd> fds;
+  bool can_sleep = true;
+  for (auto& lp : links_) {
+    if (!lp->transport->PrepareSleep(false)) can_sleep = false;
+    fds.push_back({lp->transport->wake_fd(), POLLIN, 0});
+    if (int live = lp->transport->liveness_fd(); live >= 0) {
+      fds.push_back({live, POLLIN | POLLRDHUP, 0});
+    }
+  }
+  if (can_sleep) {
+    const uint64_t ms = std::min<uint64_t>((max_ns + 999'999) / 1'000'000, 60'000);
+    (void)poll(fds.data(), fds.size(), static_cast<int>(ms));
+  }
+  for (auto& lp : links_) {
+    lp->transport->FinishSleep();
+    if (auto alive = lp->transport->CheckAlive(); !alive) FailGets(*lp, alive.error());
   }
 }
 

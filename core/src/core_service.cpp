@@ -351,7 +351,6 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       std::optional<store::ObjectInfo> head_info;  // (ObjectHead's copy)
       const store::ObjectInfo* info = nullptr;     // (an ObjectGet's: its stream's)
       store::Store::StreamPtr stream;
-      const uint64_t get_start = get ? MonotonicNanos() : 0;
       if (get) {
         auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0);
         if (!r) return SendStatusError(session, corr, r.error());
@@ -394,12 +393,15 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       // store call (the span is valid until the next one).
       uint64_t first_n = 0;
       bool first_ends = false;
+      uint64_t first_start = 0;
       if (stream && (flags & wire::kGetFirstBytes) != 0) {
+        first_start = MonotonicNanos();  // (as a Download's started_ns: from here to its bytes)
         std::span<const uint8_t> bytes;
         auto step = stream->Peek(&bytes);
         if (step && *step == store::Store::Stream::Step::kData && !bytes.empty()) {
           // (within the session's largest message, beside metadata of up to half of it)
-          first_n = std::min<uint64_t>({bytes.size(), kFirstInlineBytes, session.max_message() / 4});
+          first_n =
+              std::min<uint64_t>({bytes.size(), kFirstInlineBytes, session.max_message() / 4});
           first_ends = stream->end() != UINT64_MAX && stream->position() + first_n == stream->end();
           oi.set_first_bytes_end(first_ends ? 1 : 0).set_first_bytes(bytes.first(first_n));
         }
@@ -409,7 +411,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (first_n > 0) {
         stream->Consume(first_n);
         counters_.bytes_out += first_n;
-        histograms_.get_first_piece.Record(MonotonicNanos() - get_start);
+        histograms_.get_first_piece.Record(MonotonicNanos() - first_start);
         if (first_ends) return;
       }
       reactor::Session* s = &session;

@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <regex>
 #include <thread>
@@ -288,8 +288,12 @@ TEST_P(NativePlane, EveryWaitPolicyIsAnsweredWithManyConnectionsAtOnce) {
   // A miss calls no hook and no sink.
   int calls = 0;
   auto miss = c->Get(
-      "wait/none", [&](uint64_t, std::span<const uint8_t>) { ++calls; return VoidResult(); }, 0,
-      UINT64_MAX, false, [&](const Connection::ObjectMeta&) { ++calls; });
+      "wait/none",
+      [&](uint64_t, std::span<const uint8_t>) {
+        ++calls;
+        return VoidResult();
+      },
+      0, UINT64_MAX, false, [&](const Connection::ObjectMeta&) { ++calls; });
   ASSERT_TRUE(miss) << miss.error().ToString();
   EXPECT_FALSE(miss->found);
   EXPECT_EQ(calls, 0);
@@ -315,7 +319,7 @@ TEST_P(NativePlane, FirstBytesInTheAnswerEndExactlyAndLeaveNothingBehind) {
   std::vector<Case> cases;
   for (size_t i = 0; i < sizes.size(); ++i) {
     cases.push_back({i, 0, UINT64_MAX});
-    if (sizes[i] > 10) cases.push_back({i, 10, 7});  // a range inside the first bytes
+    if (sizes[i] > 10) cases.push_back({i, 10, 7});       // a range inside the first bytes
     if (sizes[i] > 2058) cases.push_back({i, 10, 2048});  // a range ending at their edge
     if (sizes[i] > 2059) cases.push_back({i, 10, 2049});  // and one byte past it
     if (sizes[i] > 5) cases.push_back({i, sizes[i] - 5, UINT64_MAX});  // the last bytes
@@ -325,8 +329,8 @@ TEST_P(NativePlane, FirstBytesInTheAnswerEndExactlyAndLeaveNothingBehind) {
       SCOPED_TRACE(fmt::format("object of {} bytes, offset {}, length {}", sizes[k.object],
                                k.offset, k.length));
       auto data = Pattern(sizes[k.object], static_cast<uint8_t>(40 + k.object));
-      uint64_t end = k.length == UINT64_MAX ? data.size() : std::min<uint64_t>(data.size(),
-                                                                               k.offset + k.length);
+      uint64_t end = k.length == UINT64_MAX ? data.size()
+                                            : std::min<uint64_t>(data.size(), k.offset + k.length);
       auto got = GetAll(*c, fmt::format("first/{}", k.object), k.offset, k.length);
       ASSERT_TRUE(got) << got.error().ToString();
       ASSERT_EQ(got->size(), end - k.offset);
@@ -414,7 +418,8 @@ TEST_P(NativePlane, ManyGetsInFlightFinishOutOfOrderWithTheirOwnBytes) {
     auto r = c->StartGet("win/s0", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); });
     ASSERT_TRUE(r) << i << ": " << r.error().ToString();
   }
-  auto over = c->StartGet("win/s0", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); });
+  auto over =
+      c->StartGet("win/s0", [](uint64_t, std::span<const uint8_t>) { return VoidResult(); });
   ASSERT_FALSE(over);
   EXPECT_EQ(over.error().code(), StatusCode::kResourceExhausted);
   size_t finished = 0;

@@ -258,6 +258,12 @@ class Connection {
   bool RouteToGets(Link& l, std::span<const uint8_t> msg);
   // Finishes every get in flight on `l` with `error` (its transport failed).
   void FailGets(Link& l, const Status& error);
+  // Sends the ObjectGet (mapping the pools first where loans are possible); its id.
+  Result<uint64_t> SendGet(Link& l, std::string_view key, uint64_t offset, uint64_t length,
+                           bool follow_fill);
+  // WaitGets' sleep: on every link's wake and liveness fds at once, up to `max_ns`; a link
+  // whose core went away finishes its gets with that error.
+  void SleepOnLinks(uint64_t max_ns);
   // Waits for the single reply with this correlation id and copies it out.
   Result<std::vector<uint8_t>> AwaitReply(Link& l, uint64_t correlation_id);
   // Encodes a request (encode(buffer, capacity, correlation_id) -> length, 0 if it did not
@@ -273,7 +279,7 @@ class Connection {
   uint64_t next_correlation_ = 1;
   std::deque<Message> inbox_;  // deliveries received while awaiting replies (shard 0's)
   std::unordered_map<uint64_t, std::unique_ptr<GetState>> gets_;  // in flight, by id
-  std::vector<GetDone> gets_done_;                                 // finished, not yet taken
+  std::vector<GetDone> gets_done_;                                // finished, not yet taken
   Stats stats_;
 };
 
