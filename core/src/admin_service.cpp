@@ -450,6 +450,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["ucx_messages"] += us.messages;
       m["ucx_failed_endpoints"] += us.failed_endpoints;
       m["ucx_hello_timeouts"] += us.hello_timeouts;
+      m["ucx_late_completions"] += sh.ucx->late_completions();
     }
 #endif
     if (sh.store != nullptr) {

@@ -140,5 +140,64 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   std::filesystem::remove_all(tier);
 }
 
+// Neither side sleeps through a completion: the client sleeps at once (no spin), so every
+// wait arms the worker, and nothing wakes either side but UCX's own events (there is no
+// periodic wake-up to hide a lost one). On Soft-RoCE, before UcxWorker::Arm progressed once
+// after arming, about 1 request in 100 stalled until some later event; here a lost
+// completion stalls a request until its 10 s timeout and fails the test.
+TEST(RdmaPlane, EveryRequestWakesItsWaiterWithoutASafetyNet) {
+  if (auto why = Skip()) GTEST_SKIP() << *why;
+  setenv("UCX_TLS", "rc_verbs,self", 1);
+  const char* dev = std::getenv("RDMA_DEV");
+  if (dev != nullptr) setenv("UCX_NET_DEVICES", (std::string(dev) + ":1").c_str(), 1);
+  std::string ip = std::getenv("RDMA_IP");
+  std::string tier = fmt::format("{}/rdma-wake-tier-{}", test::TmpDir(), getpid());
+  std::filesystem::remove_all(tier);
+  auto [rc, out] = test::RunCommand({CoreBin(), "--prepare", tier}, tier + ".log");
+  ASSERT_EQ(rc, 0) << out;
+  std::string sock = test::SocketPath("rdma-wake");
+  std::string log = fmt::format("{}/rdma-wake-core-{}.log", test::TmpDir(), getpid());
+  test::Process core({CoreBin(), "--listen-unix",    sock,   "--memory",     "16M", "--block",
+                      "256K",    "--ram-head",       "256K", "--ssd-dir",    tier,  "--extent-size",
+                      "1M",      "--tier-file-size", "64M",  "--io-buffers", "16",  "--rdma-listen",
+                      ip + ":0", "--cores",          "1"},
+                     log);
+  std::string target;
+  std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
+  for (int i = 0; i < 3000 && target.empty(); ++i) {
+    std::smatch m;
+    std::string text = core.Output();
+    if (std::regex_search(text, m, re)) target = "ucx://" + ip + ":" + m[1].str();
+    if (target.empty()) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_FALSE(target.empty()) << core.Output();
+  auto c = Connection::Open(target, {.timeout = 10s, .spin = 0ns});
+  ASSERT_TRUE(c) << c.error().ToString() << "\n" << core.Output();
+  // A small object (one message with its first bytes) and a 256 KiB one (a rendezvous: the
+  // client's RDMA READ completes on its send queue, the core's on the client's answer).
+  std::vector<uint8_t> small(1000), big(256 << 10);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 13 + (i >> 12));
+  std::copy_n(big.begin(), small.size(), small.begin());
+  ASSERT_TRUE((*c)->Put("wake/small", small));
+  ASSERT_TRUE((*c)->Put("wake/big", big));
+  for (int i = 0; i < 300; ++i) {
+    const bool is_big = i % 3 == 0;
+    const std::vector<uint8_t>& want = is_big ? big : small;
+    std::vector<uint8_t> got;
+    auto meta =
+        (*c)->Get(is_big ? "wake/big" : "wake/small", [&](uint64_t, std::span<const uint8_t> b) {
+          got.insert(got.end(), b.begin(), b.end());
+          return VoidResult();
+        });
+    ASSERT_TRUE(meta) << "request " << i << ": " << meta.error().ToString();
+    ASSERT_TRUE(got == want) << "request " << i;
+    if (i % 10 == 5) ASSERT_TRUE((*c)->Ping()) << "ping after request " << i;
+  }
+  c->reset();
+  core.Signal(SIGTERM);
+  EXPECT_EQ(core.Wait(30s), 0) << core.Output();
+  std::filesystem::remove_all(tier);
+}
+
 }  // namespace
 }  // namespace goblin

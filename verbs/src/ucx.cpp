@@ -109,16 +109,18 @@ size_t UcxWorker::Progress() {
 }
 
 bool UcxWorker::Arm() {
-  ucs_status_t st = ucp_worker_arm(worker_);
-  return st == UCS_OK;  // UCS_ERR_BUSY: events pending
+  if (ucp_worker_arm(worker_) != UCS_OK) return false;  // UCS_ERR_BUSY: events pending
+  // (see the header: a completion that landed before the CQs were armed raises no event)
+  if (ucp_worker_progress(worker_) == 0) return true;
+  ++late_completions_;
+  return false;
 }
 
 void UcxWorker::WaitForEvents(std::chrono::nanoseconds timeout) {
   if (Progress() > 0 || !Arm()) return;
   pollfd p{efd_, POLLIN, 0};
-  // At most kMaxSleepMs at a time: a missed wake-up costs that, not the whole timeout.
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
-  (void)poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, kMaxSleepMs)));
+  (void)poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
 }
 
 Result<sockaddr_storage> ResolveHostPort(std::string_view host_port, socklen_t* len) {

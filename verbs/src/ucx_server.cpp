@@ -207,6 +207,7 @@ void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
   sess->connected_ns_ = MonotonicNanos();
   self->by_ep_[h] = sess->id_;
   self->sessions_.emplace(sess->id_, std::move(sess));
+  ++self->awaiting_hello_;
 }
 
 void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -307,6 +308,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_shard_addresses(shard_addresses_);
   if (s.Send({buf, w.Finish()}) == reactor::SendOutcome::kOverLimit) return;
   s.welcomed_ = true;
+  --awaiting_hello_;
   ++stats_.accepted;
   GOBLIN_LOG_DEBUG(kLog, "client {} connected over UCX: {} pid {} from {}", s.id_, s.name_, s.pid_,
                    s.peer_);
@@ -387,7 +389,11 @@ void UcxServer::CloseSession(uint64_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   UcxSession& s = *it->second;
-  if (s.welcomed_) handler_->OnClose(s);
+  if (s.welcomed_) {
+    handler_->OnClose(s);
+  } else {
+    --awaiting_hello_;
+  }
   by_ep_.erase(s.ep_);
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

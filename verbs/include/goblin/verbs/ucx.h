@@ -61,17 +61,22 @@ class UcxWorker {
   // An fd that becomes readable when the armed worker has events.
   int event_fd() const { return efd_; }
   // Arms the worker before sleeping on event_fd(): false when events are pending (progress
-  // instead of sleeping).
+  // instead of sleeping). Once ucp_worker_arm agrees it progresses once more, and says false
+  // if that found work: a verbs CQ raises an event only for completions added after it was
+  // armed, and UCX's arm does not poll after arming. mlx5 hardware checks the consumer index
+  // when armed and so loses none, but Soft-RoCE (rxe) loses a completion that landed between
+  // the last progress and the arm, and the worker would sleep with it unnoticed
+  // (late_completions() counts the ones caught here).
   bool Arm();
-  // Progresses, then sleeps on event_fd() up to `timeout` (at most kMaxSleepMs; callers
-  // loop) when nothing happened.
+  uint64_t late_completions() const { return late_completions_; }
+  // Progresses, then sleeps on event_fd() up to `timeout` when nothing happened.
   void WaitForEvents(std::chrono::nanoseconds timeout);
-  static constexpr int64_t kMaxSleepMs = 100;
 
  private:
   UcxWorker() = default;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
+  uint64_t late_completions_ = 0;
 };
 
 // "host:port" ("[v6]:port" too) -> a socket address for a listener or a client.

@@ -100,15 +100,15 @@ class UcxServer final : public reactor::EventSource {
   const UcxServerStats& stats() const { return stats_; }
   UcxContext& context() { return *context_; }
   UcxWorker& worker() { return *worker_; }
+  uint64_t late_completions() const { return worker_->late_completions(); }
 
   int event_fd() const override { return worker_->event_fd(); }
   size_t Poll() override;
   bool PrepareSleep() override;
-  // With clients connected the loop wakes at least every kMaxSleepMs: a safety net for a
-  // wake-up the worker's event fd did not deliver (seen on Soft-RoCE rc_verbs under
-  // emulation: a reply stalled until the next event).
-  int max_sleep_ms() const override { return sessions_.empty() ? -1 : kMaxSleepMs; }
-  static constexpr int kMaxSleepMs = 100;
+  // Sleeps as long as nothing happens, except while a connected client has not said Hello
+  // (its hello_timeout is checked when the loop wakes).
+  int max_sleep_ms() const override { return awaiting_hello_ > 0 ? kHelloCheckMs : -1; }
+  static constexpr int kHelloCheckMs = 100;
   void Close() override;
 
  private:
@@ -143,6 +143,7 @@ class UcxServer final : public reactor::EventSource {
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
   std::unordered_map<uint64_t, std::unique_ptr<UcxSession>> sessions_;
+  size_t awaiting_hello_ = 0;  // sessions connected that have not said Hello yet
   std::unordered_map<ucp_ep_h, uint64_t> by_ep_;
   std::vector<uint8_t> inbox_;  // received messages: [u64 session][u32 length][bytes]
   std::vector<void*> closing_;  // endpoint close requests still in progress
