@@ -103,6 +103,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     GOBLIN_RETURN_IF_ERROR(EpollCtl(epoll_.get(), EPOLL_CTL_ADD, stop_fd, EPOLLIN, kTagStop));
   bool stop = false;
   uint64_t last_work = MonotonicNanos(), last_sweep = 0;
+  const auto busy_poll_ns = static_cast<uint64_t>(options_.busy_poll.count());
   while (!stop) {
     size_t work = core_->Poll(
         [&](uint16_t shard, std::span<const uint8_t> m) { OnCoreMessage(shard, m); }, 512);
@@ -159,7 +160,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     int timeout = 0;
     if (work > 0) {
       last_work = now;
-    } else if (now - last_work > 50'000 && now > poll_until_) {
+    } else if (now - last_work >= busy_poll_ns && now > poll_until_) {
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? 1000 : 0;
       if (int r = core_->MillisUntilReconnect(now); r >= 0 && r < timeout) timeout = r;
     }

@@ -110,9 +110,12 @@ int main(int argc, char** argv) {
                 "read (back-pressure)");
   app.add_option("--max-clients", r.max_clients, "Concurrent clients per front (per HTTP worker)")
       ->capture_default_str();
-  AddDurationOption(app, "--busy-poll", &r.busy_poll,
-                    "RESP front: poll this long after the last work before sleeping (0: sleep "
-                    "at once; give the core and the gateway their own CPUs before raising it)");
+  CLI::Option* busy_poll =
+      AddDurationOption(app, "--busy-poll", &r.busy_poll,
+                        "Poll this long after the last work before sleeping (0: sleep at once; "
+                        "give the core and the gateway their own CPUs before raising it). The "
+                        "HTTP workers poll only where they pause (CPUs of their own) unless this "
+                        "is given");
   PollingOption polling;
   AddPollingOption(app, &polling, "the fronts");
   std::string cpus;
@@ -164,6 +167,12 @@ int main(int argc, char** argv) {
   h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);
   h.max_clients = r.max_clients;
   h.yield_when_polling = r.yield_when_polling;
+  // HTTP workers on shared CPUs sleep at once: each empty poll is an epoll_wait and a yield
+  // the client on the same CPU pays for (measured: small mix, 1,024 connections +7%, server
+  // CPU per GB 0.36 -> 0.32 s; docs/benchmarks/concurrency.md). The RESP front keeps its
+  // poll: a pub/sub message crosses it twice and its latency is measured.
+  h.busy_poll =
+      busy_poll->count() > 0 || !r.yield_when_polling ? r.busy_poll : std::chrono::nanoseconds(0);
   h.default_ttl = std::chrono::duration_cast<std::chrono::seconds>(default_ttl);
   h.origin_timeout = std::max(std::chrono::seconds(1),
                               std::chrono::duration_cast<std::chrono::seconds>(origin_timeout));
@@ -197,9 +206,12 @@ int main(int argc, char** argv) {
           return Fail(r.error().WithContext(fmt::format("HTTP worker {}", i)));
       }
     }
-    GOBLIN_LOG_INFO(kLog, "HTTP mirror of {} on {}:{} (--net {}, {} worker{}, {} between polls)",
+    GOBLIN_LOG_INFO(kLog,
+                    "HTTP mirror of {} on {}:{} (--net {}, {} worker{}, {} us busy-poll, {} "
+                    "between polls)",
                     h.mirror, listen_address, workers[0]->port(), net, threads,
-                    threads == 1 ? "" : "s", h.yield_when_polling ? "yielding" : "pausing");
+                    threads == 1 ? "" : "s", h.busy_poll.count() / 1000,
+                    h.yield_when_polling ? "yielding" : "pausing");
   }
   if (resp) {
     auto s = gateway::RespServer::Start(r);

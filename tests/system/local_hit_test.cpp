@@ -277,8 +277,11 @@ TEST_P(LocalHits, AHeadReplacedWhileItIsSentIsCutOffNeverCompletedWrong) {
 // every original byte, because a freed stable block is punched out of the pool and its next
 // owner writes to new pages. (--net async copies: the same bytes, the other way.)
 TEST_P(LocalHits, ATailSentByReferenceKeepsItsBytesWhenItsBlocksAreReused) {
-  // 64 blocks of 256 KiB: the replacement and the others below need the old blocks.
-  ASSERT_NO_FATAL_FAILURE(Start({"--memory", "16M", "--stable-blocks", "true"}));
+  // 64 blocks of 256 KiB: the replacement and the others below need the old blocks. 4 KiB
+  // pages: blocks are stable only where they are whole pages (with HugeTLB pages reserved on
+  // the machine, `auto` would take them and nothing would be sent by reference).
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--memory", "16M", "--stable-blocks", "true", "--hugepages", "off"}));
   // (smaller than what the client's socket takes without reading, below)
   const std::string path = "/gen/3M/byref";
   const std::string want = Origin(path);

@@ -60,6 +60,8 @@ struct HttpServerOptions {
   // After asking the core for an object, poll (rather than sleep) this long for the answer:
   // a sleeping event loop adds a wake-up to every first byte.
   std::chrono::nanoseconds core_reply_poll{500'000};
+  // After the last work, poll (epoll_wait without sleeping) this long before sleeping.
+  std::chrono::nanoseconds busy_poll{50'000};
   // While polling (no work, not yet asleep), give the CPU to other runnable threads between
   // rounds (sched_yield): for workers that share CPUs with goblin-core's shards and clients,
   // so a polling worker never holds a CPU another thread has work for.
