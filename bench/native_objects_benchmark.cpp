@@ -2,7 +2,7 @@
 // OBJECT_SIZE objects held in the core's RAM heads, read in a fixed-seed key order:
 //   native_objects_benchmark --target unix:PATH|ucx://HOST:PORT [--objects 256]
 //       [--object-size 256K] [--samples 5000] [--connections 1,2,4,8] [--seconds 3]
-//       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--pause-spin]
+//       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--pause-spin] [--spin 50us]
 //   1. stores OBJECTS objects under bench/o/NNNNN (each byte a function of the key's index
 //      and the offset, so a wrong object or offset is seen; --no-store: a run with --keep
 //      stored them, e.g. before the core restarted), then reads each once;
@@ -158,11 +158,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--pause-spin", pause_spin,
                "Clients spin with pause, not yielding (a client with a CPU of its own)");
+  std::chrono::nanoseconds spin = client::ConnectOptions{}.spin;
+  AddDurationOption(app, "--spin", &spin,
+                    "Clients poll this long for an answer before sleeping (ConnectOptions::spin)");
   app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (label.empty()) label = target;
-  const client::ConnectOptions copts{.name = "native_objects_benchmark", .spin_yield = !pause_spin};
+  const client::ConnectOptions copts{
+      .name = "native_objects_benchmark", .spin = spin, .spin_yield = !pause_spin};
 
   auto conn = client::Connection::Open(target, copts);
   if (!conn) return Fail(fmt::format("{}: {}", target, conn.error().ToString()));
