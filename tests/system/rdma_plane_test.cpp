@@ -191,7 +191,9 @@ TEST(RdmaPlane, EveryRequestWakesItsWaiterWithoutASafetyNet) {
         });
     ASSERT_TRUE(meta) << "request " << i << ": " << meta.error().ToString();
     ASSERT_TRUE(got == want) << "request " << i;
-    if (i % 10 == 5) ASSERT_TRUE((*c)->Ping()) << "ping after request " << i;
+    if (i % 10 == 5) {
+      ASSERT_TRUE((*c)->Ping()) << "ping after request " << i;
+    }
   }
   c->reset();
   core.Signal(SIGTERM);
