@@ -716,6 +716,27 @@ TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
   }
   std::filesystem::remove(out);
   std::filesystem::remove(out + ".log");
+  // Nothing stays pinned for the dead readers: every loan of pool memory to a send in
+  // flight comes back and every stream closes once the core has seen them go (the
+  // surviving client holds none: it is idle).
+  std::string stats;
+  uint64_t loans_out = 1, streams_open = 1;
+  for (int i = 0; i < 100 && (loans_out != 0 || streams_open != 0); ++i) {
+    if (i > 0) std::this_thread::sleep_for(100ms);
+    auto [rc, text] =
+        test::RunCommand({GOBLIN_CTL_BIN, "--target", "unix:" + nc.core->sock + ".admin", "stats"},
+                         nc.tier + ".stats");
+    ASSERT_EQ(rc, 0) << text;
+    stats = text;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(\bloans_out\s+(\d+))"))) << text;
+    loans_out = std::stoull(m[1].str());
+    ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(\bstreams_open\s+(\d+))"))) << text;
+    streams_open = std::stoull(m[1].str());
+  }
+  EXPECT_EQ(loans_out, 0u) << stats;
+  EXPECT_EQ(streams_open, 0u) << stats;
+  std::filesystem::remove(nc.tier + ".stats");
   // The core is alive, serves everyone else, and holds nothing for the dead reader: the
   // object can be replaced and deleted.
   auto ping = c->Ping();
