@@ -71,8 +71,12 @@ TEST_F(TierDirTest, DamagedIdentityIsCorruption) {
   {
     std::fstream f(root_ / "t" / kTierIdentityFile,
                    std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(20);
+    const char was = static_cast<char>(f.get());
     f.seekp(20);
-    f.put('\x42');  // flip a byte of the tier id: the CRC no longer matches
+    f.put(static_cast<char>(was ^ 0x42));  // change a byte of the tier id: the CRC no longer
+                                           // matches (writing a fixed value kept a random
+                                           // id that had it there: 1 run in 256 failed)
   }
   auto r = TierDir::Open(dir);
   ASSERT_FALSE(r);

@@ -81,6 +81,10 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
 UcxClient::~UcxClient() {
   for (const RemotePool& p : remote_) ucp_rkey_destroy(p.rkey);
   if (ep_ != nullptr) CloseEndpoint(*worker_, ep_, failed_);
+  // Destroying the worker completes what is still in flight (a rendezvous receive into a
+  // slot, canceled) through our callbacks: it goes first, while every member they touch
+  // is alive (members declared after worker_ would otherwise be destroyed before it).
+  worker_.reset();
 }
 
 VoidResult UcxClient::MapRemotePools(std::chrono::nanoseconds timeout) {

@@ -148,7 +148,12 @@ Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& opt
   return s;
 }
 
-UcxServer::~UcxServer() { Close(); }
+UcxServer::~UcxServer() {
+  Close();
+  // (the worker completes what is still in flight through OnSent and the receive
+  // callbacks: it goes while the sessions and buffers they touch are alive)
+  worker_.reset();
+}
 
 void UcxServer::Close() {
   std::vector<uint64_t> ids;
