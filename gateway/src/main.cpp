@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
   // the client on the same CPU pays for (measured: small mix, 1,024 connections +7%, server
   // CPU per GB 0.36 -> 0.32 s; docs/benchmarks/concurrency.md). The RESP front keeps its
   // poll: a pub/sub message crosses it twice and its latency is measured.
-  h.busy_poll =
-      busy_poll->count() > 0 || !r.yield_when_polling ? r.busy_poll : std::chrono::nanoseconds(0);
+  const bool http_polls = busy_poll->count() > 0 || !r.yield_when_polling;
+  h.busy_poll = http_polls ? r.busy_poll : std::chrono::nanoseconds(0);
   h.default_ttl = std::chrono::duration_cast<std::chrono::seconds>(default_ttl);
   h.origin_timeout = std::max(std::chrono::seconds(1),
                               std::chrono::duration_cast<std::chrono::seconds>(origin_timeout));

@@ -45,6 +45,65 @@ std::string CoreBin() {
   return e != nullptr ? e : GOBLIN_CORE_BIN;
 }
 
+// goblin-core (one shard, a small disk tier) with its UCX listener on RDMA_IP over rc_verbs
+// (UCX_TLS=rc_verbs,self, set here for the test process too), and the ucx:// target it
+// listens on (read back from its log). `block`: its --block and --ram-head.
+struct RdmaCore {
+  RdmaCore(const std::string& tag, const std::string& block)
+      : tier(fmt::format("{}/{}-tier-{}", test::TmpDir(), tag, getpid())) {
+    setenv("UCX_TLS", "rc_verbs,self", 1);
+    const char* dev = std::getenv("RDMA_DEV");
+    if (dev != nullptr) setenv("UCX_NET_DEVICES", (std::string(dev) + ":1").c_str(), 1);
+    std::string ip = std::getenv("RDMA_IP");
+    std::filesystem::remove_all(tier);
+    auto [rc, out] = test::RunCommand({CoreBin(), "--prepare", tier}, tier + ".log");
+    EXPECT_EQ(rc, 0) << out;
+    if (rc != 0) return;
+    std::string log = fmt::format("{}/{}-core-{}.log", test::TmpDir(), tag, getpid());
+    core.emplace(std::vector<std::string>{CoreBin(),
+                                          "--listen-unix",
+                                          test::SocketPath(tag),
+                                          "--memory",
+                                          "16M",
+                                          "--block",
+                                          block,
+                                          "--ram-head",
+                                          block,
+                                          "--ssd-dir",
+                                          tier,
+                                          "--extent-size",
+                                          "1M",
+                                          "--tier-file-size",
+                                          "64M",
+                                          "--io-buffers",
+                                          "16",
+                                          "--rdma-listen",
+                                          ip + ":0",
+                                          "--cores",
+                                          "1"},
+                 log);
+    std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
+    for (int i = 0; i < 3000 && target.empty(); ++i) {
+      std::smatch m;
+      std::string text = core->Output();
+      if (std::regex_search(text, m, re)) target = "ucx://" + ip + ":" + m[1].str();
+      if (target.empty()) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_FALSE(target.empty()) << core->Output();
+  }
+  // A clean stop: SIGTERM, exit status 0.
+  void Stop() {
+    core->Signal(SIGTERM);
+    EXPECT_EQ(core->Wait(30s), 0) << core->Output();
+  }
+  ~RdmaCore() {
+    core.reset();
+    std::filesystem::remove_all(tier);
+  }
+  std::string tier, target;
+  std::optional<test::Process> core;
+};
+
 TEST(RdmaDevices, InventoryListsTheDeviceAndItsActivePort) {
   if (auto why = Skip()) GTEST_SKIP() << *why;
   auto devs = verbs::ListVerbsDevices();
@@ -65,30 +124,10 @@ TEST(RdmaDevices, InventoryListsTheDeviceAndItsActivePort) {
 
 TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   if (auto why = Skip()) GTEST_SKIP() << *why;
-  setenv("UCX_TLS", "rc_verbs,self", 1);
-  const char* dev = std::getenv("RDMA_DEV");
-  if (dev != nullptr) setenv("UCX_NET_DEVICES", (std::string(dev) + ":1").c_str(), 1);
-  std::string ip = std::getenv("RDMA_IP");
-  std::string tier = fmt::format("{}/rdma-tier-{}", test::TmpDir(), getpid());
-  std::filesystem::remove_all(tier);
-  auto [rc, out] = test::RunCommand({CoreBin(), "--prepare", tier}, tier + ".log");
-  ASSERT_EQ(rc, 0) << out;
-  std::string sock = test::SocketPath("rdma");
-  std::string log = fmt::format("{}/rdma-core-{}.log", test::TmpDir(), getpid());
-  test::Process core({CoreBin(), "--listen-unix",    sock,  "--memory",     "16M", "--block",
-                      "64K",     "--ram-head",       "64K", "--ssd-dir",    tier,  "--extent-size",
-                      "1M",      "--tier-file-size", "64M", "--io-buffers", "16",  "--rdma-listen",
-                      ip + ":0", "--cores",          "1"},
-                     log);
-  std::string target;
-  std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
-  for (int i = 0; i < 3000 && target.empty(); ++i) {
-    std::smatch m;
-    std::string text = core.Output();
-    if (std::regex_search(text, m, re)) target = "ucx://" + ip + ":" + m[1].str();
-    if (target.empty()) std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_FALSE(target.empty()) << core.Output();
+  RdmaCore rc("rdma", "64K");
+  ASSERT_FALSE(rc.target.empty());
+  const std::string& target = rc.target;
+  test::Process& core = *rc.core;
   auto c = Connection::Open(target, {.timeout = 30s});
   ASSERT_TRUE(c) << c.error().ToString() << "\n" << core.Output();
   ASSERT_TRUE((*c)->Ping());
@@ -135,9 +174,7 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   EXPECT_EQ((*m)->payload, "over verbs");
   c->reset();
   sub->reset();
-  core.Signal(SIGTERM);
-  EXPECT_EQ(core.Wait(30s), 0) << core.Output();
-  std::filesystem::remove_all(tier);
+  rc.Stop();
 }
 
 // Neither side sleeps through a completion: the client sleeps at once (no spin), so every
@@ -147,30 +184,10 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
 // completion stalls a request until its 10 s timeout and fails the test.
 TEST(RdmaPlane, EveryRequestWakesItsWaiterWithoutASafetyNet) {
   if (auto why = Skip()) GTEST_SKIP() << *why;
-  setenv("UCX_TLS", "rc_verbs,self", 1);
-  const char* dev = std::getenv("RDMA_DEV");
-  if (dev != nullptr) setenv("UCX_NET_DEVICES", (std::string(dev) + ":1").c_str(), 1);
-  std::string ip = std::getenv("RDMA_IP");
-  std::string tier = fmt::format("{}/rdma-wake-tier-{}", test::TmpDir(), getpid());
-  std::filesystem::remove_all(tier);
-  auto [rc, out] = test::RunCommand({CoreBin(), "--prepare", tier}, tier + ".log");
-  ASSERT_EQ(rc, 0) << out;
-  std::string sock = test::SocketPath("rdma-wake");
-  std::string log = fmt::format("{}/rdma-wake-core-{}.log", test::TmpDir(), getpid());
-  test::Process core({CoreBin(), "--listen-unix",    sock,   "--memory",     "16M", "--block",
-                      "256K",    "--ram-head",       "256K", "--ssd-dir",    tier,  "--extent-size",
-                      "1M",      "--tier-file-size", "64M",  "--io-buffers", "16",  "--rdma-listen",
-                      ip + ":0", "--cores",          "1"},
-                     log);
-  std::string target;
-  std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
-  for (int i = 0; i < 3000 && target.empty(); ++i) {
-    std::smatch m;
-    std::string text = core.Output();
-    if (std::regex_search(text, m, re)) target = "ucx://" + ip + ":" + m[1].str();
-    if (target.empty()) std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_FALSE(target.empty()) << core.Output();
+  RdmaCore rc("rdma-wake", "256K");
+  ASSERT_FALSE(rc.target.empty());
+  const std::string& target = rc.target;
+  test::Process& core = *rc.core;
   auto c = Connection::Open(target, {.timeout = 10s, .spin = 0ns});
   ASSERT_TRUE(c) << c.error().ToString() << "\n" << core.Output();
   // A small object (one message with its first bytes) and a 256 KiB one (a rendezvous: the
@@ -196,9 +213,7 @@ TEST(RdmaPlane, EveryRequestWakesItsWaiterWithoutASafetyNet) {
     }
   }
   c->reset();
-  core.Signal(SIGTERM);
-  EXPECT_EQ(core.Wait(30s), 0) << core.Output();
-  std::filesystem::remove_all(tier);
+  rc.Stop();
 }
 
 }  // namespace
