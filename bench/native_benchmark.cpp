@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
   CLI::App app("native_benchmark: first byte and throughput over one plane", "native_benchmark");
   std::string target, http_url, small_path, big_path, label;
   uint64_t head_size = 1 << 20, size = 256ull << 20;
-  int samples = 200, repeats = 5;
+  int samples = 200, repeats = 5, put_repeats = 0;
   app.add_option("--target", target, "unix:PATH or ucx://HOST:PORT (libgoblin)");
   app.add_option("--http", http_url, "http://HOST:PORT of goblin-gateway instead");
   app.add_option("--small-path", small_path, "HTTP: a head-sized object");
@@ -107,6 +108,9 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples, "First-byte samples")->capture_default_str();
   app.add_option("--repeats", repeats, "Whole-object reads")->capture_default_str();
   app.add_option("--label", label, "Row label");
+  app.add_option("--put-repeats", put_repeats,
+                 "libgoblin: also time puts of --size bytes, from memory (by reference over "
+                 "UCX) and streamed from a source (copied), alternating, this many of each");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   std::vector<double> first_us, mbs, one_sided_us;
 
@@ -188,6 +192,46 @@ int main(int argc, char** argv) {
       if (!r || *r != size) return Fail(r ? "short read" : r.error().ToString());
       mbs.push_back(static_cast<double>(size) / (static_cast<double>(MonotonicNanos() - t0) / 1e9) /
                     1e6);
+    }
+    if (put_repeats > 0) {
+      std::vector<uint8_t> body(size);
+      for (uint64_t i = 0; i < size; ++i) body[i] = PatternByte(i);
+      std::vector<double> from_memory, streamed;
+      auto put_from_memory = [&]() -> VoidResult {
+        uint64_t t0 = MonotonicNanos();
+        GOBLIN_RETURN_IF_ERROR(c.Put("bench/put", body));
+        from_memory.push_back(static_cast<double>(size) /
+                              (static_cast<double>(MonotonicNanos() - t0) / 1e9) / 1e6);
+        return {};
+      };
+      auto put_streamed = [&]() -> VoidResult {
+        uint64_t at = 0, t0 = MonotonicNanos();
+        GOBLIN_RETURN_IF_ERROR(c.Put(
+            "bench/put",
+            [&](std::span<uint8_t> out) -> Result<size_t> {
+              size_t k = static_cast<size_t>(std::min<uint64_t>(out.size(), size - at));
+              std::memcpy(out.data(), body.data() + at, k);
+              at += k;
+              return k;
+            },
+            size));
+        streamed.push_back(static_cast<double>(size) /
+                           (static_cast<double>(MonotonicNanos() - t0) / 1e9) / 1e6);
+        return {};
+      };
+      for (int i = 0; i < put_repeats; ++i) {  // (in turns, each first every other time)
+        VoidResult r = i % 2 == 0 ? put_from_memory() : put_streamed();
+        if (r) r = i % 2 == 0 ? put_streamed() : put_from_memory();
+        if (!r) return Fail("put: " + r.error().ToString());
+      }
+      std::sort(from_memory.begin(), from_memory.end());
+      std::sort(streamed.begin(), streamed.end());
+      fmt::print(
+          "put {}: from memory {:.0f} MB/s, streamed from a source {:.0f} MB/s (medians of "
+          "{})\n",
+          label.empty() ? target : label, from_memory[from_memory.size() / 2],
+          streamed[streamed.size() / 2], put_repeats);
+      (void)c.Delete("bench/put");
     }
     (void)c.Delete("bench/head");
     (void)c.Delete("bench/big");

@@ -6,7 +6,8 @@
 #   HTTP through goblin-gateway | UCX tcp | UCX shared memory | ring plane
 #   bench/native_benchmark.sh [--no-build]
 # Environment: SIZE (256M), HEAD (1M), SAMPLES (300), REPEATS (5), BUILD_DIR (build/release),
-# OUT (var/bench/native-<time>).
+# OUT (var/bench/native-<time>), PUT_REPEATS (0; N: the libgoblin rows also time N puts of
+# SIZE from memory, by reference over UCX, and N streamed from a source, copied).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
@@ -14,6 +15,7 @@ SIZE=${SIZE:-256M}
 HEAD=${HEAD:-1M}
 SAMPLES=${SAMPLES:-300}
 REPEATS=${REPEATS:-5}
+PUT_REPEATS=${PUT_REPEATS:-0}
 OUT=${OUT:-$ROOT/var/bench/native-$(date -u +%Y%m%d-%H%M%S)}
 [ "${1:-}" = "--no-build" ] || cmake --build "$BUILD_DIR" --target goblin-core goblin-gateway native_benchmark >/dev/null
 mkdir -p "$OUT"
@@ -51,14 +53,15 @@ wait_for "(exec 3<>/dev/tcp/127.0.0.1/18490) 2>/dev/null" || { cat "$RUN/gateway
 
 B=$BUILD_DIR/bench/native_benchmark
 ARGS=(--head-size "$HEAD" --size "$SIZE" --samples "$SAMPLES" --repeats "$REPEATS")
+LIB=(--put-repeats "$PUT_REPEATS")
 {
   echo "| plane | first byte p50 (us) | p90 | p99 | one-sided whole head p50 / p90 / p99 (us) | MB/s (median of $REPEATS x $SIZE) |"
   echo "|---|---:|---:|---:|---:|---:|"
   "$B" --http http://127.0.0.1:18490 --small-path /files/head.bin --big-path /files/big.bin \
     "${ARGS[@]}" --label "HTTP via goblin-gateway"
-  UCX_TLS=tcp "$B" --target "ucx://127.0.0.1:$UCX_PORT" "${ARGS[@]}" --label "native, UCX tcp"
-  UCX_TLS=sm,tcp "$B" --target "ucx://127.0.0.1:$UCX_PORT" "${ARGS[@]}" --label "native, UCX shared memory"
-  "$B" --target "unix:$RUN/core.sock" "${ARGS[@]}" --label "native, ring plane (zero-copy loans)"
+  UCX_TLS=tcp "$B" --target "ucx://127.0.0.1:$UCX_PORT" "${ARGS[@]}" "${LIB[@]}" --label "native, UCX tcp"
+  UCX_TLS=sm,tcp "$B" --target "ucx://127.0.0.1:$UCX_PORT" "${ARGS[@]}" "${LIB[@]}" --label "native, UCX shared memory"
+  "$B" --target "unix:$RUN/core.sock" "${ARGS[@]}" "${LIB[@]}" --label "native, ring plane (zero-copy loans)"
 } | tee "$OUT/results.md"
 { echo "date: $(date -u +%FT%TZ)"; echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD)";
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)";

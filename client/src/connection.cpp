@@ -182,9 +182,8 @@ Result<uint64_t> Connection::SendRequest(
   return corr;
 }
 
-Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
-                                 uint64_t ttl_ns, std::string_view metadata) {
-  Link& l = LinkFor(key);
+Result<Connection::PutStarted> Connection::BeginPut(Link& l, std::string_view key, uint64_t size,
+                                                    uint64_t ttl_ns, std::string_view metadata) {
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr, SendRequest(l, key.size() + metadata.size(),
                                                      [&](uint8_t* b, size_t cap, uint64_t id) {
                                                        wire::PutBeginEncoder e(b, cap);
@@ -201,7 +200,27 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
   if (lease->state() != wire::LeaseState::kGranted) {
     return Err(StatusCode::kAlreadyExists, "a fill of '{}' is already in progress", key);
   }
-  uint64_t put_id = lease->put_id();
+  return PutStarted{corr, lease->put_id()};
+}
+
+Result<uint64_t> Connection::CommitPut(Link& l, const PutStarted& put, uint64_t total_size) {
+  uint8_t cb[64];
+  wire::PutCommitEncoder c(cb, sizeof cb);
+  GOBLIN_RETURN_IF_ERROR(l.transport->Send({cb, c.set_correlation_id(put.correlation_id)
+                                                    .set_put_id(put.put_id)
+                                                    .set_total_size(total_size)
+                                                    .Finish()},
+                                           options_.timeout));
+  GOBLIN_ASSIGN_OR_RETURN(auto result_msg, AwaitReply(l, put.correlation_id));
+  auto result = wire::PutResultDecoder::Decode(result_msg);
+  if (!result) return Err(result.error());
+  return result->generation();
+}
+
+Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uint64_t size,
+                                 uint64_t ttl_ns, std::string_view metadata) {
+  Link& l = LinkFor(key);
+  GOBLIN_ASSIGN_OR_RETURN(PutStarted put, BeginPut(l, key, size, ttl_ns, metadata));
   // PutData: as much as one ring record carries.
   const uint32_t max = l.transport->max_message();
   const size_t chunk = max - 64;
@@ -212,34 +231,62 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
     if (!got) {
       uint8_t ab[64];
       wire::PutAbortEncoder a(ab, sizeof ab);
-      (void)l.transport->Send({ab, a.set_correlation_id(corr).set_put_id(put_id).Finish()},
-                              options_.timeout);
+      (void)l.transport->Send(
+          {ab, a.set_correlation_id(put.correlation_id).set_put_id(put.put_id).Finish()},
+          options_.timeout);
       return Err(got.error());
     }
     if (*got == 0) break;
     std::span<const uint8_t> piece(data.data(), *got);
     GOBLIN_RETURN_IF_ERROR(SendEncoded(l, max, [&](uint8_t* p, size_t cap) {
       wire::PutDataEncoder d(p, cap);
-      return d.set_put_id(put_id).set_offset(offset).set_bytes(piece).Finish();
+      return d.set_put_id(put.put_id).set_offset(offset).set_bytes(piece).Finish();
     }));
     offset += *got;
   }
-  uint8_t cb[64];
-  wire::PutCommitEncoder c(cb, sizeof cb);
-  GOBLIN_RETURN_IF_ERROR(
-      l.transport->Send({cb, c.set_correlation_id(corr)
-                                 .set_put_id(put_id)
-                                 .set_total_size(size == UINT64_MAX ? offset : size)
-                                 .Finish()},
-                        options_.timeout));
-  GOBLIN_ASSIGN_OR_RETURN(auto result_msg, AwaitReply(l, corr));
-  auto result = wire::PutResultDecoder::Decode(result_msg);
-  if (!result) return Err(result.error());
-  return result->generation();
+  return CommitPut(l, put, size == UINT64_MAX ? offset : size);
+}
+
+Result<uint64_t> Connection::PutByReference(Link& l, std::string_view key,
+                                            std::span<const uint8_t> data, uint64_t ttl_ns,
+                                            std::string_view metadata) {
+  GOBLIN_ASSIGN_OR_RETURN(PutStarted put, BeginPut(l, key, data.size(), ttl_ns, metadata));
+  // Each piece: a PutData whose bytes are the AM data, as large as a message may be.
+  const size_t chunk = l.transport->max_message() - 64;
+  Result<uint64_t> result = uint64_t{0};
+  VoidResult sent = l.transport->RegisterPayloads(data);
+  for (uint64_t offset = 0; offset < data.size() && sent; offset += chunk) {
+    uint8_t hb[64];
+    wire::PutDataEncoder d(hb, sizeof hb);
+    const size_t n =
+        d.set_put_id(put.put_id).set_offset(offset).set_bytes(std::span<const uint8_t>()).Finish();
+    sent = l.transport->SendWithPayload(
+        {hb, n}, data.subspan(offset, std::min<uint64_t>(chunk, data.size() - offset)),
+        options_.timeout);
+  }
+  if (sent) {
+    result = CommitPut(l, put, data.size());
+  } else {
+    result = Err(sent.error());
+    uint8_t ab[64];  // (best effort: the core also aborts a fill nobody feeds)
+    wire::PutAbortEncoder a(ab, sizeof ab);
+    (void)l.transport->Send(
+        {ab, a.set_correlation_id(put.correlation_id).set_put_id(put.put_id).Finish()},
+        options_.timeout);
+  }
+  // UCX may read `data` until its sends complete: the caller gets it back only after.
+  if (auto flushed = l.transport->FlushPayloads(options_.timeout); !flushed && result) {
+    return Err(flushed.error());
+  }
+  return result;
 }
 
 Result<uint64_t> Connection::Put(std::string_view key, std::span<const uint8_t> data,
                                  uint64_t ttl_ns, std::string_view metadata) {
+  Link& l = LinkFor(key);
+  if (l.transport->sends_payload_by_reference() && data.size() >= kPutByReferenceMin) {
+    return PutByReference(l, key, data, ttl_ns, metadata);
+  }
   size_t pos = 0;
   return Put(
       key,

@@ -60,6 +60,17 @@ class UcxTransport final : public Transport {
   }
   uint8_t* Reserve(uint32_t max) override { return ucx_->Reserve(max); }
   void Commit(uint32_t len) override { ucx_->Commit(len); }
+  bool sends_payload_by_reference() const override { return true; }
+  VoidResult SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
+                             std::chrono::nanoseconds timeout) override {
+    return ucx_->SendWithPayload(header, payload, timeout);
+  }
+  VoidResult RegisterPayloads(std::span<const uint8_t> bytes) override {
+    return ucx_->RegisterPayloads(bytes);
+  }
+  VoidResult FlushPayloads(std::chrono::nanoseconds timeout) override {
+    return ucx_->Flush(timeout);
+  }
   Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) override {
     return ucx_->Poll(fn, max);
   }

@@ -450,6 +450,9 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["ucx_messages"] += us.messages;
       m["ucx_failed_endpoints"] += us.failed_endpoints;
       m["ucx_hello_timeouts"] += us.hello_timeouts;
+      m["ucx_payloads_by_rendezvous"] += us.payloads_by_rendezvous;
+      m["ucx_payloads_waited"] += us.payloads_waited;
+      m["ucx_worker_restarts"] += us.worker_restarts;
       m["ucx_late_completions"] += sh.ucx->late_completions();
     }
 #endif

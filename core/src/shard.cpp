@@ -67,6 +67,13 @@ Shard::~Shard() {
   server_.reset();  // closes the sessions (CoreService::OnClose) before the service goes
   admin_loop_.reset();
 #if GOBLIN_HAVE_UCX
+  if (ucx_ != nullptr) {
+    const verbs::UcxServerStats& us = ucx_->stats();
+    GOBLIN_LOG_INFO(kLog,
+                    "UCX plane: {} clients accepted, {} messages, {} payloads received by "
+                    "rendezvous, {} worker restarts",
+                    us.accepted, us.messages, us.payloads_by_rendezvous, us.worker_restarts);
+  }
   ucx_.reset();
 #endif
   service_.reset();

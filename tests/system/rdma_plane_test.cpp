@@ -175,6 +175,13 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   c->reset();
   sub->reset();
   rc.Stop();
+  // The puts went by reference: the core took every piece by rendezvous (an RDMA READ of
+  // the client's buffer), 3 MiB in pieces of at most 256 KiB.
+  std::smatch r;
+  const std::string out = core.Output();
+  ASSERT_TRUE(std::regex_search(out, r, std::regex(R"((\d+) payloads received by rendezvous)")))
+      << out;
+  EXPECT_GE(std::stoull(r[1].str()), 12u) << out;
 }
 
 // Neither side sleeps through a completion: the client sleeps at once (no spin), so every

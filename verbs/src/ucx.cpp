@@ -55,6 +55,11 @@ Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
   // transport settings (ucp_config_modify does not reach them in 1.13), before the first
   // context, from setup code; an explicit UCX_TCP_PUT_ENABLE is the operator's to choose.
   setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
+  // A listener binds with SO_REUSEADDR, as servers do: a core restarted, or a worker
+  // replaced (UcxServer::RestartWorker), listens again on its port while connections of the
+  // old one linger in TIME_WAIT.
+  setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
+  setenv("UCX_RDMA_CM_REUSEADDR", "y", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Err(UcsError(st, "ucp_config_read"));
@@ -233,7 +238,7 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
 Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
                                   std::span<const uint8_t> payload, ucp_mem_h memh,
                                   SendBuffers& buffers, uint64_t owner, uint64_t token,
-                                  SendBuffers::Done done, void* user) {
+                                  SendBuffers::Done done, void* user, uint32_t am_flags) {
   // UCX 1.13 reads the header until completion too: it lives in a reused buffer.
   SendBuffers::Buffer* b = buffers.Acquire(header.size());
   std::memcpy(b->bytes.data(), header.data(), header.size());
@@ -246,6 +251,10 @@ Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = OnSendComplete;
   p.user_data = b;
+  if (am_flags != 0) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = am_flags;
+  }
   if (memh != nullptr) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;

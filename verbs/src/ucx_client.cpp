@@ -264,7 +264,7 @@ ucs_status_t UcxClient::OnPayloadMessage(const void* header, size_t header_lengt
 
 void UcxClient::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status) {
   auto* self = static_cast<UcxClient*>(user);
-  self->in_flight_ -= std::min(self->in_flight_, buffer->size);
+  self->in_flight_ -= std::min(self->in_flight_, buffer->size + buffer->payload_size);
   if (status != UCS_OK && status != UCS_ERR_CANCELED && !self->failed_) {
     self->failed_ = true;
     self->failure_ = ucs_status_string(status);
@@ -306,6 +306,79 @@ VoidResult UcxClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecond
     if (now >= end) return Err(StatusCode::kTimeout, "the core took nothing for too long");
     worker_->WaitForEvents(std::chrono::nanoseconds(std::min<uint64_t>(end - now, 1'000'000)));
   }
+}
+
+VoidResult UcxClient::SendWithPayload(std::span<const uint8_t> header,
+                                      std::span<const uint8_t> payload,
+                                      std::chrono::nanoseconds timeout) {
+  if (header.size() < 4 || header.size() + payload.size() > max_message_) {
+    return Err(StatusCode::kInvalidArgument,
+               "a {}-byte message with a {}-byte payload exceeds the {}-byte maximum",
+               header.size(), payload.size(), max_message_);
+  }
+  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  while (in_flight_ + payload.size() > options_.payload_window && in_flight_ > 0) {
+    GOBLIN_RETURN_IF_ERROR(CheckAlive());
+    if (worker_->Progress() > 0) continue;
+    uint64_t now = MonotonicNanos();
+    if (now >= end) return Err(StatusCode::kTimeout, "the core took nothing for too long");
+    worker_->WaitForEvents(std::chrono::nanoseconds(std::min<uint64_t>(end - now, 1'000'000)));
+  }
+  GOBLIN_RETURN_IF_ERROR(CheckAlive());
+  ucp_mem_h memh =
+      payload_memh_ != nullptr && payload.data() >= payload_region_.data() &&
+              payload.data() + payload.size() <= payload_region_.data() + payload_region_.size()
+          ? payload_memh_
+          : nullptr;
+  // (rendezvous always: the core receives the bytes where they belong, over verbs an RDMA
+  // READ of `payload`, and this side copies nothing)
+  auto r = SendHeaderAndPayload(ep_, header, payload, memh, buffers_, 0, 0, &UcxClient::OnSent,
+                                this, UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_RNDV);
+  if (!r) {
+    failed_ = true;
+    failure_ = r.error().message();
+    return CheckAlive();
+  }
+  if (!*r) in_flight_ += header.size() + payload.size();
+  return {};
+}
+
+VoidResult UcxClient::RegisterPayloads(std::span<const uint8_t> bytes) {
+  if (payload_memh_ != nullptr) return Err(StatusCode::kFailedPrecondition, "payloads registered");
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = const_cast<uint8_t*>(bytes.data());
+  mp.length = bytes.size();
+  ucs_status_t st = ucp_mem_map(context_->get(), &mp, &payload_memh_);
+  if (st != UCS_OK) {
+    payload_memh_ = nullptr;
+    return Err(UcsError(st, "ucp_mem_map"));
+  }
+  payload_region_ = bytes;
+  return {};
+}
+
+VoidResult UcxClient::Flush(std::chrono::nanoseconds timeout) {
+  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  VoidResult done;
+  while (in_flight_ > 0) {
+    if (done = CheckAlive(); !done) break;
+    if (worker_->Progress() > 0) continue;
+    uint64_t now = MonotonicNanos();
+    if (now >= end) {
+      done = Err(StatusCode::kTimeout, "the core did not take the data in time");
+      break;
+    }
+    worker_->WaitForEvents(std::chrono::nanoseconds(end - now));
+  }
+  if (done) done = CheckAlive();
+  // (a send still in flight on a failed or stuck endpoint keeps its registration)
+  if (payload_memh_ != nullptr && in_flight_ == 0) {
+    ucp_mem_unmap(context_->get(), payload_memh_);
+    payload_memh_ = nullptr;
+    payload_region_ = {};
+  }
+  return done;
 }
 
 uint8_t* UcxClient::Reserve(uint32_t max_len) {

@@ -2,8 +2,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "goblin/common/clock.h"
@@ -118,37 +120,82 @@ Result<std::unique_ptr<UcxServer>> UcxServer::Listen(const UcxServerOptions& opt
   s->options_ = options;
   s->handler_ = handler;
   s->next_id_ = options.first_session_id;
-  socklen_t len = 0;
-  GOBLIN_ASSIGN_OR_RETURN(sockaddr_storage addr, ResolveHostPort(options.listen, &len));
+  s->listen_address_ = options.listen;
+  s->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  if (!s->epoll_) return ErrnoErr("epoll_create1", errno);
   GOBLIN_ASSIGN_OR_RETURN(s->context_, UcxContext::Create());
-  GOBLIN_ASSIGN_OR_RETURN(s->worker_, UcxWorker::Create(*s->context_));
+  GOBLIN_RETURN_IF_ERROR(s->StartWorker());
+  GOBLIN_LOG_INFO(kLog, "UCX plane listening on {} (port {})", options.listen, s->port_);
+  return s;
+}
 
-  GOBLIN_RETURN_IF_ERROR(s->worker_->SetMessageHandler(&UcxServer::OnMessage, s.get()));
+VoidResult UcxServer::StartWorker() {
+  socklen_t len = 0;
+  GOBLIN_ASSIGN_OR_RETURN(sockaddr_storage addr, ResolveHostPort(listen_address_, &len));
+  GOBLIN_ASSIGN_OR_RETURN(worker_, UcxWorker::Create(*context_));
+  GOBLIN_RETURN_IF_ERROR(worker_->SetMessageHandler(&UcxServer::OnMessage, this));
 
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
   lp.sockaddr.addrlen = len;
   lp.conn_handler.cb = &UcxServer::OnConnRequest;
-  lp.conn_handler.arg = s.get();
-  ucs_status_t st = ucp_listener_create(s->worker_->get(), &lp, &s->listener_);
+  lp.conn_handler.arg = this;
+  ucs_status_t st = ucp_listener_create(worker_->get(), &lp, &listener_);
   if (st != UCS_OK) {
-    return Err(UcsError(st, fmt::format("UCX listener on {}", options.listen)));
+    return Err(UcsError(st, fmt::format("UCX listener on {}", listen_address_)));
   }
   ucp_listener_attr_t attr{};
   attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  st = ucp_listener_query(s->listener_, &attr);
+  st = ucp_listener_query(listener_, &attr);
   if (st != UCS_OK) return Err(UcsError(st, "ucp_listener_query"));
   if (attr.sockaddr.ss_family == AF_INET) {
-    s->port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
+    port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
   } else if (attr.sockaddr.ss_family == AF_INET6) {
-    s->port_ = ntohs(reinterpret_cast<const sockaddr_in6*>(&attr.sockaddr)->sin6_port);
+    port_ = ntohs(reinterpret_cast<const sockaddr_in6*>(&attr.sockaddr)->sin6_port);
   }
-  GOBLIN_LOG_INFO(kLog, "UCX plane listening on {} (port {})", options.listen, s->port_);
-  return s;
+  // (a replacement listens where this one did, port 0 or not)
+  listen_address_ =
+      fmt::format("{}:{}", listen_address_.substr(0, listen_address_.rfind(':')), port_);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, worker_->event_fd(), &ev) != 0) {
+    return ErrnoErr("epoll_ctl(UCX worker)", errno);
+  }
+  busy_since_ns_ = 0;
+  return {};
+}
+
+void UcxServer::RestartWorker() {
+  ++stats_.worker_restarts;
+  GOBLIN_LOG_WARN(kLog,
+                  "the UCX worker has had events it cannot take for {} ms (a shared-memory "
+                  "client that died in the middle of a send blocks its receive FIFO): "
+                  "replacing it; its {} client(s) are disconnected",
+                  kStuckNs / 1'000'000, sessions_.size());
+  std::vector<uint64_t> ids;
+  for (auto& [id, sess] : sessions_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    sessions_.at(id)->failed_ = true;  // (closed forcibly: nothing can be flushed)
+    CloseSession(id);
+  }
+  ucp_listener_destroy(listener_);
+  listener_ = nullptr;
+  for (void* r : closing_) ucp_request_free(r);
+  closing_.clear();
+  (void)epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, worker_->event_fd(), nullptr);
+  // Destroying the worker cancels what it still had in flight (sends, rendezvous receives:
+  // their slots end failed or orphaned); the inbox holds only closed sessions' messages now.
+  worker_.reset();
+  Deliver();
+  if (auto started = StartWorker(); !started) {
+    GOBLIN_LOG_ERROR(kLog, "could not replace the UCX worker: {}; this shard's UCX plane is down",
+                     started.error());
+  }
 }
 
 UcxServer::~UcxServer() {
+  if (worker_ == nullptr) return;  // (a replacement failed to start: nothing to close)
   Close();
   // (the worker completes what is still in flight through OnSent and the receive
   // callbacks: it goes while the sessions and buffers they touch are alive)
@@ -228,8 +275,8 @@ void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   sit->second->closing_ = true;
 }
 
-ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t header_length,
-                                  void* data, size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServer*>(arg);
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
     GOBLIN_LOG_WARN(kLog, "dropping an active message without a reply endpoint");
@@ -238,17 +285,17 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t head
   auto it = self->by_ep_.find(param->reply_ep);
   if (it == self->by_ep_.end()) return UCS_OK;
   UcxSession& s = *self->sessions_.at(it->second);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message ||
-      header_length != 0) {
-    // Clients send every message eager, whole in the AM data, within max_message.
-    GOBLIN_LOG_WARN(kLog,
-                    "client {} ({}) broke the protocol ({}-byte message, max {}, {}-byte AM "
-                    "header); closing it",
-                    s.id_, s.peer_, length, self->options_.max_message, header_length);
+  if (header_length != 0)
+    return self->OnPayloadMessage(s, header, header_length, data, length, param);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message) {
+    // A message without an AM header is sent eager, whole in the AM data, within max_message.
+    GOBLIN_LOG_WARN(kLog, "client {} ({}) broke the protocol ({}-byte message, max {}); closing it",
+                    s.id_, s.peer_, length, self->options_.max_message);
     s.closing_ = true;
     return UCS_OK;
   }
   // Handed to the handler after progress returns (no sends from inside UCX callbacks).
+  self->deliverable_ = true;
   size_t at = self->inbox_.size();
   self->inbox_.resize(at + 12 + length);
   std::memcpy(self->inbox_.data() + at, &s.id_, 8);
@@ -256,6 +303,132 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* /*header*/, size_t head
   std::memcpy(self->inbox_.data() + at + 8, &len, 4);
   if (length > 0) std::memcpy(self->inbox_.data() + at + 12, data, length);
   return UCS_OK;
+}
+
+// An AM header is an SBE message ending in an empty varData32 whose bytes are the AM data
+// (a PutData whose bytes the client sent by reference): the message handed on is the header
+// with those bytes in place. Eager data is copied now; a rendezvous is received into a slot
+// (over verbs: an RDMA read of the client's memory), and the session's later messages wait
+// for it in Deliver.
+ucs_status_t UcxServer::OnPayloadMessage(UcxSession& s, const void* header, size_t header_length,
+                                         void* data, size_t length,
+                                         const ucp_am_recv_param_t* param) {
+  if (header_length < 4 || header_length + length > options_.max_message) {
+    GOBLIN_LOG_WARN(kLog,
+                    "client {} ({}) broke the protocol ({}-byte message with a {}-byte payload, "
+                    "max {}); closing it",
+                    s.id_, s.peer_, header_length, length, options_.max_message);
+    s.closing_ = true;
+    return UCS_OK;
+  }
+  const uint32_t total = static_cast<uint32_t>(header_length + length);
+  const uint32_t len = static_cast<uint32_t>(length);
+  deliverable_ = true;
+  size_t at = inbox_.size();
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    inbox_.resize(at + 12 + total);
+    uint8_t* p = inbox_.data() + at;
+    std::memcpy(p, &s.id_, 8);
+    std::memcpy(p + 8, &total, 4);
+    std::memcpy(p + 12, header, header_length);
+    std::memcpy(p + 12 + header_length - 4, &len, 4);
+    if (length > 0) std::memcpy(p + 12 + header_length, data, length);
+    return UCS_OK;
+  }
+  if (s.waiting_pulls_.size() >= kMaxWaitingPulls) {
+    GOBLIN_LOG_WARN(kLog,
+                    "client {} ({}) has {} more messages waiting to arrive by rendezvous, the "
+                    "most a client may (it ignores its window); closing it",
+                    s.id_, s.peer_, s.waiting_pulls_.size());
+    s.closing_ = true;
+    return UCS_OK;
+  }
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back().index = slot;
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Slot& sl = slots_[slot];
+  sl.bytes.assign(static_cast<const uint8_t*>(header),
+                  static_cast<const uint8_t*>(header) + header_length);
+  sl.ready = sl.failed = sl.orphan = sl.started = false;
+  sl.owner = this;
+  sl.session = s.id_;
+  sl.desc = data;
+  sl.length = len;
+  inbox_.resize(at + 16);
+  std::memcpy(inbox_.data() + at, &s.id_, 8);
+  std::memcpy(inbox_.data() + at + 8, &kSlotMark, 4);
+  std::memcpy(inbox_.data() + at + 12, &slot, 4);
+  ++stats_.payloads_by_rendezvous;
+  if (s.pulls_ < kPullsPerSession) {
+    StartPull(s, slot);
+    return UCS_OK;
+  }
+  // The client's sends complete only once they are pulled: waiting here holds it back.
+  s.waiting_pulls_.push_back(slot);
+  ++stats_.payloads_waited;
+  return UCS_INPROGRESS;  // (UCX keeps the descriptor until StartPull or a release)
+}
+
+void UcxServer::StartPull(UcxSession& s, uint32_t slot) {
+  Slot& sl = slots_[slot];
+  sl.started = true;
+  ++s.pulls_;
+  const size_t header_length = sl.bytes.size();
+  sl.bytes.resize(header_length + sl.length);
+  std::memcpy(sl.bytes.data() + header_length - 4, &sl.length, 4);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
+    auto* sl = static_cast<Slot*>(user);
+    sl->ready = true;
+    sl->failed = status != UCS_OK;
+    sl->owner->deliverable_ = true;
+    if (sl->orphan) sl->owner->FreeSlot(sl->index);
+    ucp_request_free(request);
+  };
+  p.user_data = &sl;
+  ucs_status_ptr_t r =
+      ucp_am_recv_data_nbx(worker_->get(), sl.desc, sl.bytes.data() + header_length, sl.length, &p);
+  sl.desc = nullptr;
+  if (r == nullptr) {
+    sl.ready = true;
+    deliverable_ = true;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    sl.ready = true;
+    sl.failed = true;
+    deliverable_ = true;
+  }
+}
+
+void UcxServer::FreeSlot(uint32_t slot) {
+  Slot& sl = slots_[slot];
+  const bool started = sl.started;
+  sl.ready = sl.failed = sl.orphan = sl.started = false;
+  free_slots_.push_back(slot);
+  auto it = sessions_.find(sl.session);
+  if (!started || it == sessions_.end()) return;
+  UcxSession& s = *it->second;
+  s.pulls_ -= std::min<uint32_t>(s.pulls_, 1);
+  if (!s.waiting_pulls_.empty() && !s.closing_) {
+    uint32_t next = s.waiting_pulls_.front();
+    s.waiting_pulls_.pop_front();
+    StartPull(s, next);
+  }
+}
+
+void UcxServer::DropWaitingPulls(UcxSession& s) {
+  for (uint32_t slot : s.waiting_pulls_) {
+    Slot& sl = slots_[slot];
+    if (sl.desc != nullptr) ucp_am_data_release(worker_->get(), sl.desc);
+    sl.desc = nullptr;
+    sl.ready = sl.failed = true;  // (Deliver frees it: its session is gone)
+  }
+  s.waiting_pulls_.clear();
 }
 
 void UcxServer::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status) {
@@ -321,30 +494,61 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
 }
 
 void UcxServer::Deliver() {
+  deliverable_ = false;
+  inbox_kept_.clear();
+  blocked_.clear();  // sessions with a message still arriving: their later ones wait for it
   size_t pos = 0;
   while (pos < inbox_.size()) {
+    const uint8_t* e = inbox_.data() + pos;
     uint64_t id;
-    uint32_t len;
-    std::memcpy(&id, inbox_.data() + pos, 8);
-    std::memcpy(&len, inbox_.data() + pos + 8, 4);
-    std::span<const uint8_t> msg(inbox_.data() + pos + 12, len);
-    pos += 12 + len;
+    uint32_t len, slot = 0;
+    std::memcpy(&id, e, 8);
+    std::memcpy(&len, e + 8, 4);
+    const bool in_slot = len == kSlotMark;
+    if (in_slot) std::memcpy(&slot, e + 12, 4);
+    const size_t entry = in_slot ? 16 : 12 + size_t{len};
+    pos += entry;
     auto it = sessions_.find(id);
-    if (it == sessions_.end() || it->second->closing_) continue;
+    if (it == sessions_.end() || it->second->closing_) {
+      if (in_slot && slots_[slot].ready) {
+        FreeSlot(slot);
+      } else if (in_slot) {
+        slots_[slot].orphan = true;  // (freed when UCX is done writing into it)
+      }
+      continue;
+    }
+    const bool waits = std::find(blocked_.begin(), blocked_.end(), id) != blocked_.end();
+    if (waits || (in_slot && !slots_[slot].ready)) {
+      if (!waits) blocked_.push_back(id);
+      inbox_kept_.insert(inbox_kept_.end(), e, e + entry);
+      continue;
+    }
     UcxSession& s = *it->second;
+    if (in_slot && slots_[slot].failed) {
+      GOBLIN_LOG_DEBUG(kLog, "client {} ({}): a rendezvous receive failed; closing it", s.id_,
+                       s.peer_);
+      s.closing_ = true;
+      FreeSlot(slot);
+      continue;
+    }
+    std::span<const uint8_t> msg = in_slot ? std::span<const uint8_t>(slots_[slot].bytes)
+                                           : std::span<const uint8_t>(e + 12, len);
     ++stats_.messages;
     if (!s.welcomed_) {
       Welcome(s, msg);
     } else {
       handler_->OnMessage(s, msg);
     }
+    if (in_slot) FreeSlot(slot);
   }
-  inbox_.clear();  // keeps its capacity
+  inbox_.swap(inbox_kept_);  // what waits keeps its order (both keep their capacity)
 }
 
 size_t UcxServer::Poll() {
+  if (worker_ == nullptr) return 0;
   size_t work = worker_->Progress();
-  if (!inbox_.empty()) {
+  progressed_ = work > 0;
+  if (deliverable_) {
     work += 1;
     Deliver();
   }
@@ -383,11 +587,23 @@ size_t UcxServer::Poll() {
 }
 
 bool UcxServer::PrepareSleep() {
-  if (!inbox_.empty() || !payloads_done_.empty()) return false;
+  if (worker_ == nullptr) return true;
+  if (deliverable_ || !payloads_done_.empty()) return false;
   for (auto& [id, s] : sessions_) {
     if (s->closing_ || (s->want_writable_ && s->queued_ <= options_.send_window / 2)) return false;
   }
-  return worker_->Arm();
+  if (worker_->Arm()) {
+    busy_since_ns_ = 0;
+    return true;
+  }
+  // Busy: events are pending. Progress takes them at once, unless the worker is stuck.
+  const uint64_t now = MonotonicNanos();
+  if (progressed_ || busy_since_ns_ == 0) {
+    busy_since_ns_ = now;
+  } else if (now - busy_since_ns_ > kStuckNs) {
+    RestartWorker();
+  }
+  return false;
 }
 
 void UcxServer::CloseSession(uint64_t id) {
@@ -399,6 +615,7 @@ void UcxServer::CloseSession(uint64_t id) {
   } else {
     --awaiting_hello_;
   }
+  DropWaitingPulls(s);
   by_ep_.erase(s.ep_);
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -83,6 +83,10 @@ class Connection {
   using Source = std::function<Result<size_t>(std::span<uint8_t>)>;
   Result<uint64_t> Put(std::string_view key, const Source& source, uint64_t size = UINT64_MAX,
                        uint64_t ttl_ns = 0, std::string_view metadata = {});
+  // From memory: over a remote plane, data of kPutByReferenceMin bytes or more is sent by
+  // reference (no copy here; the core receives it with a rendezvous, over verbs an RDMA
+  // read of `data`); `data` is the caller's again when Put returns.
+  static constexpr size_t kPutByReferenceMin = 16 << 10;
   Result<uint64_t> Put(std::string_view key, std::span<const uint8_t> data, uint64_t ttl_ns = 0,
                        std::string_view metadata = {});
   Result<ObjectMeta> Head(std::string_view key);
@@ -273,6 +277,19 @@ class Connection {
   // Encodes a message of at most `max` bytes straight into the ring and sends it.
   VoidResult SendEncoded(Link& l, uint32_t max,
                          const std::function<size_t(uint8_t*, size_t)>& encode);
+  // A put's PutBegin and its lease (AlreadyExists when another fill holds the key), then its
+  // PutCommit and result. Between them the caller sends the PutData.
+  struct PutStarted {
+    uint64_t correlation_id = 0, put_id = 0;
+  };
+  Result<PutStarted> BeginPut(Link& l, std::string_view key, uint64_t size, uint64_t ttl_ns,
+                              std::string_view metadata);
+  Result<uint64_t> CommitPut(Link& l, const PutStarted& put, uint64_t total_size);
+  // A put's PutData sent by reference from `data` (remote planes, data of kPutByReferenceMin
+  // bytes or more): no copy in the client; the core receives each piece with a rendezvous
+  // (over verbs, an RDMA read of `data`).
+  Result<uint64_t> PutByReference(Link& l, std::string_view key, std::span<const uint8_t> data,
+                                  uint64_t ttl_ns, std::string_view metadata);
 
   std::vector<std::unique_ptr<Link>> links_;  // by shard
   ConnectOptions options_;

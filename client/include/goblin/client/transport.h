@@ -44,6 +44,19 @@ class Transport {
     Commit(static_cast<uint32_t>(msg.size()));
     return TrySendResult::kOk;
   }
+  // Remote planes: `header` (an SBE message ending in an empty varData32) with `payload`
+  // as its bytes, the payload sent by reference (UCX reads it, or over verbs the core
+  // RDMA-reads it, until FlushPayloads returns: the caller keeps it unchanged until then).
+  // Together at most max_message(). Unimplemented on the ring plane (it copies into the ring).
+  virtual bool sends_payload_by_reference() const { return false; }
+  virtual VoidResult SendWithPayload(std::span<const uint8_t> /*header*/,
+                                     std::span<const uint8_t> /*payload*/,
+                                     std::chrono::nanoseconds /*timeout*/) {
+    return Err(StatusCode::kUnimplemented, "payloads by reference need a remote plane");
+  }
+  // Registers the memory the next payloads come from (until FlushPayloads), optional.
+  virtual VoidResult RegisterPayloads(std::span<const uint8_t> /*bytes*/) { return {}; }
+  virtual VoidResult FlushPayloads(std::chrono::nanoseconds /*timeout*/) { return {}; }
   virtual Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn,
                               size_t max = SIZE_MAX) = 0;
   virtual Result<bool> Wait(std::chrono::nanoseconds timeout) = 0;

@@ -120,13 +120,17 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
 
 // Sends `header` (copied) followed by `payload` (by reference: UCX reads it until the send
 // completes; eager or rendezvous as UCX chooses) as one active message; the receiver sees
-// `header` as the AM header. `memh`: the registration covering `payload` (or nullptr).
-// Returns true when the send completed at once (`done` is not called), false when `done`
-// will be called from progress.
+// `header` as the AM header. `memh`: the registration covering `payload` (or nullptr: UCX
+// registers it, through its cache). `am_flags`: UCP_AM_SEND_FLAG_* (a client's sends to the
+// core: REPLY, the receiver gets a reply endpoint; RNDV, the receiver pulls the payload, over
+// verbs with an RDMA READ, whatever its size). Returns true when the send completed at once (`done`
+// is not called), false when `done` will be called from progress. The two sides read such a message
+// the same way (UcxClient and UcxServer): `header` is an SBE message ending in an empty varData32,
+// and the AM data are its bytes.
 Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
                                   std::span<const uint8_t> payload, ucp_mem_h memh,
                                   SendBuffers& buffers, uint64_t owner, uint64_t token,
-                                  SendBuffers::Done done, void* user);
+                                  SendBuffers::Done done, void* user, uint32_t am_flags = 0);
 
 // Closes an endpoint (forcibly when `force`), progressing the worker until UCX is done or
 // `timeout` passes.

@@ -27,6 +27,9 @@ struct UcxClientOptions {
   uint8_t peer_kind = 0;  // wire::PeerKind
   uint32_t max_message = 256 << 10;
   size_t send_window = 1 << 20;  // bytes in flight before TrySend says "full"
+  // Payloads sent by reference (SendWithPayload) take no buffer here: more may be in flight
+  // (each is a rendezvous the core pulls; at most UcxServer::kMaxPullsPerSession at once).
+  size_t payload_window = 8 << 20;
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
   // Wait() polls the worker this long before arming it and sleeping (0: sleep at once),
   // with `spin_yield` giving the CPU away between polls (sched_yield).
@@ -56,6 +59,19 @@ class UcxClient {
   SendStatus TrySend(std::span<const uint8_t> msg);
   // Waits (progressing) for room up to `timeout`.
   VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout);
+  // `header` (an SBE message ending in an empty varData32, copied) with `payload` as those
+  // bytes, sent by reference: UCX reads the caller's memory (a rendezvous above its
+  // threshold: over verbs the core RDMA-reads it) until the send completes, so the payload
+  // must stay unchanged until Flush() returns. Together at most max_message() bytes; waits
+  // for window room up to `timeout`.
+  VoidResult SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
+                             std::chrono::nanoseconds timeout);
+  // Registers `bytes` with UCX (ucp_mem_map) for the payloads sent from it until Flush():
+  // the rendezvous then packs a key it has instead of registering inside the send.
+  VoidResult RegisterPayloads(std::span<const uint8_t> bytes);
+  // Waits (progressing) until UCX is done with every send, payloads included; drops the
+  // registration RegisterPayloads made.
+  VoidResult Flush(std::chrono::nanoseconds timeout);
   // Encode into Reserve(max) (a staging buffer), then Commit(len) sends it; nullptr when
   // the send window is full right now.
   uint8_t* Reserve(uint32_t max_len);
@@ -111,6 +127,8 @@ class UcxClient {
   bool failed_ = false;
   std::string failure_;
   size_t in_flight_ = 0;
+  std::span<const uint8_t> payload_region_;  // RegisterPayloads' bytes and their memh
+  ucp_mem_h payload_memh_ = nullptr;
   uint64_t client_id_ = 0;
   uint32_t server_pid_ = 0;
   uint16_t shard_count_ = 1;

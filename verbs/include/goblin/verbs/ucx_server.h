@@ -13,11 +13,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/fd.h"
 #include "goblin/common/status.h"
 #include "goblin/reactor/event_source.h"
 #include "goblin/reactor/handler.h"
@@ -52,6 +54,11 @@ struct UcxServerOptions {
 struct UcxServerStats {
   uint64_t accepted = 0, rejected = 0, closed = 0, messages = 0, failed_endpoints = 0;
   uint64_t hello_timeouts = 0;
+  uint64_t payloads_by_rendezvous = 0;  // messages whose bytes a client sent by reference
+  uint64_t payloads_waited = 0;  // (of them: waited for kPullsPerSession others of the client)
+  // The worker had events it could not take for kStuckNs (a shared-memory client died while
+  // writing into its receive FIFO) and was replaced: every session of it was closed.
+  uint64_t worker_restarts = 0;
 };
 
 class UcxServer;
@@ -78,6 +85,8 @@ class UcxSession final : public reactor::Session {
   uint32_t max_message_ = 0;
   size_t queued_ = 0;
   uint64_t soft_since_ = 0;
+  uint32_t pulls_ = 0;  // rendezvous receives of this client's messages started, not yet done
+  std::deque<uint32_t> waiting_pulls_;  // (slots of those not started yet, in arrival order)
   std::string peer_ = "ucx";
 };
 
@@ -100,9 +109,11 @@ class UcxServer final : public reactor::EventSource {
   const UcxServerStats& stats() const { return stats_; }
   UcxContext& context() { return *context_; }
   UcxWorker& worker() { return *worker_; }
-  uint64_t late_completions() const { return worker_->late_completions(); }
+  uint64_t late_completions() const { return worker_ ? worker_->late_completions() : 0; }
 
-  int event_fd() const override { return worker_->event_fd(); }
+  // An epoll set of the server's own holding the worker's event fd: it stays the same when
+  // the worker is replaced (RestartWorker).
+  int event_fd() const override { return epoll_.get(); }
   size_t Poll() override;
   bool PrepareSleep() override;
   // Sleeps as long as nothing happens, except while a connected client has not said Hello
@@ -110,6 +121,22 @@ class UcxServer final : public reactor::EventSource {
   int max_sleep_ms() const override { return awaiting_hello_ > 0 ? kHelloCheckMs : -1; }
   static constexpr int kHelloCheckMs = 100;
   void Close() override;
+
+  // How long the worker may say it has events (ucp_worker_arm: busy) while progress takes
+  // none before it counts as stuck. UCX's shared-memory transport has one receive FIFO per
+  // worker that every local peer writes into: a sender reserves an element, fills it, then
+  // marks it written. A client killed between the two leaves an element that is never
+  // marked, and the worker reads nothing after it, from anyone, while the loop spins. The
+  // only way out is a new worker (and FIFO): its sessions are closed (their clients see the
+  // connection fail and reconnect), the listener reopens on the same port. Counted as
+  // worker_restarts.
+  static constexpr uint64_t kStuckNs = 1'000'000'000;
+  // Messages of one client received by rendezvous at once, each into a buffer of the
+  // server's; later ones wait (UCX keeps their descriptors) and the client's sends of them
+  // do not complete, which holds it to its window. A client with kMaxWaitingPulls waiting
+  // ignores its window and is closed.
+  static constexpr uint32_t kPullsPerSession = 16;
+  static constexpr size_t kMaxWaitingPulls = 4096;
 
  private:
   friend class UcxSession;
@@ -120,6 +147,8 @@ class UcxServer final : public reactor::EventSource {
                                 size_t length, const ucp_am_recv_param_t* param);
   static void OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status);
   void Deliver();
+  VoidResult StartWorker();  // a worker (with the message handler), its listener, in epoll_
+  void RestartWorker();
   void Welcome(UcxSession& s, std::span<const uint8_t> msg);
   void CloseSession(uint64_t id);
   void ReapClosing();
@@ -136,16 +165,49 @@ class UcxServer final : public reactor::EventSource {
   UcxServerOptions options_;
   reactor::Handler* handler_ = nullptr;
   SendBuffers buffers_;  // outlives the worker (its callbacks return buffers here)
+  // A message whose bytes a client sent by reference, received by rendezvous into a slot of
+  // its own (reused; a deque: a slot never moves while UCX writes into it; it outlives the
+  // worker). Its place in inbox_ is a placeholder; the session's later messages wait for it.
+  static constexpr uint32_t kSlotMark = UINT32_MAX;
+  struct Slot {
+    std::vector<uint8_t> bytes;
+    bool ready = false;
+    bool failed = false;
+    bool orphan = false;  // its session went first: freed when UCX is done with it
+    UcxServer* owner = nullptr;
+    uint64_t session = 0;
+    uint32_t index = 0;
+    bool started = false;  // its rendezvous receive was started (StartPull)
+    void* desc = nullptr;  // (until then: UCX's descriptor of the message)
+    uint32_t length = 0;   // the payload's length
+  };
+  std::deque<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  ucs_status_t OnPayloadMessage(UcxSession& s, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  void StartPull(UcxSession& s, uint32_t slot);
+  void FreeSlot(uint32_t slot);
+  void DropWaitingPulls(UcxSession& s);
   std::unique_ptr<UcxContext> context_;
   std::unique_ptr<UcxWorker> worker_;
   ucp_listener_h listener_ = nullptr;
+  UniqueFd epoll_;
+  std::string listen_address_;  // what the listener binds (port_ once known: a restart reuses it)
+  uint64_t busy_since_ns_ = 0;  // the worker has said busy, with no progress, since then
+  bool progressed_ = false;     // the last Poll's progress did something
   int port_ = 0;
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
   std::unordered_map<uint64_t, std::unique_ptr<UcxSession>> sessions_;
   size_t awaiting_hello_ = 0;  // sessions connected that have not said Hello yet
   std::unordered_map<ucp_ep_h, uint64_t> by_ep_;
-  std::vector<uint8_t> inbox_;  // received messages: [u64 session][u32 length][bytes]
+  // Received messages: [u64 session][u32 length][bytes], or [u64 session][kSlotMark][u32
+  // slot] for one still arriving by rendezvous. deliverable_: something there can be handed
+  // on (a message arrived or a slot filled since the last Deliver).
+  std::vector<uint8_t> inbox_;
+  std::vector<uint8_t> inbox_kept_;  // Deliver's leftovers (sessions waiting on a slot)
+  std::vector<uint64_t> blocked_;    // (Deliver's: sessions waiting on a slot)
+  bool deliverable_ = false;
   std::vector<void*> closing_;  // endpoint close requests still in progress
   UcxServerStats stats_;
 };
