@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -197,15 +198,25 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> body(size);
       for (uint64_t i = 0; i < size; ++i) body[i] = PatternByte(i);
       std::vector<double> from_memory, streamed;
+      double memory_cpu = 0, streamed_cpu = 0;  // the client process's CPU seconds, summed
+      auto cpu_seconds = [] {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+               static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+      };
       auto put_from_memory = [&]() -> VoidResult {
         uint64_t t0 = MonotonicNanos();
+        double c0 = cpu_seconds();
         GOBLIN_RETURN_IF_ERROR(c.Put("bench/put", body));
+        memory_cpu += cpu_seconds() - c0;
         from_memory.push_back(static_cast<double>(size) /
                               (static_cast<double>(MonotonicNanos() - t0) / 1e9) / 1e6);
         return {};
       };
       auto put_streamed = [&]() -> VoidResult {
         uint64_t at = 0, t0 = MonotonicNanos();
+        double c0 = cpu_seconds();
         GOBLIN_RETURN_IF_ERROR(c.Put(
             "bench/put",
             [&](std::span<uint8_t> out) -> Result<size_t> {
@@ -215,6 +226,7 @@ int main(int argc, char** argv) {
               return k;
             },
             size));
+        streamed_cpu += cpu_seconds() - c0;
         streamed.push_back(static_cast<double>(size) /
                            (static_cast<double>(MonotonicNanos() - t0) / 1e9) / 1e6);
         return {};
@@ -226,11 +238,12 @@ int main(int argc, char** argv) {
       }
       std::sort(from_memory.begin(), from_memory.end());
       std::sort(streamed.begin(), streamed.end());
+      const double gib = static_cast<double>(size) * put_repeats / (1 << 30);
       fmt::print(
-          "put {}: from memory {:.0f} MB/s, streamed from a source {:.0f} MB/s (medians of "
-          "{})\n",
-          label.empty() ? target : label, from_memory[from_memory.size() / 2],
-          streamed[streamed.size() / 2], put_repeats);
+          "put {}: from memory {:.0f} MB/s, client CPU {:.2f} s/GiB; streamed from a source "
+          "{:.0f} MB/s, client CPU {:.2f} s/GiB (medians of {})\n",
+          label.empty() ? target : label, from_memory[from_memory.size() / 2], memory_cpu / gib,
+          streamed[streamed.size() / 2], streamed_cpu / gib, put_repeats);
       (void)c.Delete("bench/put");
     }
     (void)c.Delete("bench/head");
