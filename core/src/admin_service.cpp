@@ -453,6 +453,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["ucx_payloads_by_rendezvous"] += us.payloads_by_rendezvous;
       m["ucx_payloads_waited"] += us.payloads_waited;
       m["ucx_worker_restarts"] += us.worker_restarts;
+      m["ucx_busy_dozes"] += us.busy_dozes;
       m["ucx_late_completions"] += sh.ucx->late_completions();
     }
 #endif

@@ -755,6 +755,42 @@ TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
   unsetenv("UCX_RNDV_THRESH");
 }
 
+// A client that stops reading is not a blocked worker: the core's sends to it wait (its
+// FIFO or socket is full) while the worker serves everyone else, and nothing is replaced
+// (ucx_worker_restarts stays 0); when the client reads again, every message is there.
+TEST_P(NativePlane, AClientThatStopsReadingIsNotTakenForABlockedWorker) {
+  if (GetParam().shards != 1) GTEST_SKIP() << "(one shard: the worker is the point)";
+  NativeCore nc(Tag("stall"), GetParam());
+  auto sub = nc.Connect();
+  auto pub = nc.Connect();
+  ASSERT_TRUE(sub && pub);
+  ASSERT_TRUE(sub->Subscribe(Connection::SubKind::kChannel, std::vector<std::string>{"stall"}));
+  const std::string payload(4000, 'p');
+  constexpr int kMessages = 1000;  // 4 MB: more than any FIFO or socket buffer, under limits
+  for (int i = 0; i < kMessages; ++i) {
+    auto n = pub->Publish("stall", payload);
+    ASSERT_TRUE(n) << n.error().ToString();
+  }
+  // The subscriber reads nothing for 2.5 s (the core's check is 1 s); the publisher's
+  // requests are answered all along.
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_TRUE(pub->Ping()) << i;
+    std::this_thread::sleep_for(100ms);
+  }
+  int got = 0;
+  while (got < kMessages) {
+    auto m = sub->NextMessage(5s);
+    ASSERT_TRUE(m && *m) << "message " << got << ": " << (m ? "none" : m.error().ToString());
+    ASSERT_EQ((*m)->payload, payload);
+    ++got;
+  }
+  std::string text;
+  auto stats = CoreStats(nc, &text);
+  EXPECT_EQ(stats["ucx_worker_restarts"], 0u) << text;
+  std::cout << "[ info ] 1 ms dozes while the subscriber did not read: " << stats["ucx_busy_dozes"]
+            << "\n";
+}
+
 TEST_P(NativePlane, PutStreamsFromASourceAndBadRequestsGetClearErrors) {
   NativeCore nc(Tag("src"), GetParam());
   auto c = nc.Connect();

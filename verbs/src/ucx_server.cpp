@@ -162,7 +162,7 @@ VoidResult UcxServer::StartWorker() {
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, worker_->event_fd(), &ev) != 0) {
     return ErrnoErr("epoll_ctl(UCX worker)", errno);
   }
-  busy_since_ns_ = 0;
+  busy_since_ns_ = stuck_since_ns_ = 0;
   return {};
 }
 
@@ -589,21 +589,45 @@ size_t UcxServer::Poll() {
 bool UcxServer::PrepareSleep() {
   if (worker_ == nullptr) return true;
   if (deliverable_ || !payloads_done_.empty()) return false;
+  bool sending = false;  // a send of ours has not completed
   for (auto& [id, s] : sessions_) {
     if (s->closing_ || (s->want_writable_ && s->queued_ <= options_.send_window / 2)) return false;
+    sending |= s->queued_ > 0;
   }
   if (worker_->Arm()) {
-    busy_since_ns_ = 0;
+    busy_since_ns_ = stuck_since_ns_ = 0;
     return true;
   }
-  // Busy: events are pending. Progress takes them at once, unless the worker is stuck.
+  // Busy: events are pending, and progress takes them at once, unless a send of ours waits
+  // for room in a peer that does not read (a full shared-memory FIFO: UCX retries it on
+  // every progress and will not arm meanwhile) or the worker is stuck. Either way the loop
+  // dozes (1 ms sleeps) rather than spin once that has lasted kDozeAfterNs; and with no
+  // send waiting, kStuckNs of it is a blocked receive FIFO.
   const uint64_t now = MonotonicNanos();
-  if (progressed_ || busy_since_ns_ == 0) {
-    busy_since_ns_ = now;
-  } else if (now - busy_since_ns_ > kStuckNs) {
+  if (progressed_ || busy_since_ns_ == 0) busy_since_ns_ = now;
+  if (progressed_ || sending || stuck_since_ns_ == 0) {
+    stuck_since_ns_ = now;
+  } else if (now - stuck_since_ns_ > kStuckNs) {
     RestartWorker();
+    return false;
+  }
+  if (now - busy_since_ns_ > kDozeAfterNs) {
+    // (the worker's fd may stay readable: out of the loop's epoll set for the doze)
+    epoll_event ev{};
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, worker_->event_fd(), &ev) != 0) return false;
+    ++stats_.busy_dozes;
+    dozing_ = true;
+    return true;
   }
   return false;
+}
+
+void UcxServer::FinishSleep() {
+  if (!dozing_) return;
+  dozing_ = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  (void)epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, worker_->event_fd(), &ev);
 }
 
 void UcxServer::CloseSession(uint64_t id) {

@@ -59,6 +59,8 @@ struct UcxServerStats {
   // The worker had events it could not take for kStuckNs (a shared-memory client died while
   // writing into its receive FIFO) and was replaced: every session of it was closed.
   uint64_t worker_restarts = 0;
+  // 1 ms sleeps the loop took instead of spinning on a worker busy without progress.
+  uint64_t busy_dozes = 0;
 };
 
 class UcxServer;
@@ -118,19 +120,24 @@ class UcxServer final : public reactor::EventSource {
   bool PrepareSleep() override;
   // Sleeps as long as nothing happens, except while a connected client has not said Hello
   // (its hello_timeout is checked when the loop wakes).
-  int max_sleep_ms() const override { return awaiting_hello_ > 0 ? kHelloCheckMs : -1; }
+  int max_sleep_ms() const override {
+    if (dozing_) return 1;
+    return awaiting_hello_ > 0 ? kHelloCheckMs : -1;
+  }
+  void FinishSleep() override;
   static constexpr int kHelloCheckMs = 100;
   void Close() override;
 
   // How long the worker may say it has events (ucp_worker_arm: busy) while progress takes
-  // none before it counts as stuck. UCX's shared-memory transport has one receive FIFO per
-  // worker that every local peer writes into: a sender reserves an element, fills it, then
-  // marks it written. A client killed between the two leaves an element that is never
-  // marked, and the worker reads nothing after it, from anyone, while the loop spins. The
-  // only way out is a new worker (and FIFO): its sessions are closed (their clients see the
+  // none, and no send of ours waits for a peer, before it counts as stuck. UCX's shared-memory
+  // transport has one receive FIFO per worker that every local peer writes into: a sender reserves
+  // an element, fills it, then marks it written. A client killed between the two leaves an element
+  // that is never marked, and the worker reads nothing after it, from anyone, while the loop spins.
+  // The only way out is a new worker (and FIFO): its sessions are closed (their clients see the
   // connection fail and reconnect), the listener reopens on the same port. Counted as
   // worker_restarts.
   static constexpr uint64_t kStuckNs = 1'000'000'000;
+  static constexpr uint64_t kDozeAfterNs = 2'000'000;
   // Messages of one client received by rendezvous at once, each into a buffer of the
   // server's; later ones wait (UCX keeps their descriptors) and the client's sends of them
   // do not complete, which holds it to its window. A client with kMaxWaitingPulls waiting
@@ -192,9 +199,11 @@ class UcxServer final : public reactor::EventSource {
   std::unique_ptr<UcxWorker> worker_;
   ucp_listener_h listener_ = nullptr;
   UniqueFd epoll_;
-  std::string listen_address_;  // what the listener binds (port_ once known: a restart reuses it)
-  uint64_t busy_since_ns_ = 0;  // the worker has said busy, with no progress, since then
-  bool progressed_ = false;     // the last Poll's progress did something
+  std::string listen_address_;   // what the listener binds (port_ once known: a restart reuses it)
+  uint64_t busy_since_ns_ = 0;   // the worker has said busy, with no progress, since then
+  uint64_t stuck_since_ns_ = 0;  // (and no send of ours waiting, since then)
+  bool dozing_ = false;          // PrepareSleep let the loop sleep 1 ms without arming
+  bool progressed_ = false;      // the last Poll's progress did something
   int port_ = 0;
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
