@@ -184,9 +184,15 @@ void UcxServer::RestartWorker() {
   for (void* r : closing_) ucp_request_free(r);
   closing_.clear();
   (void)epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, worker_->event_fd(), nullptr);
+  late_completions_before_ += worker_->late_completions();
   // Destroying the worker cancels what it still had in flight (sends, rendezvous receives:
   // their slots end failed or orphaned); the inbox holds only closed sessions' messages now.
   worker_.reset();
+  for (Slot& sl : slots_) {  // (UCX cancels them on the way; none can land after it)
+    if (!sl.started || sl.ready) continue;
+    sl.ready = sl.failed = true;
+    if (sl.orphan) FreeSlot(sl.index);
+  }
   Deliver();
   if (auto started = StartWorker(); !started) {
     GOBLIN_LOG_ERROR(kLog, "could not replace the UCX worker: {}; this shard's UCX plane is down",
@@ -195,8 +201,7 @@ void UcxServer::RestartWorker() {
 }
 
 UcxServer::~UcxServer() {
-  if (worker_ == nullptr) return;  // (a replacement failed to start: nothing to close)
-  Close();
+  Close();  // (with no worker left, after a replacement failed, nothing is open but memory)
   // (the worker completes what is still in flight through OnSent and the receive
   // callbacks: it goes while the sessions and buffers they touch are alive)
   worker_.reset();

@@ -111,7 +111,9 @@ class UcxServer final : public reactor::EventSource {
   const UcxServerStats& stats() const { return stats_; }
   UcxContext& context() { return *context_; }
   UcxWorker& worker() { return *worker_; }
-  uint64_t late_completions() const { return worker_ ? worker_->late_completions() : 0; }
+  uint64_t late_completions() const {
+    return late_completions_before_ + (worker_ ? worker_->late_completions() : 0);
+  }
 
   // An epoll set of the server's own holding the worker's event fd: it stays the same when
   // the worker is replaced (RestartWorker).
@@ -202,8 +204,9 @@ class UcxServer final : public reactor::EventSource {
   std::string listen_address_;   // what the listener binds (port_ once known: a restart reuses it)
   uint64_t busy_since_ns_ = 0;   // the worker has said busy, with no progress, since then
   uint64_t stuck_since_ns_ = 0;  // (and no send of ours waiting, since then)
-  bool dozing_ = false;          // PrepareSleep let the loop sleep 1 ms without arming
-  bool progressed_ = false;      // the last Poll's progress did something
+  uint64_t late_completions_before_ = 0;  // (of workers replaced)
+  bool dozing_ = false;                   // PrepareSleep let the loop sleep 1 ms without arming
+  bool progressed_ = false;               // the last Poll's progress did something
   int port_ = 0;
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
