@@ -793,6 +793,28 @@ TEST_P(NativePlane, AClientThatStopsReadingIsNotTakenForABlockedWorker) {
             << "\n";
 }
 
+// One-sided reads, then an idle connection: the worker that served them is not taken for
+// a blocked one (no replacement), and the next request is answered.
+TEST_P(NativePlane, OneSidedReadsThenIdleDoNotLookLikeABlockedWorker) {
+  if (GetParam().shards != 1) GTEST_SKIP() << "(one shard: the worker is the point)";
+  NativeCore nc(Tag("osidle"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto a = Pattern(64 << 10, 5);
+  ASSERT_TRUE(c->Put("osidle/a", a));
+  auto d = c->Describe("osidle/a");
+  ASSERT_TRUE(d && d->has_value());
+  std::vector<uint8_t> buf((*d)->length);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(c->ReadHead(**d, buf).value()) << i;
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_TRUE(c->Ping());
+  EXPECT_TRUE(GetAll(*c, "osidle/a").value() == a);
+  std::string text;
+  auto stats = CoreStats(nc, &text);
+  EXPECT_EQ(stats["ucx_worker_restarts"], 0u) << text;
+  std::cout << "[ info ] 1 ms dozes: " << stats["ucx_busy_dozes"] << "\n";
+}
+
 TEST_P(NativePlane, PutStreamsFromASourceAndBadRequestsGetClearErrors) {
   NativeCore nc(Tag("src"), GetParam());
   auto c = nc.Connect();
