@@ -179,6 +179,16 @@ class NativePlane : public testing::TestWithParam<PlaneParam> {
   }
 };
 
+// A Source that streams `data` (copied into each piece), as a program reading a file would.
+Connection::Source StreamFrom(std::span<const uint8_t> data) {
+  return [data, at = size_t{0}](std::span<uint8_t> out) mutable -> Result<size_t> {
+    size_t n = std::min(out.size(), data.size() - at);
+    if (n > 0) std::memcpy(out.data(), data.data() + at, n);
+    at += n;
+    return n;
+  };
+}
+
 // The core's admin counters (`goblinctl stats`), by name; the whole text in *text.
 std::map<std::string, uint64_t> CoreStats(const NativeCore& nc, std::string* text = nullptr) {
   auto [rc, out] =
@@ -706,16 +716,7 @@ TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
           (void)(*c)->Put("killput/obj", data);
           continue;
         }
-        size_t off = 0;
-        (void)(*c)->Put(
-            "killput/obj",
-            [&](std::span<uint8_t> out) -> Result<size_t> {
-              size_t n = std::min(out.size(), data.size() - off);
-              std::memcpy(out.data(), data.data() + off, n);
-              off += n;
-              return n;
-            },
-            data.size());
+        (void)(*c)->Put("killput/obj", StreamFrom(data), data.size());
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(60 + 30 * round));
@@ -843,16 +844,7 @@ TEST_P(NativePlane, PutStreamsFromASourceAndBadRequestsGetClearErrors) {
   EXPECT_FALSE(c->Head("broken").value().found);
   // A size announced wrongly is refused by the core.
   std::vector<uint8_t> five(5, 'x');
-  at = 0;
-  auto wrong = c->Put(
-      "wrong-size",
-      [&](std::span<uint8_t> out) -> Result<size_t> {
-        size_t n = std::min(out.size(), five.size() - at);
-        std::memcpy(out.data(), five.data() + at, n);
-        at += n;
-        return n;
-      },
-      10);
+  auto wrong = c->Put("wrong-size", StreamFrom(five), 10);
   EXPECT_FALSE(wrong);
   EXPECT_FALSE(c->Head("wrong-size").value().found);
   // A key longer than any message: InvalidArgument, and the connection still works.
