@@ -203,6 +203,14 @@ Result<Connection::PutStarted> Connection::BeginPut(Link& l, std::string_view ke
   return PutStarted{corr, lease->put_id()};
 }
 
+void Connection::AbortPut(Link& l, const PutStarted& put) {
+  uint8_t ab[64];  // (best effort: the core also aborts a fill nobody feeds)
+  wire::PutAbortEncoder a(ab, sizeof ab);
+  (void)l.transport->Send(
+      {ab, a.set_correlation_id(put.correlation_id).set_put_id(put.put_id).Finish()},
+      options_.timeout);
+}
+
 Result<uint64_t> Connection::CommitPut(Link& l, const PutStarted& put, uint64_t total_size) {
   uint8_t cb[64];
   wire::PutCommitEncoder c(cb, sizeof cb);
@@ -229,11 +237,7 @@ Result<uint64_t> Connection::Put(std::string_view key, const Source& source, uin
   for (;;) {
     auto got = source(data);
     if (!got) {
-      uint8_t ab[64];
-      wire::PutAbortEncoder a(ab, sizeof ab);
-      (void)l.transport->Send(
-          {ab, a.set_correlation_id(put.correlation_id).set_put_id(put.put_id).Finish()},
-          options_.timeout);
+      AbortPut(l, put);
       return Err(got.error());
     }
     if (*got == 0) break;
@@ -268,11 +272,7 @@ Result<uint64_t> Connection::PutByReference(Link& l, std::string_view key,
     result = CommitPut(l, put, data.size());
   } else {
     result = Err(sent.error());
-    uint8_t ab[64];  // (best effort: the core also aborts a fill nobody feeds)
-    wire::PutAbortEncoder a(ab, sizeof ab);
-    (void)l.transport->Send(
-        {ab, a.set_correlation_id(put.correlation_id).set_put_id(put.put_id).Finish()},
-        options_.timeout);
+    AbortPut(l, put);
   }
   // UCX may read `data` until its sends complete: the caller gets it back only after.
   if (auto flushed = l.transport->FlushPayloads(options_.timeout); !flushed && result) {

@@ -235,6 +235,17 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
   return msg.size();
 }
 
+Result<ucp_mem_h> MapMemory(UcxContext& context, const void* base, size_t bytes) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = const_cast<void*>(base);
+  mp.length = bytes;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(context.get(), &mp, &memh);
+  if (st != UCS_OK) return Err(UcsError(st, "ucp_mem_map"));
+  return memh;
+}
+
 Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
                                   std::span<const uint8_t> payload, ucp_mem_h memh,
                                   SendBuffers& buffers, uint64_t owner, uint64_t token,

@@ -344,16 +344,10 @@ VoidResult UcxClient::SendWithPayload(std::span<const uint8_t> header,
 }
 
 VoidResult UcxClient::RegisterPayloads(std::span<const uint8_t> bytes) {
-  if (payload_memh_ != nullptr) return Err(StatusCode::kFailedPrecondition, "payloads registered");
-  ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = const_cast<uint8_t*>(bytes.data());
-  mp.length = bytes.size();
-  ucs_status_t st = ucp_mem_map(context_->get(), &mp, &payload_memh_);
-  if (st != UCS_OK) {
-    payload_memh_ = nullptr;
-    return Err(UcsError(st, "ucp_mem_map"));
-  }
+  // A registration an earlier put's sends still hold (its Flush timed out) stays until they
+  // complete; this put's sends then go without one (UCX registers them through its cache).
+  if (payload_memh_ != nullptr) return {};
+  GOBLIN_ASSIGN_OR_RETURN(payload_memh_, MapMemory(*context_, bytes.data(), bytes.size()));
   payload_region_ = bytes;
   return {};
 }

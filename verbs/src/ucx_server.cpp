@@ -96,13 +96,7 @@ Result<std::vector<uint8_t>> UcxSession::PackRemoteKey(const void* base, size_t 
 }
 
 VoidResult UcxServer::RegisterMemory(void* base, size_t bytes) {
-  ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = base;
-  mp.length = bytes;
-  ucp_mem_h memh = nullptr;
-  ucs_status_t st = ucp_mem_map(context_->get(), &mp, &memh);
-  if (st != UCS_OK) return Err(UcsError(st, "ucp_mem_map"));
+  GOBLIN_ASSIGN_OR_RETURN(ucp_mem_h memh, MapMemory(*context_, base, bytes));
   regions_.push_back({static_cast<uint8_t*>(base), bytes, memh});
   return {};
 }

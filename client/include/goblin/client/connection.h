@@ -285,6 +285,7 @@ class Connection {
   Result<PutStarted> BeginPut(Link& l, std::string_view key, uint64_t size, uint64_t ttl_ns,
                               std::string_view metadata);
   Result<uint64_t> CommitPut(Link& l, const PutStarted& put, uint64_t total_size);
+  void AbortPut(Link& l, const PutStarted& put);
   // A put's PutData sent by reference from `data` (remote planes, data of kPutByReferenceMin
   // bytes or more): no copy in the client; the core receives each piece with a rendezvous
   // (over verbs, an RDMA read of `data`).

@@ -132,6 +132,10 @@ Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
                                   SendBuffers& buffers, uint64_t owner, uint64_t token,
                                   SendBuffers::Done done, void* user, uint32_t am_flags = 0);
 
+// Registers [base, base + bytes) with `context` (ucp_mem_map): sends from it pass the memh
+// instead of registering inside each send. The caller unmaps it (ucp_mem_unmap).
+Result<ucp_mem_h> MapMemory(UcxContext& context, const void* base, size_t bytes);
+
 // Closes an endpoint (forcibly when `force`), progressing the worker until UCX is done or
 // `timeout` passes.
 void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force,

@@ -67,7 +67,9 @@ class UcxClient {
   VoidResult SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
                              std::chrono::nanoseconds timeout);
   // Registers `bytes` with UCX (ucp_mem_map) for the payloads sent from it until Flush():
-  // the rendezvous then packs a key it has instead of registering inside the send.
+  // the rendezvous then packs a key it has instead of registering inside the send. While an
+  // earlier registration is still held (a Flush that timed out), it registers nothing and
+  // UCX registers each send through its cache.
   VoidResult RegisterPayloads(std::span<const uint8_t> bytes);
   // Waits (progressing) until UCX is done with every send, payloads included; drops the
   // registration RegisterPayloads made.
