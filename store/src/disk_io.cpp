@@ -263,6 +263,8 @@ Result<std::unique_ptr<IoBufferPool>> IoBufferPool::Create(uint32_t count, uint3
   }
   p->free_.reserve(count);
   for (uint32_t i = count; i-- > 0;) p->free_.push_back(i);
+  p->pins_.assign(count, 0);
+  p->released_pinned_.assign(count, false);
   return p;
 }
 
@@ -277,7 +279,19 @@ std::optional<uint32_t> IoBufferPool::Acquire() {
   return i;
 }
 
-void IoBufferPool::Release(uint32_t index) { free_.push_back(index); }
+void IoBufferPool::Release(uint32_t index) {
+  if (pins_[index] > 0) {
+    released_pinned_[index] = true;
+    return;
+  }
+  free_.push_back(index);
+}
+
+void IoBufferPool::Unpin(uint32_t index) {
+  if (pins_[index] == 0 || --pins_[index] > 0 || !released_pinned_[index]) return;
+  released_pinned_[index] = false;
+  free_.push_back(index);
+}
 
 Result<ExtentFile> ExtentFile::Open(const std::string& path, uint64_t bytes, bool allow_buffered) {
   ExtentFile f;

@@ -56,6 +56,7 @@ VoidResult ObjectWriter::FinishAsync(std::function<void()> done) {
       failed_ = true;
       error_ = r.error();
     }
+    DropCurrent();  // (buffers Place() took for bytes that never came)
   }
   if (failed_) return Err(error_);
   if (in_flight_ == 0) {
@@ -71,16 +72,18 @@ VoidResult ObjectWriter::WaitFor(uint32_t max_in_flight) {
   return {};
 }
 
-uint32_t ObjectWriter::CurrentLimit() const {
+uint32_t ObjectWriter::LimitAt(uint64_t start) const {
   uint32_t ext = tiers_[0]->extent_bytes();
-  if (cur_start_ < tier0_bytes_ && tier0_bytes_ - cur_start_ < ext)
-    return static_cast<uint32_t>(tier0_bytes_ - cur_start_);
+  if (start < tier0_bytes_ && tier0_bytes_ - start < ext)
+    return static_cast<uint32_t>(tier0_bytes_ - start);
   return ext;
 }
 
 void ObjectWriter::DropCurrent() {
   if (cur_buf_) buffers_->Release(*cur_buf_);
   cur_buf_.reset();
+  for (uint32_t b : ahead_) buffers_->Release(b);
+  ahead_.clear();
   if (cur_staging_) {
     cur_staging_.reset();
     io_->GiveStaging(cur_staging_cap_);
@@ -109,7 +112,10 @@ VoidResult ObjectWriter::GrowStaging(uint32_t need, uint32_t limit) {
 }
 
 VoidResult ObjectWriter::SubmitCurrent() {
-  if (!has_current() || cur_len_ == 0) return {};
+  if (cur_len_ == 0) {
+    DropCurrent();  // (a buffer Place() took for bytes that never came)
+    return {};
+  }
   TierSpace* tier = tiers_[cur_start_ < tier0_bytes_ ? 0 : 1];
   auto one = tier->Allocate(cur_len_);
   // At the tier's capacity the store evicts; a file system that runs out first is an error.
@@ -155,6 +161,10 @@ VoidResult ObjectWriter::SubmitCurrent() {
     cur_staging_cap_ = 0;
   }
   cur_buf_.reset();
+  if (!ahead_.empty()) {  // (taken by Place for the extent that begins now)
+    cur_buf_ = ahead_.front();
+    ahead_.pop_front();
+  }
   cur_len_ = 0;
   return io_->Flush();
 }
@@ -185,7 +195,8 @@ VoidResult ObjectWriter::Append(std::span<const uint8_t> data) {
       if (auto w = io_->Poll(1); !w) return Fail(w.error());  // someone's write lands
       if (!has_current()) cur_buf_ = buffers_->Acquire();
     }
-    std::memcpy(current() + cur_len_, data.data(), take);
+    uint8_t* to = current() + cur_len_;
+    if (to != data.data()) std::memcpy(to, data.data(), take);  // (equal: placed there)
     cur_len_ += take;
     bytes_ += take;
     data = data.subspan(take);
@@ -195,6 +206,41 @@ VoidResult ObjectWriter::Append(std::span<const uint8_t> data) {
     if (failed_) return Err(error_);
   }
   return {};
+}
+
+std::optional<ObjectWriter::Placed> ObjectWriter::Place(uint64_t offset, uint32_t length) {
+  if (failed_ || done_ || finished_ || length == 0 || offset < bytes_) return std::nullopt;
+  if (cur_staging_) return std::nullopt;
+  // The extent holding `offset` (extents are full but for the last: their starts are known;
+  // cur_start_ == bytes_ while there is no current buffer).
+  uint64_t start = cur_start_;
+  uint32_t limit = LimitAt(start);
+  size_t k = 0;  // 0: the current buffer, else ahead_[k - 1]
+  while (offset >= start + limit) {
+    start += limit;
+    limit = LimitAt(start);
+    if (++k > kPlaceAhead) return std::nullopt;
+  }
+  if (offset + length > start + limit) return std::nullopt;
+  // A buffer it does not hold yet only while the disk keeps up: past twice the writes
+  // Append lets one writer keep in flight, the bytes come by Append, which waits.
+  // (Measured, 256 MiB puts over UCX tcp and shared memory: with Append's own bound of 4,
+  // 12% of the pieces came unplaced behind a virtual disk's write latency; with 8, 1.6%.
+  // A writer then holds at most 8 writes, its current buffer and kPlaceAhead more.)
+  const bool holds = k == 0 ? cur_buf_.has_value() : ahead_.size() >= k;
+  if (!holds && in_flight_ >= 2 * kOwnWritesBeforeWaiting) return std::nullopt;
+  if (!cur_buf_) {
+    cur_buf_ = buffers_->Acquire();
+    if (!cur_buf_) return std::nullopt;
+  }
+  while (ahead_.size() < k) {
+    auto b = buffers_->Acquire();
+    if (!b) return std::nullopt;
+    ahead_.push_back(*b);
+  }
+  const uint32_t b = k == 0 ? *cur_buf_ : ahead_[k - 1];
+  buffers_->Pin(b);
+  return Placed{buffers_->Buffer(b) + (offset - start), b};
 }
 
 VoidResult ObjectWriter::Fail(Status s) {
@@ -225,6 +271,7 @@ Result<std::vector<Extent>> ObjectWriter::Finish() {
       failed_ = true;
       error_ = r.error();
     }
+    DropCurrent();  // (buffers Place() took for bytes that never came)
   }
   if (auto r = WaitFor(0); !r && !failed_) {
     failed_ = true;

@@ -257,6 +257,13 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
   return {};
 }
 
+std::optional<ObjectWriter::Placed> Store::PlaceAppend(FillId id, uint64_t offset,
+                                                       uint32_t length) {
+  auto it = fills_.find(id);
+  if (it == fills_.end() || it->second.committing) return std::nullopt;
+  return it->second.writer->Place(offset, length);
+}
+
 Result<Store::Fill*> Store::CommittableFill(FillId id, uint64_t expected_size) {
   auto it = fills_.find(id);
   if (it == fills_.end() || it->second.committing)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <tuple>
@@ -227,6 +228,92 @@ TEST_P(ObjectIoTest, AReaderLeavingWithReadsInFlightLosesNoBuffer) {
     r.Fill();  // four reads in flight, then the reader goes away
   }
   while (router_->in_flight() > 0) ASSERT_TRUE(router_->Poll(1));
+  EXPECT_EQ(buffers_->free_count(), buffers_->count());
+}
+
+// A transport receives pieces where Place() says (out of order, like pulls completing),
+// then appends them in order: the object arrives byte-exact and nothing is copied twice.
+TEST_P(ObjectIoTest, PlacedPiecesLandInTheWriteBufferAndArriveExactly) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  constexpr uint32_t kPiece = 16 << 10;
+  auto data = Random(3 * kExtent + 5000, 21);
+  ObjectWriter w(router_.get(), tiers());
+  EXPECT_FALSE(w.Place((ObjectWriter::kPlaceAhead + 1) * kExtent, 10)) << "out of reach";
+  size_t placed = 0;
+  for (size_t off = 0; off < data.size();) {
+    // Place a window of up to five pieces ahead, fill them last-first, append in order.
+    std::vector<std::pair<size_t, std::optional<ObjectWriter::Placed>>> window;
+    for (size_t at = off; at < data.size() && window.size() < 5; at += kPiece) {
+      uint32_t len = static_cast<uint32_t>(std::min<size_t>(kPiece, data.size() - at));
+      window.emplace_back(at, w.Place(at, len));
+    }
+    for (auto it = window.rbegin(); it != window.rend(); ++it) {
+      if (!it->second) continue;
+      size_t len = std::min<size_t>(kPiece, data.size() - it->first);
+      std::memcpy(it->second->at, data.data() + it->first, len);
+    }
+    for (auto& [at, p] : window) {
+      size_t len = std::min<size_t>(kPiece, data.size() - at);
+      ASSERT_EQ(w.bytes(), at);
+      auto r = p ? w.Append({p->at, len}) : w.Append({data.data() + at, len});
+      ASSERT_TRUE(r) << r.error().ToString();
+      if (p) {
+        buffers_->Unpin(p->buffer);
+        ++placed;
+      }
+    }
+    off = window.back().first + std::min<size_t>(kPiece, data.size() - window.back().first);
+  }
+  EXPECT_EQ(placed, 13u);  // (windows reach into the next extent's buffer)
+  EXPECT_FALSE(w.Place(0, 10)) << "bytes already appended are not lent again";
+  auto extents = w.Finish();
+  ASSERT_TRUE(extents) << extents.error().ToString();
+  EXPECT_FALSE(w.Place(w.bytes(), 10)) << "a finished writer lends nothing";
+  auto back = Read(*extents);
+  ASSERT_TRUE(back) << back.error().ToString();
+  EXPECT_EQ(*back, data);
+  for (auto& e : *extents) tier_->Free(e);
+  EXPECT_EQ(buffers_->free_count(), buffers_->count());
+}
+
+// The fill is aborted while a transport still writes into a placed buffer (a client went
+// away mid-put): the buffer is not handed to anyone else until the transport lets go.
+TEST_P(ObjectIoTest, APlacedBufferIsNotReusedBeforeItIsReleased) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  SetBuffers(2);
+  std::optional<ObjectWriter::Placed> p;
+  {
+    ObjectWriter w(router_.get(), tiers());
+    auto head = Random(1000, 5);
+    ASSERT_TRUE(w.Append(head));
+    EXPECT_FALSE(w.Place(500, 10));           // behind what was appended
+    EXPECT_FALSE(w.Place(kExtent - 10, 20));  // across the buffer's end
+    EXPECT_FALSE(w.Place((ObjectWriter::kPlaceAhead + 1) * kExtent, 20));  // out of reach
+    p = w.Place(4096, 8192);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(buffers_->pins(p->buffer), 1u);
+    EXPECT_EQ(buffers_->free_count(), 1u);
+  }  // (destroyed unfinished: aborted)
+  EXPECT_EQ(buffers_->free_count(), 1u) << "released while pinned";
+  auto other = buffers_->Acquire();
+  ASSERT_TRUE(other);
+  EXPECT_NE(*other, p->buffer);
+  EXPECT_FALSE(buffers_->Acquire());
+  std::memset(p->at, 0xab, 8192);  // (the transport's late write lands harmlessly)
+  buffers_->Unpin(p->buffer);
+  EXPECT_EQ(buffers_->free_count(), 1u);
+  buffers_->Release(*other);
+  EXPECT_EQ(buffers_->free_count(), buffers_->count());
+  // A buffer taken for a placement whose bytes never came goes back when the writer ends.
+  {
+    ObjectWriter w(router_.get(), tiers());
+    auto q = w.Place(0, 100);
+    ASSERT_TRUE(q);
+    buffers_->Unpin(q->buffer);
+    auto extents = w.Finish();
+    ASSERT_TRUE(extents);
+    EXPECT_TRUE(extents->empty());
+  }
   EXPECT_EQ(buffers_->free_count(), buffers_->count());
 }
 

@@ -99,8 +99,12 @@ class IoBufferPool {
 
   // A free buffer's index, or nullopt when all are lent (back-pressure).
   std::optional<uint32_t> Acquire();
-  // Every acquired buffer is released exactly once.
+  // Every acquired buffer is released exactly once. A pinned buffer (a transport is still
+  // receiving into it) goes back to the free list at its last Unpin.
   void Release(uint32_t index);
+  void Pin(uint32_t index) { ++pins_[index]; }
+  void Unpin(uint32_t index);
+  uint32_t pins(uint32_t index) const { return pins_[index]; }
   uint8_t* Buffer(uint32_t index) const {
     return base_ + static_cast<uint64_t>(index) * buffer_bytes_;
   }
@@ -118,6 +122,8 @@ class IoBufferPool {
   uint32_t buffer_bytes_ = 0;
   uint32_t count_ = 0;
   std::vector<uint32_t> free_;
+  std::vector<uint32_t> pins_;
+  std::vector<bool> released_pinned_;  // released while pinned: freed at the last Unpin
 };
 
 // A preallocated extent file opened for O_DIRECT I/O.

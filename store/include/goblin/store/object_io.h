@@ -42,7 +42,21 @@ class ObjectWriter final : public IoClient {
   ObjectWriter(const ObjectWriter&) = delete;
   ObjectWriter& operator=(const ObjectWriter&) = delete;
 
+  // `data` may be the span Place() lent (then nothing is copied).
   VoidResult Append(std::span<const uint8_t> data);
+  // Lends the memory where object bytes [offset, offset + length) will lie in the current
+  // I/O buffer or the kPlaceAhead next ones (taken now), so a transport can receive them
+  // there before they are appended; Append() of exactly that span, in object order, then
+  // copies nothing. The buffer is pinned (Placed.buffer: IoBufferPool::Unpin it once the
+  // transport is done writing, whatever became of the write): it is not reused, even after
+  // Abort, until then. nullopt when those bytes do not fall in one extent's buffer within
+  // reach, the pool has none to spare, or the writer failed or is finishing.
+  struct Placed {
+    uint8_t* at;
+    uint32_t buffer;
+  };
+  std::optional<Placed> Place(uint64_t offset, uint32_t length);
+  static constexpr uint32_t kPlaceAhead = 2;  // (a put's pulls in flight span ~2 extents)
   // Writes what remains and waits for every write; the extents carry their checksums.
   Result<std::vector<Extent>> Finish();
   // Starts the last write and returns at once; `done` runs (from inside the router's Poll,
@@ -79,7 +93,8 @@ class ObjectWriter final : public IoClient {
   VoidResult SubmitCurrent();
   VoidResult Fail(Status s);
   VoidResult WaitFor(uint32_t max_in_flight);
-  uint32_t CurrentLimit() const;  // bytes the current buffer may take before it is written
+  uint32_t CurrentLimit() const { return LimitAt(cur_start_); }
+  uint32_t LimitAt(uint64_t start) const;  // bytes the extent starting at `start` takes
 
   IoRouter* io_;
   IoBufferPool* buffers_;
@@ -100,7 +115,8 @@ class ObjectWriter final : public IoClient {
   std::vector<uint32_t> staging_cap_;
   std::vector<const uint8_t*> in_memory_;
   std::optional<uint32_t> cur_buf_;
-  StagingBuffer cur_staging_;  // instead of cur_buf_ when the pool had none
+  std::deque<uint32_t> ahead_;  // buffers for the extents after the current one (Place)
+  StagingBuffer cur_staging_;   // instead of cur_buf_ when the pool had none
   uint32_t cur_staging_cap_ = 0;
   uint8_t* current() const { return cur_buf_ ? buffers_->Buffer(*cur_buf_) : cur_staging_.get(); }
   bool has_current() const { return cur_buf_.has_value() || cur_staging_ != nullptr; }

@@ -165,6 +165,14 @@ class Store {
     return r != nullptr && !Expired(*r, NowNs());
   }
   VoidResult Append(FillId fill, std::span<const uint8_t> data);
+  // Memory where fill `fill`'s bytes [offset, offset + length) will lie in its disk write's
+  // buffer, lent so a transport can receive them there (an RDMA read of the client's
+  // memory lands in the buffer the disk write is made from); Append() of that span then
+  // copies it only into the head pool and RAM tail. Every placement is released once, with
+  // ReleasePlacement(buffer), when the transport no longer writes there, whatever became of
+  // the fill (the buffer is not reused before). nullopt: receive it elsewhere and Append it.
+  std::optional<ObjectWriter::Placed> PlaceAppend(FillId fill, uint64_t offset, uint32_t length);
+  void ReleasePlacement(uint32_t buffer) { io_->buffers().Unpin(buffer); }
   // Makes the object visible (replacing an older version), waiting here for its last disk
   // write; returns its generation. `expected_size` (if not UINT64_MAX) must equal what was
   // appended. Durable at return without group_commit; with it, see WhenDurable.
