@@ -20,6 +20,7 @@
 #include "goblin/sbe/runtime.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+#include "piece_cut.h"
 
 namespace goblin::client {
 
@@ -255,18 +256,17 @@ Result<uint64_t> Connection::PutByReference(Link& l, std::string_view key,
                                             std::span<const uint8_t> data, uint64_t ttl_ns,
                                             std::string_view metadata) {
   GOBLIN_ASSIGN_OR_RETURN(PutStarted put, BeginPut(l, key, data.size(), ttl_ns, metadata));
-  // Each piece: a PutData whose bytes are the AM data, as large as a message may be.
-  const size_t chunk = l.transport->max_message() - 64;
+  // Each piece: a PutData whose bytes are the AM data.
+  const PieceCut cut(l.transport->max_message() - 64, l.transport->put_alignment());
   Result<uint64_t> result = uint64_t{0};
   VoidResult sent = l.transport->RegisterPayloads(data);
-  for (uint64_t offset = 0; offset < data.size() && sent; offset += chunk) {
+  for (uint64_t offset = 0, len; offset < data.size() && sent; offset += len) {
+    len = cut.Length(offset, data.size());
     uint8_t hb[64];
     wire::PutDataEncoder d(hb, sizeof hb);
     const size_t n =
         d.set_put_id(put.put_id).set_offset(offset).set_bytes(std::span<const uint8_t>()).Finish();
-    sent = l.transport->SendWithPayload(
-        {hb, n}, data.subspan(offset, std::min<uint64_t>(chunk, data.size() - offset)),
-        options_.timeout);
+    sent = l.transport->SendWithPayload({hb, n}, data.subspan(offset, len), options_.timeout);
   }
   if (sent) {
     result = CommitPut(l, put, data.size());

@@ -427,6 +427,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
     m["puts"] += k.puts;
     m["gets"] += k.gets;
     m["bytes_in"] += k.bytes_in;
+    m["payloads_placed"] += k.payloads_placed;
     m["bytes_out"] += k.bytes_out;
     m["bytes_lent"] += k.bytes_lent;
     m["loans"] += k.loans;
@@ -452,6 +453,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["ucx_hello_timeouts"] += us.hello_timeouts;
       m["ucx_payloads_by_rendezvous"] += us.payloads_by_rendezvous;
       m["ucx_payloads_waited"] += us.payloads_waited;
+      m["ucx_payloads_placed"] += us.payloads_placed;
       m["ucx_worker_restarts"] += us.worker_restarts;
       m["ucx_busy_dozes"] += us.busy_dozes;
       m["ucx_late_completions"] += sh.ucx->late_completions();
@@ -485,6 +487,8 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["tails_dropped"] += s.tails_dropped;
       m["tail_bytes_served"] += s.tail_bytes_served;
       m["pool_blocks_punched"] += sh.store->pool().stats().blocks_punched;
+      // I/O buffers lent (reads, writes, placements a transport still receives into).
+      m["io_buffers_out"] += sh.store->buffers().count() - sh.store->buffers().free_count();
       const store::Index& index = sh.store->index();
       const store::IndexStats& is = index.stats();
       m["journal_group_syncs"] += is.group_syncs;

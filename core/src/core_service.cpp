@@ -224,24 +224,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       wire::PutDataDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("PutData", e);
-      auto it = OwnUpload(session, d.put_id(), "PutData", 0);
-      if (it == uploads_.end()) return;
-      Upload& up = it->second;
-      if (!up.failed.ok()) return;  // already failed and reported: drop the rest quietly
-      if (d.offset() != up.received) {
-        store_->Abort(d.put_id());
-        return FailUpload(
-            up, Status(StatusCode::kInvalidArgument,
-                       fmt::format("PutData at offset {} but {} bytes were received: fill aborted",
-                                   d.offset(), up.received)));
-      }
-      auto bytes = d.bytes_bytes();
-      if (auto r = store_->Append(d.put_id(), bytes); !r) {
-        return FailUpload(up, r.error());  // the store aborted the fill
-      }
-      up.received += bytes.size();
-      counters_.bytes_in += bytes.size();
-      return;
+      return AppendPutData(session, d.put_id(), d.offset(), d.bytes_bytes());
     }
     case wire::PutCommitDecoder::kTemplateId: {
       wire::PutCommitDecoder d;
@@ -760,6 +743,60 @@ void CoreService::PumpDescribes() {
     }
     it = describes_.erase(it);
   }
+}
+
+void CoreService::AppendPutData(reactor::Session& session, uint64_t put_id, uint64_t offset,
+                                std::span<const uint8_t> bytes) {
+  auto it = OwnUpload(session, put_id, "PutData", 0);
+  if (it == uploads_.end()) return;
+  Upload& up = it->second;
+  if (!up.failed.ok()) return;  // already failed and reported: drop the rest quietly
+  if (offset != up.received) {
+    store_->Abort(put_id);
+    return FailUpload(
+        up, Status(StatusCode::kInvalidArgument,
+                   fmt::format("PutData at offset {} but {} bytes were received: fill aborted",
+                               offset, up.received)));
+  }
+  if (auto r = store_->Append(put_id, bytes); !r) {
+    return FailUpload(up, r.error());  // the store aborted the fill
+  }
+  up.received += bytes.size();
+  counters_.bytes_in += bytes.size();
+}
+
+bool CoreService::PlacePayload(reactor::Session& session, std::span<const uint8_t> header,
+                               uint32_t length, Placement* out) {
+  sbe::MessageHeader h;
+  if (store_ == nullptr || !sbe::MessageHeader::Read(header, &h) ||
+      h.schema_id != wire::kSchemaId || h.template_id != wire::PutDataDecoder::kTemplateId) {
+    return false;
+  }
+  wire::PutDataDecoder d;
+  if (d.WrapBody(header, h.block_length, h.version) != sbe::DecodeError::kNone) return false;
+  auto it = uploads_.find(d.put_id());
+  if (it == uploads_.end() || it->second.session != session.id() || !it->second.failed.ok())
+    return false;
+  auto placed = store_->PlaceAppend(d.put_id(), d.offset(), length);
+  if (!placed) return false;
+  out->at = placed->at;
+  out->token = placed->buffer;
+  ++counters_.payloads_placed;
+  return true;
+}
+
+void CoreService::OnPlacedMessage(reactor::Session& session, std::span<const uint8_t> header,
+                                  std::span<const uint8_t> payload) {
+  sbe::MessageHeader h;
+  wire::PutDataDecoder d;
+  (void)sbe::MessageHeader::Read(header, &h);  // (PlacePayload read and decoded it)
+  if (auto e = d.WrapBody(header, h.block_length, h.version); e != sbe::DecodeError::kNone)
+    return SendMalformed(session, "PutData", e);
+  AppendPutData(session, d.put_id(), d.offset(), payload);
+}
+
+void CoreService::ReleasePlacement(uint64_t token) {
+  if (store_ != nullptr) store_->ReleasePlacement(static_cast<uint32_t>(token));
 }
 
 CoreService::Uploads::iterator CoreService::OwnUpload(reactor::Session& session, uint64_t put_id,

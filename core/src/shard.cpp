@@ -36,7 +36,10 @@ Result<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& o) {
   }
 #if GOBLIN_HAVE_UCX
   if (o.ucx) {
-    auto u = verbs::UcxServer::Listen(*o.ucx, s->service_.get());
+    verbs::UcxServerOptions uo = *o.ucx;
+    // Puts' pieces that cross no extent land whole in the extent's write buffer.
+    if (s->store_) uo.put_alignment = s->store_->tier().extent_bytes();
+    auto u = verbs::UcxServer::Listen(uo, s->service_.get());
     if (!u) return Err(ctx(u.error().WithContext("--rdma-listen")));
     s->ucx_ = std::move(*u);
     GOBLIN_RETURN_IF_ERROR(s->loop_->AddSource(s->ucx_.get()));
@@ -71,8 +74,9 @@ Shard::~Shard() {
     const verbs::UcxServerStats& us = ucx_->stats();
     GOBLIN_LOG_INFO(kLog,
                     "UCX plane: {} clients accepted, {} messages, {} payloads received by "
-                    "rendezvous, {} worker restarts",
-                    us.accepted, us.messages, us.payloads_by_rendezvous, us.worker_restarts);
+                    "rendezvous ({} into their fill's buffer), {} worker restarts",
+                    us.accepted, us.messages, us.payloads_by_rendezvous, us.payloads_placed,
+                    us.worker_restarts);
   }
   ucx_.reset();
 #endif

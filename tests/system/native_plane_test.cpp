@@ -26,6 +26,7 @@
 #if GOBLIN_HAVE_UCX
 #include "goblin/verbs/ucx_client.h"
 #endif
+#include "client/src/piece_cut.h"
 #include "tests/system/core_process.h"
 #include "tests/system/process.h"
 
@@ -604,7 +605,7 @@ TEST_P(NativePlane, PutsFromMemoryGoByReferenceAndArriveExactly) {
   NativeCore nc(Tag("byref"), GetParam());
   auto c = nc.Connect();
   ASSERT_TRUE(c);
-  const size_t piece = c->max_message() - 64;
+  const size_t piece = c->max_message() - 64;  // (at most: PutByReference's pieces)
   const std::vector<size_t> sizes = {Connection::kPutByReferenceMin - 1,
                                      Connection::kPutByReferenceMin,
                                      piece - 1,
@@ -635,8 +636,15 @@ TEST_P(NativePlane, PutsFromMemoryGoByReferenceAndArriveExactly) {
   EXPECT_TRUE(GetAll(*c, "byref/b").value() == b_data);
   if (GetParam() != Plane::kRing) {  // (the core counts the pieces it took by rendezvous)
     std::string text;
-    EXPECT_GT(CoreStats(nc, &text)["ucx_payloads_by_rendezvous"], 150u)
-        << text;  // (9 MiB alone is 144 pieces)
+    auto stats = CoreStats(nc, &text);
+    EXPECT_GT(stats["ucx_payloads_by_rendezvous"], 150u) << text;  // (9 MiB: 144 pieces)
+    // Most land straight in their fill's disk buffer (not those the transport pulled
+    // before the core saw the put begin, nor those past the buffer being filled).
+    EXPECT_GT(stats["ucx_payloads_placed"], stats["ucx_payloads_by_rendezvous"] / 2) << text;
+    EXPECT_EQ(stats["ucx_payloads_placed"], stats["payloads_placed"]) << text;
+    std::cout << "[ info ] pieces received into their fill's buffer: "
+              << stats["ucx_payloads_placed"] << " of " << stats["ucx_payloads_by_rendezvous"]
+              << "\n";
   }
   // A fill of a key another fill holds: AlreadyExists, and the connection goes on.
   const std::string busy = "byref/busy";
@@ -655,6 +663,39 @@ TEST_P(NativePlane, PutsFromMemoryGoByReferenceAndArriveExactly) {
       << std::mismatch(busy_back->begin(), busy_back->end(), Pattern(100'000, 3).begin()).first -
              busy_back->begin();
   unsetenv("UCX_RNDV_THRESH");
+}
+
+// Pieces of a put sent by reference: within the message limit, none across an extent,
+// equal within an extent, covering the object exactly.
+TEST(PieceCut, PiecesFitTheLimitAndNeverCrossAnExtent) {
+  for (auto [max, align] : {std::pair<uint64_t, uint64_t>{(1 << 20) - 64, 4 << 20},
+                            {(256 << 10) - 64, 4 << 20},
+                            {(64 << 10) - 64, 1 << 20},
+                            {(1 << 20) - 64, 64 << 10},
+                            {(1 << 20) - 64, 0},
+                            {4096, 3 * 4096 + 1}}) {
+    const client::PieceCut cut(max, align);
+    for (uint64_t size :
+         {uint64_t{1}, uint64_t{100'000}, align + 1, 3 * align + 12'345, uint64_t{9 << 20} + 5}) {
+      uint64_t pieces = 0, offset = 0;
+      while (offset < size) {
+        const uint64_t len = cut.Length(offset, size);
+        ASSERT_GT(len, 0u);
+        ASSERT_LE(len, max);
+        if (align != 0) ASSERT_EQ(offset / align, (offset + len - 1) / align) << offset;
+        offset += len;
+        ++pieces;
+      }
+      EXPECT_EQ(offset, size);
+      // As few as the limit allows: one more than the bound per extent at most.
+      const uint64_t extents = align == 0 ? 1 : (size + align - 1) / align;
+      EXPECT_LE(pieces, (size + max - 1) / max + extents) << max << " " << align << " " << size;
+    }
+  }
+  // 4 MiB extents, 1 MiB messages: five pieces per extent, not four and a sliver.
+  const client::PieceCut cut((1 << 20) - 64, 4 << 20);
+  EXPECT_EQ(cut.Length(0, 8 << 20), 838'912u);
+  EXPECT_EQ(cut.Length(4 * 838'912, 8 << 20), (4u << 20) - 4 * 838'912);
 }
 
 // A put of 1 GiB from memory, by reference over the UCX planes (the core reads each
@@ -688,6 +729,8 @@ TEST_P(NativePlane, AOneGiBPutFromMemoryIsByteExact) {
     std::string text;
     auto stats = CoreStats(nc, &text);
     EXPECT_GE(stats["ucx_payloads_by_rendezvous"], size / (64 << 10)) << text;
+    std::cout << "[ info ] pieces received into the fill's buffer: " << stats["ucx_payloads_placed"]
+              << " of " << stats["ucx_payloads_by_rendezvous"] << "\n";
     std::cout << "[ info ] pieces that waited for the client's other pulls: "
               << stats["ucx_payloads_waited"] << "\n";
   }
@@ -751,6 +794,8 @@ TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
   auto stats = CoreStats(nc, &text);
   EXPECT_EQ(stats["loans_out"], 0u) << text;
   EXPECT_EQ(stats["streams_open"], 0u) << text;
+  // No I/O buffer left behind (a fill's write buffer a pull was landing in when it died).
+  EXPECT_EQ(stats["io_buffers_out"], 0u) << text;
   std::cout << "[ info ] UCX worker restarts: " << stats["ucx_worker_restarts"] << "\n";
   if (GetParam().plane == Plane::kUcxTcp) {
     EXPECT_EQ(stats["ucx_worker_restarts"], 0u) << text;

@@ -176,12 +176,16 @@ TEST(RdmaPlane, ObjectsAndPubSubOverRcVerbsThroughRdmacm) {
   sub->reset();
   rc.Stop();
   // The puts went by reference: the core took every piece by rendezvous (an RDMA READ of
-  // the client's buffer), 3 MiB in pieces of at most 256 KiB.
+  // the client's buffer), 3 MiB in pieces of at most 256 KiB, most of them straight into
+  // the fill's disk write buffer.
   std::smatch r;
   const std::string out = core.Output();
-  ASSERT_TRUE(std::regex_search(out, r, std::regex(R"((\d+) payloads received by rendezvous)")))
+  ASSERT_TRUE(std::regex_search(
+      out, r, std::regex(R"((\d+) payloads received by rendezvous \((\d+) into their fill)")))
       << out;
   EXPECT_GE(std::stoull(r[1].str()), 12u) << out;
+  EXPECT_GE(std::stoull(r[2].str()) * 2, std::stoull(r[1].str())) << out;
+  std::cout << "[ info ] " << r[0].str() << "\n";
 }
 
 // Neither side sleeps through a completion: the client sleeps at once (no spin), so every

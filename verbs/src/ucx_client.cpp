@@ -74,6 +74,8 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   c->server_pid_ = w->server_pid();
   c->max_message_ = std::min(options.max_message, w->max_message());
   c->shard_count_ = w->shard_count() == 0 ? 1 : w->shard_count();
+  // (a core of schema version 2 has none: SBE's null value)
+  c->put_alignment_ = w->put_alignment() == UINT32_MAX ? 0 : w->put_alignment();
   c->shard_addresses_ = std::string(w->shard_addresses());
   return c;
 }

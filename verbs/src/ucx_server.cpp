@@ -199,6 +199,10 @@ UcxServer::~UcxServer() {
   // (the worker completes what is still in flight through OnSent and the receive
   // callbacks: it goes while the sessions and buffers they touch are alive)
   worker_.reset();
+  for (Slot& sl : slots_) {  // (closed sessions' slots Deliver never reached)
+    if (sl.placed != nullptr) handler_->ReleasePlacement(sl.placement);
+    sl.placed = nullptr;
+  }
 }
 
 void UcxServer::Close() {
@@ -378,8 +382,17 @@ void UcxServer::StartPull(UcxSession& s, uint32_t slot) {
   sl.started = true;
   ++s.pulls_;
   const size_t header_length = sl.bytes.size();
-  sl.bytes.resize(header_length + sl.length);
-  std::memcpy(sl.bytes.data() + header_length - 4, &sl.length, 4);
+  uint8_t* into;
+  reactor::Handler::Placement placement;
+  if (s.welcomed_ && handler_->PlacePayload(s, sl.bytes, sl.length, &placement)) {
+    sl.placed = into = placement.at;
+    sl.placement = placement.token;
+    ++stats_.payloads_placed;
+  } else {
+    sl.bytes.resize(header_length + sl.length);
+    std::memcpy(sl.bytes.data() + header_length - 4, &sl.length, 4);
+    into = sl.bytes.data() + header_length;
+  }
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
@@ -391,8 +404,7 @@ void UcxServer::StartPull(UcxSession& s, uint32_t slot) {
     ucp_request_free(request);
   };
   p.user_data = &sl;
-  ucs_status_ptr_t r =
-      ucp_am_recv_data_nbx(worker_->get(), sl.desc, sl.bytes.data() + header_length, sl.length, &p);
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_->get(), sl.desc, into, sl.length, &p);
   sl.desc = nullptr;
   if (r == nullptr) {
     sl.ready = true;
@@ -408,6 +420,10 @@ void UcxServer::FreeSlot(uint32_t slot) {
   Slot& sl = slots_[slot];
   const bool started = sl.started;
   sl.ready = sl.failed = sl.orphan = sl.started = false;
+  if (sl.placed != nullptr) {
+    sl.placed = nullptr;
+    handler_->ReleasePlacement(sl.placement);
+  }
   free_slots_.push_back(slot);
   auto it = sessions_.find(sl.session);
   if (!started || it == sessions_.end()) return;
@@ -481,6 +497,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_max_message(s.max_message_)
       .set_shard(options_.shard)
       .set_shard_count(options_.shard_count)
+      .set_put_alignment(options_.put_alignment)
       .set_server_name(options_.server_name)
       .set_shard_addresses(shard_addresses_);
   if (s.Send({buf, w.Finish()}) == reactor::SendOutcome::kOverLimit) return;
@@ -533,7 +550,9 @@ void UcxServer::Deliver() {
     std::span<const uint8_t> msg = in_slot ? std::span<const uint8_t>(slots_[slot].bytes)
                                            : std::span<const uint8_t>(e + 12, len);
     ++stats_.messages;
-    if (!s.welcomed_) {
+    if (in_slot && slots_[slot].placed != nullptr) {
+      handler_->OnPlacedMessage(s, msg, {slots_[slot].placed, slots_[slot].length});
+    } else if (!s.welcomed_) {
       Welcome(s, msg);
     } else {
       handler_->OnMessage(s, msg);

@@ -49,6 +49,9 @@ class Transport {
   // RDMA-reads it, until FlushPayloads returns: the caller keeps it unchanged until then).
   // Together at most max_message(). Unimplemented on the ring plane (it copies into the ring).
   virtual bool sends_payload_by_reference() const { return false; }
+  // The core's disk extent size (Welcome.putAlignment): pieces of a put sent by reference
+  // that cross no multiple of it land whole in the core's write buffers. 0: none.
+  virtual uint32_t put_alignment() const { return 0; }
   virtual VoidResult SendWithPayload(std::span<const uint8_t> /*header*/,
                                      std::span<const uint8_t> /*payload*/,
                                      std::chrono::nanoseconds /*timeout*/) {

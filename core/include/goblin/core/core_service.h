@@ -51,6 +51,7 @@ struct CoreCounters {
   uint64_t sessions_opened = 0;
   uint64_t sessions_closed = 0;
   uint64_t puts = 0, gets = 0, bytes_in = 0, bytes_out = 0;
+  uint64_t payloads_placed = 0;  // PutData bytes a transport received into the fill's buffer
   uint64_t bytes_lent = 0, loans = 0;
   uint64_t publishes = 0, deliveries_sent = 0, slow_subscribers_dropped = 0;
   uint64_t reservations = 0;    // PutBegins with kPutReserve granted
@@ -98,6 +99,12 @@ class CoreService : public reactor::Handler {
   size_t OnPoll() override;
   int max_sleep_ms() const override;
   void OnPayloadSent(reactor::Session& session, uint64_t token) override;
+  // A PutData's bytes sent by reference land in its fill's disk buffer (Store::PlaceAppend).
+  bool PlacePayload(reactor::Session& session, std::span<const uint8_t> header, uint32_t length,
+                    Placement* out) override;
+  void OnPlacedMessage(reactor::Session& session, std::span<const uint8_t> header,
+                       std::span<const uint8_t> payload) override;
+  void ReleasePlacement(uint64_t token) override;
 
   const CoreCounters& counters() const { return counters_; }
   const CoreHistograms& histograms() const { return histograms_; }
@@ -181,6 +188,9 @@ class CoreService : public reactor::Handler {
   std::optional<reactor::SendOutcome> SendByReference(reactor::Session& session, Download& d,
                                                       std::span<const uint8_t> bytes);
   void ReleaseLent(const Lent& l);
+  // One PutData's bytes into its fill (in the session's order).
+  void AppendPutData(reactor::Session& session, uint64_t put_id, uint64_t offset,
+                     std::span<const uint8_t> bytes);
   void HandleObject(reactor::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
   void SendDescription(reactor::Session& session, uint64_t correlation_id,

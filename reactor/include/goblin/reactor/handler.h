@@ -30,6 +30,29 @@ class Handler {
   virtual int max_sleep_ms() const { return -1; }
   // The transport no longer reads the payload of SendWithPayload(..., token).
   virtual void OnPayloadSent(Session&, uint64_t token) { (void)token; }
+
+  // Payloads a client sent by reference (the trailing, empty varData32 of `header` stands
+  // for `length` bytes the transport receives by rendezvous; over verbs an RDMA read):
+  // PlacePayload may lend the memory they belong in (a fill's disk buffer), so they land
+  // there and are not copied again. The transport then calls OnPlacedMessage instead of
+  // OnMessage, in the session's order, with `payload` the lent memory, and
+  // ReleasePlacement(token) exactly once when it no longer writes there (after
+  // OnPlacedMessage, or instead of it when the receive failed or the session went).
+  // PlacePayload runs inside the transport's progress: it must not send.
+  struct Placement {
+    uint8_t* at = nullptr;
+    uint64_t token = 0;
+  };
+  virtual bool PlacePayload(Session&, std::span<const uint8_t> header, uint32_t length,
+                            Placement* out) {
+    (void)header, (void)length, (void)out;
+    return false;
+  }
+  virtual void OnPlacedMessage(Session&, std::span<const uint8_t> header,
+                               std::span<const uint8_t> payload) {
+    (void)header, (void)payload;
+  }
+  virtual void ReleasePlacement(uint64_t token) { (void)token; }
 };
 
 }  // namespace goblin::reactor

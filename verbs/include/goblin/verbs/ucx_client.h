@@ -52,6 +52,8 @@ class UcxClient {
   uint32_t server_pid() const { return server_pid_; }
   uint32_t max_message() const { return max_message_; }
   uint16_t shard_count() const { return shard_count_; }
+  // The core's Welcome.putAlignment (0: none).
+  uint32_t put_alignment() const { return put_alignment_; }
   // Every shard's HOST:PORT in shard order, as the core's Welcome listed them.
   const std::string& shard_addresses() const { return shard_addresses_; }
 
@@ -134,6 +136,7 @@ class UcxClient {
   uint64_t client_id_ = 0;
   uint32_t server_pid_ = 0;
   uint16_t shard_count_ = 1;
+  uint32_t put_alignment_ = 0;
   std::string shard_addresses_;
   uint32_t max_message_ = 0;
   std::vector<uint8_t> staging_;

@@ -33,6 +33,9 @@ struct UcxServerOptions {
   std::string listen = "0.0.0.0:0";  // HOST:PORT (port 0: any; see port())
   std::string server_name = "goblin-core";
   uint32_t max_message = 256 << 10;  // the largest SBE message either way
+  // Welcome.putAlignment: the store's extent size (pieces of a put sent by reference that
+  // do not cross one land whole in the extent's write buffer); 0: none.
+  uint32_t put_alignment = 0;
   uint32_t max_clients = 1024;
   // Output a session may have in flight before Send() says kQueued (streaming pauses), and
   // past which it says kOverLimit (a subscriber too slow: the handler drops it).
@@ -56,6 +59,7 @@ struct UcxServerStats {
   uint64_t hello_timeouts = 0;
   uint64_t payloads_by_rendezvous = 0;  // messages whose bytes a client sent by reference
   uint64_t payloads_waited = 0;  // (of them: waited for kPullsPerSession others of the client)
+  uint64_t payloads_placed = 0;  // (of them: received where the handler lent, a fill's buffer)
   // The worker had events it could not take for kStuckNs (a shared-memory client died while
   // writing into its receive FIFO) and was replaced: every session of it was closed.
   uint64_t worker_restarts = 0;
@@ -189,6 +193,9 @@ class UcxServer final : public reactor::EventSource {
     bool started = false;  // its rendezvous receive was started (StartPull)
     void* desc = nullptr;  // (until then: UCX's descriptor of the message)
     uint32_t length = 0;   // the payload's length
+    // Where the handler placed the payload (PlacePayload), else into `bytes` after the header.
+    uint8_t* placed = nullptr;
+    uint64_t placement = 0;  // its token, released in FreeSlot
   };
   std::deque<Slot> slots_;
   std::vector<uint32_t> free_slots_;
