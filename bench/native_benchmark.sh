@@ -25,6 +25,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 0.5
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  cp "$RUN/core.log" "$OUT/core.log" 2>/dev/null || true  # (its exit lines count the puts' pieces)
   rm -rf "$RUN"
 }
 trap cleanup EXIT
