@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -315,6 +316,114 @@ TEST_P(ObjectIoTest, APlacedBufferIsNotReusedBeforeItIsReleased) {
     EXPECT_TRUE(extents->empty());
   }
   EXPECT_EQ(buffers_->free_count(), buffers_->count());
+}
+
+// Extents shorter than a slot share slots (runs of 4 KiB pages), none overlapping another
+// or crossing its slot; a packed slot emptied is a free slot again; a double free is
+// ignored.
+TEST_P(ObjectIoTest, ShortExtentsArePackedIntoSharedSlots) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier(16, 1 << 20));  // 64 KiB slots of 16 pages
+  std::mt19937 rng(3);
+  std::vector<Extent> all;
+  auto no_overlaps = [&] {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (const Extent& e : all) {
+      const uint64_t at = uint64_t{e.file} * (1 << 20) + e.offset;
+      const uint64_t size = tier_->FootprintOf(e.length);
+      EXPECT_EQ(e.offset / kExtent, (e.offset + size - 1) / kExtent) << "crosses its slot";
+      ranges.emplace_back(at, at + size);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      if (ranges[i - 1].second > ranges[i].first) return false;
+    }
+    return true;
+  };
+  uint64_t pages = 0;
+  for (int i = 0; i < 200; ++i) {
+    uint64_t len = 1 + rng() % (kExtent - 4096);
+    auto e = tier_->Allocate(len);
+    ASSERT_TRUE(e) << e.error().ToString();
+    ASSERT_EQ(e->size(), 1u);
+    EXPECT_EQ((*e)[0].length, len);
+    all.push_back((*e)[0]);
+    pages += (len + 4095) / 4096;
+  }
+  ASSERT_TRUE(no_overlaps());
+  EXPECT_EQ(tier_->stats().packed_extents, 200u);
+  EXPECT_EQ(tier_->stats().allocated_bytes, pages * 4096);
+  // Nearly full slots: at most 2 slots' worth of room left over per 3 slots used.
+  EXPECT_LE(tier_->stats().slots_used * kExtent, pages * 4096 * 3 / 2 + kExtent);
+  // Free every other one, then fill the holes: they are reused, still without overlap.
+  const uint64_t slots_before = tier_->stats().slots_used;
+  std::vector<Extent> kept;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i % 2 == 0) {
+      tier_->Free(all[i]);
+    } else {
+      kept.push_back(all[i]);
+    }
+  }
+  all = kept;
+  for (int i = 0; i < 100; ++i) {
+    auto e = tier_->Allocate(1 + rng() % (kExtent / 4));
+    ASSERT_TRUE(e);
+    all.push_back((*e)[0]);
+  }
+  ASSERT_TRUE(no_overlaps());
+  EXPECT_LE(tier_->stats().slots_used, slots_before) << "holes were not reused";
+  // A full-slot extent beside them.
+  auto big = tier_->Allocate(kExtent);
+  ASSERT_TRUE(big);
+  EXPECT_EQ((*big)[0].offset % kExtent, 0u);
+  for (const Extent& e : all) tier_->Free(e);
+  tier_->Free(all[0]);  // ignored
+  tier_->Free(all[1]);
+  EXPECT_EQ(tier_->stats().packed_extents, 0u);
+  EXPECT_EQ(tier_->stats().packed_slots, 0u);
+  EXPECT_EQ(tier_->stats().slots_used, 1u);
+  tier_->Free((*big)[0]);
+  EXPECT_EQ(tier_->stats().slots_used, 0u);
+  EXPECT_EQ(tier_->stats().allocated_bytes, 0u);
+}
+
+// At start the packing is rebuilt from the index's extents: what overlaps, is misaligned or
+// lies in a whole extent's slot is refused (a damaged record), and an extent alone at the
+// start of its slot (an older store's layout) leaves the rest of the slot to new extents.
+TEST_P(ObjectIoTest, PackingIsRebuiltFromRecoveredExtents) {
+  ASSERT_NO_FATAL_FAILURE(OpenTier(16, 1 << 20));
+  {
+    auto first = tier_->Allocate(kExtent);  // (creates extent file 0, as a store had)
+    ASSERT_TRUE(first);
+    tier_->Free((*first)[0]);
+  }
+  std::vector<Extent> marked = {
+      {0, 0, 0, 10000, 0},                             // pages 0-2 of slot 0
+      {0, 0, 12288, 9000, 0},                          // pages 3-5
+      {0, 0, 36864, 5000, 0},                          // pages 9-10
+      {0, 0, 2 * kExtent, 20000, 0},                   // an older store's: pages 0-4 of slot 2
+      {0, 0, 3 * kExtent, kExtent, 0},                 // a whole slot
+      {0, 0, 4 * kExtent + 4096, kExtent - 4096, 0}};  // pages 1-15 of slot 4
+  for (const Extent& e : marked) EXPECT_TRUE(tier_->MarkUsed(e)) << e.offset;
+  EXPECT_FALSE(tier_->MarkUsed(marked[1])) << "twice";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 12288, 12000, 0})) << "overlap";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 4097, 100, 0})) << "misaligned";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 3 * kExtent, 5000, 0})) << "in a whole extent";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 5 * kExtent + 4096, kExtent, 0})) << "crosses";
+  EXPECT_EQ(tier_->stats().slots_used, 4u);
+  std::vector<Extent> all = marked;
+  for (int i = 0; i < 6; ++i) {
+    auto e = tier_->Allocate(19000);  // 5 pages
+    ASSERT_TRUE(e);
+    all.push_back((*e)[0]);
+    if (i < 2) EXPECT_EQ((*e)[0].offset / kExtent, 2u) << "the old extent's slot has room";
+    if (i == 2) EXPECT_EQ((*e)[0].offset / kExtent, 0u) << "slot 0 has 5 free pages in a row";
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const Extent& e : all)
+    ranges.emplace_back(e.offset, e.offset + tier_->FootprintOf(e.length));
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first);
 }
 
 TEST_P(ObjectIoTest, WriterSplitsAtTheTierBoundaryAndLocatesBytes) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -294,16 +295,17 @@ TEST_F(StoreTest, ReplacedObjectStaysReadableThroughItsLoan) {
   ASSERT_TRUE(Put("/x", v1));
   auto loan = store_->Get("/x");
   ASSERT_TRUE(loan && *loan);
-  uint64_t used_v1 = store_->tier().stats().slots_used;
+  // (bytes, not slots: the last extent of each version is packed into a shared slab)
+  uint64_t used_v1 = store_->tier().stats().allocated_bytes;
   ASSERT_TRUE(Put("/x", v2));
   ASSERT_TRUE(Put("/y", Data(400000, 3)));  // would reuse v1's space if it were freed
   std::vector<uint8_t> old(v1.size());
   ASSERT_TRUE(store_->Read(**loan, 0, old));
   EXPECT_EQ(old, v1);
   EXPECT_EQ(GetAll("/x").value(), v2);
-  uint64_t before = store_->tier().stats().slots_used;
+  uint64_t before = store_->tier().stats().allocated_bytes;
   store_->Release(**loan);
-  EXPECT_EQ(store_->tier().stats().slots_used, before - used_v1);
+  EXPECT_EQ(store_->tier().stats().allocated_bytes, before - used_v1);
   store_->Release(**loan);  // a second release is ignored
 }
 
@@ -354,6 +356,81 @@ TEST_F(StoreTest, DamagedDiskDataIsDetectedAndTheObjectDropped) {
   store_->Release(**loan);
   EXPECT_FALSE(store_->Head("/bad").value());
   EXPECT_EQ(store_->stats().corrupt_dropped, 1u);
+}
+
+// Objects shorter than an extent share slots (runs of 4 KiB pages): the disk holds about
+// their payload, not a slot per object; after a restart every one reads back exactly, and
+// one damaged on disk is dropped alone while the neighbours in its slot are served.
+TEST_F(StoreTest, SmallObjectsArePackedSurviveARestartAndADamagedOneGoesAlone) {
+  opts_.tier.extent_bytes = 256 << 10;
+  opts_.tier.file_bytes = 4 << 20;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  std::map<std::string, std::vector<uint8_t>> objects;
+  std::mt19937 rng(7);
+  uint64_t payload = 0, rounded = 0;
+  for (int i = 0; i < 300; ++i) {
+    const size_t size = 1 + rng() % (40 << 10);
+    const std::string key = fmt::format("/small/{}", i);
+    objects[key] = Data(size, static_cast<uint32_t>(100 + i));
+    ASSERT_TRUE(Put(key, objects[key])) << key;
+    payload += size;
+    rounded += (size + 4095) / 4096 * 4096;
+  }
+  const TierStats& ts = store_->tier().stats();
+  EXPECT_EQ(ts.packed_extents, 300u);
+  EXPECT_EQ(ts.allocated_bytes, rounded) << "4 KiB pages, nothing more";
+  // Slots taken: about the packed bytes (the last of every slot's runs may not fit).
+  const uint64_t slot = opts_.tier.extent_bytes;
+  EXPECT_LE(ts.slots_used * slot, ts.allocated_bytes / 10 * 12 + slot)
+      << ts.slots_used << " slots, " << ts.packed_slots << " packed, for " << payload << " bytes";
+  // Damage one object on disk, in a slab it shares, while the store is closed.
+  auto loan = store_->Get("/small/17");
+  ASSERT_TRUE(loan && *loan);
+  const Extent victim = (*loan)->extents[0];
+  store_->Release(**loan);
+  store_.reset();
+  int fd = open(fmt::format("{}/extent-{:06}.dat", dir_, victim.file).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b = 0;
+  ASSERT_EQ(pread(fd, &b, 1, static_cast<off_t>(victim.offset)), 1);
+  b ^= 0x20;
+  ASSERT_EQ(pwrite(fd, &b, 1, static_cast<off_t>(victim.offset)), 1);
+  close(fd);
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(store_->tier().stats().packed_extents, 300u) << "rebuilt from the index";
+  size_t neighbours = 0;
+  for (const auto& [key, want] : objects) {
+    auto got = GetAll(key);
+    if (key == "/small/17") {
+      ASSERT_FALSE(got);
+      EXPECT_EQ(got.error().code(), StatusCode::kCorruption);
+      continue;
+    }
+    ASSERT_TRUE(got) << key << ": " << got.error().ToString();
+    EXPECT_EQ(*got, want) << key;
+    auto l = store_->Get(key);
+    ASSERT_TRUE(l && *l);
+    const Extent& e = (*l)->extents[0];
+    if (e.file == victim.file && e.offset / slot == victim.offset / slot) ++neighbours;
+    store_->Release(**l);
+  }
+  EXPECT_GT(neighbours, 0u) << "the damaged object shared its slot with nobody";
+  (void)payload;
+  EXPECT_FALSE(store_->Head("/small/17").value());
+  EXPECT_EQ(store_->tier().stats().packed_extents, 299u);
+  // New objects take the freed sub-slot and others; nothing overlaps what is stored.
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = fmt::format("/more/{}", i);
+    objects[key] = Data(1 + rng() % (40 << 10), static_cast<uint32_t>(900 + i));
+    ASSERT_TRUE(Put(key, objects[key]));
+  }
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (const auto& [key, want] : objects) {
+    if (key == "/small/17") continue;
+    auto got = GetAll(key);
+    ASSERT_TRUE(got) << key << ": " << got.error().ToString();
+    EXPECT_EQ(*got, want) << key;
+  }
 }
 
 TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
@@ -946,6 +1023,55 @@ TEST_F(StoreTest, CrashMidFillLeavesNoVisibleObject) {
   EXPECT_EQ(GetAll("/kept").value(), kept);
   EXPECT_EQ(store_->tier().stats().slots_used, 3u);  // only /kept's extents
   ASSERT_TRUE(Put("/torn", Data(2 << 20, 3)));
+}
+
+// kill -9 while small fills write into slots that committed objects share: after a
+// restart every committed object is exact, no torn one exists, and new objects packed into
+// the same slots disturb none of them.
+TEST_F(StoreTest, CrashAmongPackedFillsKeepsEveryCommittedObject) {
+  std::map<std::string, std::vector<uint8_t>> committed;
+  for (int i = 0; i < 40; ++i)
+    committed[fmt::format("/before/{}", i)] = Data(1000 + 997 * i, static_cast<uint32_t>(i));
+  {
+    ASSERT_NO_FATAL_FAILURE(OpenStore());
+    for (const auto& [key, data] : committed) ASSERT_TRUE(Put(key, data));
+  }
+  store_.reset();
+  for (int i = 0; i < 40; ++i)
+    committed[fmt::format("/child/{}", i)] = Data(500 + 1499 * i, static_cast<uint32_t>(100 + i));
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto s = Store::Open(opts_);
+    if (!s) _exit(1);
+    store_ = std::move(*s);
+    for (int i = 0; i < 40; ++i) {
+      const std::string key = fmt::format("/child/{}", i);
+      if (!Put(key, committed[key])) _exit(2);
+    }
+    // Fills left open: their bytes written (Append submits whole extents) or staged.
+    for (int i = 0; i < 20; ++i) {
+      auto f = store_->BeginFill(fmt::format("/torn/{}", i), 0, "");
+      if (!f) _exit(3);
+      (void)store_->Append(f->second, Data(3000 + 5000 * i, static_cast<uint32_t>(200 + i)));
+    }
+    (void)store_->Poll();
+    raise(SIGKILL);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(store_->Head(fmt::format("/torn/{}", i)).value());
+  for (const auto& [key, data] : committed) EXPECT_EQ(GetAll(key).value(), data) << key;
+  for (int i = 0; i < 60; ++i) {
+    const std::string key = fmt::format("/after/{}", i);
+    committed[key] = Data(2000 + 1003 * i, static_cast<uint32_t>(300 + i));
+    ASSERT_TRUE(Put(key, committed[key]));
+  }
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (const auto& [key, data] : committed) EXPECT_EQ(GetAll(key).value(), data) << key;
+  EXPECT_EQ(store_->tier().stats().packed_extents, committed.size());
 }
 
 TEST_F(StoreTest, TwoTiersSplitObjectsAndSurviveARestart) {

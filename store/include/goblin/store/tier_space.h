@@ -4,10 +4,18 @@
 // unit of I/O buffers and of checksum verification, so a tail can be verified and served
 // buffer by buffer while the next one is read. Free slots are a stack: allocation and free
 // are O(1) with no system call except when a new extent file must be created.
+// Extents shorter than a slot are packed: they take runs of 4 KiB pages in shared slots
+// (first fit within a slot; slots with room found by the length of their longest free run,
+// so allocation never scans more than one slot), so a 26 KiB object takes 28 KiB of disk,
+// not a 4 MiB slot, and the last extent of a large object leaves the rest of its slot to
+// others. A packed slot whose last extent is freed is a free slot again. Nothing about the
+// packing is stored: it is rebuilt from the index's extents at start (MarkUsed), which also
+// adopts older stores' layout (every extent at the start of a slot of its own).
 // Also: Place(), the arithmetic that splits an object between the RAM head and the tiers.
 // Threading: one owner thread (a core shard).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,8 +44,12 @@ struct TierOptions {
 
 struct TierStats {
   uint64_t files = 0;
-  uint64_t slots_total = 0;  // in files created so far
-  uint64_t slots_used = 0;
+  uint64_t slots_total = 0;     // in files created so far
+  uint64_t slots_used = 0;      // whole extents and slabs
+  uint64_t packed_slots = 0;    // (of them: slots shared by packed extents)
+  uint64_t packed_extents = 0;  // extents shorter than a slot
+  // Disk bytes extents take: a slot, or their length in 4 KiB pages.
+  uint64_t allocated_bytes = 0;
   uint64_t allocation_failures = 0;
   // Extent I/O completed on this tier (counted by the readers and writers at completion).
   uint64_t reads = 0, writes = 0, read_bytes = 0, write_bytes = 0, io_errors = 0;
@@ -73,8 +85,14 @@ class TierSpace {
   // tier: extents of extent_bytes (the last one shorter), lengths set, checksums zero.
   // ResourceExhausted (nothing kept) when the tier or the file system is full.
   Result<std::vector<Extent>> Allocate(uint64_t bytes);
-  // Returns an extent's slot (an extent from Allocate or from a recovered record).
+  // Returns an extent's space (an extent from Allocate or from a recovered record).
   void Free(const Extent& e);
+  // Disk bytes an extent of `length` bytes takes: its 4 KiB pages, or a whole slot.
+  uint64_t FootprintOf(uint64_t length) const {
+    const uint64_t pages = (length + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+    return pages >= options_.extent_bytes ? options_.extent_bytes
+                                          : std::max<uint64_t>(pages, kDirectAlignment);
+  }
   // Marks a recovered record's extent as in use (at start-up, from the index). False when
   // it lies outside the tier or overlaps another: the record is damaged.
   bool MarkUsed(const Extent& e);
@@ -87,6 +105,33 @@ class TierSpace {
   VoidResult AddFile(bool reopen = false);
   uint64_t SlotOf(const Extent& e) const;
   void RebuildFree();
+  // A free slot (a new file if need be), marked used.
+  Result<uint64_t> TakeSlot();
+  void GiveSlot(uint64_t slot);
+
+  // Packed slots: which 4 KiB pages are in use, and the longest free run, by which the
+  // slot sits in buckets_[floor(log2(run))] while it has room.
+  struct Packed {
+    std::vector<uint64_t> pages;
+    uint32_t used = 0;
+    uint32_t largest = 0;
+    size_t bucket_at = SIZE_MAX;
+    int bucket = -1;
+  };
+  uint32_t PagesOf(uint64_t length) const {
+    return static_cast<uint32_t>(
+        std::max<uint64_t>(1, (length + kDirectAlignment - 1) / kDirectAlignment));
+  }
+  bool IsPacked(uint64_t length) const { return PagesOf(length) < pages_per_slot_; }
+  Result<Extent> AllocatePacked(uint64_t length);
+  Packed& MakePacked(uint64_t slot);
+  void Rebucket(uint64_t slot, Packed& p);  // after its pages changed
+  void Unbucket(Packed& p);
+  void RebuildBuckets();
+  uint32_t pages_per_slot_ = 0;
+  std::vector<std::unique_ptr<Packed>> packed_;  // per slot (null: free or one extent)
+  std::vector<std::vector<uint64_t>> buckets_;   // slots with room, by longest free run
+  bool buckets_dirty_ = false;                   // MarkUsed() ran since they were built
 
   TierDir dir_;
   uint16_t tier_no_ = 0;
