@@ -839,6 +839,28 @@ TEST_P(NativePlane, AClientThatStopsReadingIsNotTakenForABlockedWorker) {
             << "\n";
 }
 
+// A live client that leaves its connection alone for seconds right after a by-reference
+// put (its worker unprogressed: UCX's own messages to it wait) is not taken for one that
+// died mid-send: nobody is disconnected, both are answered after.
+TEST_P(NativePlane, ASilentLiveClientIsNotTakenForADeadOne) {
+  if (GetParam().shards != 1) GTEST_SKIP() << "(one shard: the worker is the point)";
+  NativeCore nc(Tag("silent"), GetParam());
+  auto quiet = nc.Connect();
+  auto other = nc.Connect();
+  ASSERT_TRUE(quiet && other);
+  auto data = Pattern(48 << 20, 9);
+  ASSERT_TRUE(quiet->Put("silent/a", data));
+  for (int i = 0; i < 25; ++i) {  // 2.5 s: the core's check is 1 s
+    ASSERT_TRUE(other->Ping()) << i;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(quiet->Ping());
+  EXPECT_TRUE(GetAll(*quiet, "silent/a").value() == data);
+  std::string text;
+  auto stats = CoreStats(nc, &text);
+  EXPECT_EQ(stats["ucx_worker_restarts"], 0u) << text;
+}
+
 // One-sided reads, then an idle connection: the worker that served them is not taken for
 // a blocked one (no replacement), and the next request is answered.
 TEST_P(NativePlane, OneSidedReadsThenIdleDoNotLookLikeABlockedWorker) {

@@ -5,6 +5,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -157,6 +159,7 @@ VoidResult UcxServer::StartWorker() {
     return ErrnoErr("epoll_ctl(UCX worker)", errno);
   }
   busy_since_ns_ = stuck_since_ns_ = 0;
+  peer_pids_.clear();
   return {};
 }
 
@@ -486,6 +489,8 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
   }
   s.peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
   s.pid_ = hello->pid();
+  if (std::find(peer_pids_.begin(), peer_pids_.end(), s.pid_) == peer_pids_.end())
+    peer_pids_.push_back(s.pid_);
   s.name_ = std::string(hello->client_name());
   s.max_message_ = std::min(options_.max_message, std::max<uint32_t>(hello->max_message(), 4096));
   wire::WelcomeEncoder w(buf, sizeof buf);
@@ -625,19 +630,30 @@ bool UcxServer::PrepareSleep() {
   // 690 us for 1 MiB: the worker has work there that its progress count does not show.)
   const uint64_t now = MonotonicNanos();
   if (progressed_ || busy_since_ns_ == 0) busy_since_ns_ = now;
+  bool waited_long = false;  // busy without progress for kStuckNs, and every peer alive
   if (progressed_ || sending || stuck_since_ns_ == 0) {
     stuck_since_ns_ = now;
   } else if (now - stuck_since_ns_ > kStuckNs) {
-    RestartWorker();
-    return false;
+    if (APeerDied()) {
+      RestartWorker();
+      return false;
+    }
+    waited_long = true;
   }
-  if (sending && now - busy_since_ns_ > kDozeAfterNs) {
+  if ((sending && now - busy_since_ns_ > kDozeAfterNs) || waited_long) {
     // (the worker's fd may stay readable: out of the loop's epoll set for the doze)
     epoll_event ev{};
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, worker_->event_fd(), &ev) != 0) return false;
     ++stats_.busy_dozes;
     dozing_ = true;
     return true;
+  }
+  return false;
+}
+
+bool UcxServer::APeerDied() const {
+  for (uint32_t pid : peer_pids_) {
+    if (pid != 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
   }
   return false;
 }

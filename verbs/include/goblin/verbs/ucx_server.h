@@ -141,7 +141,10 @@ class UcxServer final : public reactor::EventSource {
   // that is never marked, and the worker reads nothing after it, from anyone, while the loop spins.
   // The only way out is a new worker (and FIFO): its sessions are closed (their clients see the
   // connection fail and reconnect), the listener reopens on the same port. Counted as
-  // worker_restarts.
+  // worker_restarts. Only when a peer of this worker has died (its Hello's pid is gone): a
+  // worker is also busy without progress while a live client does not progress its own
+  // worker (UCX's wire-up and protocol messages to it wait), e.g. for a second while it
+  // fills a 1 GiB buffer after connecting; that is waited out, dozing (1 ms sleeps).
   static constexpr uint64_t kStuckNs = 1'000'000'000;
   static constexpr uint64_t kDozeAfterNs = 2'000'000;
   // Messages of one client received by rendezvous at once, each into a buffer of the
@@ -213,7 +216,9 @@ class UcxServer final : public reactor::EventSource {
   uint64_t stuck_since_ns_ = 0;  // (and no send of ours waiting, since then)
   uint64_t late_completions_before_ = 0;  // (of workers replaced)
   bool dozing_ = false;                   // PrepareSleep let the loop sleep 1 ms without arming
-  bool progressed_ = false;               // the last Poll's progress did something
+  std::vector<uint32_t> peer_pids_;       // every welcomed client's pid since the worker started
+  bool APeerDied() const;
+  bool progressed_ = false;  // the last Poll's progress did something
   int port_ = 0;
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
