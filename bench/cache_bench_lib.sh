@@ -1,5 +1,5 @@
 # Shared by the benchmark scripts that start caches and servers (sourced, not run):
-# stop_pids, wait_port, require_caches, start_cache. The caller defines PIDS=() (processes
+# stop_pids, wait_port, require_caches, start_cache, mix_manifest. The caller defines PIDS=() (processes
 # it started), RUN (its scratch directory) and die().
 
 # Stops every process in PIDS (TERM, up to 10 s, then KILL), and any varnishd child left
@@ -67,4 +67,24 @@ start_cache() {  # cache cache_dir store_bytes log
   esac
   CACHE_PID=$!
   PIDS+=("$CACHE_PID")
+}
+
+# The request mixes of the concurrency benchmark, as the origin's /gen/SIZE/NAME objects
+# (seeded pattern, max-age=3600: no corpus on disk), one "PATH SIZE" per line, the same
+# every run: "small" (SMALL objects, web-like: log-normal around 26 KiB, 64 B to 64 MiB) or
+# "large" (LARGE objects of 16-256 MiB).
+mix_manifest() {  # mix small large
+  /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import math, random, sys
+mix, small, large = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(0x243f6a8885a308d3)
+if mix == "small":
+    for i in range(small):
+        size = int(min(64 << 20, max(64, rng.lognormvariate(math.log(26 << 10), 1.6))))
+        print(f"/gen/{size}/s{i:05d} {size}")
+else:
+    for i in range(large):
+        size = rng.randint(16, 256) << 20
+        print(f"/gen/{size}/l{i:03d} {size}")
+PY
 }

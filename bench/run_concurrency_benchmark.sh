@@ -91,22 +91,6 @@ require_caches $(for c in $CACHES; do echo "${c%%-*}"; done)
   echo "mixes: $MIXES; connections: $CONNS; client: http_load, $THREADS loops"
 } | tee "$OUT/machine.txt"
 
-# The origin's /gen/SIZE/NAME objects (seeded pattern, max-age=3600): no corpus on disk.
-manifest() {  # mix -> manifest on stdout
-  $PY - "$1" "$SMALL_OBJECTS" "$LARGE_OBJECTS" <<'PY'
-import math, random, sys
-mix, small, large = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rng = random.Random(0x243f6a8885a308d3)
-if mix == "small":
-    for i in range(small):
-        size = int(min(64 << 20, max(64, rng.lognormvariate(math.log(26 << 10), 1.6))))
-        print(f"/gen/{size}/s{i:05d} {size}")
-else:
-    for i in range(large):
-        size = rng.randint(16, 256) << 20
-        print(f"/gen/{size}/l{i:03d} {size}")
-PY
-}
 
 origin_gets() { grep -c '^GET /gen/' "$1" 2>/dev/null || true; }
 # CPU seconds (user + system) of a process and its threads, and of its children's tree.
@@ -125,7 +109,7 @@ tree_cpu() {  # pid...
 INVALID=0
 for mix in $MIXES; do
   MANIFEST=$OUT/manifest-$mix.txt
-  manifest "$mix" > "$MANIFEST"
+  mix_manifest "$mix" "$SMALL_OBJECTS" "$LARGE_OBJECTS" > "$MANIFEST"
   NOBJ=$(wc -l < "$MANIFEST")
   BYTES=$(awk '{s += $2} END {printf "%.0f\n", s}' "$MANIFEST")
   # A turn runs TURN_SECONDS (the order, round and round; connection set-up and the last

@@ -487,6 +487,9 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["tails_dropped"] += s.tails_dropped;
       m["tail_bytes_served"] += s.tail_bytes_served;
       m["pool_blocks_punched"] += sh.store->pool().stats().blocks_punched;
+      // The head pool's use: live slots' capacities, and the blocks their classes hold.
+      m["pool_reserved_bytes"] += sh.store->pool().stats().bytes_reserved;
+      m["pool_class_block_bytes"] += sh.store->pool().stats().bytes_in_class_blocks;
       // I/O buffers lent (reads, writes, placements a transport still receives into).
       m["io_buffers_out"] += sh.store->buffers().count() - sh.store->buffers().free_count();
       const store::Index& index = sh.store->index();
@@ -505,6 +508,11 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
         m[fmt::format("tier{}_read_bytes", i)] += t.read_bytes;
         m[fmt::format("tier{}_write_bytes", i)] += t.write_bytes;
         m[fmt::format("tier{}_io_errors", i)] += t.io_errors;
+        // Disk use: slots taken (whole extents and packed slots) against the bytes extents take.
+        m[fmt::format("tier{}_slot_bytes", i)] += t.slots_used * sh.store->tier(i).extent_bytes();
+        m[fmt::format("tier{}_allocated_bytes", i)] += t.allocated_bytes;
+        m[fmt::format("tier{}_packed_extents", i)] += t.packed_extents;
+        m[fmt::format("tier{}_packed_slots", i)] += t.packed_slots;
       }
     }
     const CoreHistograms& sh_h = sh.service->histograms();
