@@ -39,7 +39,8 @@ wait_port "$PORT" || { cat "$OUT/goblin-store.log"; die "goblin-store did not st
 "$BUILD_DIR/bench/http_load" --target "http://127.0.0.1:$PORT" --manifest "$OUT/manifest.txt" \
   --connections 8 --threads 2 --passes 1 --label fill > "$OUT/fill.txt" || die "the fill failed"
 sleep 2  # (the last objects' writes and commits)
-ADMIN=unix:$(ls "$RUN"/*.sock | head -1).admin
+socks=("$RUN"/*.sock)
+ADMIN=unix:${socks[0]}.admin
 "$BUILD_DIR/tools/goblinctl" --target "$ADMIN" --json stats > "$OUT/stats.json" ||
   die "goblinctl stats ($ADMIN) failed"
 /usr/bin/python3 - "$OUT/stats.json" "$PAYLOAD" "$OBJECTS" "$GOBLIN_MEMORY $GOBLIN_ARGS" <<'PY'
