@@ -343,6 +343,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   if (head && size > 0) {
     Resident r{*gen, *head, std::min(size, options_.ram_head), head_alloc};
     if (!f.tail.empty() && f.tail_len > 0) {
+      if (r.length + f.tail_len == size) ShrinkTailEnd(&f.tail, f.tail_len);
       r.tail = std::move(f.tail);
       r.tail_bytes = f.tail_len;
       stats_.tail_bytes_in_ram += f.tail_len;
@@ -546,8 +547,32 @@ std::optional<PoolSlot> Store::AllocateTailBlock(bool displace) {
   return pool_->Allocate(pool_->block_size());
 }
 
+void Store::ShrinkTailEnd(std::vector<PoolSlot>* tail, uint64_t bytes) {
+  // The last block of a complete tail is mostly empty on average (half a block per large
+  // object): its bytes move to a slot of their size class. Not with stable blocks (a tail
+  // slot must be alone in its block to be sent by reference).
+  const uint64_t block = pool_->block_size();
+  const uint64_t rest = bytes % block;
+  if (rest == 0 || pool_->stable_blocks()) return;
+  auto small = pool_->Allocate(rest);
+  if (!small) return;
+  if (small->capacity >= block) {
+    pool_->Free(*small, rest);
+    return;
+  }
+  std::memcpy(pool_->At(small->offset), pool_->At(tail->back().offset), rest);
+  pool_->Free(tail->back(), block);
+  tail->back() = *small;
+}
+
 void Store::FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes) {
-  for (const PoolSlot& s : *tail) pool_->Free(s, pool_->block_size());
+  const uint64_t block = pool_->block_size();
+  for (size_t i = 0; i < tail->size(); ++i) {
+    const PoolSlot& s = (*tail)[i];
+    // (a last slot smaller than a block holds what ShrinkTailEnd moved there)
+    const uint64_t len = s.capacity < block ? bytes - i * block : block;
+    pool_->Free(s, len);
+  }
   tail->clear();
   stats_.tail_bytes_in_ram -= bytes;
 }
@@ -601,6 +626,7 @@ void Store::AdoptTail(const Loan& loan, uint64_t offset, std::span<const uint8_t
   Resident& r = h->second;
   if (r.length < options_.ram_head) return;  // (a small object is whole in its head)
   const uint64_t block = pool_->block_size();
+  if (!r.tail.empty() && r.tail.back().capacity < block) return;  // (complete, shrunk)
   uint64_t prefix = r.length + r.tail_bytes;  // the first object byte not in RAM
   if (offset > prefix || offset + data.size() <= prefix) return;
   const bool had_tail = !r.tail.empty();

@@ -147,6 +147,9 @@ TEST_F(StoreTest, AFillKeepsItsTailInIdleRamAndStreamsServeItWithoutTheDisk) {
   ASSERT_TRUE(Put("/t", data));
   EXPECT_EQ(store_->stats().tail_bytes_in_ram, data.size() - kHead);
   EXPECT_EQ(store_->stats().tail_blocks_filled, 20u);
+  // The last 123 bytes moved from their block to a slot of their size at commit.
+  EXPECT_EQ(store_->pool().stats().bytes_requested, data.size());
+  EXPECT_EQ(store_->pool().stats().bytes_reserved, 20 * kHead + 128);
   const uint64_t disk0 = store_->tier().stats().read_bytes;
   for (uint64_t from : {uint64_t{0}, kHead, kHead + 5, uint64_t{7 * kHead + 9}}) {
     first_offset_ = from;

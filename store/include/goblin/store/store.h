@@ -375,6 +375,7 @@ class Store {
   // objects never pushes out the tails of read ones).
   std::optional<PoolSlot> AllocateTailBlock(bool displace);
   void FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes);
+  void ShrinkTailEnd(std::vector<PoolSlot>* tail, uint64_t bytes);
   bool DropOneTail();  // CLOCK over objects with tails; not one with loans out
   void AddToTailClock(const std::string& key);  // (and sheds stale entries now and then)
   // Object bytes at `pos` from `loan`'s RAM tail (its version's, current or retired):
