@@ -416,8 +416,11 @@ TEST_P(ObjectIoTest, PackingIsRebuiltFromRecoveredExtents) {
     auto e = tier_->Allocate(19000);  // 5 pages
     ASSERT_TRUE(e);
     all.push_back((*e)[0]);
-    if (i < 2) EXPECT_EQ((*e)[0].offset / kExtent, 2u) << "the old extent's slot has room";
-    if (i == 2) EXPECT_EQ((*e)[0].offset / kExtent, 0u) << "slot 0 has 5 free pages in a row";
+    if (i < 2) {
+      EXPECT_EQ((*e)[0].offset / kExtent, 2u) << "the old extent's slot has room";
+    } else if (i == 2) {
+      EXPECT_EQ((*e)[0].offset / kExtent, 0u) << "slot 0 has 5 free pages in a row";
+    }
   }
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const Extent& e : all)
