@@ -43,6 +43,7 @@ socks=("$RUN"/*.sock)
 ADMIN=unix:${socks[0]}.admin
 "$BUILD_DIR/tools/goblinctl" --target "$ADMIN" --json stats > "$OUT/stats.json" ||
   die "goblinctl stats ($ADMIN) failed"
+"$BUILD_DIR/tools/goblinctl" --target "$ADMIN" pool > "$OUT/pool.txt" || die "goblinctl pool failed"
 /usr/bin/python3 - "$OUT/stats.json" "$PAYLOAD" "$OBJECTS" "$GOBLIN_MEMORY $GOBLIN_ARGS" <<'PY'
 import json, sys
 stats = json.load(open(sys.argv[1]))
@@ -62,3 +63,4 @@ for name, key in [("disk slots taken (whole extents + shared slots)", "tier0_slo
     if key in c:
         print(f"| {name} | {mib(c[key])} | {ratio(c[key])} |")
 PY
+grep -E "^ *(holding|used)" "$OUT/pool.txt" || true

@@ -159,6 +159,13 @@ grpc::Status CoreAdmin::GetPool(Ctx* context, const v1::GetPoolRequest*, v1::Poo
     if (sh.store != nullptr) {
       out->set_head_table_entries(out->head_table_entries() + sh.store->head_table().capacity());
       out->set_head_table_in_use(out->head_table_in_use() + sh.store->head_table().in_use());
+      const store::Store::PoolUse u = sh.store->PoolUseByKind();
+      out->set_whole_objects(out->whole_objects() + u.whole_objects);
+      out->set_whole_object_bytes(out->whole_object_bytes() + u.whole_object_bytes);
+      out->set_large_heads(out->large_heads() + u.large_heads);
+      out->set_large_head_bytes(out->large_head_bytes() + u.large_head_bytes);
+      out->set_tails(out->tails() + u.tails);
+      out->set_tail_bytes(out->tail_bytes() + u.tail_bytes);
     }
     return grpc::Status::OK;
   });

@@ -547,6 +547,24 @@ std::optional<PoolSlot> Store::AllocateTailBlock(bool displace) {
   return pool_->Allocate(pool_->block_size());
 }
 
+Store::PoolUse Store::PoolUseByKind() const {
+  PoolUse u;
+  for (const auto& [key, r] : heads_) {
+    if (r.length < options_.ram_head) {
+      ++u.whole_objects;
+      u.whole_object_bytes += r.length;
+    } else {
+      ++u.large_heads;
+      u.large_head_bytes += r.length;
+    }
+    if (r.tail_bytes > 0) {
+      ++u.tails;
+      u.tail_bytes += r.tail_bytes;
+    }
+  }
+  return u;
+}
+
 void Store::ShrinkTailEnd(std::vector<PoolSlot>* tail, uint64_t bytes) {
   // The last block of a complete tail is mostly empty on average (half a block per large
   // object): its bytes move to a slot of their size class. Not with stable blocks (a tail

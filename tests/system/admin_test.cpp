@@ -122,6 +122,25 @@ TEST_F(AdminTest, PoolNumaAndAuditReportThisCore) {
   EXPECT_EQ(table.rc, 0);
   EXPECT_NE(table.out.find("16 MiB"), std::string::npos) << table.out;
 
+  // What the pool holds, by kind: a small object whole, and a larger one's head and tail.
+  auto c = Connect("unix:" + core_->sock, "admin-pool");
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->Put("kind/small", Bytes(1000, 7)));
+  ASSERT_TRUE(c->Put("kind/large", Bytes((64 << 10) + 100'000, 8)));
+  auto held = Json<v1::PoolInfo>({"pool"});
+  EXPECT_GE(held.whole_objects(), 1u);
+  EXPECT_GE(held.whole_object_bytes(), 1000u);
+  EXPECT_GE(held.large_heads(), 1u);
+  EXPECT_GE(held.large_head_bytes(), 64u << 10);
+  EXPECT_GE(held.tails(), 1u);
+  EXPECT_GE(held.tail_bytes(), 100'000u);
+  ASSERT_TRUE(c->Delete("kind/small"));
+  ASSERT_TRUE(c->Delete("kind/large"));
+  auto after = Json<v1::PoolInfo>({"pool"});
+  EXPECT_EQ(after.whole_objects(), held.whole_objects() - 1);
+  EXPECT_EQ(after.tail_bytes(), held.tail_bytes() - 100'000);
+  EXPECT_NE(Ctl({"pool"}).out.find("RAM tails"), std::string::npos);
+
   auto topo = ProbeTopology();
   ASSERT_TRUE(topo);
   auto numa = Json<v1::NumaInfo>({"numa"});

@@ -162,22 +162,27 @@ class Ctl {
     for (const auto& n : p.page_nodes()) {
       nodes += fmt::format("{}node {}: {} pages", nodes.empty() ? "" : ", ", n.node(), n.pages());
     }
-    KeyValues({{"size", Size(p.size_bytes())},
-               {"block", Size(p.block_bytes())},
-               {"head size", Size(p.head_bytes())},
-               {"used",
-                fmt::format("{} ({} requested)", Size(p.used_bytes()), Size(p.requested_bytes()))},
-               {"free", Size(p.free_bytes())},
-               {"heads", std::to_string(p.heads())},
-               {"blocks", fmt::format("{} of {} free", p.blocks_free(), p.blocks_total())},
-               {"fragmentation", fmt::format("{:.1f}%", 100 * p.fragmentation())},
-               {"backing", p.backing()},
-               {"locked", p.locked() ? "yes" : "no"},
-               {"numa node", p.numa_node() < 0 ? "any (not bound)" : std::to_string(p.numa_node())},
-               {"pages on", nodes.empty() ? "(unknown)" : nodes},
-               {"allocation failures", std::to_string(p.allocation_failures())},
-               {"head descriptors",
-                fmt::format("{} of {} in use", p.head_table_in_use(), p.head_table_entries())}});
+    KeyValues(
+        {{"size", Size(p.size_bytes())},
+         {"block", Size(p.block_bytes())},
+         {"head size", Size(p.head_bytes())},
+         {"used",
+          fmt::format("{} ({} requested)", Size(p.used_bytes()), Size(p.requested_bytes()))},
+         {"free", Size(p.free_bytes())},
+         {"heads", std::to_string(p.heads())},
+         {"holding", fmt::format("{} small objects whole ({}), {} heads of larger ones "
+                                 "({}), {} RAM tails ({})",
+                                 p.whole_objects(), Size(p.whole_object_bytes()), p.large_heads(),
+                                 Size(p.large_head_bytes()), p.tails(), Size(p.tail_bytes()))},
+         {"blocks", fmt::format("{} of {} free", p.blocks_free(), p.blocks_total())},
+         {"fragmentation", fmt::format("{:.1f}%", 100 * p.fragmentation())},
+         {"backing", p.backing()},
+         {"locked", p.locked() ? "yes" : "no"},
+         {"numa node", p.numa_node() < 0 ? "any (not bound)" : std::to_string(p.numa_node())},
+         {"pages on", nodes.empty() ? "(unknown)" : nodes},
+         {"allocation failures", std::to_string(p.allocation_failures())},
+         {"head descriptors",
+          fmt::format("{} of {} in use", p.head_table_in_use(), p.head_table_entries())}});
     return 0;
   }
 

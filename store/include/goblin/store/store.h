@@ -173,6 +173,16 @@ class Store {
   // the fill (the buffer is not reused before). nullopt: receive it elsewhere and Append it.
   std::optional<ObjectWriter::Placed> PlaceAppend(FillId fill, uint64_t offset, uint32_t length);
   void ReleasePlacement(uint32_t buffer) { io_->buffers().Unpin(buffer); }
+
+  // What the head pool holds, by kind (object bytes): objects whole in their head slot
+  // (shorter than ram_head), heads of larger objects, RAM tails. Walks the residents: for
+  // the admin plane, not the data path.
+  struct PoolUse {
+    uint64_t whole_objects = 0, whole_object_bytes = 0;
+    uint64_t large_heads = 0, large_head_bytes = 0;
+    uint64_t tails = 0, tail_bytes = 0;
+  };
+  PoolUse PoolUseByKind() const;
   // Makes the object visible (replacing an older version), waiting here for its last disk
   // write; returns its generation. `expected_size` (if not UINT64_MAX) must equal what was
   // appended. Durable at return without group_commit; with it, see WhenDurable.
