@@ -968,7 +968,10 @@ Result<bool> Store::Delete(std::string_view key) {
   return removed || pending;
 }
 
-Result<bool> Store::DeleteCommitted(std::string_view key) {
+Result<bool> Store::DeleteCommitted(std::string_view key_in) {
+  // (a copy: the caller's key may be the record's own, which the delete frees; a corrupt
+  // head found by Get passes ObjectRecord::key here)
+  const std::string key(key_in);
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) return false;
   uint64_t gen = r->generation;
@@ -977,7 +980,7 @@ Result<bool> Store::DeleteCommitted(std::string_view key) {
   GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released, &lsn));
   if (removed) {
     policy_.Remove(key);
-    Retire(std::string(key), gen, std::move(released), lsn);
+    Retire(key, gen, std::move(released), lsn);
   }
   stats_.objects = index_->size();
   return removed;
