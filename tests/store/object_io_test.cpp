@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <random>
 #include <tuple>
@@ -385,6 +387,56 @@ TEST_P(ObjectIoTest, ShortExtentsArePackedIntoSharedSlots) {
   tier_->Free((*big)[0]);
   EXPECT_EQ(tier_->stats().slots_used, 0u);
   EXPECT_EQ(tier_->stats().allocated_bytes, 0u);
+}
+
+// Churn: objects of a web-like size mix (log-normal around 26 KiB, some larger than a
+// slot) written and evicted oldest-first for 20,000 rounds at 80% of the tier: holes
+// left by evictions are reused, so no allocation fails and the slots in use stay mostly
+// full.
+TEST_P(ObjectIoTest, PackedSlotsStayDenseUnderEvictionChurn) {
+  // 256 KiB slots (64 pages), 16 files of 4 MiB: 64 MiB.
+  auto prepared = PrepareTier(dir_);
+  ASSERT_TRUE(prepared);
+  auto d = TierDir::Open(dir_);
+  ASSERT_TRUE(d);
+  TierOptions o;
+  o.extent_bytes = 256 << 10;
+  o.file_bytes = 4 << 20;
+  o.max_files = 16;
+  o.capacity_bytes = 64 << 20;
+  auto t = TierSpace::Open(std::move(*d), 0, o);
+  ASSERT_TRUE(t) << t.error().ToString();
+  TierSpace& tier = **t;
+  const uint64_t capacity = 64 << 20;
+  std::mt19937_64 rng(11);
+  std::lognormal_distribution<double> size_of(std::log(26 << 10), 1.6);
+  std::deque<std::vector<Extent>> live;
+  uint64_t failures = 0, worst_density_pct = 100;
+  for (int round = 0; round < 20000; ++round) {
+    const uint64_t size = std::clamp<uint64_t>(static_cast<uint64_t>(size_of(rng)), 64, 4u << 20);
+    while (!live.empty() && tier.stats().allocated_bytes + size > capacity / 10 * 8) {
+      for (const Extent& e : live.front()) tier.Free(e);
+      live.pop_front();
+    }
+    auto e = tier.Allocate(size);
+    if (!e) {
+      ++failures;
+      continue;
+    }
+    live.push_back(std::move(*e));
+    if (round > 2000) {
+      const uint64_t slots = tier.stats().slots_used * o.extent_bytes;
+      worst_density_pct = std::min(worst_density_pct, 100 * tier.stats().allocated_bytes / slots);
+    }
+  }
+  EXPECT_EQ(failures, 0u);
+  std::cout << "[ info ] worst density of the slots in use after warm-up: " << worst_density_pct
+            << "%\n";
+  EXPECT_GE(worst_density_pct, 80u);
+  for (const auto& obj : live)
+    for (const Extent& e : obj) tier.Free(e);
+  EXPECT_EQ(tier.stats().slots_used, 0u);
+  EXPECT_EQ(tier.stats().allocated_bytes, 0u);
 }
 
 // At start the packing is rebuilt from the index's extents: what overlaps, is misaligned or
