@@ -904,7 +904,8 @@ uint64_t Store::Pin(const Loan& loan) {
   return id;
 }
 
-void Store::DropCorrupt(const std::string& key, uint64_t generation, const Status& why) {
+// `key` by value: a caller may pass the record's own key (EnsureHead), which the delete frees.
+void Store::DropCorrupt(std::string key, uint64_t generation, const Status& why) {
   const ObjectRecord* cur = index_->Find(key);
   if (cur == nullptr || cur->generation != generation) return;
   ++stats_.corrupt_dropped;
@@ -968,10 +969,7 @@ Result<bool> Store::Delete(std::string_view key) {
   return removed || pending;
 }
 
-Result<bool> Store::DeleteCommitted(std::string_view key_in) {
-  // (a copy: the caller's key may be the record's own, which the delete frees; a corrupt
-  // head found by Get passes ObjectRecord::key here)
-  const std::string key(key_in);
+Result<bool> Store::DeleteCommitted(std::string_view key) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) return false;
   uint64_t gen = r->generation;
@@ -980,7 +978,7 @@ Result<bool> Store::DeleteCommitted(std::string_view key_in) {
   GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released, &lsn));
   if (removed) {
     policy_.Remove(key);
-    Retire(key, gen, std::move(released), lsn);
+    Retire(std::string(key), gen, std::move(released), lsn);
   }
   stats_.objects = index_->size();
   return removed;

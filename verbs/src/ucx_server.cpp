@@ -489,8 +489,12 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
   }
   s.peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
   s.pid_ = hello->pid();
-  if (std::find(peer_pids_.begin(), peer_pids_.end(), s.pid_) == peer_pids_.end())
+  if (std::find(peer_pids_.begin(), peer_pids_.end(), s.pid_) == peer_pids_.end()) {
+    // (bounded: the oldest half goes; a blocked FIFO's culprit is a recent peer)
+    if (peer_pids_.size() >= kMaxPeerPids)
+      peer_pids_.erase(peer_pids_.begin(), peer_pids_.begin() + kMaxPeerPids / 2);
     peer_pids_.push_back(s.pid_);
+  }
   s.name_ = std::string(hello->client_name());
   s.max_message_ = std::min(options_.max_message, std::max<uint32_t>(hello->max_message(), 4096));
   wire::WelcomeEncoder w(buf, sizeof buf);

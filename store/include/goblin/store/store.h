@@ -408,7 +408,7 @@ class Store {
   // A stream read object bytes [0, data.size()) of `loan`'s object from disk: keep them as
   // its head if it has none in RAM (a restart's lazy refill, without an extra read).
   void AdoptHead(Loan& loan, std::span<const uint8_t> data);
-  void DropCorrupt(const std::string& key, uint64_t generation, const Status& why);
+  void DropCorrupt(std::string key, uint64_t generation, const Status& why);
   VoidResult ReadRange(std::span<const Extent> extents, uint64_t offset, std::span<uint8_t> out);
   bool Expired(const ObjectRecord& r, uint64_t now) const {
     return r.expires_unix_ns != 0 && now >= r.expires_unix_ns;

@@ -145,6 +145,10 @@ class UcxServer final : public reactor::EventSource {
   // worker is also busy without progress while a live client does not progress its own
   // worker (UCX's wire-up and protocol messages to it wait), e.g. for a second while it
   // fills a 1 GiB buffer after connecting; that is waited out, dozing (1 ms sleeps).
+  // Limit: a client that exited normally also leaves a dead pid, so on a core whose clients
+  // come and go this check passes and a slow live client can still cost the others their
+  // connection; telling a killed sender from an exited one needs UCX's help (not found:
+  // tried keeping only endpoint failures since the last arm, which missed real blockages).
   static constexpr uint64_t kStuckNs = 1'000'000'000;
   static constexpr uint64_t kDozeAfterNs = 2'000'000;
   // Messages of one client received by rendezvous at once, each into a buffer of the
@@ -216,7 +220,8 @@ class UcxServer final : public reactor::EventSource {
   uint64_t stuck_since_ns_ = 0;  // (and no send of ours waiting, since then)
   uint64_t late_completions_before_ = 0;  // (of workers replaced)
   bool dozing_ = false;                   // PrepareSleep let the loop sleep 1 ms without arming
-  std::vector<uint32_t> peer_pids_;       // every welcomed client's pid since the worker started
+  std::vector<uint32_t> peer_pids_;       // welcomed clients' pids since the worker started
+  static constexpr size_t kMaxPeerPids = 4096;
   bool APeerDied() const;
   bool progressed_ = false;  // the last Poll's progress did something
   int port_ = 0;
