@@ -682,7 +682,9 @@ TEST(PieceCut, PiecesFitTheLimitAndNeverCrossAnExtent) {
         const uint64_t len = cut.Length(offset, size);
         ASSERT_GT(len, 0u);
         ASSERT_LE(len, max);
-        if (align != 0) ASSERT_EQ(offset / align, (offset + len - 1) / align) << offset;
+        if (align != 0) {
+          ASSERT_EQ(offset / align, (offset + len - 1) / align) << offset;
+        }
         offset += len;
         ++pieces;
       }
