@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "goblin/admin/admin_server.h"
 #include "goblin/admin/inspect.h"
 #include "goblin/common/clock.h"
@@ -95,6 +97,43 @@ void FillHistogram(const std::string& name, const LatencyHistogram& h, v1::Histo
   for (uint64_t c : h.counts()) out->add_counts(c);
   out->set_count(h.count());
   out->set_sum(h.sum_us());
+}
+
+// The drive a store's drive directory belongs to, as the operator named it: with several
+// shards each has DIR/shard-N of every drive DIR.
+std::string DriveDir(const std::string& dir, size_t shards) {
+  if (shards <= 1) return dir;
+  const size_t slash = dir.rfind('/');
+  return slash == std::string::npos ? dir : dir.substr(0, slash);
+}
+
+// Adds a shard's part of one drive (present `d`, or `lost`) to its line in `tier`.
+void AddDrive(v1::Tier* tier, const std::string& dir, const store::DriveSpace* d,
+              const store::LostDrive* lost) {
+  v1::TierDrive* x = nullptr;
+  for (auto& y : *tier->mutable_drives()) {
+    if (y.dir() == dir) x = &y;
+  }
+  if (x == nullptr) {
+    x = tier->add_drives();
+    x->set_dir(dir);
+  }
+  if (d != nullptr) {
+    const store::TierStats& s = d->stats();
+    x->set_present(true);
+    x->set_number(d->drive_no());
+    x->set_capacity_bytes(x->capacity_bytes() + d->capacity_bytes());
+    x->set_used_bytes(x->used_bytes() + d->used_bytes());
+    x->set_read_bytes(x->read_bytes() + s.read_bytes);
+    x->set_write_bytes(x->write_bytes() + s.write_bytes);
+    x->set_reads(x->reads() + s.reads);
+    x->set_writes(x->writes() + s.writes);
+    x->set_errors(x->errors() + s.io_errors + s.allocation_failures);
+    return;
+  }
+  if (lost->number >= 0) x->set_number(static_cast<uint32_t>(lost->number));
+  x->set_error(lost->error);
+  x->set_objects_dropped(x->objects_dropped() + lost->objects_dropped);
 }
 
 }  // namespace
@@ -265,12 +304,13 @@ grpc::Status CoreAdmin::GetTiers(Ctx* context, const v1::GetTiersRequest*, v1::T
     });
     for (size_t i = 0; i < store.tier_count(); ++i) {
       const store::TierSpace& t = store.tier(i);
-      const store::TierStats& s = t.stats();
+      const store::TierStats s = t.stats();
       while (out->tiers_size() <= static_cast<int>(i)) {
         auto* o = out->add_tiers();
         o->set_index(static_cast<uint32_t>(out->tiers_size() - 1));
-        o->set_dir(i < ctx_.tier_dirs.size() ? ctx_.tier_dirs[i] : t.dir().path());
-        o->set_id(t.dir().identity().IdString());
+        o->set_dir(i < ctx_.tier_dirs.size() ? fmt::format("{}", fmt::join(ctx_.tier_dirs[i], ","))
+                                             : t.path());
+        o->set_id(t.drives().front()->dir().identity().IdString());
       }
       auto* o = out->mutable_tiers(static_cast<int>(i));
       o->set_capacity_bytes(o->capacity_bytes() + t.capacity_bytes());
@@ -282,6 +322,17 @@ grpc::Status CoreAdmin::GetTiers(Ctx* context, const v1::GetTiersRequest*, v1::T
       o->set_reads(o->reads() + s.reads);
       o->set_writes(o->writes() + s.writes);
       o->set_errors(o->errors() + s.io_errors + s.allocation_failures);
+      // Its drives (a shard's part of each drive summed into the drive; numbered alike in
+      // every shard only by chance, so drives are matched by their configured directory).
+      for (const auto& d : t.drives()) {
+        AddDrive(o, DriveDir(d->dir().path(), ctx_.shards.size()), d.get(), nullptr);
+      }
+      for (const store::LostDrive& l : t.lost()) {
+        AddDrive(o,
+                 l.dir.empty() ? fmt::format("(drive {})", l.number)
+                               : DriveDir(l.dir, ctx_.shards.size()),
+                 nullptr, &l);
+      }
     }
     out->set_objects(out->objects() + store.stats().objects);
     return grpc::Status::OK;
@@ -338,6 +389,7 @@ grpc::Status CoreAdmin::GetObject(Ctx* context, const v1::GetObjectRequest* req,
       auto* o = out->add_extents();
       o->set_tier(e.tier);
       o->set_file(e.file);
+      o->set_drive(e.drive);
       o->set_offset(e.offset);
       o->set_length(e.length);
       o->set_checksum(e.checksum);
@@ -480,6 +532,8 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["head_refills"] += s.head_refills;
       m["heads_demoted"] += s.heads_demoted;
       m["corrupt_dropped"] += s.corrupt_dropped;
+      m["drives_lost"] += s.drives_lost;
+      m["lost_drive_objects"] += s.lost_drive_objects;
       m["loans_out"] += s.loans_out;
       m["streams_open"] += s.streams_open;
       m["heads_described"] += s.heads_described;
@@ -530,6 +584,16 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
   });
   if (!st.ok()) return st;
   m["shards"] = ctx_.shards.size();
+  if (const PreloadProgress* p = ctx_.preload) {  // --source: how far the preload is
+    m["preload_files_total"] = p->files_total;
+    m["preload_bytes_total"] = p->bytes_total;
+    m["preload_files_stored"] = p->files_stored;
+    m["preload_bytes_stored"] = p->bytes_stored;
+    m["preload_files_skipped"] = p->files_skipped;
+    m["preload_errors"] = p->errors;
+    m["preload_listed"] = p->listed ? 1 : 0;
+    m["preload_finished"] = p->finished ? 1 : 0;
+  }
   FillHistogram("get_first_piece", h.get_first_piece, out->add_histograms());
   FillHistogram("put_commit", h.put_commit, out->add_histograms());
   FillHistogram("publish", h.publish, out->add_histograms());

@@ -20,6 +20,7 @@
 #include "goblin/core/core_service.h"
 #include "goblin/reactor/loop.h"
 #include "goblin/ring/server.h"
+#include "preloader.h"
 
 namespace goblin::verbs {
 class UcxServer;
@@ -39,14 +40,15 @@ struct CoreAdminShard {
 };
 
 struct CoreAdminContext {
-  std::vector<CoreAdminShard> shards;  // in shard order; pub/sub lives on shard 0
-  std::vector<std::string> tier_dirs;  // as configured (--ssd-dir, --hdd-dir)
+  std::vector<CoreAdminShard> shards;               // in shard order; pub/sub lives on shard 0
+  std::vector<std::vector<std::string>> tier_dirs;  // per tier, its drives (--ssd-dir A,B,...)
   uint64_t ram_head = 0;
   int numa_node = -1;
   Topology topology;
   std::map<std::string, std::string> config;  // every option in force
   std::string token;                          // for TCP callers
   uint64_t started_ns = 0;                    // MonotonicNanos at start
+  const PreloadProgress* preload = nullptr;   // --source (null: none)
 };
 
 class CoreAdmin final : public goblin::admin::v1::Admin::Service {

@@ -27,6 +27,7 @@
 #include "goblin/ring/server.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/tier_dir.h"
+#include "preloader.h"
 #include "shard.h"
 #if GOBLIN_HAVE_UCX
 #include "goblin/verbs/ucx_server.h"
@@ -79,13 +80,16 @@ struct ShardCount {
   std::string why;
 };
 goblin::Result<ShardCount> ChooseShardCount(unsigned cores, const std::vector<int>& pin,
-                                            std::initializer_list<std::string> tiers,
+                                            const std::vector<std::vector<std::string>>& tiers,
                                             const goblin::store::PoolOptions& pool) {
   if (cores != 0) return ShardCount{static_cast<uint16_t>(cores), "--cores"};
-  for (const std::string& dir : tiers) {
-    if (dir.empty()) continue;
-    GOBLIN_ASSIGN_OR_RETURN(std::optional<uint16_t> layout, goblin::store::TierShardLayout(dir));
-    if (layout) return ShardCount{*layout, fmt::format("the layout of tier {}", dir)};
+  for (const auto& drives : tiers) {
+    for (const std::string& dir : drives) {
+      auto layout = goblin::store::TierShardLayout(dir);
+      if (!layout && drives.size() > 1) continue;  // (a lost drive: the others tell)
+      if (!layout) return goblin::Err(layout.error());
+      if (*layout) return ShardCount{**layout, fmt::format("the layout of tier {}", dir)};
+    }
   }
   std::vector<int> cpus = pin;
   if (cpus.empty()) {
@@ -161,8 +165,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-numa-promotion", no_promotion,
                "Keep head pages where they are: strict binding, no migration");
-  app.add_option("--ssd-dir", ssd_dir, "First disk tier (a directory made with --prepare)");
-  app.add_option("--hdd-dir", hdd_dir, "Second disk tier (a directory made with --prepare)");
+  app.add_option("--ssd-dir", ssd_dir,
+                 "First disk tier: a directory made with --prepare, or several (DIR,DIR,...: "
+                 "one per drive, extents striped over them)");
+  app.add_option("--hdd-dir", hdd_dir, "Second disk tier (like --ssd-dir)");
   AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
                 "With both tiers: bytes after the head that go to the first tier", true);
   uint64_t ssd_size = 0, hdd_size = 0;
@@ -226,7 +232,27 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 1u << 26))
       ->capture_default_str();
   app.add_option("--prepare", prepare_dir,
-                 "Mark DIR (empty or new) as a Goblin disk tier, then exit");
+                 "Mark DIR (empty or new; DIR,DIR,... for several drives) as a Goblin disk "
+                 "tier, then exit");
+  core::PreloadOptions preload;
+  std::string source_metadata = "http";
+  app.add_option("--source", preload.dir,
+                 "Store this directory tree at start (every file under key PREFIX/path; "
+                 "files already stored unchanged are skipped); progress in the log and "
+                 "goblinctl stats (preload_*)");
+  app.add_option("--source-prefix", preload.prefix,
+                 "Key prefix of --source's files (goblin-store: the Host its clients send)");
+  app.add_option("--source-metadata", source_metadata,
+                 "http: Content-Type, Last-Modified and ETag for each file (the mirror serves "
+                 "them); none")
+      ->check(CLI::IsMember({"http", "none"}))
+      ->capture_default_str();
+  app.add_option("--source-threads", preload.threads, "Files stored at once by --source")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  std::chrono::nanoseconds source_ttl{0};
+  AddDurationOption(app, "--source-ttl", &source_ttl,
+                    "Time to live of --source's objects (0: until evicted)");
   unsigned cores = 0;
   app.add_option("--cores", cores,
                  "Shards: loop threads that share nothing, each with its part of the keys, the "
@@ -291,10 +317,14 @@ int main(int argc, char** argv) {
   }
 
   if (!prepare_dir.empty()) {
-    auto id = store::PrepareTier(prepare_dir);
-    if (!id) return Fail(id.error());
-    std::printf("goblin-core: %s is a Goblin disk tier (id %s)\n", prepare_dir.c_str(),
-                id->IdString().c_str());
+    auto dirs = store::ParseDriveList(prepare_dir);  // (a tier's drives: DIR,DIR,...)
+    if (!dirs) return Fail(dirs.error().WithContext("--prepare"));
+    for (const std::string& dir : *dirs) {
+      auto id = store::PrepareTier(dir);
+      if (!id) return Fail(id.error());
+      std::printf("goblin-core: %s is a Goblin disk tier (id %s)\n", dir.c_str(),
+                  id->IdString().c_str());
+    }
     return 0;
   }
   if (ram_head > pool_opts.block) {
@@ -335,7 +365,14 @@ int main(int argc, char** argv) {
   pool_opts.numa_node = numa;
   pool_opts.hugepages = *store::ParseHugePages(hugepages);
   pool_opts.allow_promotion = !no_promotion;
-  auto shard_count = ChooseShardCount(cores, pin, {ssd_dir, hdd_dir}, pool_opts);
+  std::vector<std::vector<std::string>> tier_drives;
+  for (const std::string* list : {&ssd_dir, &hdd_dir}) {
+    auto drives = store::ParseDriveList(*list);
+    if (!drives)
+      return Fail(drives.error().WithContext(list == &ssd_dir ? "--ssd-dir" : "--hdd-dir"));
+    if (!drives->empty()) tier_drives.push_back(std::move(*drives));
+  }
+  auto shard_count = ChooseShardCount(cores, pin, tier_drives, pool_opts);
   if (!shard_count) return Fail(shard_count.error());
   const uint16_t n_shards = shard_count->count;
   GOBLIN_LOG_INFO(kLog, "{} shard{} ({})", n_shards, n_shards == 1 ? "" : "s", shard_count->why);
@@ -353,12 +390,28 @@ int main(int argc, char** argv) {
   }
   // With a disk tier the stores own the head pools; without one the pools stand alone and
   // object requests are refused. A tier serving several shards holds one directory each.
-  std::vector<store::ShardedTier> tiers;
-  for (const std::string& dir : {ssd_dir, hdd_dir}) {
-    if (dir.empty()) continue;
-    auto t = store::OpenShardedTier(dir, n_shards);
-    if (!t) return Fail(t.error());
-    tiers.push_back(std::move(*t));
+  // Per tier, per drive. A drive of several that cannot be laid out is left to the stores:
+  // a lost drive of a store that ran before is reported and the others serve.
+  std::vector<std::vector<store::ShardedTier>> tiers;
+  for (const auto& drives : tier_drives) {
+    tiers.emplace_back();
+    for (const std::string& dir : drives) {
+      auto t = store::OpenShardedTier(dir, n_shards);
+      if (!t) {
+        auto layout = store::TierShardLayout(dir);
+        const bool wrong_layout = layout && *layout && **layout != n_shards;
+        if (drives.size() == 1 || wrong_layout || t.error().code() == StatusCode::kUnavailable) {
+          return Fail(t.error());
+        }
+        GOBLIN_LOG_WARN(kLog, "drive {}: {}", dir, t.error().ToString());
+        store::ShardedTier lost;
+        for (uint16_t i = 0; i < n_shards; ++i) {
+          lost.shard_dirs.push_back(n_shards == 1 ? dir : fmt::format("{}/shard-{}", dir, i));
+        }
+        t = std::move(lost);
+      }
+      tiers.back().push_back(std::move(*t));
+    }
   }
 #if GOBLIN_HAVE_VERBS
   if (auto devs = verbs::ListVerbsDevices(); devs) {
@@ -373,6 +426,23 @@ int main(int argc, char** argv) {
     }
   }
 #endif
+  // (Declared before the shards, so destroyed after them: their sockets close first and a
+  // preload put waiting on a stopped core ends at once.)
+  std::unique_ptr<core::Preloader> preloader;
+  if (!preload.dir.empty()) {
+    if (tier_drives.empty()) {
+      return Fail(Status(StatusCode::kInvalidArgument, "--source needs a disk tier (--ssd-dir)"));
+    }
+    if (opts.socket_path.empty()) {
+      return Fail(Status(StatusCode::kInvalidArgument, "--source needs --listen-unix"));
+    }
+    preload.target = "unix:" + opts.socket_path;
+    preload.http_metadata = source_metadata == "http";
+    preload.ttl_ns = static_cast<uint64_t>(source_ttl.count());
+    auto p = core::Preloader::Create(preload);
+    if (!p) return Fail(p.error());
+    preloader = std::move(*p);
+  }
   std::vector<std::unique_ptr<core::Shard>> shards;
   std::vector<ring::RingServer*> servers;
   for (uint16_t i = 0; i < n_shards; ++i) {
@@ -391,11 +461,14 @@ int main(int argc, char** argv) {
     }
     sh.lone_pool = shard_pool;
     sh.admin = true;
-    if (!ssd_dir.empty()) {
+    if (!tier_drives.empty()) {
       store::StoreOptions o = so;
       o.pool = shard_pool;
       o.ram_head = ram_head;
-      for (const auto& t : tiers) o.tier_dirs.push_back(t.shard_dirs[i]);
+      for (const auto& drives : tiers) {
+        o.tier_dirs.emplace_back();
+        for (const auto& t : drives) o.tier_dirs.back().push_back(t.shard_dirs[i]);
+      }
       o.ssd_prefix = ssd_prefix;
       o.tier_capacity = {ssd_size / n_shards, hdd_size / n_shards};
       o.tier.extent_bytes = static_cast<uint32_t>(extent_bytes);
@@ -473,9 +546,12 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < first.store()->tier_count(); ++i) {
       GOBLIN_LOG_INFO(
           kLog, "disk tier {} {}{}", i, i == 0 ? ssd_dir : hdd_dir,
-          n_shards == 1
-              ? fmt::format(" (id {})", first.store()->tier(i).dir().identity().IdString())
-              : fmt::format(" ({} shard directories)", n_shards));
+          n_shards == 1 && tier_drives[i].size() == 1
+              ? fmt::format(" (id {})",
+                            first.store()->tier(i).drives().front()->dir().identity().IdString())
+              : fmt::format(" ({} drive{}, {} shard{} each)", tier_drives[i].size(),
+                            tier_drives[i].size() == 1 ? "" : "s", n_shards,
+                            n_shards == 1 ? "" : "s"));
     }
     GOBLIN_LOG_INFO(kLog, "{} objects; I/O per shard: depth {}, {} buffers of {}, read-ahead {}",
                     objects, so.io_depth, std::max<uint32_t>(4, so.io_buffers / n_shards),
@@ -505,9 +581,7 @@ int main(int argc, char** argv) {
     }
     core::CoreAdminContext ac;
     for (auto& sh : shards) ac.shards.push_back(sh->AdminView());
-    for (const std::string& dir : {ssd_dir, hdd_dir}) {
-      if (!dir.empty()) ac.tier_dirs.push_back(dir);
-    }
+    ac.tier_dirs = tier_drives;
     ac.ram_head = ram_head;
     ac.numa_node = numa;
     ac.topology = *topo;
@@ -516,6 +590,7 @@ int main(int argc, char** argv) {
     ac.config["admin-socket-mode"] = fmt::format("0{:o}", admin_socket_mode);
     ac.token = ao.token;
     ac.started_ns = started_ns;
+    ac.preload = preloader ? &preloader->progress() : nullptr;
     admin_service = std::make_unique<core::CoreAdmin>(std::move(ac));
     auto as = admin::AdminServer::Start(ao, admin_service.get());
     if (!as) return Fail(as.error().WithContext("admin API"));
@@ -560,6 +635,7 @@ int main(int argc, char** argv) {
     }
     if (quit.load()) return;
     if (admin_server) admin_server->SetServing(false);
+    if (preloader) preloader->RequestStop();
     GOBLIN_LOG_INFO(kLog, "shutdown requested: health NOT_SERVING; closing sessions in {}",
                     FormatDuration(shutdown_grace));
     const uint64_t end = MonotonicNanos() + static_cast<uint64_t>(shutdown_grace.count());
@@ -570,6 +646,7 @@ int main(int argc, char** argv) {
     (void)!write(stop.get(), &one, sizeof one);
   });
   for (auto& sh : shards) sh->Start(stop.get());
+  if (preloader) preloader->Start();
   Status ran;
   for (auto& sh : shards) {
     if (auto r = sh->Join(); !r && ran.ok()) ran = r.error();
@@ -590,5 +667,6 @@ int main(int argc, char** argv) {
   admin_server.reset();
   admin_service.reset();
   shards.clear();
+  preloader.reset();
   return 0;
 }

@@ -114,7 +114,7 @@ std::vector<uint8_t> EncodeRecord(const ObjectRecord& r) {
   w.Put<uint32_t>(static_cast<uint32_t>(r.extents.size()));
   for (const Extent& e : r.extents) {
     w.Put(e.tier);
-    w.Put(e.file);
+    w.Put(uint32_t{e.drive} * kMaxDriveFiles + e.file);
     w.Put(e.offset);
     w.Put(e.length);
     w.Put(e.checksum);
@@ -141,6 +141,8 @@ Result<ObjectRecord> DecodeRecord(std::span<const uint8_t> bytes) {
         !r.Get(&e.checksum)) {
       return Err(StatusCode::kCorruption, "truncated extent list");
     }
+    e.drive = static_cast<uint16_t>(e.file / kMaxDriveFiles);
+    e.file %= kMaxDriveFiles;
     total += e.length;
   }
   if (!r.done()) return Err(StatusCode::kCorruption, "trailing bytes after an object record");

@@ -38,11 +38,11 @@ void ObjectWriter::OnIoComplete(uint32_t tag, int32_t result) {
   in_memory_[tag] = nullptr;
   const Extent& e = extents_[tag];
   uint32_t want = RoundUp4K(static_cast<uint32_t>(e.length));
-  tiers_[e.tier]->NoteIo(/*write=*/true, result, want);
+  tiers_[e.tier]->NoteIo(e, /*write=*/true, result, want);
   if (result != static_cast<int32_t>(want) && !failed_) {
     failed_ = true;
     error_ = result < 0 ? ErrnoStatus(fmt::format("write to {} extent file {}",
-                                                  tiers_[e.tier]->dir().path(), e.file),
+                                                  tiers_[e.tier]->DrivePath(e), e.file),
                                       -result)
                         : Status(StatusCode::kIoError,
                                  fmt::format("short write ({} of {} bytes)", result, want));
@@ -140,7 +140,7 @@ VoidResult ObjectWriter::SubmitCurrent() {
   in_memory_.push_back(buf);
   staging_.emplace_back();
   staging_cap_.push_back(0);
-  IoRequest r{tier->FileFd(e.file), e.offset, buf, padded, true, 0};
+  IoRequest r{tier->FileFd(e), e.offset, buf, padded, true, 0};
   while (!io_->Submit(client_, tag, r, pool_buf)) {
     if (auto w = io_->Poll(1); !w) {
       tier->Free(e);
@@ -322,7 +322,7 @@ void ExtentReader::OnIoComplete(uint32_t tag, int32_t result) {
   size_t i = tag - next_deliver_;
   if (tag < next_deliver_ || i >= window_.size()) return;
   const Extent& e = extents_[tag];
-  tiers_[e.tier]->NoteIo(/*write=*/false, result, RoundUp4K(static_cast<uint32_t>(e.length)));
+  tiers_[e.tier]->NoteIo(e, /*write=*/false, result, RoundUp4K(static_cast<uint32_t>(e.length)));
   window_[i].done = true;
   window_[i].result = result;
   if (i == 0 && ready_) ready_();
@@ -338,7 +338,7 @@ void ExtentReader::Fill() {
     auto b = buffers_->Acquire();
     if (!b) break;
     const Extent& e = extents_[next_submit_];
-    IoRequest r{tiers_[e.tier]->FileFd(e.file),
+    IoRequest r{tiers_[e.tier]->FileFd(e),
                 e.offset,
                 buffers_->Buffer(*b),
                 RoundUp4K(static_cast<uint32_t>(e.length)),
@@ -372,7 +372,7 @@ Result<ExtentReader::Step> ExtentReader::TryNext(Chunk* out) {
   if (XXH3_64bits(buffers_->Buffer(s.buffer), e.length) != e.checksum) {
     buffers_->Release(s.buffer);
     return Err(StatusCode::kCorruption, "checksum mismatch in tier {} extent file {} at offset {}",
-               tiers_[e.tier]->dir().path(), e.file, e.offset);
+               tiers_[e.tier]->DrivePath(e), e.file, e.offset);
   }
   *out = Chunk{s.buffer, static_cast<uint32_t>(e.length), offset_};
   offset_ += e.length;

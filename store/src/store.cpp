@@ -11,6 +11,7 @@
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/common/units.h"
+#include "tier_drives.h"
 
 namespace goblin::store {
 namespace {
@@ -37,21 +38,20 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   }
   std::unique_ptr<Store> s(new Store());
   s->options_ = o;
-  for (size_t i = 0; i < o.tier_dirs.size(); ++i) {
-    GOBLIN_ASSIGN_OR_RETURN(TierDir dir, TierDir::Open(o.tier_dirs[i]));
-    TierOptions to = o.tier;
-    if (i < o.tier_capacity.size()) to.capacity_bytes = o.tier_capacity[i];
-    GOBLIN_ASSIGN_OR_RETURN(auto t, TierSpace::Open(std::move(dir), static_cast<uint16_t>(i), to));
+  const uint64_t index_t0 = MonotonicNanos();
+  GOBLIN_ASSIGN_OR_RETURN(OpenedTiers opened,
+                          OpenTiersAndIndex(o.tier_dirs, o.tier_capacity, o.tier));
+  const uint64_t index_ns = MonotonicNanos() - index_t0;
+  s->index_ = std::move(opened.index);
+  for (auto& t : opened.tiers) {
     s->tier_ptrs_.push_back(t.get());
     s->tiers_.push_back(std::move(t));
   }
-  const uint64_t index_t0 = MonotonicNanos();
-  GOBLIN_ASSIGN_OR_RETURN(s->index_, Index::Open(o.tier_dirs[0]));
-  const uint64_t index_ns = MonotonicNanos() - index_t0;
   // Rebuild each tier's free space from the index; a record that does not fit its tier is
-  // damaged and dropped (counted and logged), never served. A record on a tier that is not
-  // configured now is a configuration error, not damage: refuse to start rather than drop.
-  std::vector<std::string> damaged;
+  // damaged and dropped (counted and logged), never served; one with bytes on a drive that
+  // is gone is dropped with it. A record on a tier that is not configured now is a
+  // configuration error, not damage: refuse to start rather than drop.
+  std::vector<std::string> damaged, on_lost_drive;
   uint64_t missing_tier = 0;
   s->index_->ForEach([&](const ObjectRecord& r) {
     for (const Extent& e : r.extents) {
@@ -59,7 +59,19 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
         ++missing_tier;
         return;
       }
-      if (!s->tiers_[e.tier]->MarkUsed(e)) {
+    }
+    for (const Extent& e : r.extents) {
+      if (s->tiers_[e.tier]->drive(e.drive) == nullptr) {
+        for (LostDrive& l : s->tiers_[e.tier]->lost()) {
+          if (l.number == e.drive) ++l.objects_dropped;
+        }
+        on_lost_drive.push_back(r.key);
+        return;
+      }
+    }
+    for (size_t i = 0; i < r.extents.size(); ++i) {
+      if (!s->tiers_[r.extents[i].tier]->MarkUsed(r.extents[i])) {
+        for (size_t j = 0; j < i; ++j) s->tiers_[r.extents[j].tier]->Free(r.extents[j]);
         damaged.push_back(r.key);
         return;
       }
@@ -68,7 +80,20 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   if (missing_tier > 0) {
     return Err(StatusCode::kFailedPrecondition,
                "{} objects in {} have bytes on a second tier: start with the same --hdd-dir",
-               missing_tier, o.tier_dirs[0]);
+               missing_tier, opened.index_dir);
+  }
+  for (const auto& t : s->tiers_) {
+    for (const LostDrive& l : t->lost()) {
+      GOBLIN_LOG_ERROR(
+          kLog, "tier {}: {} is gone{}: {} objects that had bytes on it dropped", t->tier_no(),
+          l.number < 0 ? std::string("a drive") : fmt::format("drive {}", l.number),
+          l.dir.empty() ? "" : fmt::format(" ({}: {})", l.dir, l.error), l.objects_dropped);
+      ++s->stats_.drives_lost;
+    }
+  }
+  for (const auto& key : on_lost_drive) {
+    GOBLIN_RETURN_IF_ERROR(s->index_->Delete(key, nullptr));
+    ++s->stats_.lost_drive_objects;
   }
   for (const auto& key : damaged) {
     GOBLIN_LOG_WARN(kLog, "dropping '{}': its extents do not fit the tier", key);
@@ -110,12 +135,17 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
     s->index_->set_checkpoint_policy(o.checkpoint);
   }
   const auto& rec = s->index_->recovery();
+  std::string drives;  // "1 tier(s)", or with drives: "tier 0 on 2 drives"
+  for (const auto& t : s->tiers_) {
+    drives += fmt::format("{}tier {} on {} drive{}", drives.empty() ? "" : ", ", t->tier_no(),
+                          t->drives().size(), t->drives().size() == 1 ? "" : "s");
+  }
   GOBLIN_LOG_INFO(
       kLog,
       "store: {} objects ({} from the checkpoint, {} journal records, {} torn bytes cut; "
-      "index loaded in {:.1f} ms), {} tier(s), I/O via {}{}",
+      "index loaded in {:.1f} ms), {}, I/O via {}{}",
       s->stats_.objects, rec.from_checkpoint, rec.journal_records, rec.discarded_bytes,
-      static_cast<double>(index_ns) / 1e6, s->tiers_.size(), IoBackendName(s->engine_->backend()),
+      static_cast<double>(index_ns) / 1e6, drives, IoBackendName(s->engine_->backend()),
       s->engine_->buffers_registered() ? " (registered buffers)" : "");
   return s;
 }
@@ -138,10 +168,9 @@ VoidResult Store::CheckFits(std::string_view key, uint64_t expected_size) const 
   for (size_t i = 0; i < tiers_.size(); ++i) {
     uint64_t bytes = i == 0 ? p.tier0_bytes : p.tier1_bytes;
     if (tiers_[i]->SlotsFor(bytes) > tiers_[i]->capacity_slots()) {
-      return Err(StatusCode::kResourceExhausted,
-                 "'{}' ({}) does not fit disk tier {} ({} capacity)", key,
-                 FormatSize(expected_size), tiers_[i]->dir().path(),
-                 FormatSize(tiers_[i]->capacity_bytes()));
+      return Err(
+          StatusCode::kResourceExhausted, "'{}' ({}) does not fit disk tier {} ({} capacity)", key,
+          FormatSize(expected_size), tiers_[i]->path(), FormatSize(tiers_[i]->capacity_bytes()));
     }
   }
   return {};

@@ -9,7 +9,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -202,7 +204,82 @@ Status WrongLayout(const std::string& dir, uint16_t has, uint16_t wants) {
                             dir, has, has == 1 ? "" : "s", wants, has));
 }
 
+// Writes dir/name as a whole: a temporary file, fsync, rename, fsync of the directory.
+VoidResult WriteDirFile(const std::string& dir, const char* name, const std::string& text) {
+  const std::string file = dir + "/" + name, tmp = file + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+  if (!fd) return ErrnoErr(fmt::format("create({})", tmp), errno);
+  if (pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+      fsync(fd.get()) != 0) {
+    return ErrnoErr(fmt::format("write({})", tmp), errno);
+  }
+  if (rename(tmp.c_str(), file.c_str()) != 0)
+    return ErrnoErr(fmt::format("rename({})", file), errno);
+  UniqueFd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd) fsync(dfd.get());
+  return {};
+}
+
+// The label's text without its checksum line.
+std::string DriveLabelBody(const DriveLabel& l) {
+  return fmt::format("goblin-drive 1\nstore {}\ntier {}\ndrive {}\n", l.store_id, l.tier, l.number);
+}
+
 }  // namespace
+
+Result<std::vector<std::string>> ParseDriveList(const std::string& list) {
+  std::vector<std::string> out;
+  if (list.empty()) return out;
+  for (size_t from = 0;;) {
+    const size_t comma = list.find(',', from);
+    std::string dir =
+        list.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    if (dir.empty()) {
+      return Err(StatusCode::kInvalidArgument, "'{}': an empty drive directory in the list", list);
+    }
+    if (std::find(out.begin(), out.end(), dir) != out.end()) {
+      return Err(StatusCode::kInvalidArgument, "'{}' lists {} twice", list, dir);
+    }
+    out.push_back(std::move(dir));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+Result<std::optional<DriveLabel>> ReadDriveLabel(const std::string& dir) {
+  const std::string file = dir + "/" + kDriveLabelFile;
+  UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return std::optional<DriveLabel>();
+    return ErrnoErr(fmt::format("open({})", file), errno);
+  }
+  char buf[256] = {};
+  ssize_t n = pread(fd.get(), buf, sizeof buf - 1, 0);
+  if (n < 0) return ErrnoErr(fmt::format("read({})", file), errno);
+  char store[33] = {};
+  unsigned tier = 0, number = 0, crc = 0;
+  DriveLabel l;
+  if (std::sscanf(buf, "goblin-drive 1\nstore %32[0-9a-f]\ntier %u\ndrive %u\ncrc %x", store, &tier,
+                  &number, &crc) != 4 ||
+      std::strlen(store) != 32 || tier > 1 || number >= 65536) {
+    return Err(StatusCode::kCorruption, "{} is damaged", file);
+  }
+  l.store_id = store;
+  l.tier = static_cast<uint16_t>(tier);
+  l.number = static_cast<uint16_t>(number);
+  const std::string body = DriveLabelBody(l);
+  if (Crc(reinterpret_cast<const uint8_t*>(body.data()), body.size()) != crc) {
+    return Err(StatusCode::kCorruption, "{} is damaged (checksum)", file);
+  }
+  return std::optional<DriveLabel>(l);
+}
+
+VoidResult WriteDriveLabel(const std::string& dir, const DriveLabel& label) {
+  const std::string body = DriveLabelBody(label);
+  return WriteDirFile(dir, kDriveLabelFile,
+                      fmt::format("{}crc {:08x}\n", body,
+                                  Crc(reinterpret_cast<const uint8_t*>(body.data()), body.size())));
+}
 
 Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards) {
   if (shards == 0) return Err(StatusCode::kInvalidArgument, "no shards");
@@ -226,18 +303,7 @@ Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards) {
     out.shard_dirs.push_back(std::move(sub));
   }
   if (!has) {  // first start: record the layout (after the shard directories exist)
-    const std::string file = dir + "/" + kTierShardsFile, tmp = file + ".tmp";
-    std::string text = fmt::format("{}\n", shards);
-    UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
-    if (!fd) return ErrnoErr(fmt::format("create({})", tmp), errno);
-    if (pwrite(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
-        fsync(fd.get()) != 0) {
-      return ErrnoErr(fmt::format("write({})", tmp), errno);
-    }
-    if (rename(tmp.c_str(), file.c_str()) != 0)
-      return ErrnoErr(fmt::format("rename({})", file), errno);
-    UniqueFd dfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dfd) fsync(dfd.get());
+    GOBLIN_RETURN_IF_ERROR(WriteDirFile(dir, kTierShardsFile, fmt::format("{}\n", shards)));
   }
   out.parent = std::move(parent);
   return out;

@@ -27,7 +27,7 @@ class IndexTest : public testing::Test {
     r.created_unix_ns = 1000;
     r.metadata = "content-type: text/plain\netag: \"" + key + "\"";
     uint64_t half = size / 2;
-    r.extents = {{0, file, 0, half, 0x1111}, {1, file + 1, 4096, size - half, 0x2222}};
+    r.extents = {{0, 0, file, 0, half, 0x1111}, {1, 1, file + 1, 4096, size - half, 0x2222}};
     return r;
   }
   static std::map<std::string, ObjectRecord> Snapshot(const Index& idx) {
@@ -336,7 +336,7 @@ TEST(IndexRecord, RoundTripAndHostileInput) {
   r.key = "/path?q=1";
   r.size = 30;
   r.metadata = std::string("\0binary\xff", 8);
-  r.extents = {{0, 1, 2, 10, 3}, {1, 4, 5, 20, 6}};
+  r.extents = {{0, 0, 1, 2, 10, 3}, {1, 7, 4, 5, 20, 6}};
   auto bytes = EncodeRecord(r);
   auto back = DecodeRecord(bytes);
   ASSERT_TRUE(back);

@@ -450,18 +450,18 @@ TEST_P(ObjectIoTest, PackingIsRebuiltFromRecoveredExtents) {
     tier_->Free((*first)[0]);
   }
   std::vector<Extent> marked = {
-      {0, 0, 0, 10000, 0},                             // pages 0-2 of slot 0
-      {0, 0, 12288, 9000, 0},                          // pages 3-5
-      {0, 0, 36864, 5000, 0},                          // pages 9-10
-      {0, 0, 2 * kExtent, 20000, 0},                   // an older store's: pages 0-4 of slot 2
-      {0, 0, 3 * kExtent, kExtent, 0},                 // a whole slot
-      {0, 0, 4 * kExtent + 4096, kExtent - 4096, 0}};  // pages 1-15 of slot 4
+      {0, 0, 0, 0, 10000, 0},                             // pages 0-2 of slot 0
+      {0, 0, 0, 12288, 9000, 0},                          // pages 3-5
+      {0, 0, 0, 36864, 5000, 0},                          // pages 9-10
+      {0, 0, 0, 2 * kExtent, 20000, 0},                   // an older store's: pages 0-4 of slot 2
+      {0, 0, 0, 3 * kExtent, kExtent, 0},                 // a whole slot
+      {0, 0, 0, 4 * kExtent + 4096, kExtent - 4096, 0}};  // pages 1-15 of slot 4
   for (const Extent& e : marked) EXPECT_TRUE(tier_->MarkUsed(e)) << e.offset;
   EXPECT_FALSE(tier_->MarkUsed(marked[1])) << "twice";
-  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 12288, 12000, 0})) << "overlap";
-  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 4097, 100, 0})) << "misaligned";
-  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 3 * kExtent, 5000, 0})) << "in a whole extent";
-  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 5 * kExtent + 4096, kExtent, 0})) << "crosses";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 0, 12288, 12000, 0})) << "overlap";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 0, 4097, 100, 0})) << "misaligned";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 0, 3 * kExtent, 5000, 0})) << "in a whole extent";
+  EXPECT_FALSE(tier_->MarkUsed(Extent{0, 0, 0, 5 * kExtent + 4096, kExtent, 0})) << "crosses";
   EXPECT_EQ(tier_->stats().slots_used, 4u);
   std::vector<Extent> all = marked;
   for (int i = 0; i < 6; ++i) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 namespace goblin::store {
@@ -32,7 +33,7 @@ class StoreTest : public testing::Test {
     opts_.pool.hugepages = HugePages::kOff;
     opts_.pool.lock = false;
     opts_.ram_head = kHead;
-    opts_.tier_dirs = {dir_};
+    opts_.tier_dirs = {{dir_}};
     opts_.tier.extent_bytes = kExtent;
     opts_.tier.file_bytes = 4 << 20;
     opts_.tier.max_files = 8;
@@ -1080,7 +1081,7 @@ TEST_F(StoreTest, CrashAmongPackedFillsKeepsEveryCommittedObject) {
 TEST_F(StoreTest, TwoTiersSplitObjectsAndSurviveARestart) {
   std::string hdd = dir_ + "-hdd";
   ASSERT_TRUE(PrepareTier(hdd));
-  opts_.tier_dirs.push_back(hdd);
+  opts_.tier_dirs.push_back({hdd});
   opts_.ssd_prefix = 2 * kExtent;
   auto big = Data(10 * kExtent + 9, 1), small = Data(kHead + 10, 2);
   {
@@ -1110,11 +1111,162 @@ TEST_F(StoreTest, TwoTiersSplitObjectsAndSurviveARestart) {
   auto s = Store::Open(opts_);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code(), StatusCode::kFailedPrecondition);
-  opts_.tier_dirs.push_back(hdd);
+  opts_.tier_dirs.push_back({hdd});
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   EXPECT_EQ(GetAll("/big").value(), big);
   store_.reset();
   fs::remove_all(hdd);
+}
+
+// Several drives per tier (--ssd-dir A,B): extents go round-robin over the drives, and the
+// drives' numbers (kept in their labels) hold whatever order they are listed in.
+class StoreDrivesTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    StoreTest::SetUp();
+    second_ = dir_ + "-b";
+    ASSERT_TRUE(PrepareTier(second_));
+    opts_.tier_dirs = {{dir_, second_}};
+  }
+  void TearDown() override {
+    StoreTest::TearDown();
+    fs::remove_all(second_);
+  }
+  // The drives `key`'s extents lie on.
+  std::set<uint16_t> DrivesOf(const std::string& key) {
+    std::set<uint16_t> out;
+    auto loan = store_->Get(key);
+    EXPECT_TRUE(loan && *loan) << key;
+    if (!loan || !*loan) return out;
+    for (const Extent& e : (*loan)->extents) out.insert(e.drive);
+    store_->Release(**loan);
+    return out;
+  }
+  std::string second_;
+};
+
+TEST_F(StoreDrivesTest, ExtentsAreStripedAndDrivesKeepTheirNumbersInAnyOrder) {
+  auto big = Data(6 * kExtent + 5, 1);
+  std::map<std::string, std::vector<uint8_t>> small;
+  for (int i = 0; i < 20; ++i) small["/s" + std::to_string(i)] = Data(1000 + i * 3001, 10 + i);
+  {
+    ASSERT_NO_FATAL_FAILURE(OpenStore());
+    ASSERT_EQ(store_->tier().drives().size(), 2u);
+    ASSERT_TRUE(Put("/big", big));
+    for (const auto& [key, data] : small) ASSERT_TRUE(Put(key, data)) << key;
+    auto loan = store_->Get("/big");
+    ASSERT_TRUE(loan && *loan);
+    const auto& ex = (*loan)->extents;
+    ASSERT_EQ(ex.size(), 7u);
+    for (size_t i = 1; i < ex.size(); ++i) EXPECT_NE(ex[i].drive, ex[i - 1].drive) << i;
+    store_->Release(**loan);
+    std::map<uint16_t, int> per_drive;
+    for (const auto& [key, data] : small) ++per_drive[*DrivesOf(key).begin()];
+    EXPECT_EQ(per_drive[0], 10);  // small objects alternate too
+    EXPECT_EQ(per_drive[1], 10);
+    EXPECT_GT(store_->tier().drive(0)->stats().write_bytes, 3 * kExtent);
+    EXPECT_GT(store_->tier().drive(1)->stats().write_bytes, 3 * kExtent);
+    EXPECT_EQ(store_->tier().capacity_bytes(), 2 * 8 * (4ull << 20));  // both drives' files
+  }
+  store_.reset();
+  EXPECT_EQ(ReadDriveLabel(dir_).value()->number, 0);  // the index drive is drive 0
+  EXPECT_EQ(ReadDriveLabel(second_).value()->number, 1);
+  EXPECT_EQ(ReadDriveLabel(dir_).value()->store_id, ReadDriveLabel(second_).value()->store_id);
+  opts_.tier_dirs = {{second_, dir_}};  // listed the other way round
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(store_->stats().drives_lost, 0u);
+  EXPECT_EQ(store_->tier().drive(0)->dir().path(), dir_);
+  EXPECT_EQ(GetAll("/big").value(), big);
+  for (const auto& [key, data] : small) EXPECT_EQ(GetAll(key).value(), data) << key;
+}
+
+TEST_F(StoreDrivesTest, ALostDriveDropsOnlyTheObjectsThatHadBytesOnIt) {
+  std::map<std::string, std::vector<uint8_t>> objects;
+  for (int i = 0; i < 24; ++i) {
+    objects["/o" + std::to_string(i)] = Data(i % 4 == 0 ? 3 * kExtent : 2000 + i * 1500, 100 + i);
+  }
+  std::set<std::string> on_second;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (const auto& [key, data] : objects) {
+    ASSERT_TRUE(Put(key, data)) << key;
+    if (DrivesOf(key).count(1)) on_second.insert(key);
+  }
+  ASSERT_GT(on_second.size(), 6u);
+  ASSERT_LT(on_second.size(), objects.size());
+  store_.reset();
+  fs::remove_all(second_);  // the drive is gone (its directory with it)
+
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(store_->stats().drives_lost, 1u);
+  EXPECT_EQ(store_->stats().lost_drive_objects, on_second.size());
+  ASSERT_EQ(store_->tier().lost().size(), 1u);
+  EXPECT_EQ(store_->tier().lost()[0].dir, second_);
+  EXPECT_EQ(store_->tier().lost()[0].number, 1);
+  EXPECT_EQ(store_->tier().lost()[0].objects_dropped, on_second.size());
+  EXPECT_NE(store_->tier().lost()[0].error.find(second_), std::string::npos);
+  for (const auto& [key, data] : objects) {
+    if (on_second.count(key)) {
+      EXPECT_EQ(GetAll(key).error().code(), StatusCode::kNotFound) << key;
+    } else {
+      EXPECT_EQ(GetAll(key).value(), data) << key;
+    }
+  }
+  // The next fills go to the drive that is left; the space the dropped objects had on it
+  // is free again.
+  auto fresh = Data(5 * kExtent + 1, 7);
+  ASSERT_TRUE(Put("/after", fresh));
+  EXPECT_EQ(DrivesOf("/after"), std::set<uint16_t>{0});
+  EXPECT_EQ(GetAll("/after").value(), fresh);
+  uint64_t kept_bytes = 0;
+  store_->ForEachObject([&](const ObjectRecord& r, uint64_t) {
+    for (const Extent& e : r.extents) kept_bytes += store_->tier().FootprintOf(e.length);
+  });
+  EXPECT_EQ(store_->tier().stats().allocated_bytes, kept_bytes);
+
+  // Restarted again, still without it: nothing more is dropped.
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(store_->stats().lost_drive_objects, 0u);
+  EXPECT_EQ(GetAll("/after").value(), fresh);
+  // A new drive in its place is numbered anew and takes extents again.
+  ASSERT_TRUE(PrepareTier(second_));
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(store_->stats().drives_lost, 0u);
+  ASSERT_TRUE(Put("/striped", fresh));
+  EXPECT_EQ(DrivesOf("/striped").size(), 2u);
+  EXPECT_EQ(GetAll("/after").value(), fresh);
+  EXPECT_EQ(GetAll("/striped").value(), fresh);
+  // And a drive dropped from the list is lost the same way.
+  store_.reset();
+  opts_.tier_dirs = {{dir_}};
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  EXPECT_EQ(store_->stats().lost_drive_objects, 1u);  // /striped
+  EXPECT_EQ(GetAll("/after").value(), fresh);
+  EXPECT_EQ(GetAll("/striped").error().code(), StatusCode::kNotFound);
+}
+
+TEST_F(StoreDrivesTest, ANewStoreRefusesADriveItCannotUse) {
+  opts_.tier_dirs = {{dir_, dir_ + "-typo"}};
+  auto s = Store::Open(opts_);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find(dir_ + "-typo"), std::string::npos) << s.error().ToString();
+  // Two drives that each hold a store's index belong to two stores.
+  opts_.tier_dirs = {{dir_}};
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/a", Data(100, 1)));
+  store_.reset();
+  opts_.tier_dirs = {{second_}};
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/b", Data(100, 2)));
+  store_.reset();
+  opts_.tier_dirs = {{dir_, second_}};
+  s = Store::Open(opts_);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("both hold a store index"), std::string::npos)
+      << s.error().ToString();
+  // A directory listed twice is refused by the list's parser.
+  EXPECT_FALSE(ParseDriveList(dir_ + "," + dir_));
+  EXPECT_FALSE(ParseDriveList(dir_ + ",,x"));
+  EXPECT_EQ(ParseDriveList("a,b").value(), (std::vector<std::string>{"a", "b"}));
 }
 
 }  // namespace

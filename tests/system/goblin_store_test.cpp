@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -43,32 +44,32 @@ class GoblinStore : public testing::Test {
     origin_.reset();
     fs::remove_all(dir_);
   }
-  void Start() {
-    store_ =
-        std::make_unique<test::Process>(std::vector<std::string>{GOBLIN_STORE_BIN,
-                                                                 "--mirror",
-                                                                 "http://127.0.0.1:" + origin_port_,
-                                                                 "--listen-address",
-                                                                 "127.0.0.1",
-                                                                 "--http-port",
-                                                                 port_,
-                                                                 "--no-memcache",
-                                                                 "--net",
-                                                                 "async",
-                                                                 "--numa",
-                                                                 "0",
-                                                                 "--memory",
-                                                                 "32M",
-                                                                 "--block",
-                                                                 "1M",
-                                                                 "--ram-head",
-                                                                 "1M",
-                                                                 "--no-numa-promotion",
-                                                                 "--ssd-dir",
-                                                                 dir_ + "/tier",
-                                                                 "--socket-dir",
-                                                                 dir_ + "/sock"},
-                                        dir_ + "/store.log");
+  void Start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{GOBLIN_STORE_BIN,
+                                  "--mirror",
+                                  "http://127.0.0.1:" + origin_port_,
+                                  "--listen-address",
+                                  "127.0.0.1",
+                                  "--http-port",
+                                  port_,
+                                  "--no-memcache",
+                                  "--net",
+                                  "async",
+                                  "--numa",
+                                  "0",
+                                  "--memory",
+                                  "32M",
+                                  "--block",
+                                  "1M",
+                                  "--ram-head",
+                                  "1M",
+                                  "--no-numa-promotion",
+                                  "--ssd-dir",
+                                  dir_ + "/tier",
+                                  "--socket-dir",
+                                  dir_ + "/sock"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    store_ = std::make_unique<test::Process>(argv, dir_ + "/store.log");
     for (int i = 0; i < 300; ++i) {
       if (store_->Output().find("HTTP mirror of") != std::string::npos) return;
       std::this_thread::sleep_for(20ms);
@@ -80,6 +81,14 @@ class GoblinStore : public testing::Test {
                                        "--max-time", "20", "http://127.0.0.1:" + port_ + path},
                                       dir_ + "/curl.log", 30s);
     return out;
+  }
+  // The response head and body of GET `path`.
+  std::pair<std::string, std::string> Fetch(const std::string& path) {
+    fs::remove(dir_ + "/body");
+    auto [rc, head] = test::RunCommand({"/usr/bin/curl", "-s", "-D", "-", "-o", dir_ + "/body",
+                                        "--max-time", "20", "http://127.0.0.1:" + port_ + path},
+                                       dir_ + "/curl.log", 30s);
+    return {head, test::ReadAll(dir_ + "/body")};
   }
   int OriginRequests(const std::string& path) {
     std::ifstream f(dir_ + "/access.log");
@@ -165,6 +174,62 @@ TEST_F(GoblinStore, AForeignTierIsRefused) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("goblin-core exited"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(dir_ + "/tier/precious.txt"));  // never wiped
+}
+
+// --source DIR: goblin-core stores the tree at start as the mirror stores
+// http://HOST/path, so each file is a HIT from the first request and the origin is never
+// asked; goblinctl stats shows the progress; a restart stores only what changed.
+TEST_F(GoblinStore, SourcePreloadsATreeTheMirrorServesAsHits) {
+  const std::string src = dir_ + "/src";
+  fs::create_directories(src + "/img/deep");
+  auto write = [&](const std::string& rel, size_t n, char seed) {
+    std::string data(n, 0);
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(seed + i * 131 + (i >> 9));
+    std::ofstream(src + "/" + rel, std::ios::binary) << data;
+    return data;
+  };
+  std::map<std::string, std::string> files = {
+      {"/index.html", write("index.html", 3000, 'a')},
+      {"/style.css", write("style.css", 100, 'c')},
+      {"/img/logo.png", write("img/logo.png", 200000, 'p')},
+      {"/img/deep/big%20file.bin", write("img/deep/big file.bin", 5 << 20, 'b')}};
+  ASSERT_NO_FATAL_FAILURE(Start({"--source", src}));
+  auto wait_for = [&](const std::string& line) {
+    for (int i = 0; i < 1500 && store_->Output().find(line) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    return store_->Output().find(line) != std::string::npos;
+  };
+  ASSERT_TRUE(wait_for("preload done: 4 of 4 files stored")) << store_->Output();
+  auto [rc, stats] = test::RunCommand(
+      {GOBLIN_CTL_BIN, "--target", "unix:" + dir_ + "/sock/core.sock.admin", "stats"},
+      dir_ + "/ctl.log", 30s);
+  ASSERT_EQ(rc, 0) << stats;
+  EXPECT_TRUE(std::regex_search(stats, std::regex("preload_files_stored +4\\b"))) << stats;
+  EXPECT_TRUE(std::regex_search(stats, std::regex("preload_finished +1\\b"))) << stats;
+  for (const auto& [path, data] : files) {
+    auto [head, body] = Fetch(path);
+    EXPECT_NE(head.find("X-Cache: HIT"), std::string::npos) << path << "\n" << head;
+    EXPECT_NE(head.find("ETag: \""), std::string::npos) << head;
+    EXPECT_NE(head.find("Last-Modified: "), std::string::npos) << head;
+    EXPECT_TRUE(body == data) << path << ": " << body.size() << " bytes";
+  }
+  EXPECT_NE(Fetch("/index.html").first.find("Content-Type: text/html"), std::string::npos);
+  EXPECT_NE(Fetch("/img/logo.png").first.find("Content-Type: image/png"), std::string::npos);
+  EXPECT_EQ(OriginRequests("/"), 0) << "the origin was asked";
+  store_->Signal(SIGTERM);
+  ASSERT_EQ(store_->Wait(20s), 0) << store_->Output();
+
+  // One file changed (content and mtime): only it is stored again.
+  files["/index.html"] = write("index.html", 4000, 'z');
+  fs::last_write_time(src + "/index.html",
+                      fs::last_write_time(src + "/index.html") + std::chrono::seconds(10));
+  ASSERT_NO_FATAL_FAILURE(Start({"--source", src}));
+  ASSERT_TRUE(wait_for("preload done: 1 of 4 files stored, 3 already stored")) << store_->Output();
+  auto [head, body] = Fetch("/index.html");
+  EXPECT_NE(head.find("X-Cache: HIT"), std::string::npos) << head;
+  EXPECT_TRUE(body == files["/index.html"]);
+  EXPECT_EQ(OriginRequests("/"), 0);
 }
 
 }  // namespace

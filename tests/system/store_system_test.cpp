@@ -212,6 +212,52 @@ TEST_F(StoreSystem, CorruptedExtentIsNotServed) {
   EXPECT_EQ(Cli({"head", "/victim"}).first, 2);  // dropped, never served
 }
 
+// A tier of two drives (--ssd-dir A,B) under a goblin-core of two shards: objects are
+// striped over both; restarted with one drive gone, the core serves every object that had
+// no byte on it, says what it dropped (log, goblinctl tiers), and takes new objects.
+TEST_F(StoreSystem, ATierOfTwoDrivesLosesOnlyTheObjectsOnTheDriveThatIsGone) {
+  const std::string first = base_ + "/drive-a", second = base_ + "/drive-b";
+  tier_ = first + "," + second;
+  ASSERT_NO_FATAL_FAILURE(Prepare());
+  ASSERT_NO_FATAL_FAILURE(StartCore({"--cores", "2"}));
+  std::vector<std::pair<std::string, std::string>> objects;  // key, file
+  for (int i = 0; i < 16; ++i) {
+    const uint64_t size = i % 4 == 0 ? (3 << 20) + 17 : 2000 + 40000 * static_cast<uint64_t>(i);
+    objects.emplace_back("/o" + std::to_string(i), MakeFile("o" + std::to_string(i), size, 40 + i));
+    ASSERT_EQ(Cli({"put", objects.back().first, objects.back().second}).first, 0);
+  }
+  const std::string admin = "unix:" + sock_ + ".admin";
+  auto [rc, tiers] = RunCommand({GOBLIN_CTL_BIN, "--target", admin, "tiers"}, base_ + "/ctl.log");
+  ASSERT_EQ(rc, 0) << tiers;
+  EXPECT_NE(tiers.find(first), std::string::npos) << tiers;  // a line per drive
+  EXPECT_NE(tiers.find(second), std::string::npos) << tiers;
+  core_->Signal(SIGTERM);
+  ASSERT_EQ(core_->Wait(20s), 0) << core_->Output();
+
+  fs::remove_all(second);
+  ASSERT_NO_FATAL_FAILURE(StartCore({"--cores", "2"}));
+  EXPECT_NE(core_->Output().find("drive 1 is gone"), std::string::npos) << core_->Output();
+  int kept = 0, dropped = 0;
+  for (const auto& [key, file] : objects) {
+    auto [get_rc, out] = Cli({"get", key, "-o", file + ".back"});
+    if (get_rc == 0) {
+      ++kept;
+      EXPECT_TRUE(SameFiles(file, file + ".back")) << key;
+    } else {
+      ++dropped;
+      EXPECT_EQ(get_rc, 2) << key << ": " << out;  // not found: never a damaged answer
+      EXPECT_EQ(Cli({"head", key}).first, 2) << key;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GE(dropped, 4);  // (every multi-extent object had an extent on each drive)
+  auto [rc2, after] = RunCommand({GOBLIN_CTL_BIN, "--target", admin, "tiers"}, base_ + "/ctl.log");
+  ASSERT_EQ(rc2, 0) << after;
+  EXPECT_NE(after.find(fmt::format("gone: {} objects dropped", dropped)), std::string::npos)
+      << after;
+  ASSERT_NO_FATAL_FAILURE(PutGetExact(5 << 20, 99));  // and the next put succeeds
+}
+
 // A disk tier on a 200 MiB file system: an object larger than the tier is refused before
 // anything is evicted, and a file system filled by someone else is a clear error; what was
 // stored stays readable in both cases.

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -108,8 +109,9 @@ int main(int argc, char** argv) {
   AddSizeOption(app, "--ram-head", &ram_head, "Bytes of each object kept in RAM");
   app.add_option("--hugepages", hugepages, "auto, on or off")->capture_default_str();
   app.add_flag("--no-numa-promotion", no_promotion, "Keep heads where they are");
-  app.add_option("--ssd-dir", ssd_dir, "First disk tier")->required();
-  app.add_option("--hdd-dir", hdd_dir, "Second disk tier");
+  app.add_option("--ssd-dir", ssd_dir, "First disk tier (DIR, or DIR,DIR,... one per drive)")
+      ->required();
+  app.add_option("--hdd-dir", hdd_dir, "Second disk tier (like --ssd-dir)");
   AddSizeOption(app, "--ssd-prefix", &ssd_prefix,
                 "With both tiers: bytes after the head on the first", true);
   std::chrono::nanoseconds origin_timeout = std::chrono::seconds(30);
@@ -119,6 +121,13 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir,
                  "Where the core's ring socket goes (default: a private "
                  "directory under /tmp)");
+  std::string source, source_host;
+  app.add_option("--source", source,
+                 "Preload this directory tree at start: each file is stored as the mirror would "
+                 "store http://HOST/its/path (progress in the log and goblinctl stats)");
+  app.add_option("--source-host", source_host,
+                 "The Host clients send for --source's files (default: --listen-address:"
+                 "--http-port)");
   app.add_option("--core-arg", core_extra,
                  "Pass one more argument to goblin-core (repeatable; --core-arg=--read-ahead=8)");
   app.add_option("--gateway-arg", gateway_extra,
@@ -143,8 +152,15 @@ int main(int argc, char** argv) {
   if (core_bin.empty() || gw_bin.empty()) {
     return Fail(fmt::format("goblin-core and goblin-gateway must be next to {}", exe.string()));
   }
-  for (const std::string& dir : {ssd_dir, hdd_dir}) {
-    if (dir.empty() || !EmptyOrMissing(dir)) continue;
+  // Each tier may be several drives (DIR,DIR,...); a new (empty or missing) one is prepared.
+  std::vector<std::string> drives;
+  for (const std::string& list : {ssd_dir, hdd_dir}) {
+    auto parsed = store::ParseDriveList(list);
+    if (!parsed) return Fail(parsed.error().ToString());
+    drives.insert(drives.end(), parsed->begin(), parsed->end());
+  }
+  for (const std::string& dir : drives) {
+    if (!EmptyOrMissing(dir)) continue;
     pid_t p = Spawn({core_bin, "--prepare", dir});
     int st = 0;
     if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -169,8 +185,7 @@ int main(int argc, char** argv) {
     }
     gw_threads = std::max<int>(1, static_cast<int>(cpus.size()));
     core_shards = std::max<int>(1, static_cast<int>(cpus.size()) / 2);
-    for (const std::string& dir : {ssd_dir, hdd_dir}) {
-      if (dir.empty()) continue;
+    for (const std::string& dir : drives) {
       auto layout = store::TierShardLayout(dir);
       if (!layout) return Fail(layout.error().ToString());
       if (*layout) core_shards = 0;
@@ -204,6 +219,18 @@ int main(int argc, char** argv) {
   // origin timeout, so the gateway normally reports the origin's silence first.
   core_args.insert(core_args.end(),
                    {"--fill-timeout", FormatDuration(origin_timeout + origin_timeout / 4)});
+  if (!source.empty()) {
+    // The mirror's key is Host + URL, the Host lower-cased (as the gateway keys requests).
+    std::string host =
+        source_host.empty()
+            ? fmt::format("{}:{}",
+                          listen_address.find(':') != std::string::npos ? "[" + listen_address + "]"
+                                                                        : listen_address,
+                          http_port)
+            : source_host;
+    for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    core_args.insert(core_args.end(), {"--source", source, "--source-prefix", host});
+  }
   core_args.insert(core_args.end(), core_extra.begin(), core_extra.end());
   pid_t core = Spawn(core_args);
   if (core < 0) return Fail("cannot start goblin-core");

@@ -10,6 +10,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -237,12 +238,30 @@ class Ctl {
     if (o_.json) return Print(r);
     Table t({"TIER", "DIR", "CAPACITY", "USED", "OBJECTS", "READ", "WRITTEN", "READS", "WRITES",
              "ERRORS"});
+    bool striped = false;
     for (const auto& x : r.tiers()) {
       t.Add({std::to_string(x.index()), x.dir(), Size(x.capacity_bytes()), Size(x.used_bytes()),
              std::to_string(x.objects()), Size(x.read_bytes()), Size(x.write_bytes()),
              std::to_string(x.reads()), std::to_string(x.writes()), std::to_string(x.errors())});
+      striped |= x.drives_size() > 1 || std::any_of(x.drives().begin(), x.drives().end(),
+                                                    [](const auto& d) { return !d.present(); });
     }
     t.Print();
+    if (!striped) return 0;
+    // A tier of several drives (or one that lost a drive): each drive on a line.
+    std::printf("\n");
+    Table d({"TIER", "DRIVE", "DIR", "STATE", "CAPACITY", "USED", "READ", "WRITTEN", "ERRORS"});
+    for (const auto& x : r.tiers()) {
+      for (const auto& y : x.drives()) {
+        d.Add({std::to_string(x.index()), std::to_string(y.number()), y.dir(),
+               y.present() ? "ok"
+                           : fmt::format("gone: {} objects dropped ({})", y.objects_dropped(),
+                                         y.error().empty() ? "not listed" : y.error()),
+               Size(y.capacity_bytes()), Size(y.used_bytes()), Size(y.read_bytes()),
+               Size(y.write_bytes()), std::to_string(y.errors())});
+      }
+    }
+    d.Print();
     return 0;
   }
 
@@ -289,11 +308,11 @@ class Ctl {
                {"head in RAM", fmt::format("{} bytes", d.head_bytes_in_ram())},
                {"metadata", d.metadata()}});
     std::printf("\n");
-    Table t({"EXTENT", "TIER", "FILE", "OFFSET", "LENGTH", "XXH3"});
+    Table t({"EXTENT", "TIER", "DRIVE", "FILE", "OFFSET", "LENGTH", "XXH3"});
     int i = 0;
     for (const auto& e : d.extents()) {
-      t.Add({std::to_string(i++), std::to_string(e.tier()), std::to_string(e.file()),
-             std::to_string(e.offset()), std::to_string(e.length()),
+      t.Add({std::to_string(i++), std::to_string(e.tier()), std::to_string(e.drive()),
+             std::to_string(e.file()), std::to_string(e.offset()), std::to_string(e.length()),
              fmt::format("{:016x}", e.checksum())});
     }
     t.Print();

@@ -36,9 +36,14 @@ struct KeyDigest {
   friend bool operator==(const KeyDigest&, const KeyDigest&) = default;
 };
 
+// Extent files per drive: the journal and checkpoint keep an extent's drive in the bits of
+// its file number above these (a store written before drives existed has drive 0 only).
+inline constexpr uint32_t kMaxDriveFiles = 1u << 16;
+
 struct Extent {
   uint16_t tier = 0;      // 0: first disk tier, 1: second
-  uint32_t file = 0;      // extent file number within the tier
+  uint16_t drive = 0;     // the tier's drive (its number, kept in the drive's DRIVE label)
+  uint32_t file = 0;      // extent file number within the drive (< kMaxDriveFiles)
   uint64_t offset = 0;    // byte offset in that file
   uint64_t length = 0;    // bytes of object data
   uint64_t checksum = 0;  // XXH3-64 of those bytes

@@ -51,9 +51,11 @@ namespace goblin::store {
 struct StoreOptions {
   PoolOptions pool;
   uint64_t ram_head = 256 << 10;
-  std::vector<std::string> tier_dirs;   // prepared directories (1 or 2); the index is in the first
+  // Per tier (1 or 2), its drives' prepared directories (tier_space.h); the index is on the
+  // tier-0 drive that holds it (the first listed when the store is new).
+  std::vector<std::vector<std::string>> tier_dirs;
   uint64_t ssd_prefix = 0;              // with two tiers: bytes after the head on the first
-  std::vector<uint64_t> tier_capacity;  // per tier dir (0 or missing: from the file system)
+  std::vector<uint64_t> tier_capacity;  // per tier, all its drives (0 or missing: file systems)
   TierOptions tier;
   IoChoice io = IoChoice::kAuto;
   uint32_t io_depth = 32;
@@ -87,6 +89,7 @@ struct StoreStats {
   uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0, heads_demoted = 0;
   uint64_t evicted = 0, eviction_failures = 0;
   uint64_t corrupt_dropped = 0;
+  uint64_t drives_lost = 0, lost_drive_objects = 0;  // at open: drives gone, objects dropped
   uint64_t loans_out = 0;
   uint64_t streams_open = 0, fill_followers = 0;
   uint64_t heads_described = 0, descriptors_withdrawn = 0;

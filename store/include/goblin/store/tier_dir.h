@@ -68,4 +68,26 @@ Result<std::optional<uint16_t>> TierShardLayout(const std::string& dir);
 // Checks (and on first use lays out) `dir` for `shards` shards.
 Result<ShardedTier> OpenShardedTier(const std::string& dir, uint16_t shards);
 
+// Drives: a tier may be several drives (`--ssd-dir A,B,...`), each a prepared tier
+// directory. Each keeps a label naming the store it belongs to (the tier id of the drive
+// that holds the store's index), its tier and its number in that tier, so extents find
+// their drive whatever order the directories are listed in. Written (atomically) when the
+// store first uses the drive.
+inline constexpr const char* kDriveLabelFile = "DRIVE";
+
+struct DriveLabel {
+  std::string store_id;  // 32 hex digits
+  uint16_t tier = 0;
+  uint16_t number = 0;
+  friend bool operator==(const DriveLabel&, const DriveLabel&) = default;
+};
+
+// A tier's drives as configured: "A,B,..." (`--ssd-dir`, `--hdd-dir`); "" is no tier. An
+// empty entry or a directory listed twice is InvalidArgument.
+Result<std::vector<std::string>> ParseDriveList(const std::string& list);
+
+// nullopt: no label (a drive not used yet); Corruption: a damaged one.
+Result<std::optional<DriveLabel>> ReadDriveLabel(const std::string& dir);
+VoidResult WriteDriveLabel(const std::string& dir, const DriveLabel& label);
+
 }  // namespace goblin::store
