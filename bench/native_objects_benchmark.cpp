@@ -2,7 +2,8 @@
 // OBJECT_SIZE objects held in the core's RAM heads, read in a fixed-seed key order:
 //   native_objects_benchmark --target unix:PATH|ucx://HOST:PORT [--objects 256]
 //       [--object-size 256K] [--samples 5000] [--connections 1,2,4,8] [--seconds 3]
-//       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--pause-spin] [--spin 50us]
+//       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--copy] [--pause-spin]
+//       [--spin 50us]
 //   1. stores OBJECTS objects under bench/o/NNNNN (each byte a function of the key's index
 //      and the offset, so a wrong object or offset is seen; --no-store: a run with --keep
 //      stored them, e.g. before the core restarted), then reads each once;
@@ -151,11 +152,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "Key order seed")->capture_default_str();
   app.add_option("--label", label, "Row label");
-  bool no_store = false, keep = false, pause_spin = false;
+  bool no_store = false, keep = false, pause_spin = false, copy = false;
   uint32_t window = 1;
   app.add_option("--window", window,
                  "Throughput: gets in flight per connection (StartGet/WaitGets; 1: one at a time)")
       ->capture_default_str();
+  app.add_flag("--copy", copy,
+               "Ring plane: every byte copied through the ring (ConnectOptions::zero_copy = "
+               "false) instead of lent in place from the core's pools the client maps");
   app.add_flag("--pause-spin", pause_spin,
                "Clients spin with pause, not yielding (a client with a CPU of its own)");
   std::chrono::nanoseconds spin = client::ConnectOptions{}.spin;
@@ -165,8 +169,10 @@ int main(int argc, char** argv) {
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (label.empty()) label = target;
-  const client::ConnectOptions copts{
-      .name = "native_objects_benchmark", .spin = spin, .spin_yield = !pause_spin};
+  const client::ConnectOptions copts{.name = "native_objects_benchmark",
+                                     .zero_copy = !copy,
+                                     .spin = spin,
+                                     .spin_yield = !pause_spin};
 
   auto conn = client::Connection::Open(target, copts);
   if (!conn) return Fail(fmt::format("{}: {}", target, conn.error().ToString()));

@@ -36,19 +36,27 @@ wait_port "$ORIGIN_PORT" || die "the origin did not start"
 mkdir -p "$RUN/cache"
 start_cache goblin "$RUN/cache" 0 "$OUT/goblin-store.log"
 wait_port "$PORT" || { cat "$OUT/goblin-store.log"; die "goblin-store did not start"; }
+# The core's heap (RssAnon: the pool and I/O buffers are memfd pages, counted as RssShmem)
+# before and after the fill: what the index, the eviction order and the metadata take.
+CORE_PID=$(pgrep -f "goblin-core --listen-unix $RUN/" | head -1)
+rss_anon() { awk '/^RssAnon:/ {print $2 * 1024}' "/proc/$CORE_PID/status"; }
+HEAP_BEFORE=$(rss_anon)
 "$BUILD_DIR/bench/http_load" --target "http://127.0.0.1:$PORT" --manifest "$OUT/manifest.txt" \
   --connections 8 --threads 2 --passes 1 --label fill > "$OUT/fill.txt" || die "the fill failed"
 sleep 2  # (the last objects' writes and commits)
+HEAP_AFTER=$(rss_anon)
 socks=("$RUN"/*.sock)
 ADMIN=unix:${socks[0]}.admin
 "$BUILD_DIR/tools/goblinctl" --target "$ADMIN" --json stats > "$OUT/stats.json" ||
   die "goblinctl stats ($ADMIN) failed"
 "$BUILD_DIR/tools/goblinctl" --target "$ADMIN" pool > "$OUT/pool.txt" || die "goblinctl pool failed"
-/usr/bin/python3 - "$OUT/stats.json" "$PAYLOAD" "$OBJECTS" "$GOBLIN_MEMORY $GOBLIN_ARGS" <<'PY'
+/usr/bin/python3 - "$OUT/stats.json" "$PAYLOAD" "$OBJECTS" "$GOBLIN_MEMORY $GOBLIN_ARGS" \
+  "$HEAP_BEFORE" "$HEAP_AFTER" <<'PY'
 import json, sys
 stats = json.load(open(sys.argv[1]))
 c = {k: int(v) for k, v in stats.get("counters", {}).items()}
 payload, objects = int(sys.argv[2]), int(sys.argv[3])
+heap = int(sys.argv[6]) - int(sys.argv[5])
 mib = lambda b: f"{b / (1 << 20):,.0f} MiB"
 ratio = lambda b: f"{b / payload:.2f}x"
 print(f"web mix: {objects} objects, {mib(payload)} of payload; goblin-store --memory {sys.argv[4]}")
@@ -62,5 +70,7 @@ for name, key in [("disk slots taken (whole extents + shared slots)", "tier0_slo
                   ("head pool: blocks held by size classes", "pool_class_block_bytes")]:
     if key in c:
         print(f"| {name} | {mib(c[key])} | {ratio(c[key])} |")
+stored = max(c.get("objects", 0), 1)
+print(f"| core heap grown by the fill (index, eviction order, metadata) | {mib(heap)} | {heap / stored:,.0f} B per object |")
 PY
 grep -E "^ *(holding|used)" "$OUT/pool.txt" || true

@@ -7,15 +7,18 @@
 #   hit throughput: bench/native_objects_benchmark against one goblin-core (--memory MEMORY,
 #     default extents and heads; GOBLIN_ARGS added, e.g. "--ram-tails false" to serve tails
 #     from disk): COUNT objects of that size stored, then one connection serial (first byte,
-#     complete) and 1, 2 and 4 connections closed loop (aggregate MB/s, gets/s).
+#     complete) and 1, 2 and 4 connections closed loop (aggregate MB/s, gets/s), lent (the
+#     client maps the pools: nothing is copied) and copied through the ring (--copy).
 #   bench/store_sizes.sh [--no-build]
 # Environment (defaults): SIZES ("1K 16K 256K 64M"), CLIENTS (16), FILL_SECONDS (5),
 # MEMORY (2G), GOBLIN_ARGS (""), SAMPLES (2000), CONNECTIONS (1,2,4), TURN_SECONDS (3),
-# DIR (/var/tmp/goblin-store-sizes: emptied), BUILD_DIR (build/release),
+# DIR (/var/tmp/goblin-store-sizes: emptied), BUILD_DIR (build/release), CORE (the
+# goblin-core measured: BUILD_DIR/core/goblin-core; another build's to compare),
 # OUT (var/bench/store-sizes-<time>). Results: OUT/results.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
+CORE=${CORE:-$BUILD_DIR/core/goblin-core}
 SIZES=${SIZES:-"1K 16K 256K 64M"}
 CLIENTS=${CLIENTS:-16}
 FILL_SECONDS=${FILL_SECONDS:-5}
@@ -46,7 +49,7 @@ count_for() {  # bytes
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') ($BUILD_DIR)"
+  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); core $CORE"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
   echo "disk: $(df -h "$(dirname "$DIR")" | awk 'NR==2 {print $1, $2}')"
   echo "fill: $CLIENTS clients x $FILL_SECONDS s; hits: --memory $MEMORY $GOBLIN_ARGS, $SAMPLES serial gets, connections $CONNECTIONS x ${TURN_SECONDS} s"
@@ -64,23 +67,30 @@ for size in $SIZES; do
     echo
     echo '```'
     # shellcheck disable=SC2086
-    "$BUILD_DIR/bench/fill_rate_bench" --core "$BUILD_DIR/core/goblin-core" --dir "$DIR" \
+    "$BUILD_DIR/bench/fill_rate_bench" --core "$CORE" --dir "$DIR" \
       --clients "$CLIENTS" --seconds "$FILL_SECONDS" --min-size "$size" --max-size "$size" \
       --extent-size 4M --tier-file-size 1G --memory "$MEMORY" --ring-bytes 4K
     echo '```'
   } | tee -a "$OUT/results.md"
   rm -rf "$DIR"
   mkdir -p "$DIR"
-  "$BUILD_DIR/core/goblin-core" --prepare "$DIR/tier" > /dev/null
+  "$CORE" --prepare "$DIR/tier" > /dev/null
   # shellcheck disable=SC2086
-  "$BUILD_DIR/core/goblin-core" --listen-unix "$DIR/core.sock" --ssd-dir "$DIR/tier" \
+  "$CORE" --listen-unix "$DIR/core.sock" --ssd-dir "$DIR/tier" \
     --memory "$MEMORY" --cores 1 $GOBLIN_ARGS > "$OUT/core-$size.log" 2>&1 &
   CORE_PID=$!
   for _ in $(seq 300); do [ -S "$DIR/core.sock" ] && break; sleep 0.1; done
   [ -S "$DIR/core.sock" ] || { cat "$OUT/core-$size.log"; exit 1; }
+  # Lent (libgoblin's default: the client maps the core's pools and is lent the bytes in
+  # place; the benchmark spot-checks them, so nothing crosses but descriptors), then copied
+  # through the ring (every byte moved into the client's buffer).
   "$BUILD_DIR/bench/native_objects_benchmark" --target "unix:$DIR/core.sock" --objects "$n" \
     --object-size "$size" --samples "$samples" --connections "$CONNECTIONS" \
-    --seconds "$TURN_SECONDS" --label "hits, $n x $size" | tee -a "$OUT/results.md"
+    --seconds "$TURN_SECONDS" --label "hits lent, $n x $size" --keep | tee -a "$OUT/results.md"
+  "$BUILD_DIR/bench/native_objects_benchmark" --target "unix:$DIR/core.sock" --objects "$n" \
+    --object-size "$size" --samples "$samples" --connections "$CONNECTIONS" \
+    --seconds "$TURN_SECONDS" --label "hits copied, $n x $size" --no-store --copy |
+    tee -a "$OUT/results.md"
   kill -TERM "$CORE_PID"
   wait "$CORE_PID" || true
   CORE_PID=""

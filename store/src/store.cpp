@@ -264,7 +264,7 @@ VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
     while (done < data.size()) {
       uint64_t in_block = f.tail_len % block;
       if (in_block == 0) {
-        auto slot = AllocateTailBlock(/*displace=*/false);
+        auto slot = AllocateTailBlock(/*displace_colder_than=*/-1);
         if (!slot) {
           f.tail_closed = true;  // the tail ends here: the rest only on disk
           break;
@@ -568,8 +568,9 @@ std::optional<PoolSlot> Store::AllocateHead(uint64_t len) {
   return slot;
 }
 
-std::optional<PoolSlot> Store::AllocateTailBlock(bool displace) {
-  if (pool_->stats().blocks_free <= tail_reserve_blocks_ && !(displace && DropOneTail())) {
+std::optional<PoolSlot> Store::AllocateTailBlock(int displace_colder_than) {
+  if (pool_->stats().blocks_free <= tail_reserve_blocks_ &&
+      !(displace_colder_than >= 0 && DropOneTail(displace_colder_than))) {
     return std::nullopt;
   }
   if (pool_->stats().blocks_free <= tail_reserve_blocks_) return std::nullopt;
@@ -624,7 +625,16 @@ void Store::FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes) {
   stats_.tail_bytes_in_ram -= bytes;
 }
 
-bool Store::DropOneTail() {
+uint32_t Store::Reads(Resident& r) {
+  if (r.reads_epoch != read_epoch_) {
+    const uint32_t halvings = read_epoch_ - r.reads_epoch;
+    r.reads = halvings >= 8 ? 0 : static_cast<uint8_t>(r.reads >> halvings);
+    r.reads_epoch = read_epoch_;
+  }
+  return r.reads;
+}
+
+bool Store::DropOneTail(int colder_than) {
   for (size_t budget = 2 * tail_clock_.size() + 1; budget > 0 && !tail_clock_.empty(); --budget) {
     std::string key = std::move(tail_clock_.front());
     tail_clock_.pop_front();
@@ -635,6 +645,10 @@ bool Store::DropOneTail() {
       r.tail_referenced = false;
       tail_clock_.push_back(std::move(key));
       continue;
+    }
+    if (colder_than >= 0 && Reads(r) >= static_cast<uint32_t>(colder_than)) {
+      tail_clock_.push_back(std::move(key));  // as hot as the reader: it stays
+      return false;
     }
     FreeTail(&r.tail, r.tail_bytes);
     r.tail_bytes = 0;
@@ -677,11 +691,13 @@ void Store::AdoptTail(const Loan& loan, uint64_t offset, std::span<const uint8_t
   uint64_t prefix = r.length + r.tail_bytes;  // the first object byte not in RAM
   if (offset > prefix || offset + data.size() <= prefix) return;
   const bool had_tail = !r.tail.empty();
+  // The reads before this one (MakeLoan counted this one).
+  const int past_reads = static_cast<int>(Reads(r)) - 1;
   size_t done = prefix - offset;
   while (done < data.size()) {
     uint64_t in_block = r.tail_bytes % block;
     if (in_block == 0) {
-      auto slot = AllocateTailBlock(/*displace=*/true);
+      auto slot = AllocateTailBlock(std::max(past_reads, 0));
       if (!slot) break;
       // (dropping a tail never drops this one: it is being read, so its version has a loan)
       r.tail.push_back(*slot);
@@ -826,6 +842,11 @@ void Store::MakeLoan(const ObjectRecord& rec, Loan* loan) {
   loan->head_bytes = 0;
   if (auto h = heads_.find(rec.key); h != heads_.end() && h->second.generation == rec.generation) {
     h->second.referenced = true;
+    if (Reads(h->second) < UINT8_MAX) ++h->second.reads;
+    if (++loans_this_epoch_ >= 4 * std::max<uint64_t>(heads_.size(), 16)) {
+      ++read_epoch_;  // (every resident's count halves, lazily, in Reads())
+      loans_this_epoch_ = 0;
+    }
     loan->head = h->second.slot;
     loan->head_bytes = h->second.length;
   }

@@ -228,6 +228,55 @@ TEST_F(StoreTest, AReadBringsATailBackFromDiskWhileThePoolHasRoom) {
   EXPECT_EQ(store_->tier().stats().read_bytes, disk0);
 }
 
+// With the pool full of tails, a read from disk takes a tail's place only from an object
+// read less often than the reader (counting the reader's reads before this one): a sweep
+// over more objects than RAM holds keeps the tails it has instead of copying every disk
+// byte into the pool to drop it again, and an object read more often gets in.
+TEST_F(StoreTest, AReadDisplacesOnlyATailReadLessOftenThanItself) {
+  opts_.pool.memory = 2 << 20;  // 32 blocks: tails may take 29 (a head, and 2 for heads)
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto a = Data(31 * kHead, 1), b = Data(20 * kHead, 2);
+  ASSERT_TRUE(Put("/a", a));  // its head and 29 tail blocks: every block tails may have
+  ASSERT_TRUE(Put("/b", b));  // its head only (fills never displace)
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 29 * kHead);
+  auto disk = [&] { return store_->tier().stats().read_bytes; };
+  auto read = [&](const std::string& key) {  // a stream (as the planes read; it adopts tails)
+    auto o = store_->OpenStream(key);
+    EXPECT_TRUE(o && o->stream) << key;
+    auto got = Drain(*o->stream);
+    EXPECT_TRUE(got) << got.error().ToString();
+    return got ? *got : std::vector<uint8_t>();
+  };
+  // /b's first read comes from disk and takes nothing: it has no reads before this one.
+  EXPECT_EQ(read("/b"), b);
+  EXPECT_EQ(store_->stats().tails_dropped, 0u);
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 29 * kHead);
+  // Its second read: one read before, /a none: /a's tail goes, /b's comes into RAM.
+  EXPECT_EQ(read("/b"), b);
+  EXPECT_EQ(store_->stats().tails_dropped, 1u);
+  EXPECT_EQ(store_->stats().tail_bytes_in_ram, 19 * kHead);
+  uint64_t before = disk();
+  EXPECT_EQ(read("/b"), b);
+  EXPECT_EQ(disk(), before) << "/b is served from RAM";
+  // Reading both in turn: /a never gets more reads than /b, so /b keeps its place.
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(read("/a"), a);
+    EXPECT_EQ(read("/b"), b);
+  }
+  EXPECT_EQ(store_->stats().tails_dropped, 1u);
+  before = disk();
+  EXPECT_EQ(read("/b"), b);
+  EXPECT_EQ(disk(), before);
+  // /a read more often than /b from here on: it takes the place.
+  for (int i = 0; i < 8 && store_->stats().tails_dropped == 1; ++i) {
+    EXPECT_EQ(read("/a"), a);
+  }
+  EXPECT_EQ(store_->stats().tails_dropped, 2u);
+  before = disk();
+  EXPECT_EQ(read("/a"), a);
+  EXPECT_LT(disk() - before, a.size() / 2) << "most of /a from RAM";
+}
+
 TEST_F(StoreTest, AReplacedVersionsTailStaysReadableForItsStreamThenIsFreed) {
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto v1 = Data(10 * kHead, 5), v2 = Data(10 * kHead, 6);

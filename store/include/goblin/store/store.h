@@ -331,6 +331,8 @@ class Store {
     std::vector<PoolSlot> tail;
     uint64_t tail_bytes = 0;
     bool tail_referenced = false;  // CLOCK bit for dropping tails (read since the hand passed)
+    uint8_t reads = 0;             // loans made on it (saturating; aged, see Reads())
+    uint32_t reads_epoch = 0;
   };
   struct Loaned {  // per generation with loans out
     uint32_t count = 0;
@@ -383,13 +385,20 @@ class Store {
   // nullopt if none can be.
   std::optional<PoolSlot> AllocateHead(uint64_t len);
   bool DemoteOneHead();
-  // RAM tails. A block for a tail if the pool has one beyond the heads' reserve; with
-  // `displace`, a cold tail may be dropped for it (reads do; fills do not, so a flood of new
-  // objects never pushes out the tails of read ones).
-  std::optional<PoolSlot> AllocateTailBlock(bool displace);
+  // RAM tails. A block for a tail if the pool has one beyond the heads' reserve; else, for
+  // a read (`displace_colder_than` >= 0: the reader's reads before this one), the tail the
+  // CLOCK hand stops at is dropped for it if it was read less often (TinyLFU's admission:
+  // a scan or a uniform sweep over more than RAM holds keeps the tails it has instead of
+  // copying every disk byte into the pool to drop it again; a hot object gets in). Fills
+  // never displace (a flood of new objects never pushes out the tails of read ones).
+  std::optional<PoolSlot> AllocateTailBlock(int displace_colder_than);
   void FreeTail(std::vector<PoolSlot>* tail, uint64_t bytes);
   void ShrinkTailEnd(std::vector<PoolSlot>* tail, uint64_t bytes);
-  bool DropOneTail();  // CLOCK over objects with tails; not one with loans out
+  // CLOCK over objects with tails, not one with loans out; with `colder_than` >= 0 only a
+  // victim read fewer times than that goes (else it stays, and nothing is dropped).
+  bool DropOneTail(int colder_than = -1);
+  // A resident's reads, aged: every read_epoch_ (4 loans per resident head) halves them.
+  uint32_t Reads(Resident& r);
   void AddToTailClock(const std::string& key);  // (and sheds stale entries now and then)
   // Object bytes at `pos` from `loan`'s RAM tail (its version's, current or retired):
   // empty if that byte is not in RAM.
@@ -443,6 +452,8 @@ class Store {
   std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
   std::deque<std::string> tail_clock_;  // the same for resident tails
   uint64_t tail_reserve_blocks_ = 0;    // free pool blocks tails leave to heads
+  uint32_t read_epoch_ = 0;             // (Reads(): aging of residents' read counts)
+  uint64_t loans_this_epoch_ = 0;
   S3Fifo policy_;
   // Objects with a TTL: (expiry, key), earliest first; entries are checked against the index.
   using Due = std::pair<uint64_t, std::string>;
