@@ -145,8 +145,10 @@ void Preloader::Run() {
   // The tree, in path order (regular files, symlinks to them followed; directories are not
   // followed through symlinks, so a loop cannot trap the walk).
   std::error_code ec;
-  fs::recursive_directory_iterator it(options_.dir, fs::directory_options::skip_permission_denied,
-                                      ec);
+  // (Keys are the paths as found under DIR, not where symlinks lead: lexically relative.)
+  fs::path base = fs::path(options_.dir).lexically_normal();
+  if (!base.has_filename()) base = base.parent_path();  // ("src/" -> "src")
+  fs::recursive_directory_iterator it(base, fs::directory_options::skip_permission_denied, ec);
   for (; !ec && it != fs::recursive_directory_iterator() && !stop_.load(); it.increment(ec)) {
     std::error_code fe;
     if (!it->is_regular_file(fe)) continue;
@@ -157,7 +159,7 @@ void Preloader::Run() {
     }
     File f;
     f.path = it->path().string();
-    f.key = KeyFor(options_.prefix, fs::relative(it->path(), options_.dir, fe).string());
+    f.key = KeyFor(options_.prefix, it->path().lexically_relative(base).string());
     f.size = static_cast<uint64_t>(st.st_size);
     f.mtime_s = st.st_mtim.tv_sec;
     progress_.bytes_total += f.size;

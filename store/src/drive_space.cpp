@@ -208,7 +208,7 @@ Result<Extent> DriveSpace::AllocatePacked(uint64_t length) {
   return e;
 }
 
-Result<std::vector<Extent>> DriveSpace::Allocate(uint64_t bytes) {
+Result<std::vector<Extent>> DriveSpace::Allocate(uint64_t bytes, bool count_failure) {
   std::vector<Extent> out;
   out.reserve((bytes + options_.extent_bytes - 1) / options_.extent_bytes);
   for (uint64_t left = bytes; left > 0;) {
@@ -230,7 +230,7 @@ Result<std::vector<Extent>> DriveSpace::Allocate(uint64_t bytes) {
     }
     if (!e) {
       for (const Extent& x : out) Free(x);  // (nothing kept)
-      ++stats_.allocation_failures;
+      if (count_failure) ++stats_.allocation_failures;
       return Err(e.error().code() == StatusCode::kResourceExhausted
                      ? Status(StatusCode::kResourceExhausted,
                               fmt::format("disk tier {} has no room for {}: {}", dir_.path(),

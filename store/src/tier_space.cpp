@@ -121,11 +121,12 @@ Result<Extent> TierSpace::AllocateOne(uint64_t length) {
   for (size_t tried = 0; tried < drives_.size(); ++tried) {
     DriveSpace& d = *drives_[next_];
     next_ = (next_ + 1) % drives_.size();
-    auto e = d.Allocate(length);
+    auto e = d.Allocate(length, /*count_failure=*/false);
     if (e) return e->front();
     if (e.error().code() != StatusCode::kResourceExhausted) return Err(e.error());
     if (first_error.ok()) first_error = e.error();
   }
+  drives_[next_]->NoteAllocationFailure();  // (one failure: no drive had room)
   return Err(StatusCode::kResourceExhausted, "no drive of tier {} ({}) has room: {}", tier_no_,
              path_, first_error.message());
 }

@@ -193,6 +193,10 @@ TEST_F(GoblinStore, SourcePreloadsATreeTheMirrorServesAsHits) {
       {"/style.css", write("style.css", 100, 'c')},
       {"/img/logo.png", write("img/logo.png", 200000, 'p')},
       {"/img/deep/big%20file.bin", write("img/deep/big file.bin", 5 << 20, 'b')}};
+  // A symlink to a file outside the tree is stored under its own path in the tree.
+  std::ofstream(dir_ + "/outside.txt") << "linked";
+  fs::create_symlink(dir_ + "/outside.txt", src + "/link.txt");
+  files["/link.txt"] = "linked";
   ASSERT_NO_FATAL_FAILURE(Start({"--source", src}));
   auto wait_for = [&](const std::string& line) {
     for (int i = 0; i < 1500 && store_->Output().find(line) == std::string::npos; ++i) {
@@ -200,12 +204,12 @@ TEST_F(GoblinStore, SourcePreloadsATreeTheMirrorServesAsHits) {
     }
     return store_->Output().find(line) != std::string::npos;
   };
-  ASSERT_TRUE(wait_for("preload done: 4 of 4 files stored")) << store_->Output();
+  ASSERT_TRUE(wait_for("preload done: 5 of 5 files stored")) << store_->Output();
   auto [rc, stats] = test::RunCommand(
       {GOBLIN_CTL_BIN, "--target", "unix:" + dir_ + "/sock/core.sock.admin", "stats"},
       dir_ + "/ctl.log", 30s);
   ASSERT_EQ(rc, 0) << stats;
-  EXPECT_TRUE(std::regex_search(stats, std::regex("preload_files_stored +4\\b"))) << stats;
+  EXPECT_TRUE(std::regex_search(stats, std::regex("preload_files_stored +5\\b"))) << stats;
   EXPECT_TRUE(std::regex_search(stats, std::regex("preload_finished +1\\b"))) << stats;
   for (const auto& [path, data] : files) {
     auto [head, body] = Fetch(path);
@@ -225,7 +229,7 @@ TEST_F(GoblinStore, SourcePreloadsATreeTheMirrorServesAsHits) {
   fs::last_write_time(src + "/index.html",
                       fs::last_write_time(src + "/index.html") + std::chrono::seconds(10));
   ASSERT_NO_FATAL_FAILURE(Start({"--source", src}));
-  ASSERT_TRUE(wait_for("preload done: 1 of 4 files stored, 3 already stored")) << store_->Output();
+  ASSERT_TRUE(wait_for("preload done: 1 of 5 files stored, 4 already stored")) << store_->Output();
   auto [head, body] = Fetch("/index.html");
   EXPECT_NE(head.find("X-Cache: HIT"), std::string::npos) << head;
   EXPECT_TRUE(body == files["/index.html"]);

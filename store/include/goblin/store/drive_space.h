@@ -86,7 +86,10 @@ class DriveSpace {
   // Slots for `bytes` of object data starting at that object's `object_offset` on this
   // tier: extents of extent_bytes (the last one shorter), lengths set, checksums zero.
   // ResourceExhausted (nothing kept) when the tier or the file system is full.
-  Result<std::vector<Extent>> Allocate(uint64_t bytes);
+  // `count_failure` false: the caller tries another drive first (TierSpace), and counts a
+  // failure itself when none has room (NoteAllocationFailure).
+  Result<std::vector<Extent>> Allocate(uint64_t bytes, bool count_failure = true);
+  void NoteAllocationFailure() { ++stats_.allocation_failures; }
   // Returns an extent's space (an extent from Allocate or from a recovered record).
   void Free(const Extent& e);
   // Disk bytes an extent of `length` bytes takes: its 4 KiB pages, or a whole slot.
