@@ -10,7 +10,8 @@ uint64_t IoRouter::Register(IoClient* client) {
 
 void IoRouter::Unregister(uint64_t client) { clients_.erase(client); }
 
-bool IoRouter::Submit(uint64_t client, uint32_t tag, const IoRequest& request, uint32_t buffer) {
+bool IoRouter::Submit(uint64_t client, uint32_t tag, const IoRequest& request, uint32_t buffer,
+                      uint32_t* in_flight) {
   uint32_t slot;
   if (!free_.empty()) {
     slot = free_.back();
@@ -25,7 +26,8 @@ bool IoRouter::Submit(uint64_t client, uint32_t tag, const IoRequest& request, u
     free_.push_back(slot);
     return false;
   }
-  pending_[slot] = Pending{client, tag, buffer};
+  pending_[slot] = Pending{client, tag, buffer, in_flight};
+  if (in_flight != nullptr) ++*in_flight;
   return true;
 }
 
@@ -39,6 +41,7 @@ Result<size_t> IoRouter::Poll(uint32_t min_complete) {
       uint32_t slot = static_cast<uint32_t>(c[i].user_data);
       Pending p = pending_[slot];
       free_.push_back(slot);
+      if (p.in_flight != nullptr) --*p.in_flight;
       auto it = clients_.find(p.client);
       if (it != clients_.end()) {
         it->second->OnIoComplete(p.tag, c[i].result);

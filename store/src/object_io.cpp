@@ -141,7 +141,8 @@ VoidResult ObjectWriter::SubmitCurrent() {
   staging_.emplace_back();
   staging_cap_.push_back(0);
   IoRequest r{tier->FileFd(e), e.offset, buf, padded, true, 0};
-  while (!io_->Submit(client_, tag, r, pool_buf)) {
+  uint32_t* drive_queue = tier->drive(e.drive)->io_in_flight();
+  while (!io_->Submit(client_, tag, r, pool_buf, drive_queue)) {
     if (auto w = io_->Poll(1); !w) {
       tier->Free(e);
       extents_.pop_back();
@@ -335,16 +336,19 @@ void ExtentReader::Fill() {
   const size_t depth = next_deliver_ == 0 ? 1 : read_ahead_;
   while (next_submit_ < extents_.size() && window_.size() < depth &&
          (window_.empty() || buffers_->free_count() > keep_free_)) {
+    const Extent& e = extents_[next_submit_];
+    DriveSpace* drive = tiers_[e.tier]->drive(e.drive);
+    if (drive != nullptr && !drive->CanRead()) break;  // (its queue is full: the next Poll)
     auto b = buffers_->Acquire();
     if (!b) break;
-    const Extent& e = extents_[next_submit_];
     IoRequest r{tiers_[e.tier]->FileFd(e),
                 e.offset,
                 buffers_->Buffer(*b),
                 RoundUp4K(static_cast<uint32_t>(e.length)),
                 false,
                 0};
-    if (!io_->Submit(client_, static_cast<uint32_t>(next_submit_), r, *b)) {
+    if (!io_->Submit(client_, static_cast<uint32_t>(next_submit_), r, *b,
+                     drive != nullptr ? drive->io_in_flight() : nullptr)) {
       buffers_->Release(*b);
       break;
     }

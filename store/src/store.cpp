@@ -47,6 +47,15 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
     s->tier_ptrs_.push_back(t.get());
     s->tiers_.push_back(std::move(t));
   }
+  // Each drive's own queue: with several drives, a drive's reads take at most half the
+  // engine's depth, so one slow or hung drive cannot hold every slot the others need.
+  size_t all_drives = 0;
+  for (const auto& t : s->tiers_) all_drives += t->drives().size();
+  if (all_drives > 1) {
+    for (const auto& t : s->tiers_) {
+      for (const auto& d : t->drives()) d->set_read_limit(std::max<uint32_t>(2, o.io_depth / 2));
+    }
+  }
   // Rebuild each tier's free space from the index; a record that does not fit its tier is
   // damaged and dropped (counted and logged), never served; one with bytes on a drive that
   // is gone is dropped with it. A record on a tier that is not configured now is a

@@ -102,6 +102,13 @@ class DriveSpace {
   // it lies outside the tier or overlaps another: the record is damaged.
   bool MarkUsed(const Extent& e);
 
+  // The drive's own queue: extent I/O in flight on it (kept by the I/O router), and how
+  // many reads it may have at once (readers leave the rest of the engine's depth to the
+  // other drives: a slow or hung drive holds at most this much of it).
+  uint32_t* io_in_flight() { return &io_in_flight_; }
+  uint32_t io_in_flight_count() const { return io_in_flight_; }
+  bool CanRead() const { return io_in_flight_ < read_limit_; }
+  void set_read_limit(uint32_t n) { read_limit_ = n; }
   // The O_DIRECT fd of extent file `file` (of this drive); -1 if it does not exist.
   int FileFd(uint32_t file) const;
 
@@ -149,6 +156,8 @@ class DriveSpace {
   std::vector<uint64_t> free_;  // free slot numbers (a stack)
   bool free_dirty_ = false;     // MarkUsed() ran since the stack was built
   TierStats stats_;
+  uint32_t io_in_flight_ = 0;
+  uint32_t read_limit_ = UINT32_MAX;
 };
 
 }  // namespace goblin::store

@@ -39,7 +39,10 @@ class IoRouter {
 
   // Queues a request for `client`; `buffer` (an IoBufferPool index, or kNoBuffer) is the
   // buffer it reads into or writes from. False when the engine is at its depth.
-  bool Submit(uint64_t client, uint32_t tag, const IoRequest& request, uint32_t buffer);
+  // `in_flight` (if given: a drive's count, DriveSpace::io_in_flight) is raised now and
+  // lowered when the request completes, whether or not its client is still there.
+  bool Submit(uint64_t client, uint32_t tag, const IoRequest& request, uint32_t buffer,
+              uint32_t* in_flight = nullptr);
   VoidResult Flush() { return engine_->Flush(); }
   // Dispatches waiting completions, first waiting for at least `min_complete` (capped at
   // what is in flight). Returns how many were dispatched.
@@ -69,6 +72,7 @@ class IoRouter {
     uint64_t client = 0;
     uint32_t tag = 0;
     uint32_t buffer = kNoBuffer;
+    uint32_t* in_flight = nullptr;
   };
   IoEngine* engine_;
   IoBufferPool* buffers_;
