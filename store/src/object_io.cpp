@@ -331,6 +331,7 @@ void ExtentReader::OnIoComplete(uint32_t tag, int32_t result) {
 
 void ExtentReader::Fill() {
   bool submitted = false;
+  drive_full_ = false;
   // Until the first extent has arrived, only it is in flight: the first byte (a head read
   // back from disk) does not share the disk with the read-ahead behind it.
   const size_t depth = next_deliver_ == 0 ? 1 : read_ahead_;
@@ -338,7 +339,10 @@ void ExtentReader::Fill() {
          (window_.empty() || buffers_->free_count() > keep_free_)) {
     const Extent& e = extents_[next_submit_];
     DriveSpace* drive = tiers_[e.tier]->drive(e.drive);
-    if (drive != nullptr && !drive->CanRead()) break;  // (its queue is full: the next Poll)
+    if (drive != nullptr && !drive->CanRead()) {  // its queue is full: a completion there
+      drive_full_ = true;
+      break;
+    }
     auto b = buffers_->Acquire();
     if (!b) break;
     IoRequest r{tiers_[e.tier]->FileFd(e),

@@ -1171,7 +1171,18 @@ void Store::AbortStalledFills(uint64_t now) {
 }
 
 VoidResult Store::Poll() {
-  if (io_->in_flight() > 0) GOBLIN_RETURN_IF_ERROR(io_->Poll(0));
+  size_t reaped = 0;
+  if (io_->in_flight() > 0) {
+    GOBLIN_ASSIGN_OR_RETURN(reaped, io_->Poll(0));
+  }
+  // Streams waiting for room in a drive's queue: after completions (one of them may have
+  // made it), or when nothing is in flight at all (they were reaped elsewhere). Not every
+  // round: a hung drive must not turn the loop into a spin.
+  if (!drive_waiters_.empty() && (reaped > 0 || io_->in_flight() == 0)) {
+    std::vector<Stream*> wake;
+    wake.swap(drive_waiters_);
+    for (Stream* s : wake) s->Wake();
+  }
   // Commits whose writes have landed: the record now (visible), the answer once durable.
   while (!commits_written_.empty()) {
     std::vector<FillId> ready = std::move(commits_written_);
@@ -1247,8 +1258,9 @@ void Store::ReturnStream(Stream* s) {
 
 void Store::Stream::Close() {
   DropReader();
-  auto& starved = store_->starved_;
-  starved.erase(std::remove(starved.begin(), starved.end(), this), starved.end());
+  for (auto* list : {&store_->starved_, &store_->drive_waiters_}) {
+    list->erase(std::remove(list->begin(), list->end(), this), list->end());
+  }
   if (fill_ != 0) {
     if (auto f = store_->fills_.find(fill_); f != store_->fills_.end()) {
       auto& v = f->second.followers;
@@ -1363,6 +1375,7 @@ Result<Store::Stream::Step> Store::Stream::PeekDisk(std::span<const Extent> exte
   }
   if (*step == ExtentReader::Step::kWait) {
     if (reader_->starved()) store_->starved_.push_back(this);
+    if (reader_->waiting_for_drive()) store_->drive_waiters_.push_back(this);
     return Step::kWait;
   }
   if (*step == ExtentReader::Step::kEnd)

@@ -1314,6 +1314,68 @@ TEST_F(StoreDrivesTest, ExtentsAreStripedAndDrivesKeepTheirNumbersInAnyOrder) {
   for (const auto& [key, data] : small) EXPECT_EQ(GetAll(key).value(), data) << key;
 }
 
+// Each drive's queue holds at most half the engine's depth (io_depth 4: 2 reads per drive);
+// a stream whose read-ahead wants more waits for its drive's completions and is woken by
+// them, never left waiting.
+TEST_F(StoreDrivesTest, StreamsWaitForRoomInTheirDrivesQueueAndAreWoken) {
+  opts_.io_depth = 4;
+  opts_.read_ahead = 8;
+  opts_.ram_tails = false;  // (every byte past the head from disk)
+  auto big = Data(24 * kExtent + 3, 5);
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(Put("/big", big));
+  ASSERT_NO_FATAL_FAILURE(OpenStore());  // (a restart: nothing of it in RAM)
+  for (int round = 0; round < 3; ++round) {
+    auto o = store_->OpenStream("/big");
+    ASSERT_TRUE(o && o->stream);
+    uint32_t most = 0;
+    auto got = Drain(*o->stream, [&] {
+      most = std::max({most, store_->tier().drive(0)->io_in_flight_count(),
+                       store_->tier().drive(1)->io_in_flight_count()});
+    });
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(*got, big);
+    EXPECT_LE(most, 2u);
+  }
+  // Two streams at once: the second finds both drives' queues full with nothing of its own
+  // in flight. Like a plane, it is only stepped again when its ready callback says so.
+  struct Reader {
+    Store::StreamPtr stream;
+    std::vector<uint8_t> got;
+    bool waiting = false, done = false;
+  };
+  Reader r[2];
+  for (auto& x : r) {
+    auto o = store_->OpenStream("/big");
+    ASSERT_TRUE(o && o->stream);
+    x.stream = std::move(o->stream);
+    x.stream->SetReadyCallback([&x] { x.waiting = false; });
+  }
+  for (int guard = 0; guard < 200000 && !(r[0].done && r[1].done); ++guard) {
+    bool stepped = false;
+    for (auto& x : r) {
+      if (x.done || x.waiting) continue;
+      stepped = true;
+      std::span<const uint8_t> bytes;
+      auto st = x.stream->Peek(&bytes);
+      ASSERT_TRUE(st) << st.error().ToString();
+      if (*st == Store::Stream::Step::kEnd) {
+        x.done = true;
+      } else if (*st == Store::Stream::Step::kWait) {
+        x.waiting = true;
+      } else {
+        x.got.insert(x.got.end(), bytes.begin(), bytes.end());
+        x.stream->Consume(bytes.size());
+      }
+    }
+    if (!stepped) ASSERT_TRUE(store_->Poll());
+  }
+  for (auto& x : r) {
+    EXPECT_TRUE(x.done) << "a stream waited and was never woken";
+    EXPECT_EQ(x.got, big);
+  }
+}
+
 TEST_F(StoreDrivesTest, ALostDriveDropsOnlyTheObjectsThatHadBytesOnIt) {
   std::map<std::string, std::vector<uint8_t>> objects;
   for (int i = 0; i < 24; ++i) {

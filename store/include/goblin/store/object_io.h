@@ -161,7 +161,10 @@ class ExtentReader final : public IoClient {
   void Fill();
   // Runs when the read at the front lands (from inside IoRouter::Poll).
   void SetReadyCallback(std::function<void()> cb) { ready_ = std::move(cb); }
-  bool starved() const { return window_.empty() && next_submit_ < extents_.size(); }
+  // Nothing in flight and nothing read: waiting for a buffer (starved), or for the next
+  // extent's drive to have room in its queue (a completion there makes it).
+  bool starved() const { return window_.empty() && next_submit_ < extents_.size() && !drive_full_; }
+  bool waiting_for_drive() const { return window_.empty() && drive_full_; }
   uint64_t next_offset() const { return offset_; }
   size_t remaining_extents() const { return extents_.size() - next_deliver_; }
 
@@ -176,6 +179,7 @@ class ExtentReader final : public IoClient {
   uint32_t keep_free_;
   uint64_t client_ = 0;
   size_t next_submit_ = 0;
+  bool drive_full_ = false;  // Fill() stopped at a drive whose queue was full
   size_t next_deliver_ = 0;
   uint64_t offset_ = 0;
   struct Slot {
