@@ -10,7 +10,8 @@
 #     complete) and 1, 2 and 4 connections closed loop (aggregate MB/s, gets/s), lent (the
 #     client maps the pools: nothing is copied) and copied through the ring (--copy).
 #   bench/store_sizes.sh [--no-build]
-# Environment (defaults): SIZES ("1K 16K 256K 64M"), CLIENTS (16), FILL_SECONDS (5),
+# Environment (defaults): SIZES ("1K 16K 256K 64M"), COUNT (objects per size for the hits:
+# about 1 GiB of them, 16 to 20,000), CLIENTS (16), FILL_SECONDS (5),
 # MEMORY (2G), GOBLIN_ARGS (""), SAMPLES (2000), CONNECTIONS (1,2,4), TURN_SECONDS (3),
 # DIR (/var/tmp/goblin-store-sizes: emptied), BUILD_DIR (build/release), CORE (the
 # goblin-core measured: BUILD_DIR/core/goblin-core; another build's to compare),
@@ -39,8 +40,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Objects per size: about 1 GiB of payload, 64 to 20,000 objects.
+# Objects per size: COUNT, else about 1 GiB of payload, 16 to 20,000 objects.
 count_for() {  # bytes
+  if [ -n "${COUNT:-}" ]; then echo "$COUNT"; return; fi
   local n=$(( (1 << 30) / $1 ))
   (( n > 20000 )) && n=20000
   (( n < 16 )) && n=16
