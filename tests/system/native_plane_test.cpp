@@ -788,7 +788,14 @@ TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
     EXPECT_TRUE(GetAll(*c, "killput/obj").value() == data);
   }
   auto next = Pattern(3 << 20, 32);
+  // The dead putter's fill is aborted when the core learns of its death (its endpoint's
+  // error, over shared memory a moment after the kill): until then the key is a fill in
+  // progress, and a put of it says so. Bounded: 10 s.
   auto gen = c->Put("killput/obj", next);
+  for (int i = 0; i < 1000 && !gen && gen.error().code() == StatusCode::kAlreadyExists; ++i) {
+    std::this_thread::sleep_for(10ms);
+    gen = c->Put("killput/obj", next);
+  }
   ASSERT_TRUE(gen) << gen.error().ToString() << "\ncore:\n" << nc.core->proc.Output();
   EXPECT_TRUE(GetAll(*c, "killput/obj").value() == next);
   EXPECT_EQ(nc.core->proc.Wait(0ms), -1) << "the core exited:\n" << nc.core->proc.Output();
