@@ -208,39 +208,17 @@ Result<Extent> DriveSpace::AllocatePacked(uint64_t length) {
   return e;
 }
 
-Result<std::vector<Extent>> DriveSpace::Allocate(uint64_t bytes, bool count_failure) {
-  std::vector<Extent> out;
-  out.reserve((bytes + options_.extent_bytes - 1) / options_.extent_bytes);
-  for (uint64_t left = bytes; left > 0;) {
-    const uint64_t len = std::min<uint64_t>(left, options_.extent_bytes);
-    Result<Extent> e = Err(StatusCode::kInternal, "unset");
-    if (IsPacked(len)) {
-      e = AllocatePacked(len);
-    } else if (auto slot = TakeSlot(); slot) {
-      Extent whole;
-      whole.tier = tier_no_;
-      whole.drive = drive_no_;
-      whole.file = static_cast<uint32_t>(*slot / slots_per_file_);
-      whole.offset = (*slot % slots_per_file_) * options_.extent_bytes;
-      whole.length = len;
-      stats_.allocated_bytes += options_.extent_bytes;
-      e = whole;
-    } else {
-      e = Err(slot.error());
-    }
-    if (!e) {
-      for (const Extent& x : out) Free(x);  // (nothing kept)
-      if (count_failure) ++stats_.allocation_failures;
-      return Err(e.error().code() == StatusCode::kResourceExhausted
-                     ? Status(StatusCode::kResourceExhausted,
-                              fmt::format("disk tier {} has no room for {}: {}", dir_.path(),
-                                          FormatSize(bytes), e.error().message()))
-                     : e.error());
-    }
-    out.push_back(*e);
-    left -= len;
-  }
-  return out;
+Result<Extent> DriveSpace::AllocateOne(uint64_t length) {
+  if (IsPacked(length)) return AllocatePacked(length);
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t slot, TakeSlot());
+  Extent whole;
+  whole.tier = tier_no_;
+  whole.drive = drive_no_;
+  whole.file = static_cast<uint32_t>(slot / slots_per_file_);
+  whole.offset = (slot % slots_per_file_) * options_.extent_bytes;
+  whole.length = length;
+  stats_.allocated_bytes += options_.extent_bytes;
+  return whole;
 }
 
 void DriveSpace::Free(const Extent& e) {

@@ -117,13 +117,13 @@ VoidResult ObjectWriter::SubmitCurrent() {
     return {};
   }
   TierSpace* tier = tiers_[cur_start_ < tier0_bytes_ ? 0 : 1];
-  auto one = tier->Allocate(cur_len_);
+  auto one = tier->AllocateOne(cur_len_);
   // At the tier's capacity the store evicts; a file system that runs out first is an error.
   while (!one && tier->at_capacity() && make_room_ && make_room_(tier->tier_no())) {
-    one = tier->Allocate(cur_len_);
+    one = tier->AllocateOne(cur_len_);
   }
   if (!one) return Err(one.error());
-  Extent e = (*one)[0];
+  Extent e = *one;
   uint8_t* buf = current();
   e.checksum = XXH3_64bits(buf, cur_len_);
   uint32_t padded = RoundUp4K(cur_len_);

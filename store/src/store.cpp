@@ -1170,6 +1170,20 @@ void Store::AbortStalledFills(uint64_t now) {
   }
 }
 
+void Store::WakeAll(std::vector<Stream*>* list) {
+  // Through waking_, whose capacity stays: a stream that waits again goes back on `list`
+  // (the other buffer), and neither is reallocated round after round.
+  if (!waking_.empty()) {  // (called again from a ready callback: a list of its own)
+    std::vector<Stream*> nested;
+    nested.swap(*list);
+    for (Stream* s : nested) s->Wake();
+    return;
+  }
+  waking_.swap(*list);
+  for (Stream* s : waking_) s->Wake();
+  waking_.clear();
+}
+
 VoidResult Store::Poll() {
   size_t reaped = 0;
   if (io_->in_flight() > 0) {
@@ -1179,9 +1193,7 @@ VoidResult Store::Poll() {
   // made it), or when nothing is in flight at all (they were reaped elsewhere). Not every
   // round: a hung drive must not turn the loop into a spin.
   if (!drive_waiters_.empty() && (reaped > 0 || io_->in_flight() == 0)) {
-    std::vector<Stream*> wake;
-    wake.swap(drive_waiters_);
-    for (Stream* s : wake) s->Wake();
+    WakeAll(&drive_waiters_);
   }
   // Commits whose writes have landed: the record now (visible), the answer once durable.
   while (!commits_written_.empty()) {
@@ -1211,11 +1223,7 @@ VoidResult Store::Poll() {
     return r;
   }
   FinishDurability();
-  if (!starved_.empty() && buffers_->free_count() > 0) {
-    std::vector<Stream*> wake;
-    wake.swap(starved_);
-    for (Stream* s : wake) s->Wake();
-  }
+  if (!starved_.empty() && buffers_->free_count() > 0) WakeAll(&starved_);
   if (!expiries_.empty()) ExpireDue(NowNs(), kExpiriesPerPoll);
   if (options_.fill_timeout_ns != 0 && !fills_.empty() && (++polls_ & 63) == 0) {
     uint64_t now = MonotonicNanos();  // (every 64th round: the loop polls in a tight spin)

@@ -121,18 +121,17 @@ Result<Extent> TierSpace::AllocateOne(uint64_t length) {
   for (size_t tried = 0; tried < drives_.size(); ++tried) {
     DriveSpace& d = *drives_[next_];
     next_ = (next_ + 1) % drives_.size();
-    auto e = d.Allocate(length, /*count_failure=*/false);
-    if (e) return e->front();
+    auto e = d.AllocateOne(length);
+    if (e) return e;
     if (e.error().code() != StatusCode::kResourceExhausted) return Err(e.error());
     if (first_error.ok()) first_error = e.error();
   }
   drives_[next_]->NoteAllocationFailure();  // (one failure: no drive had room)
-  return Err(StatusCode::kResourceExhausted, "no drive of tier {} ({}) has room: {}", tier_no_,
-             path_, first_error.message());
+  return Err(StatusCode::kResourceExhausted, "disk tier {} ({}) has no room for {}: {}", tier_no_,
+             path_, FormatSize(length), first_error.message());
 }
 
 Result<std::vector<Extent>> TierSpace::Allocate(uint64_t bytes) {
-  if (drives_.size() == 1) return drives_.front()->Allocate(bytes);
   std::vector<Extent> out;
   out.reserve(SlotsFor(bytes));
   for (uint64_t left = bytes; left > 0;) {

@@ -230,7 +230,9 @@ TEST_P(ObjectIoTest, RecoveredExtentsAreNotHandedOutAgain) {
   for (auto& m : *more) {
     for (auto& e : *extents) EXPECT_FALSE(m.file == e.file && m.offset == e.offset);
   }
+  EXPECT_EQ(tier_->stats().allocation_failures, 0u);
   EXPECT_FALSE(tier_->Allocate(1));  // full now
+  EXPECT_EQ(tier_->stats().allocation_failures, 1u);
   auto back = Read(*extents);
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, data);

@@ -86,17 +86,16 @@ class DriveSpace {
   // Slots for `bytes` of object data starting at that object's `object_offset` on this
   // tier: extents of extent_bytes (the last one shorter), lengths set, checksums zero.
   // ResourceExhausted (nothing kept) when the tier or the file system is full.
-  // `count_failure` false: the caller tries another drive first (TierSpace), and counts a
-  // failure itself when none has room (NoteAllocationFailure).
-  Result<std::vector<Extent>> Allocate(uint64_t bytes, bool count_failure = true);
+  // One extent of `length` (<= extent_bytes) bytes: a slot, or a run of pages in a shared
+  // one. ResourceExhausted when the drive (or its file system) has no room; the caller
+  // (TierSpace, which may try another drive) counts the failure (NoteAllocationFailure).
+  Result<Extent> AllocateOne(uint64_t length);
   void NoteAllocationFailure() { ++stats_.allocation_failures; }
   // Returns an extent's space (an extent from Allocate or from a recovered record).
   void Free(const Extent& e);
   // Disk bytes an extent of `length` bytes takes: its 4 KiB pages, or a whole slot.
   uint64_t FootprintOf(uint64_t length) const {
-    const uint64_t pages = (length + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
-    return pages >= options_.extent_bytes ? options_.extent_bytes
-                                          : std::max<uint64_t>(pages, kDirectAlignment);
+    return IsPacked(length) ? uint64_t{PagesOf(length)} * kDirectAlignment : options_.extent_bytes;
   }
   // Marks a recovered record's extent as in use (at start-up, from the index). False when
   // it lies outside the tier or overlaps another: the record is damaged.

@@ -450,6 +450,9 @@ class Store {
   std::vector<Stream*> spare_streams_;  // closed streams kept for reuse (StreamDeleter)
   std::vector<Stream*> starved_;        // streams waiting for a buffer
   std::vector<Stream*> drive_waiters_;  // streams waiting for room in a drive's queue
+  std::vector<Stream*> waking_;         // (WakeAll's)
+  // Wakes every stream on `list`, leaving it empty (streams that wait again are put back).
+  void WakeAll(std::vector<Stream*>* list);
   std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
   std::deque<std::string> tail_clock_;  // the same for resident tails
   uint64_t tail_reserve_blocks_ = 0;    // free pool blocks tails leave to heads

@@ -86,8 +86,11 @@ class TierSpace {
   }
   uint64_t FootprintOf(uint64_t length) const { return drives_.front()->FootprintOf(length); }
 
-  // Space for `bytes` of object data, in extents of at most extent_bytes, each on the next
-  // drive (round-robin) that has room. ResourceExhausted (nothing kept) when none has.
+  // One extent of `length` (<= extent_bytes) bytes on the next drive (round-robin) that has
+  // room; ResourceExhausted when none has.
+  Result<Extent> AllocateOne(uint64_t length);
+  // Space for `bytes` of object data, in extents of at most extent_bytes, each from
+  // AllocateOne. ResourceExhausted (nothing kept) when the tier has no room.
   Result<std::vector<Extent>> Allocate(uint64_t bytes);
   void Free(const Extent& e) {
     if (DriveSpace* d = drive(e.drive)) d->Free(e);
@@ -101,7 +104,6 @@ class TierSpace {
 
  private:
   TierSpace() = default;
-  Result<Extent> AllocateOne(uint64_t length);
   template <typename F>
   uint64_t SumOverDrives(F of) const {
     uint64_t n = 0;
