@@ -1368,7 +1368,9 @@ TEST_F(StoreDrivesTest, StreamsWaitForRoomInTheirDrivesQueueAndAreWoken) {
         x.stream->Consume(bytes.size());
       }
     }
-    if (!stepped) ASSERT_TRUE(store_->Poll());
+    if (!stepped) {
+      ASSERT_TRUE(store_->Poll());
+    }
   }
   for (auto& x : r) {
     EXPECT_TRUE(x.done) << "a stream waited and was never woken";
