@@ -528,6 +528,8 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
       m["fills_committed"] += s.fills_committed;
       m["fills_aborted"] += s.fills_aborted;
       m["fills_refused"] += s.fills_refused;
+      m["puts_refused_by_condition"] += s.puts_refused_by_condition;
+      m["touches"] += s.touches;
       m["heads_in_ram"] += s.heads_in_ram;
       m["head_refills"] += s.head_refills;
       m["heads_demoted"] += s.heads_demoted;

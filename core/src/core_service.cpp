@@ -153,6 +153,7 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
     case wire::ObjectPurgeDecoder::kTemplateId:
     case wire::ObjectDescribeDecoder::kTemplateId:
     case wire::ObjectGetCancelDecoder::kTemplateId:
+    case wire::ObjectTouchDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
     default: {
@@ -205,7 +206,17 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           return;
         }
       }
-      auto r = store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size(), reserve);
+      store::Store::PutCondition cond;
+      using CondKind = store::Store::PutCondition::Kind;
+      if ((d.flags() & wire::kPutIfGeneration) != 0) {
+        cond = {CondKind::kGeneration, d.if_generation()};
+      } else if ((d.flags() & wire::kPutIfPresent) != 0) {
+        cond.kind = CondKind::kPresent;
+      } else if ((d.flags() & wire::kPutIfAbsent) != 0) {
+        cond.kind = CondKind::kAbsent;
+      }
+      auto r =
+          store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size(), reserve, cond);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       wire::FillLeaseEncoder f(out_.data(), out_.size());
       bool granted = r->first == store::Store::FillStart::kGranted;
@@ -469,6 +480,27 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("LoanRelease", e);
       return HandleLoanRelease(session, d.loan_id());
+    }
+    case wire::ObjectTouchDecoder::kTemplateId: {
+      wire::ObjectTouchDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("ObjectTouch", e);
+      if (!OwnsKey(session, d.correlation_id(), d.key())) return;
+      auto r = store_->Touch(d.key(), d.ttl_nanos());
+      if (!r) return SendStatusError(session, d.correlation_id(), r.error());
+      store_->WhenDurable(
+          [this, sid = session.id(), corr = d.correlation_id(), t = *r](const Status& st) {
+            reactor::Session* s = SessionById(sid);
+            if (s == nullptr) return;
+            if (!st.ok()) return SendStatusError(*s, corr, st);
+            wire::TouchAckEncoder a(out_.data(), out_.size());
+            a.set_correlation_id(corr)
+                .set_found(t ? 1 : 0)
+                .set_generation(t ? t->generation : 0)
+                .set_expires_nanos(t ? t->expires_unix_ns : 0);
+            Send(*s, a.Finish());
+          });
+      return;
     }
     case wire::ObjectDeleteDecoder::kTemplateId: {
       wire::ObjectDeleteDecoder d;

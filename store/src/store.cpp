@@ -185,15 +185,17 @@ VoidResult Store::CheckFits(std::string_view key, uint64_t expected_size) const 
   return {};
 }
 
-Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_view key,
-                                                                    uint64_t ttl_ns,
-                                                                    std::string_view metadata,
-                                                                    uint64_t expected_size,
-                                                                    bool head_pending) {
+Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(
+    std::string_view key, uint64_t ttl_ns, std::string_view metadata, uint64_t expected_size,
+    bool head_pending, PutCondition condition) {
   if (key.empty()) return Err(StatusCode::kInvalidArgument, "empty object key");
   if (auto it = filling_.find(key); it != filling_.end()) {
     ++stats_.fills_refused;
     return std::pair{FillStart::kInProgress, it->second};
+  }
+  if (auto c = CheckCondition(key, condition); !c) {
+    ++stats_.puts_refused_by_condition;
+    return Err(c.error());
   }
   if (head_pending) {
     ttl_ns = 0;
@@ -213,6 +215,7 @@ Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(std::string_
   f.started_unix_ns = NowNs();
   f.last_data_ns = MonotonicNanos();
   f.head_pending = head_pending;
+  f.condition = condition;
   Placement place = Place(UINT64_MAX, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
   f.writer = std::make_unique<ObjectWriter>(io_.get(), tiers(), place.tier0_bytes);
   f.writer->SetMakeRoom([this](uint16_t tier) { return MakeRoom(tier); });
@@ -302,6 +305,31 @@ std::optional<ObjectWriter::Placed> Store::PlaceAppend(FillId id, uint64_t offse
   return it->second.writer->Place(offset, length);
 }
 
+VoidResult Store::CheckCondition(std::string_view key, const PutCondition& c) const {
+  using Kind = PutCondition::Kind;
+  if (c.kind == Kind::kNone) return {};
+  const ObjectRecord* r = index_->Find(key);
+  if (r != nullptr && Expired(*r, NowNs())) r = nullptr;
+  switch (c.kind) {
+    case Kind::kAbsent:
+      if (r != nullptr) return Err(StatusCode::kAlreadyExists, "'{}' is stored", key);
+      return {};
+    case Kind::kPresent:
+      if (r == nullptr) return Err(StatusCode::kNotFound, "'{}' is not stored", key);
+      return {};
+    case Kind::kGeneration:
+      if (r == nullptr) return Err(StatusCode::kNotFound, "'{}' is not stored", key);
+      if (r->generation != c.generation) {
+        return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
+                   r->generation, c.generation);
+      }
+      return {};
+    case Kind::kNone:
+      break;
+  }
+  return {};
+}
+
 Result<Store::Fill*> Store::CommittableFill(FillId id, uint64_t expected_size) {
   auto it = fills_.find(id);
   if (it == fills_.end() || it->second.committing)
@@ -313,6 +341,11 @@ Result<Store::Fill*> Store::CommittableFill(FillId id, uint64_t expected_size) {
                    f.key, size, expected_size);
     Abort(id);  // destroys `f`
     return err;
+  }
+  if (auto c = CheckCondition(f.key, f.condition); !c) {  // (it may have changed meanwhile)
+    ++stats_.puts_refused_by_condition;
+    Abort(id);
+    return Err(c.error());
   }
   return &f;
 }
@@ -1110,6 +1143,20 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   s->end_ = length > size - s->pos_ ? size : s->pos_ + length;
   o.stream = std::move(s);
   return o;
+}
+
+Result<std::optional<Store::Touched>> Store::Touch(std::string_view key, uint64_t ttl_ns) {
+  const ObjectRecord* r = index_->Find(key);
+  const uint64_t now = NowNs();
+  if (r == nullptr || Expired(*r, now)) return std::optional<Touched>();
+  const uint64_t expires = ttl_ns != 0 ? now + ttl_ns : 0;
+  GOBLIN_ASSIGN_OR_RETURN(bool found, index_->Touch(key, expires));
+  if (!found) return std::optional<Touched>();
+  r = index_->Find(key);
+  if (expires != 0) expiries_.emplace(expires, r->key);
+  if (auto h = heads_.find(r->key); h != heads_.end()) Withdraw(h->second);
+  ++stats_.touches;
+  return std::optional<Touched>(Touched{r->generation, expires});
 }
 
 void Store::ExpireDue(uint64_t now, size_t max) {

@@ -571,6 +571,96 @@ TEST_F(StoreTest, SmallObjectsArePackedSurviveARestartAndADamagedOneGoesAlone) {
   }
 }
 
+TEST_F(StoreTest, ConditionalPutsHoldAtBeginAndAtCommit) {
+  OpenStore();
+  using Kind = PutCondition::Kind;
+  auto begin = [&](const std::string& key, PutCondition c) {
+    return store_->BeginFill(key, 0, "", UINT64_MAX, false, c);
+  };
+  auto commit = [&](Store::FillId id, const std::vector<uint8_t>& data) {
+    EXPECT_TRUE(store_->Append(id, data));
+    return store_->Commit(id, data.size());
+  };
+  const auto a = Data(100, 1), b = Data(200, 2), c = Data(300, 3);
+  // Present / a generation on nothing: NotFound. Absent on nothing: granted.
+  auto r = begin("k", {Kind::kPresent, 0});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kNotFound);
+  r = begin("k", {Kind::kGeneration, 1});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kNotFound);
+  r = begin("k", {Kind::kAbsent, 0});
+  ASSERT_TRUE(r);
+  auto g1 = commit(r->second, a);
+  ASSERT_TRUE(g1) << g1.error().ToString();
+  // Now stored: absent fails, present and the right generation succeed, a wrong one fails.
+  r = begin("k", {Kind::kAbsent, 0});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kAlreadyExists);
+  r = begin("k", {Kind::kGeneration, *g1 + 100});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kFailedPrecondition);
+  r = begin("k", {Kind::kGeneration, *g1});
+  ASSERT_TRUE(r);
+  auto g2 = commit(r->second, b);
+  ASSERT_TRUE(g2);
+  EXPECT_GT(*g2, *g1);
+  EXPECT_EQ(*GetAll("k"), b);
+  // Checked again at commit: a delete between begin and commit fails a kPresent put, and
+  // the stored state is what the delete left (nothing).
+  r = begin("k", {Kind::kPresent, 0});
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(store_->Append(r->second, c));
+  ASSERT_TRUE(*store_->Delete("k"));
+  auto late = store_->Commit(r->second, c.size());
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(store_->Committed("k"));
+  EXPECT_FALSE(store_->Filling("k"));
+  EXPECT_EQ(store_->stats().puts_refused_by_condition, 5u);
+  // An expired version counts as absent.
+  ASSERT_TRUE(Put("e", a, 1));  // 1 ns: expired at once
+  r = begin("e", {Kind::kAbsent, 0});
+  ASSERT_TRUE(r) << r.error().ToString();
+  ASSERT_TRUE(commit(r->second, b));
+  EXPECT_EQ(*GetAll("e"), b);
+}
+
+TEST_F(StoreTest, TouchSetsANewExpiryKeepsTheGenerationAndSurvivesARestart) {
+  OpenStore();
+  const auto a = Data(5000, 4);
+  auto g = Put("t", a, 3600ull * 1'000'000'000);
+  ASSERT_TRUE(g);
+  auto t = store_->Touch("t", 0);  // no expiry any more
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(t->has_value());
+  EXPECT_EQ((*t)->generation, *g);
+  EXPECT_EQ((*t)->expires_unix_ns, 0u);
+  auto none = store_->Touch("absent", 0);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->has_value());
+  auto info = store_->Head("t");
+  ASSERT_TRUE(info && info->has_value());
+  EXPECT_EQ((*info)->expires_unix_ns, 0u);
+  EXPECT_EQ((*info)->generation, *g);
+  // A short one: the object expires, and a touch then finds nothing.
+  t = store_->Touch("t", 1);
+  ASSERT_TRUE(t && t->has_value());
+  EXPECT_FALSE(store_->Committed("t"));
+  t = store_->Touch("t", 0);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->has_value());
+  // A touch is journaled: after a restart the new expiry holds.
+  ASSERT_TRUE(Put("u", a, 1'000'000'000));  // 1 s
+  ASSERT_TRUE(store_->Touch("u", 3600ull * 1'000'000'000));
+  OpenStore();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  info = store_->Head("u");
+  ASSERT_TRUE(info && info->has_value());
+  EXPECT_GT((*info)->expires_unix_ns, 0u);
+  EXPECT_EQ(*GetAll("u"), a);
+}
+
 TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
   opts_.tier.max_files = 1;
   opts_.tier.file_bytes = 16 * kExtent;

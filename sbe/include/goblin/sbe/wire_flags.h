@@ -39,6 +39,14 @@ inline constexpr uint8_t kSegmentStable = 1u << 0;
 // does (or the fill ends). A key with a committed object is not reserved: the answer is
 // inProgress (read the object).
 inline constexpr uint32_t kPutReserve = 1u << 0;
+// Conditional puts (memcache add / replace / cas), checked when the fill begins and again
+// when it commits (an unexpired committed version is "present"); a put whose condition
+// fails is refused with Error: alreadyExists (kPutIfAbsent), notFound (kPutIfPresent, or
+// kPutIfGeneration with nothing stored), failedPrecondition (kPutIfGeneration and another
+// version is current). Schema version 4.
+inline constexpr uint32_t kPutIfAbsent = 1u << 1;
+inline constexpr uint32_t kPutIfPresent = 1u << 2;
+inline constexpr uint32_t kPutIfGeneration = 1u << 3;  // PutBegin.ifGeneration must be current
 
 // PutHead.flags
 // The origin's answer is not to be stored: the reservation ends and the ObjectGets waiting

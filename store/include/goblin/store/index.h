@@ -100,6 +100,8 @@ class Index {
   // Removes `key`; false when it was not present (nothing recorded then).
   Result<bool> Delete(std::string_view key, std::vector<Extent>* released, uint64_t* lsn = nullptr);
 
+  // Sets `key`'s expiry (0: never) in place, journaled; false when it is not present.
+  Result<bool> Touch(std::string_view key, uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
   size_t size() const { return size_; }
   void ForEach(const std::function<void(const ObjectRecord&)>& fn) const;

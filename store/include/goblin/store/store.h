@@ -82,6 +82,8 @@ struct StoreOptions {
 struct StoreStats {
   uint64_t objects = 0;
   uint64_t fills_started = 0, fills_committed = 0, fills_aborted = 0, fills_refused = 0;
+  uint64_t puts_refused_by_condition = 0;  // PutCondition failed (at begin or at commit)
+  uint64_t touches = 0;                    // Touch calls that found the object
   uint64_t fills_timed_out = 0;
   uint64_t inline_syncs = 0;     // a fill needed space that only a sync could give back
   uint64_t fill_disk_waits = 0;  // a fill's Append waited for a write to land (disk behind)
@@ -130,6 +132,15 @@ struct HeadDescription {
   sbe::HeadTableEntry head;            // what the table entry holds while it is current
 };
 
+// A conditional put (memcache add / replace / cas): what must hold of the key's committed,
+// unexpired version when the fill begins and again when it commits (CommitAsync/Commit).
+// Refusals: AlreadyExists (kAbsent), NotFound (kPresent; kGeneration with nothing stored),
+// FailedPrecondition (kGeneration and another version is current).
+struct PutCondition {
+  enum class Kind : uint8_t { kNone, kAbsent, kPresent, kGeneration } kind = Kind::kNone;
+  uint64_t generation = 0;  // kGeneration: the version the put replaces
+};
+
 class Store {
  public:
   static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
@@ -144,6 +155,7 @@ class Store {
   using StreamPtr = std::unique_ptr<Stream, StreamDeleter>;
   using FillId = uint64_t;
   enum class FillStart { kGranted, kInProgress };
+  using PutCondition = store::PutCondition;
   // Starts a fill of `key`. kInProgress: another fill of the key runs (follow it, try again
   // later, or read the committed version). ttl_ns 0: no expiry. `expected_size` (UINT64_MAX
   // if unknown) is what followers are told.
@@ -153,7 +165,8 @@ class Store {
   Result<std::pair<FillStart, FillId>> BeginFill(std::string_view key, uint64_t ttl_ns,
                                                  std::string_view metadata,
                                                  uint64_t expected_size = UINT64_MAX,
-                                                 bool head_pending = false);
+                                                 bool head_pending = false,
+                                                 PutCondition condition = {});
   // The head of a reserved fill: what followers are told. ResourceExhausted (the fill left
   // as it is; the caller aborts it) when `expected_size` could never be stored.
   VoidResult SetFillHead(FillId fill, uint64_t expected_size, uint64_t ttl_ns,
@@ -235,6 +248,14 @@ class Store {
   // published on first use (no disk read; nullopt: not in RAM, or the table is full).
   std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> PublishHead(const std::string& key,
                                                                       uint64_t generation);
+  // Gives `key`'s committed version a new time to live (ttl_ns from now; 0: none),
+  // journaled; its bytes and generation stay (a memcache touch keeps the CAS). Local readers
+  // holding its head table entry are sent back to the core (the entry is withdrawn), so
+  // they learn the new expiry. nullopt: no unexpired version.
+  struct Touched {
+    uint64_t generation = 0, expires_unix_ns = 0;
+  };
+  Result<std::optional<Touched>> Touch(std::string_view key, uint64_t ttl_ns);
   // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
   // O(objects): an administrative operation, not for the request path.
   Result<uint64_t> DeletePrefix(std::string_view prefix);
@@ -307,6 +328,7 @@ class Store {
     uint64_t started_unix_ns = 0;
     uint64_t last_data_ns = 0;  // MonotonicNanos of BeginFill or the last Append
     bool head_pending = false;  // reserved; SetFillHead not yet called
+    PutCondition condition;
     std::vector<Stream*> followers;
     // CommitAsync: the last writes are in flight; then the record, then `on_commit`.
     bool committing = false;
@@ -316,6 +338,7 @@ class Store {
   };
   // Deletes the committed version only (eviction, expiry, damage).
   Result<bool> DeleteCommitted(std::string_view key);
+  VoidResult CheckCondition(std::string_view key, const PutCondition& c) const;
   // Commit's first half: the fill, if it may commit with `expected_size` (else aborted).
   Result<Fill*> CommittableFill(FillId id, uint64_t expected_size);
   // Commit's second half, once every write of `id` has landed.
