@@ -1,6 +1,7 @@
 // goblin-gateway: the client-protocol fronts of goblin-core.
 //   HTTP/1.1 reverse cache (mirror mode):  --mirror http://ORIGIN --http-port 8080
 //   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
+//   memcache clients (text protocol):      --memcache-port 11211 and/or --memcache-unix PATH
 // Each front runs its own event loop thread(s) with its own ring connection(s) to the core,
 // and stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
 // HTTP runs --threads workers (default one per allowed CPU), each with its own listener
@@ -19,6 +20,7 @@
 #include "goblin/common/topology.h"
 #include "goblin/common/units.h"
 #include "goblin/gateway/http_server.h"
+#include "goblin/gateway/memcache_server.h"
 #include "goblin/gateway/resp_server.h"
 
 using namespace goblin;
@@ -116,6 +118,22 @@ int main(int argc, char** argv) {
                         "give the core and the gateway their own CPUs before raising it). The "
                         "HTTP workers poll only where they pause (CPUs of their own) unless this "
                         "is given");
+  // memcache
+  gateway::MemcacheServerOptions mc;
+  mc.port = 0;
+  app.add_option("--memcache-port", mc.port, "memcache (text protocol) TCP port (0: none)")
+      ->capture_default_str();
+  app.add_option("--memcache-unix", mc.unix_path, "Serve memcache on this unix socket");
+  int memcache_threads = 1;
+  app.add_option("--memcache-threads", memcache_threads,
+                 "memcache loops, each with its own listener on the port (SO_REUSEPORT) and "
+                 "core connection")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  AddSizeOption(app, "--memcache-chunk", &mc.chunk_bytes,
+                "A get's value is asked of the core in pieces this large, the next once the "
+                "client has taken the last",
+                true);
   PollingOption polling;
   AddPollingOption(app, &polling, "the fronts");
   std::string cpus;
@@ -157,9 +175,15 @@ int main(int argc, char** argv) {
   std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();
   bool resp = r.port != 0 || !r.unix_path.empty();
-  if (!http && !resp) {
+  bool memcache = mc.port != 0 || !mc.unix_path.empty();
+  if (!http && !resp && !memcache) {
     return Fail(Status(StatusCode::kInvalidArgument,
-                       "nothing to serve: give --mirror (HTTP) and/or --resp-port/--resp-unix"));
+                       "nothing to serve: give --mirror (HTTP), --resp-port/--resp-unix and/or "
+                       "--memcache-port/--memcache-unix"));
+  }
+  if (memcache_threads > 1 && !mc.unix_path.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       "--memcache-unix serves one loop: use --memcache-threads 1 with it"));
   }
   h.net_async = net == "async";
   h.core_socket = r.core_socket = core_socket;
@@ -185,6 +209,12 @@ int main(int argc, char** argv) {
   for (std::string a; std::getline(ss, a, ',');) {
     if (!a.empty()) h.purge_allow.push_back(a);
   }
+  mc.core_socket = core_socket;
+  mc.listen_address = listen_address;
+  mc.core_ring_bytes = static_cast<uint32_t>(ring);
+  mc.max_clients = r.max_clients;
+  mc.yield_when_polling = r.yield_when_polling;
+  mc.busy_poll = busy_poll->count() > 0 ? r.busy_poll : std::chrono::nanoseconds(0);
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error());
 
@@ -222,6 +252,26 @@ int main(int argc, char** argv) {
                     r.port != 0 && !r.unix_path.empty() ? " and " : "",
                     r.unix_path.empty() ? "" : "unix:" + r.unix_path);
   }
+  std::vector<std::unique_ptr<gateway::MemcacheServer>> mcs;
+  if (memcache) {
+    mc.reuse_port = memcache_threads > 1;
+    for (int i = 0; i < memcache_threads; ++i) {
+      gateway::MemcacheServerOptions w = mc;
+      w.worker = i;
+      if (i > 0) {
+        w.port = mcs[0]->port();
+        w.unix_path.clear();
+      }
+      auto s = gateway::MemcacheServer::Start(w);
+      if (!s) return Fail(s.error().WithContext("memcache"));
+      mcs.push_back(std::move(*s));
+    }
+    GOBLIN_LOG_INFO(kLog, "memcache on {}{}{} ({} loop{})",
+                    mc.port != 0 ? fmt::format("{}:{}", listen_address, mcs[0]->port()) : "",
+                    mc.port != 0 && !mc.unix_path.empty() ? " and " : "",
+                    mc.unix_path.empty() ? "" : "unix:" + mc.unix_path, mcs.size(),
+                    mcs.size() == 1 ? "" : "s");
+  }
   GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core unix:{}", getpid(), core_socket);
   std::vector<Status> http_results(workers.size());
   std::vector<std::thread> http_threads;
@@ -238,6 +288,15 @@ int main(int argc, char** argv) {
       (*signals)->Request();  // one front ending ends the process
     });
   }
+  std::vector<Status> mc_results(mcs.size());
+  std::vector<std::thread> mc_threads;
+  for (size_t i = 0; i < mcs.size(); ++i) {
+    mc_threads.emplace_back([&, i] {
+      auto res = mcs[i]->Run((*signals)->fd());
+      if (!res) mc_results[i] = res.error();
+      (*signals)->Request();
+    });
+  }
   Status resp_result;
   if (rs) {
     auto res = rs->Run((*signals)->fd());
@@ -245,6 +304,7 @@ int main(int argc, char** argv) {
     (*signals)->Request();
   }
   for (auto& t : http_threads) t.join();
+  for (auto& t : mc_threads) t.join();
   if (!workers.empty()) {
     gateway::HttpStats st;
     for (const auto& w : workers) st += w->stats();
@@ -268,6 +328,18 @@ int main(int argc, char** argv) {
                     "limits, {} protocol errors, {} waits for a busy core",
                     st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
                     st.protocol_errors, st.stalled_for_core);
+  }
+  if (!mcs.empty()) {
+    gateway::MemcacheStats st;
+    for (const auto& m : mcs) st += m->stats();
+    GOBLIN_LOG_INFO(kLog,
+                    "memcache: {} clients, {} commands ({} gets: {} hits, {} misses; {} "
+                    "writes), {} protocol errors, {} writes tried again, {} values cut off",
+                    st.accepted, st.commands, st.cmd_get, st.get_hits, st.get_misses, st.cmd_set,
+                    st.protocol_errors, st.write_retries, st.cut_off);
+  }
+  for (const Status& r : mc_results) {
+    if (!r.ok()) return Fail(r);
   }
   for (const Status& r : http_results) {
     if (!r.ok()) return Fail(r);

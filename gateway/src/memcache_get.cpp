@@ -1,0 +1,202 @@
+// MemcacheServer: get, gets, gat, gats. Each key's value is asked of its core shard in
+// pieces (ObjectGet of a range, the first bytes in the answer itself); answers are written in
+// key order, the front key's as they arrive, the next keys' first pieces held here meanwhile
+// (a window of kWindow keys). A value's next piece is asked for once the client has taken
+// most of what it was given, so a slow reader holds about one piece here, not its value.
+#include <fmt/format.h>
+
+#include "goblin/common/log.h"
+#include "goblin/sbe/wire_flags.h"
+#include "goblin/wire/goblin_wire.h"
+#include "memcache_server_impl.h"
+
+namespace goblin::gateway {
+namespace {
+constexpr std::string_view kLog = "memcache";
+constexpr size_t kWindow = 16;  // keys of one get asked for ahead of the one being written
+}  // namespace
+
+void MemcacheServer::Impl::StartGet(Client& c, const memcache::Request& req) {
+  using memcache::Cmd;
+  if (req.keys.empty()) return Write(c, "END\r\n");  // ("gat 10" with no key)
+  if (!core_->up()) return Write(c, "SERVER_ERROR goblin-core is unavailable\r\n");
+  c.op = std::make_unique<Op>();
+  Op& op = *c.op;
+  op.cmd = req.cmd;
+  op.seq = c.next_seq++;
+  op.exptime = req.exptime;
+  op.keys.resize(req.keys.size());
+  for (size_t i = 0; i < req.keys.size(); ++i) op.keys[i].key = std::string(req.keys[i]);
+  const bool touch = req.cmd == Cmd::kGat || req.cmd == Cmd::kGats;
+  if (touch) {
+    stats_.cmd_touch += req.keys.size();
+  } else {
+    stats_.cmd_get += req.keys.size();
+  }
+  PumpGet(c);
+}
+
+void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
+  GetKey& k = op.keys[index];
+  const bool first = k.state == GetKey::State::kNotAsked;
+  const uint64_t offset = k.asked_end;
+  uint64_t length = options_.chunk_bytes;
+  if (!first) length = std::min<uint64_t>(length, k.size - offset);
+  const uint16_t shard = core_->ShardFor(k.key);
+  const uint64_t corr = Corr(c, CorrKind::kGetPiece, static_cast<uint32_t>(index), shard);
+  SendKeyed(
+      k.key,
+      [&](uint8_t* b, size_t cap) {
+        return wire::ObjectGetEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_offset(offset)
+            .set_length(length)
+            .set_flags(wire::kGetFirstBytes)
+            .set_key(k.key)
+            .Finish();
+      },
+      k.key.size() + 64, true);
+  if (first && (op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats)) {
+    // The touch after the read: memcached's gat returns the value it touched even when the
+    // new exptime has already passed.
+    const uint64_t ttl =
+        memcache::ExptimeToTtlNanos(op.exptime, static_cast<int64_t>(std::time(nullptr)));
+    const uint64_t tcorr = next_corr_++;
+    corr_[tcorr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, shard};
+    SendKeyed(
+        k.key,
+        [&](uint8_t* b, size_t cap) {
+          return wire::ObjectTouchEncoder(b, cap)
+              .set_correlation_id(tcorr)
+              .set_ttl_nanos(ttl)
+              .set_key(k.key)
+              .Finish();
+        },
+        k.key.size() + 64, true);
+  }
+  if (first) k.state = GetKey::State::kAsked;
+  k.asked_end = offset + length;
+  k.piece_in_flight = true;
+}
+
+bool MemcacheServer::Impl::IsLastGetMessage(uint16_t template_id, std::span<const uint8_t> m) {
+  if (template_id == wire::ObjectInfoDecoder::kTemplateId) {
+    auto info = wire::ObjectInfoDecoder::Decode(m);
+    return !info || info->status() != wire::LookupStatus::kHit || info->first_bytes_end() == 1;
+  }
+  if (template_id == wire::ObjectDataDecoder::kTemplateId) {
+    auto d = wire::ObjectDataDecoder::Decode(m);
+    return !d || d->last() != 0;
+  }
+  return true;
+}
+
+void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
+                                      std::span<const uint8_t> m, bool* last) {
+  if (t.index >= op.keys.size()) return;
+  GetKey& k = op.keys[t.index];
+  const bool first = k.state == GetKey::State::kAsked;
+  auto cut_off = [&](std::string_view why) {
+    ++stats_.cut_off;
+    GOBLIN_LOG_WARN(kLog, "client {}: '{}' {} while its value was being sent; closing the client",
+                    c.id, k.key, why);
+    Close(c, "");
+  };
+  *last = IsLastGetMessage(template_id, m);
+  switch (template_id) {
+    case wire::ObjectInfoDecoder::kTemplateId: {
+      auto info = wire::ObjectInfoDecoder::Decode(m);
+      if (!info) return cut_off("had an undecodable answer");
+      if (info->status() != wire::LookupStatus::kHit) {
+        if (!first) return cut_off("was deleted");
+        k.state = GetKey::State::kMiss;
+        k.piece_in_flight = false;
+        ++stats_.get_misses;
+        break;
+      }
+      if (first) {
+        k.state = GetKey::State::kHit;
+        k.size = info->object_size();
+        k.generation = info->generation();
+        k.flags = memcache::FlagsFromMetadata(info->metadata());
+        k.asked_end = std::min(k.asked_end, k.size);
+        ++(op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats ? stats_.touch_hits
+                                                                           : stats_.get_hits);
+      } else if (info->generation() != k.generation) {
+        return cut_off("was replaced");
+      }
+      auto bytes = info->first_bytes();
+      k.buf.append(bytes);
+      k.received += bytes.size();
+      if (*last) k.piece_in_flight = false;
+      break;
+    }
+    case wire::ObjectDataDecoder::kTemplateId: {
+      auto d = wire::ObjectDataDecoder::Decode(m);
+      if (!d) return cut_off("had an undecodable answer");
+      auto bytes = d->bytes_bytes();
+      k.buf.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      k.received += bytes.size();
+      if (*last) k.piece_in_flight = false;
+      break;
+    }
+    case wire::ErrorDecoder::kTemplateId: {
+      auto e = wire::ErrorDecoder::Decode(m);
+      if (!first) return cut_off(fmt::format("failed ({})", e ? e->text() : "error"));
+      GOBLIN_LOG_WARN(kLog, "get '{}': {} (answered as a miss)", k.key, e ? e->text() : "error");
+      k.state = GetKey::State::kMiss;
+      k.piece_in_flight = false;
+      ++stats_.get_misses;
+      break;
+    }
+    default:
+      return;
+  }
+  if (k.received > k.size) return cut_off("sent more bytes than its size");
+  PumpGet(c);
+}
+
+void MemcacheServer::Impl::PumpGet(Client& c) {
+  if (c.closed || !c.op) return;
+  Op& op = *c.op;
+  const bool cas = op.cmd == memcache::Cmd::kGets || op.cmd == memcache::Cmd::kGats;
+  while (op.front < op.keys.size()) {
+    GetKey& k = op.keys[op.front];
+    if (k.state == GetKey::State::kNotAsked) AskPiece(c, op, op.front);
+    if (k.state == GetKey::State::kAsked) break;
+    if (k.state == GetKey::State::kMiss) {
+      ++op.front;
+      continue;
+    }
+    if (!k.header_out) {
+      if (cas) {
+        fmt::format_to(std::back_inserter(c.out), "VALUE {} {} {} {}\r\n", k.key, k.flags, k.size,
+                       k.generation);
+      } else {
+        fmt::format_to(std::back_inserter(c.out), "VALUE {} {} {}\r\n", k.key, k.flags, k.size);
+      }
+      k.header_out = true;
+    }
+    if (!k.buf.empty()) {
+      c.out.append(k.buf);
+      k.buf.clear();
+    }
+    dirty_.push_back(&c);
+    if (k.received == k.size && !k.piece_in_flight) {
+      c.out.append("\r\n");
+      std::string().swap(k.buf);
+      ++op.front;
+      continue;
+    }
+    if (!k.piece_in_flight && k.asked_end < k.size && c.out_size() <= options_.output_limit)
+      AskPiece(c, op, op.front);
+    break;
+  }
+  // Ask ahead for the next keys' first pieces.
+  for (size_t i = op.front; i < op.keys.size() && i < op.front + kWindow; ++i) {
+    if (op.keys[i].state == GetKey::State::kNotAsked) AskPiece(c, op, i);
+  }
+  if (op.front == op.keys.size()) Finish(c, "END\r\n");
+}
+
+}  // namespace goblin::gateway

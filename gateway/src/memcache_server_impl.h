@@ -1,0 +1,176 @@
+// MemcacheServer's insides, in pieces:
+//   memcache_server.cpp  the loop, clients' sockets, command dispatch, the simple commands
+//                        (delete, touch, flush_all, stats, ...), replies from the core
+//   memcache_get.cpp     get, gets, gat, gats: values streamed out in order, piece by piece
+//   memcache_store.cpp   set, add, replace, cas (streamed in, conditional puts) and the
+//                        read-modify-writes (append, prepend, incr, decr)
+// Threading: everything on the server's one loop thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core_link.h"
+#include "goblin/common/fd.h"
+#include "goblin/gateway/memcache.h"
+#include "goblin/gateway/memcache_server.h"
+
+namespace goblin::gateway {
+
+class MemcacheServer::Impl {
+ public:
+  explicit Impl(const MemcacheServerOptions& o) : options_(o) {}
+  VoidResult Init();
+  VoidResult Run(int stop_fd);
+  MemcacheStats stats_;
+  int port_ = 0;
+
+ private:
+  // ---- one key of a get: its answer, in pieces ----
+  struct GetKey {
+    std::string key;
+    enum class State : uint8_t { kNotAsked, kAsked, kHit, kMiss } state = State::kNotAsked;
+    uint64_t size = 0, generation = 0;
+    uint32_t flags = 0;
+    std::string buf;         // value bytes received, not yet written to the client
+    uint64_t received = 0;   // value bytes received so far (all pieces)
+    uint64_t asked_end = 0;  // end of the pieces asked for so far
+    bool piece_in_flight = false;
+    bool header_out = false;  // its VALUE line is written
+  };
+  // ---- a write: set/add/replace/cas streamed in, or a read-modify-write ----
+  enum class Lease : uint8_t { kNone, kPending, kGranted, kRefused, kRetry };
+  struct Op {
+    memcache::Cmd cmd = memcache::Cmd::kGet;
+    bool noreply = false;
+    uint64_t seq = 0;  // this op's number on its connection (replies to older ops are stale)
+    std::string key;
+    // storage
+    uint32_t flags = 0;
+    uint64_t ttl_ns = 0;
+    uint64_t cas = 0;
+    uint64_t data_left = 0;  // value bytes still to read from the client
+    bool data_done = false;  // value and its "\r\n" read
+    bool bad_chunk = false;  // ... and the "\r\n" was not there
+    uint64_t size = 0;       // the value's length as the command line gave it
+    std::string data;        // append/prepend: the client's bytes
+    std::string value;       // a read-modify-write: the value it writes
+    Lease lease = Lease::kNone;
+    uint64_t put_id = 0;
+    uint64_t begin_corr = 0;  // the PutBegin's id (an upload's failure comes with it)
+    uint64_t sent = 0;        // bytes of the value sent to the core as PutData
+    bool committing = false;
+    std::string refusal;      // the reply of a refused write
+    uint64_t retry_at = 0;    // MonotonicNanos: kRetry's next PutBegin
+    uint64_t busy_since = 0;  // MonotonicNanos of the first kInProgress answer
+    // read-modify-write
+    bool fetching = false;
+    bool fetched = false;
+    bool found = false;
+    uint64_t old_size = 0, old_generation = 0, old_expires = 0;
+    std::string old_metadata, old_value;
+    int attempts = 0;
+    // get family
+    std::vector<GetKey> keys;
+    size_t front = 0;  // the key whose answer is being written
+    int32_t exptime = 0;
+    // flush_all
+    int acks_due = 0;
+  };
+  struct Client {
+    uint64_t id = 0;
+    UniqueFd fd;
+    std::string in;
+    size_t in_pos = 0;
+    std::string out;
+    size_t out_pos = 0;
+    std::unique_ptr<Op> op;  // the command being carried out (nullptr: none)
+    uint64_t next_seq = 1;
+    bool close_after_write = false;
+    bool closed = false;
+    bool epollout = false;
+    bool read_paused = false;
+    size_t out_size() const { return out.size() - out_pos; }
+  };
+  enum class CorrKind : uint8_t {
+    kGetPiece,  // index: the key
+    kIgnore,    // an answer nobody waits for (a gat's touch, a delayed flush's purge)
+    kPutBegin,
+    kPutCommit,
+    kDelete,
+    kTouch,
+    kPurge,
+    kFetch,  // a read-modify-write reads the value
+  };
+  struct CorrTarget {
+    uint64_t client = 0, seq = 0;
+    CorrKind kind = CorrKind::kIgnore;
+    uint32_t index = 0;
+    uint16_t shard = 0;
+  };
+
+  // memcache_server.cpp
+  void Accept(int listen_fd, bool tcp);
+  void OnReadable(Client& c);
+  void Process(Client& c);  // parses and starts commands while none is in progress
+  void Start(Client& c, memcache::Request& req, size_t line_end);
+  void Finish(Client& c, std::string_view reply);  // the op is done: its reply (noreply: none)
+  void Write(Client& c, std::string_view bytes);
+  void FlushClient(Client& c);
+  void SetInterest(Client& c);
+  void Close(Client& c, std::string_view why);
+  Client* Find(uint64_t id);
+  Op* OpOf(const CorrTarget& t);  // the op a reply is for, if it is still current
+  uint64_t Corr(Client& c, CorrKind kind, uint32_t index = 0, uint16_t shard = 0);
+  bool SendKeyed(std::string_view key, FunctionRef<size_t(uint8_t*, size_t)> encode,
+                 size_t max_bytes, bool always = false);
+  void OnCoreMessage(uint16_t shard, std::span<const uint8_t> m);
+  void OnCoreDown();
+  void StartSimple(Client& c, const memcache::Request& req);
+  std::string StatsReply(std::string_view arg);
+  void FlushAll(Client* c);  // purges every shard; c (if given) waits for the acks
+  void Tick(uint64_t now);
+  static std::string ErrorReply(std::string_view text);
+
+  // memcache_get.cpp
+  void StartGet(Client& c, const memcache::Request& req);
+  void AskPiece(Client& c, Op& op, size_t index);
+  void OnGetReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
+                  std::span<const uint8_t> m, bool* last);
+  void PumpGet(Client& c);  // writes what is ready, in key order, and asks for more
+  static bool IsLastGetMessage(uint16_t template_id, std::span<const uint8_t> m);
+
+  // memcache_store.cpp
+  void StartStore(Client& c, const memcache::Request& req);
+  void StartDelta(Client& c, const memcache::Request& req);
+  void PumpStore(Client& c);  // moves the value from the input to the core, finishes
+  void SendPutBegin(Client& c, Op& op);
+  void SendPieces(Client& c, Op& op, std::string_view bytes);
+  void SendCommit(Client& c, Op& op);
+  void Fetch(Client& c, Op& op);  // read-modify-write: reads the current value
+  void OnStoreReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
+                    std::span<const uint8_t> m, bool* last);
+  void AfterFetch(Client& c, Op& op);
+  void Refused(Client& c, Op& op, uint16_t code, std::string_view text);
+  bool IsRmw(const Op& op) const;
+
+  MemcacheServerOptions options_;
+  UniqueFd epoll_, tcp_, unix_;
+  std::unique_ptr<CoreLink> core_;
+  std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
+  uint64_t next_client_ = 16;
+  std::unordered_map<uint64_t, CorrTarget> corr_;
+  uint64_t next_corr_ = 1;
+  std::vector<Client*> dirty_;     // output to write
+  std::vector<uint64_t> waiting_;  // clients whose op waits for the core link or a timer
+  uint64_t flush_at_ = 0;          // a delayed flush_all (unix seconds; 0: none)
+  uint64_t started_unix_ = 0;
+  memcache::Request req_;
+};
+
+}  // namespace goblin::gateway
