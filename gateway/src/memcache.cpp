@@ -227,8 +227,13 @@ Parsed ParseLine(std::string_view line, Request* out) {
       if (!ParseI32(tok[1], &r.exptime)) return Reply(kBadExptime);
       first = 2;
     }
+    auto too_long = [&] {
+      if (!touch) return Reply(kBadFormat);  // (a get's lookups have no effect to keep)
+      r.fail_reply = kBadFormat;
+      return Go();
+    };
     for (size_t k = first; k < n; ++k) {
-      if (tok[k].size() > kKeyMaxLength) return Reply(kBadFormat);
+      if (tok[k].size() > kKeyMaxLength) return too_long();
       r.keys.push_back(tok[k]);
     }
     // Keys past the 23rd token: memcached tokenizes the remainder again, without a limit.
@@ -239,7 +244,7 @@ Parsed ParseLine(std::string_view line, Request* out) {
       }
       size_t q = rest.find(' ', p);
       if (q == std::string_view::npos) q = rest.size();
-      if (q - p > kKeyMaxLength) return Reply(kBadFormat);
+      if (q - p > kKeyMaxLength) return too_long();
       r.keys.push_back(rest.substr(p, q - p));
       p = q;
     }

@@ -18,6 +18,27 @@ constexpr size_t kWindow = 16;  // keys of one get asked for ahead of the one be
 
 void MemcacheServer::Impl::StartGet(Client& c, const memcache::Request& req) {
   using memcache::Cmd;
+  if (!req.fail_reply.empty()) {
+    // A gat with an over-long key: the keys before it are touched, then the error.
+    const uint64_t ttl =
+        memcache::ExptimeToTtlNanos(req.exptime, static_cast<int64_t>(std::time(nullptr)));
+    for (std::string_view key : req.keys) {
+      if (!core_->up()) break;
+      const uint64_t tcorr = next_corr_++;
+      corr_[tcorr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
+      SendKeyed(
+          key,
+          [&](uint8_t* b, size_t cap) {
+            return wire::ObjectTouchEncoder(b, cap)
+                .set_correlation_id(tcorr)
+                .set_ttl_nanos(ttl)
+                .set_key(key)
+                .Finish();
+          },
+          key.size() + 64, true);
+    }
+    return Write(c, req.fail_reply);
+  }
   if (req.keys.empty()) return Write(c, "END\r\n");  // ("gat 10" with no key)
   if (!core_->up()) return Write(c, "SERVER_ERROR goblin-core is unavailable\r\n");
   c.op = std::make_unique<Op>();
@@ -160,6 +181,7 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
   if (c.closed || !c.op) return;
   Op& op = *c.op;
   const bool cas = op.cmd == memcache::Cmd::kGets || op.cmd == memcache::Cmd::kGats;
+  const size_t out_before = c.out.size();
   while (op.front < op.keys.size()) {
     GetKey& k = op.keys[op.front];
     if (k.state == GetKey::State::kNotAsked) AskPiece(c, op, op.front);
@@ -181,7 +203,6 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
       c.out.append(k.buf);
       k.buf.clear();
     }
-    dirty_.push_back(&c);
     if (k.received == k.size && !k.piece_in_flight) {
       c.out.append("\r\n");
       std::string().swap(k.buf);
@@ -196,7 +217,8 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
   for (size_t i = op.front; i < op.keys.size() && i < op.front + kWindow; ++i) {
     if (op.keys[i].state == GetKey::State::kNotAsked) AskPiece(c, op, i);
   }
-  if (op.front == op.keys.size()) Finish(c, "END\r\n");
+  if (op.front == op.keys.size()) return Finish(c, "END\r\n");
+  if (c.out.size() != out_before) dirty_.push_back(&c);  // (FlushClient calls here: no loop)
 }
 
 }  // namespace goblin::gateway

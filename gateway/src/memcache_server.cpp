@@ -522,6 +522,7 @@ void MemcacheServer::Impl::Finish(Client& c, std::string_view reply) {
 }
 
 void MemcacheServer::Impl::FlushClient(Client& c) {
+  const bool was_over = c.out_size() > options_.output_limit;
   while (c.out_size() > 0) {
     ssize_t n = send(c.fd.get(), c.out.data() + c.out_pos, c.out_size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -547,7 +548,12 @@ void MemcacheServer::Impl::FlushClient(Client& c) {
   }
   // A get waiting for its client to take what it has: ask for the next piece.
   if (c.op && !c.op->keys.empty() && c.out_size() <= options_.output_limit) PumpGet(c);
-  SetInterest(c);
+  // Commands waiting behind a client's unread replies go on once it has read them.
+  if (was_over && !c.closed && !c.op && c.out_size() <= options_.output_limit &&
+      c.in_pos < c.in.size()) {
+    dirty_.push_back(&c);
+  }
+  if (!c.closed) SetInterest(c);
 }
 
 void MemcacheServer::Impl::SetInterest(Client& c) {

@@ -324,7 +324,7 @@ void MemcacheServer::Impl::Refused(Client& c, Op& op, uint16_t code, std::string
       break;
   }
   op.lease = Lease::kRefused;
-  op.refusal = std::move(reply);
+  op.refusal = op.bad_chunk ? "CLIENT_ERROR bad data chunk\r\n" : std::move(reply);  // (first)
   if (op.data_done) {
     if (op.begin_corr) corr_.erase(op.begin_corr);
     return Finish(c, op.refusal);

@@ -61,6 +61,9 @@ struct Request {
   uint64_t cas = 0;        // cas
   uint64_t delta = 0;      // incr, decr
   std::string_view stats_arg;
+  // The get family with an over-long key: memcached answers `fail_reply` after it has
+  // looked at the keys before it (a gat has touched them); `keys` holds those.
+  std::string_view fail_reply;
 };
 
 // The next command line in `in` from `pos`: its text without "\r\n" (memcached strips one
