@@ -49,7 +49,7 @@ start_cache() {  # cache cache_dir store_bytes log
       # shellcheck disable=SC2086
       "$BUILD_DIR/tools/goblin-store" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
         --listen-address 127.0.0.1 --http-port "$PORT" --memory "$GOBLIN_MEMORY" \
-        --ssd-dir "$dir/tier" --socket-dir "$RUN" $GOBLIN_ARGS > "$log" 2>&1 &
+        --ssd-dir "$dir/tier" --socket-dir "$RUN" --no-memcache $GOBLIN_ARGS > "$log" 2>&1 &
       ;;
     varnish)
       sed "s/@ORIGIN_PORT@/$ORIGIN_PORT/" "$ROOT/bench/mirror/varnish.vcl.in" > "$RUN/varnish.vcl"

@@ -205,7 +205,7 @@ for cache in $CACHES; do
     goblin)
       (in_cgroup "$PROCS" "$BUILD_DIR/tools/goblin-store" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
         --listen-address 127.0.0.1 --http-port "$PORT" --memory "$GOBLIN_MEMORY" --block 1M \
-        --ram-head 1M --ssd-dir "$CACHE_DIR/tier" --socket-dir "$RUN" $GOBLIN_ARGS \
+        --ram-head 1M --ssd-dir "$CACHE_DIR/tier" --socket-dir "$RUN" --no-memcache $GOBLIN_ARGS \
         > "$OUT/cache-$cache.log" 2>&1) &
       PIDS+=($!)
       echo "goblin-store --mirror http://127.0.0.1:$ORIGIN_PORT --http-port $PORT --memory $GOBLIN_MEMORY --block 1M --ram-head 1M --ssd-dir $CACHE_DIR/tier $GOBLIN_ARGS" > "$OUT/config-$cache.txt"

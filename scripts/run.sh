@@ -3,7 +3,8 @@
 # everything on this host. Installs what is needed, builds Release, starts the demo origin
 # (tests/support/test_origin.py: generated objects with ETag, Last-Modified and ranges) on
 # 127.0.0.1:18000 and goblin-store --mirror in front of it on 127.0.0.1:8080 (goblin-core
-# with a disk tier under var/, goblin-gateway serving HTTP, and Redis pub/sub on 6380),
+# with a disk tier under var/, goblin-gateway serving HTTP, memcache on 11211 and Redis
+# pub/sub on 6380),
 # fetches one object twice to show MISS then HIT with the time to first byte of each, and
 # leaves it running.   scripts/run.sh stop   stops it.
 # State under var/ in the checkout: var/tier (kept across runs), var/run, var/log.
@@ -15,6 +16,7 @@ logs=$root/var/log
 http_port=8080
 origin_port=18000
 resp_port=6380
+memcache_port=11211
 mkdir -p "$run" "$logs"
 
 alive() {  # alive PIDFILE NAME
@@ -60,6 +62,7 @@ for _ in $(seq 100); do [[ -f $run/origin.port ]] && break; sleep 0.1; done
 echo "run: starting goblin-store --mirror http://127.0.0.1:$origin_port on 127.0.0.1:$http_port"
 nohup build/release/tools/goblin-store --mirror "http://127.0.0.1:$origin_port" \
   --listen-address 127.0.0.1 --http-port "$http_port" --resp-port "$resp_port" \
+  --memcache-port "$memcache_port" \
   --memory 256M --block 1M --ram-head 1M --ssd-dir "$root/var/tier" --socket-dir "$run" \
   >"$logs/goblin-store.log" 2>&1 &
 echo $! >"$run/goblin-store.pid"
@@ -98,6 +101,8 @@ cat <<MSG
 Goblin is running (goblin-store pid $(cat "$run/goblin-store.pid")):
   HTTP mirror   http://127.0.0.1:$http_port/  in front of  http://127.0.0.1:$origin_port/
   Redis pubsub  redis-cli -p $resp_port subscribe news   /   redis-cli -p $resp_port publish news hi
+  memcache      memccp --servers=127.0.0.1:$memcache_port README.md && memccat --servers=127.0.0.1:$memcache_port README.md | head -3
+                (the same objects: the key 127.0.0.1:$http_port/gen/256M/demo.bin is the demo file)
   native        build/release/tools/goblin --target unix:$run/core.sock ping -c 3
   admin         build/release/tools/goblinctl --target unix:$run/core.sock.admin pool   (audit, stats, objects ls ...)
   disk tier     $root/var/tier

@@ -1,9 +1,15 @@
 // goblin-store with the seed's command line (scaled to this machine): it prepares an empty
 // tier, starts goblin-core and goblin-gateway, serves MISS then HIT, stops both on SIGTERM,
 // and when a child dies it says which one, stops the other and exits non-zero.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -68,6 +74,8 @@ class GoblinStore : public testing::Test {
                                   dir_ + "/tier",
                                   "--socket-dir",
                                   dir_ + "/sock"};
+    if (std::find(extra.begin(), extra.end(), "--memcache-port") != extra.end())
+      std::erase(argv, std::string("--no-memcache"));
     argv.insert(argv.end(), extra.begin(), extra.end());
     store_ = std::make_unique<test::Process>(argv, dir_ + "/store.log");
     for (int i = 0; i < 300; ++i) {
@@ -234,6 +242,97 @@ TEST_F(GoblinStore, SourcePreloadsATreeTheMirrorServesAsHits) {
   EXPECT_NE(head.find("X-Cache: HIT"), std::string::npos) << head;
   EXPECT_TRUE(body == files["/index.html"]);
   EXPECT_EQ(OriginRequests("/"), 0);
+}
+
+// One store, two protocols: what the mirror stored is a memcache value under its key (Host +
+// path), a value set over memcache is an HTTP hit, and real memcache clients work against it
+// (libmemcached-tools' memccp/memccat, pymemcache).
+TEST_F(GoblinStore, ServesMemcacheOnTheSameObjects) {
+  const std::string mport = std::to_string(8000 + getpid() % 12000);
+  ASSERT_NO_FATAL_FAILURE(Start({"--memcache-port", mport}));
+  for (int i = 0; i < 300 && store_->Output().find("memcache on") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(store_->Output().find("memcache on 127.0.0.1:" + mport), std::string::npos)
+      << store_->Output();
+  auto [head, body] = Fetch("/gen/64K/both");
+  ASSERT_EQ(body.size(), 65536u) << head;
+  const std::string host = "127.0.0.1:" + port_;
+  // A small client of our own for the exact bytes.
+  auto mc = [&](const std::string& request) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(mport)));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string out;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      (void)!write(fd, request.data(), request.size());
+      auto deadline = std::chrono::steady_clock::now() + 10s;
+      char buf[65536];
+      while (!out.ends_with("END\r\n") && !out.ends_with("STORED\r\n") &&
+             std::chrono::steady_clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        out.append(buf, static_cast<size_t>(n));
+      }
+    }
+    close(fd);
+    return out;
+  };
+  std::string got = mc("get " + host + "/gen/64K/both\r\n");
+  EXPECT_EQ(got, "VALUE " + host + "/gen/64K/both 0 65536\r\n" + body + "\r\nEND\r\n");
+  EXPECT_EQ(mc("set " + host + "/mc/note 3 0 11\r\nhello world\r\n"), "STORED\r\n");
+  auto [nhead, nbody] = Fetch("/mc/note");
+  EXPECT_NE(nhead.find("X-Cache: HIT"), std::string::npos) << nhead;
+  EXPECT_NE(nhead.find("X-Memcache-Flags: 3"), std::string::npos) << nhead;
+  EXPECT_EQ(nbody, "hello world");
+  EXPECT_EQ(OriginRequests("/mc/note"), 0);
+  // libmemcached-tools: memccp stores a file under its name, memccat prints it back.
+  if (fs::exists("/usr/bin/memccp")) {
+    std::string file = dir_ + "/payload.bin";
+    std::string data(300000, 0);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + (i >> 10));
+    std::ofstream(file, std::ios::binary) << data;
+    const std::string servers = "--servers=127.0.0.1:" + mport;
+    auto [rc, out] =
+        test::RunCommand({"/usr/bin/memccp", servers, file}, dir_ + "/memccp.log", 30s);
+    EXPECT_EQ(rc, 0) << out;
+    auto [rc2, cat] =
+        test::RunCommand({"/usr/bin/memccat", servers, "payload.bin"}, dir_ + "/memccat.log", 30s);
+    EXPECT_EQ(rc2, 0);
+    EXPECT_TRUE(cat == data + "\n") << cat.size() << " bytes back";  // (memccat adds a newline)
+  }
+  // pymemcache (Debian's python3-pymemcache): set/get, cas, incr, delete.
+  if (fs::exists("/usr/lib/python3/dist-packages/pymemcache")) {
+    const std::string script = R"(
+import sys
+from pymemcache.client.base import Client
+c = Client(('127.0.0.1', int(sys.argv[1])))
+assert c.set('py:a', b'one', expire=3600)
+assert c.get('py:a') == b'one'
+v, cas = c.gets('py:a')
+assert v == b'one'
+assert c.cas('py:a', b'two', cas)
+assert not c.cas('py:a', b'three', cas)
+assert c.get('py:a') == b'two'
+assert c.add('py:n', b'41')
+assert c.incr('py:n', 1) == 42
+big = bytes(range(256)) * 20000
+assert c.set('py:big', big)
+assert c.get('py:big') == big
+assert c.delete('py:a')
+assert c.get('py:a') is None
+print('pymemcache ok')
+)";
+    std::ofstream(dir_ + "/py.py") << script;
+    auto [rc, out] =
+        test::RunCommand({"/usr/bin/python3", dir_ + "/py.py", mport}, dir_ + "/py.log", 60s);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("pymemcache ok"), std::string::npos) << out;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // goblin-store: the launcher with the seed's command line. It starts goblin-core (the
-// object store and pub/sub) and goblin-gateway (HTTP mirror; RESP with --resp-port) from
+// object store and pub/sub) and goblin-gateway (HTTP mirror; memcache on --memcache-port,
+// 11211, unless --no-memcache; RESP with --resp-port) from
 // its own directory, connected by a private unix socket, and supervises them: SIGINT or
 // SIGTERM stops both in order; if either exits on its own, goblin-store says which and how,
 // stops the other and exits non-zero (never half-running).
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   CLI::App app("goblin-store: goblin-core + goblin-gateway with the seed's command line",
                "goblin-store");
   std::string mirror, listen_address = "127.0.0.1", net = "sync", ssd_dir, hdd_dir, socket_dir;
-  int http_port = 8080, resp_port = 0, numa = -1;
+  int http_port = 8080, resp_port = 0, memcache_port = 11211, numa = -1;
   bool no_memcache = false, no_promotion = false;
   uint64_t memory = 256ull << 20, block = 256 << 10, ram_head = 256 << 10, ssd_prefix = 0;
   std::string hugepages = "auto";
@@ -89,9 +90,11 @@ int main(int argc, char** argv) {
   app.add_option("--http-port", http_port, "HTTP port")->capture_default_str();
   app.add_option("--resp-port", resp_port, "Also serve Redis pub/sub on this port (0: no)")
       ->capture_default_str();
-  app.add_flag("--no-memcache", no_memcache,
-               "Accepted for the seed's command line: Goblin has no separate small-object memory "
-               "cache; the RAM heads are the memory tier");
+  app.add_option("--memcache-port", memcache_port,
+                 "Serve the memcache text protocol on this port (the same objects as HTTP: a "
+                 "memcache key is the object's key)")
+      ->capture_default_str();
+  app.add_flag("--no-memcache", no_memcache, "Do not serve memcache");
   app.add_option("--net", net, "Network I/O of the gateway: sync (epoll) or async (io_uring)")
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
@@ -197,7 +200,6 @@ int main(int argc, char** argv) {
     socket_dir = tmpl;
   }
   std::string sock = socket_dir + "/core.sock";
-  if (no_memcache) GOBLIN_LOG_INFO(kLog, "--no-memcache: heads in RAM are the only memory tier");
 
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error().ToString());
@@ -260,6 +262,9 @@ int main(int argc, char** argv) {
                                    "--origin-timeout",
                                    FormatDuration(origin_timeout)};
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
+  if (!no_memcache && memcache_port != 0) {
+    gw_args.insert(gw_args.end(), {"--memcache-port", std::to_string(memcache_port)});
+  }
   gw_args.insert(gw_args.end(), {"--threads", std::to_string(gw_threads)});
   gw_args.insert(gw_args.end(), gateway_extra.begin(), gateway_extra.end());
   pid_t gw = Spawn(gw_args);

@@ -1,0 +1,104 @@
+// The memcache text protocol's parsing half (gateway/include/goblin/gateway/memcache.h):
+// memcached's tokenizing, arities, numbers and noreply rules. (Its replies next to
+// memcached's own: tests/system/memcache_differential_test.cpp.)
+#include "goblin/gateway/memcache.h"
+
+#include <gtest/gtest.h>
+
+namespace goblin::gateway::memcache {
+namespace {
+
+Parsed P(std::string_view line, Request* r) { return ParseLine(line, r); }
+
+TEST(MemcacheParse, LinesEndAtNewlineWithOneCarriageReturnStripped) {
+  std::string_view line;
+  size_t next = 0;
+  EXPECT_EQ(NextLine("get a\r\nget b\n", 0, &line, &next), LineStatus::kLine);
+  EXPECT_EQ(line, "get a");
+  EXPECT_EQ(NextLine("get a\r\nget b\n", next, &line, &next), LineStatus::kLine);
+  EXPECT_EQ(line, "get b");
+  EXPECT_EQ(NextLine("\r\n", 0, &line, &next), LineStatus::kLine);
+  EXPECT_EQ(line, "\r");  // (memcached strips the \r only from lines of two bytes or more)
+  EXPECT_EQ(NextLine("set k 0 0 5", 0, &line, &next), LineStatus::kNeedMore);
+  EXPECT_EQ(NextLine(std::string(3000, 'x'), 0, &line, &next), LineStatus::kClose);
+  EXPECT_EQ(NextLine("get " + std::string(3000, 'k'), 0, &line, &next), LineStatus::kNeedMore);
+}
+
+TEST(MemcacheParse, StorageCommands) {
+  Request r;
+  ASSERT_EQ(P("set k 5 100 10", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.cmd, Cmd::kSet);
+  EXPECT_EQ(r.key, "k");
+  EXPECT_EQ(r.flags, 5u);
+  EXPECT_EQ(r.exptime, 100);
+  EXPECT_EQ(r.bytes, 10u);
+  EXPECT_FALSE(r.noreply);
+  ASSERT_EQ(P("cas  k  0 0 3   77 noreply", &r).kind, Parsed::Kind::kRequest);  // (runs of spaces)
+  EXPECT_EQ(r.cas, 77u);
+  EXPECT_TRUE(r.noreply);
+  EXPECT_EQ(P("set k 0 0", &r).reply, "ERROR\r\n");
+  EXPECT_EQ(P("set k 0 0 -1", &r).reply, "CLIENT_ERROR bad command line format\r\n");
+  EXPECT_EQ(P("set k 0 0 -1 noreply", &r).reply, "");  // silenced
+  EXPECT_EQ(P("set " + std::string(251, 'k') + " 0 0 1", &r).reply,
+            "CLIENT_ERROR bad command line format\r\n");
+  ASSERT_EQ(P("set " + std::string(250, 'k') + " 0 0 1", &r).kind, Parsed::Kind::kRequest);
+  // memcached's numbers: flags keep their low 32 bits, a length its low 32 (as int32).
+  ASSERT_EQ(P("set k 4294967297 0 4294967301", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.flags, 1u);
+  EXPECT_EQ(r.bytes, 5u);
+  EXPECT_EQ(P("set k -1 0 1", &r).reply, "CLIENT_ERROR bad command line format\r\n");
+}
+
+TEST(MemcacheParse, OtherCommands) {
+  Request r;
+  ASSERT_EQ(P("gets a b c", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.keys, (std::vector<std::string_view>{"a", "b", "c"}));
+  std::string many = "get";
+  for (int i = 0; i < 40; ++i) many += " k" + std::to_string(i);
+  ASSERT_EQ(P(many, &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.keys.size(), 40u);  // (past memcached's 24 tokens: the rest is tokenized again)
+  EXPECT_EQ(P("get", &r).reply, "ERROR\r\n");
+  ASSERT_EQ(P("gat 10", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_TRUE(r.keys.empty());
+  EXPECT_EQ(P("gat x k", &r).reply, "CLIENT_ERROR invalid exptime argument\r\n");
+  ASSERT_EQ(P("gat 5 a " + std::string(300, 'L'), &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.fail_reply, "CLIENT_ERROR bad command line format\r\n");
+  EXPECT_EQ(r.keys.size(), 1u);
+  EXPECT_EQ(P("incr k abc", &r).reply, "CLIENT_ERROR invalid numeric delta argument\r\n");
+  EXPECT_EQ(P("delete k 5", &r).reply,
+            "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+  ASSERT_EQ(P("delete k 0", &r).kind, Parsed::Kind::kRequest);
+  ASSERT_EQ(P("flush_all noreply", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_FALSE(r.has_delay);
+  ASSERT_EQ(P("flush_all 30", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_TRUE(r.has_delay);
+  EXPECT_EQ(r.exptime, 30);
+  EXPECT_EQ(P("GET k", &r).reply, "ERROR\r\n");  // (commands are case-sensitive)
+  EXPECT_EQ(P("x", &r).reply, "ERROR\r\n");
+}
+
+TEST(MemcacheParse, NumbersAndHelpers) {
+  uint64_t v = 0;
+  EXPECT_TRUE(ParseStoredNumber(" 12 ", &v));
+  EXPECT_EQ(v, 12u);
+  EXPECT_TRUE(ParseStoredNumber("12 34", &v));
+  EXPECT_FALSE(ParseStoredNumber("1x", &v));
+  EXPECT_FALSE(ParseStoredNumber("-5", &v));
+  EXPECT_FALSE(ParseStoredNumber("", &v));
+  EXPECT_TRUE(ParseStoredNumber("18446744073709551615", &v));
+  EXPECT_EQ(v, UINT64_MAX);
+  EXPECT_EQ(DeltaResult(9, 2), "9 ");
+  EXPECT_EQ(DeltaResult(100, 2), "100");
+  EXPECT_EQ(ExptimeToTtlNanos(0, 1000), 0u);
+  EXPECT_EQ(ExptimeToTtlNanos(-1, 1000), 1u);
+  EXPECT_EQ(ExptimeToTtlNanos(10, 1000), 10'000'000'000u);
+  EXPECT_EQ(ExptimeToTtlNanos(3'000'000'000, 2'999'999'990), 10'000'000'000u);
+  EXPECT_EQ(ExptimeToTtlNanos(3'000'000'000, 3'000'000'001), 1u);
+  EXPECT_EQ(FlagsFromMetadata("Content-Type: x\r\nX-Memcache-Flags: 42\r\n"), 42u);
+  EXPECT_EQ(FlagsFromMetadata("ETag: \"a\"\r\n"), 0u);
+  EXPECT_EQ(FlagsFromMetadata(MetadataForFlags(4294967295u)), 4294967295u);
+  EXPECT_EQ(MetadataForFlags(0), "");
+}
+
+}  // namespace
+}  // namespace goblin::gateway::memcache

@@ -1,0 +1,284 @@
+// goblin-gateway's memcache front against goblin-core: libmemcached's protocol suite
+// (memccapable, ASCII), and bad input and faults with what the next request sees: a data
+// block cut off by a disconnect, a huge announced length, binary junk, a client that stops
+// reading a big value while others are served, a client killed mid-set of a key another
+// client then writes, and goblin-core going away and coming back.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "tests/system/process.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class Client {
+ public:
+  explicit Client(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Client() { Close(); }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  bool ok() const { return ok_; }
+  void Send(std::string_view s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+  // Reads until the output ends with `end` (or EOF, or 10 s).
+  std::string ReadUntil(std::string_view end) {
+    std::string out;
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    char buf[65536];
+    while (!out.ends_with(end) && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  std::string Ask(std::string_view request, std::string_view end = "\r\n") {
+    Send(request);
+    return ReadUntil(end);
+  }
+  // True once the server has closed the connection (within 5 s).
+  bool Closed() {
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+class MemcacheFront : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fmt::format("{}/mcfront-{}", test::TmpDir(), getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/ssd");
+    auto prep =
+        test::RunCommand({GOBLIN_CORE_BIN, "--prepare", dir_ + "/ssd"}, dir_ + "/prepare.log", 30s);
+    ASSERT_EQ(prep.first, 0) << prep.second;
+    core_sock_ = test::SocketPath("mfc");
+    ASSERT_NO_FATAL_FAILURE(StartCore());
+    gateway_ = std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", "unix:" + core_sock_,
+                                 "--memcache-port=-1", "--memcache-chunk", "256K"},
+        dir_ + "/gateway.log");
+    std::smatch m;
+    std::string log;
+    for (int i = 0; i < 500; ++i) {
+      log = gateway_->Output();
+      if (std::regex_search(log, m, std::regex("memcache on 127\\.0\\.0\\.1:([0-9]+)"))) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("memcache on 127\\.0\\.0\\.1:([0-9]+)")))
+        << log;
+    port_ = std::stoi(m[1]);
+  }
+  void StartCore() {
+    core_ = std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_CORE_BIN, "--listen-unix", core_sock_, "--memory", "64M",
+                                 "--block", "64K", "--ram-head", "64K", "--ssd-dir", dir_ + "/ssd",
+                                 "--cores", "2"},
+        dir_ + "/core.log");
+    ASSERT_TRUE(test::WaitForPath(core_sock_, 10s)) << core_->Output();
+  }
+  void TearDown() override {
+    gateway_.reset();
+    core_.reset();
+    fs::remove(core_sock_);
+    fs::remove_all(dir_);
+  }
+  static std::string Bytes(size_t n, uint32_t seed) {
+    std::string s(n, 0);
+    std::mt19937 rng(seed);
+    for (auto& c : s) c = static_cast<char>(rng());
+    return s;
+  }
+  std::string Get(const std::string& key) {
+    Client c(port_);
+    return c.Ask("get " + key + "\r\n", "END\r\n");
+  }
+  static std::string Value(const std::string& key, const std::string& v, int flags = 0) {
+    return fmt::format("VALUE {} {} {}\r\n", key, flags, v.size()) + v + "\r\nEND\r\n";
+  }
+  std::string dir_, core_sock_;
+  int port_ = 0;
+  std::unique_ptr<test::Process> core_, gateway_;
+};
+
+TEST_F(MemcacheFront, LibmemcachedProtocolSuitePasses) {
+  if (!fs::exists("/usr/bin/memccapable")) GTEST_SKIP() << "libmemcached-tools is not installed";
+  auto [rc, out] = test::RunCommand(
+      {"/usr/bin/memccapable", "-h", "127.0.0.1", "-p", std::to_string(port_), "-a"},
+      dir_ + "/memccapable.log", 120s);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("All tests passed"), std::string::npos) << out;
+}
+
+TEST_F(MemcacheFront, ADataBlockCutOffByADisconnectStoresNothing) {
+  const std::string old = Bytes(5000, 1);
+  {
+    Client c(port_);
+    ASSERT_EQ(c.Ask(fmt::format("set k 0 0 {}\r\n", old.size()) + old + "\r\n"), "STORED\r\n");
+  }
+  for (size_t size : {size_t{3000}, size_t{3} << 20}) {  // within one piece, and streamed
+    Client c(port_);
+    std::string v = Bytes(size, 2);
+    c.Send(fmt::format("set k 0 0 {}\r\n", size) + v.substr(0, size / 2));
+    std::this_thread::sleep_for(100ms);
+    c.Close();  // the rest never comes
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(Get("k"), Value("k", old)) << size;
+  }
+  // The key is free for the next write at once.
+  const std::string next = Bytes(70000, 3);
+  Client c(port_);
+  EXPECT_EQ(c.Ask(fmt::format("set k 9 0 {}\r\n", next.size()) + next + "\r\n"), "STORED\r\n");
+  EXPECT_EQ(Get("k"), Value("k", next, 9));
+}
+
+TEST_F(MemcacheFront, AHugeAnnouncedLengthIsReadOrRefusedAndTheConnectionGoesOn) {
+  Client c(port_);
+  // Longer than memcached's int32 limit: refused at once, the line only.
+  EXPECT_EQ(c.Ask("set h 0 0 2147483647\r\n"), "CLIENT_ERROR bad command line format\r\n");
+  EXPECT_EQ(c.Ask("set h 0 0 99999999999999999999\r\n"),
+            "CLIENT_ERROR bad command line format\r\n");
+  // A length the store cannot take: the block is read and dropped, then the answer.
+  Client d(port_);
+  d.Send("set huge 0 0 2000000000\r\n");
+  std::this_thread::sleep_for(100ms);
+  d.Close();  // (it never sends the 2 GB)
+  EXPECT_EQ(Get("huge"), "END\r\n");
+  EXPECT_EQ(c.Ask("set h 0 0 1\r\nx\r\n"), "STORED\r\n");
+  EXPECT_EQ(c.Ask("get h\r\n", "END\r\n"), Value("h", "x"));
+}
+
+TEST_F(MemcacheFront, BinaryJunkGetsErrorsAndStoresNothing) {
+  Client c(port_);
+  std::string junk = Bytes(1500, 4);
+  for (auto& ch : junk) {
+    if (ch == '\n') ch = ' ';
+  }
+  junk += "\r\n";
+  std::string out = c.Ask(junk + "mn\r\n", "MN\r\n");
+  EXPECT_TRUE(out.ends_with("MN\r\n")) << out;
+  EXPECT_NE(out.find("ERROR"), std::string::npos);
+  // A line this long without a newline (not a get) closes the connection, as memcached does.
+  Client d(port_);
+  d.Send(std::string(5000, 'x'));
+  EXPECT_TRUE(d.Closed());
+  EXPECT_EQ(c.Ask("mn\r\n"), "MN\r\n");
+  // The memcached binary protocol is not spoken: its magic byte is an unknown command.
+  Client b(port_);
+  std::string bin("\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16);
+  out = b.Ask(bin + "\r\nmn\r\n", "MN\r\n");
+  EXPECT_TRUE(out.starts_with("ERROR\r\n")) << out;
+}
+
+TEST_F(MemcacheFront, AClientThatStopsReadingABigValueDoesNotStallOthers) {
+  const std::string big = Bytes(64 << 20, 5);
+  {
+    Client c(port_);
+    ASSERT_EQ(c.Ask(fmt::format("set big 0 0 {}\r\n", big.size()) + big + "\r\n"), "STORED\r\n");
+  }
+  const uint64_t rss_before = test::RssKib(gateway_->pid());
+  Client slow(port_);
+  slow.Send("get big\r\n");  // ... and reads nothing for a while
+  std::this_thread::sleep_for(500ms);
+  for (int i = 0; i < 20; ++i) {
+    Client c(port_);
+    std::string v = fmt::format("v{}", i);
+    ASSERT_EQ(c.Ask(fmt::format("set s{} 0 0 {}\r\n{}\r\n", i, v.size(), v)), "STORED\r\n");
+    ASSERT_EQ(c.Ask(fmt::format("get s{}\r\n", i), "END\r\n"), Value(fmt::format("s{}", i), v));
+  }
+  // The gateway holds about its output limit and a piece for it, not the value.
+  const uint64_t rss_during = test::RssKib(gateway_->pid());
+  EXPECT_LT(rss_during, rss_before + 24 * 1024) << rss_before << " KiB before";
+  // And when it does read, it gets every byte.
+  std::string got = slow.ReadUntil("END\r\n");
+  EXPECT_TRUE(got == fmt::format("VALUE big 0 {}\r\n", big.size()) + big + "\r\nEND\r\n")
+      << got.size() << " bytes";
+}
+
+TEST_F(MemcacheFront, AWriterKilledMidSetLeavesTheKeyToTheNext) {
+  const std::string v = Bytes(1 << 20, 6);
+  const std::string partial = fmt::format("set contested 0 0 {}\r\n", v.size()) + v.substr(0, 1000);
+  pid_t child = fork();
+  if (child == 0) {  // (nothing that allocates after fork)
+    Client c(port_);
+    c.Send(partial);
+    pause();
+    _exit(0);
+  }
+  std::this_thread::sleep_for(200ms);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  Client c(port_);
+  EXPECT_EQ(c.Ask(fmt::format("set contested 0 0 {}\r\n", v.size()) + v + "\r\n"), "STORED\r\n");
+  EXPECT_EQ(Get("contested"), Value("contested", v));
+}
+
+TEST_F(MemcacheFront, TheCoreGoingAwayIsAServerErrorUntilItIsBack) {
+  Client c(port_);
+  ASSERT_EQ(c.Ask("set kept 0 0 4\r\nkept\r\n"), "STORED\r\n");
+  core_.reset();  // SIGKILL
+  fs::remove(core_sock_);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(c.Ask("get kept\r\n"), "SERVER_ERROR goblin-core is unavailable\r\n");
+  EXPECT_EQ(c.Ask("set x 0 0 1\r\ny\r\n"), "SERVER_ERROR goblin-core is unavailable\r\n");
+  EXPECT_EQ(c.Ask("delete kept\r\n"), "SERVER_ERROR goblin-core is unavailable\r\n");
+  EXPECT_EQ(c.Ask("version\r\n"), "VERSION 1.6.18\r\n");  // (the front itself is up)
+  ASSERT_NO_FATAL_FAILURE(StartCore());
+  // Back within the reconnection back-off, with what it stored.
+  std::string got;
+  for (int i = 0; i < 100; ++i) {
+    got = c.Ask("get kept\r\n", "\r\n");
+    if (got.starts_with("VALUE")) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  got += c.ReadUntil("END\r\n");
+  EXPECT_EQ(got, Value("kept", "kept"));
+  EXPECT_EQ(c.Ask("set x 0 0 1\r\ny\r\n"), "STORED\r\n");
+}
+
+}  // namespace
+}  // namespace goblin
