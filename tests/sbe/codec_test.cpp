@@ -257,6 +257,23 @@ void ObjectCases() {
     EXPECT_EQ(d.correlation_id(), 0xfeedull << 32);
   }
   {
+    ObjectTouchEncoder e(b.data(), b.size());
+    e.set_correlation_id(31).set_ttl_nanos(5'000'000'000).set_key("k/t");
+    auto d = RoundTrip<ObjectTouchDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 31u);
+    EXPECT_EQ(d.ttl_nanos(), 5'000'000'000u);
+    EXPECT_EQ(d.key(), "k/t");
+  }
+  {
+    TouchAckEncoder e(b.data(), b.size());
+    e.set_correlation_id(32).set_found(1).set_generation(77).set_expires_nanos(1ull << 62);
+    auto d = RoundTrip<TouchAckDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 32u);
+    EXPECT_EQ(d.found(), 1);
+    EXPECT_EQ(d.generation(), 77u);
+    EXPECT_EQ(d.expires_nanos(), 1ull << 62);
+  }
+  {
     ObjectDescribeEncoder e(b.data(), b.size());
     e.set_correlation_id(21).set_key("/big/obj");
     auto d = RoundTrip<ObjectDescribeDecoder>(b, e.Finish());
@@ -360,9 +377,11 @@ void ObjectCases() {
         .set_expected_size(UINT64_MAX)
         .set_ttl_nanos(60)
         .set_flags(1)
+        .set_if_generation(41)
         .set_key("obj")
         .set_metadata("m");
     auto d = RoundTrip<PutBeginDecoder>(b, e.Finish());
+    EXPECT_EQ(d.if_generation(), 41u);
     EXPECT_EQ(d.expected_size(), UINT64_MAX);
     EXPECT_EQ(d.ttl_nanos(), 60u);
     EXPECT_EQ(d.key(), "obj");
@@ -456,7 +475,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x03, 0x00,  // blockLength 16, template 4, schema 7107, v3
+                               0x1b, 0x04, 0x00,  // blockLength 16, template 4, schema 7107, v4
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -474,7 +493,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x03, 0x00,  // blockLength 18, template 12, v3
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x04, 0x00,  // blockLength 18, template 12, v4
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId
