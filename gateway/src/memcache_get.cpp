@@ -65,6 +65,10 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
   if (!first) length = std::min<uint64_t>(length, k.size - offset);
   const uint16_t shard = core_->ShardFor(k.key);
   const uint64_t corr = Corr(c, CorrKind::kGetPiece, static_cast<uint32_t>(index), shard);
+  // The key being written has its bytes lent (written from the core's pools); keys held
+  // for later are copied (a loan must not wait on another key's client).
+  uint32_t flags = wire::kGetFirstBytes;
+  if (index == op.front && core_->pools(shard) != nullptr) flags |= wire::kGetLoans;
   SendKeyed(
       k.key,
       [&](uint8_t* b, size_t cap) {
@@ -72,7 +76,7 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
             .set_correlation_id(corr)
             .set_offset(offset)
             .set_length(length)
-            .set_flags(wire::kGetFirstBytes)
+            .set_flags(flags)
             .set_key(k.key)
             .Finish();
       },
@@ -108,6 +112,10 @@ bool MemcacheServer::Impl::IsLastGetMessage(uint16_t template_id, std::span<cons
   if (template_id == wire::ObjectDataDecoder::kTemplateId) {
     auto d = wire::ObjectDataDecoder::Decode(m);
     return !d || d->last() != 0;
+  }
+  if (template_id == wire::LoanDecoder::kTemplateId) {
+    auto l = wire::LoanDecoder::Decode(m);
+    return !l || l->last() != 0;
   }
   return true;
 }
@@ -146,9 +154,7 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
       } else if (info->generation() != k.generation) {
         return cut_off("was replaced");
       }
-      auto bytes = info->first_bytes();
-      k.buf.append(bytes);
-      k.received += bytes.size();
+      Take(c, op, t.index, info->first_bytes());
       if (*last) k.piece_in_flight = false;
       break;
     }
@@ -156,8 +162,35 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
       auto d = wire::ObjectDataDecoder::Decode(m);
       if (!d) return cut_off("had an undecodable answer");
       auto bytes = d->bytes_bytes();
-      k.buf.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      k.received += bytes.size();
+      Take(c, op, t.index, {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+      if (*last) k.piece_in_flight = false;
+      break;
+    }
+    case wire::LoanDecoder::kTemplateId: {
+      auto l = wire::LoanDecoder::Decode(m);
+      if (!l) return cut_off("had an undecodable answer");
+      CoreLink::Pools* pools = core_->pools(t.shard);
+      bool used = false;
+      for (auto seg : l->segments()) {  // (one segment per loan)
+        if (pools == nullptr) break;
+        const Mapping& pool = seg.pool() == wire::PoolKind::kHead ? pools->head : pools->io;
+        if (seg.pool_offset() + seg.length() > pool.size()) break;
+        std::span<const uint8_t> bytes(pool.data() + seg.pool_offset(), seg.length());
+        k.received += bytes.size();
+        if (t.index == op.front && k.buf.empty()) {
+          WriteValueHeader(c, op, k);
+          WriteLent(c, bytes, l->loan_id(), pools);
+        } else {  // (held for its turn: copied, the loan given back now)
+          k.buf.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          core_->ReturnLoan(l->loan_id(), t.shard);
+        }
+        used = true;
+        break;
+      }
+      if (!used) {
+        core_->ReturnLoan(l->loan_id(), t.shard);
+        return cut_off("was lent from outside the core's pools");
+      }
       if (*last) k.piece_in_flight = false;
       break;
     }
@@ -177,11 +210,35 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
   PumpGet(c);
 }
 
+void MemcacheServer::Impl::Take(Client& c, Op& op, size_t index, std::string_view bytes) {
+  GetKey& k = op.keys[index];
+  k.received += bytes.size();
+  if (index != op.front || !k.buf.empty()) {  // (held until its turn)
+    k.buf.append(bytes);
+    return;
+  }
+  // The key being written: straight to the client's output (one copy fewer).
+  WriteValueHeader(c, op, k);
+  Write(c, bytes);
+}
+
+void MemcacheServer::Impl::WriteValueHeader(Client& c, const Op& op, GetKey& k) {
+  if (k.header_out) return;
+  fmt::memory_buffer b;
+  if (op.cmd == memcache::Cmd::kGets || op.cmd == memcache::Cmd::kGats) {
+    fmt::format_to(std::back_inserter(b), "VALUE {} {} {} {}\r\n", k.key, k.flags, k.size,
+                   k.generation);
+  } else {
+    fmt::format_to(std::back_inserter(b), "VALUE {} {} {}\r\n", k.key, k.flags, k.size);
+  }
+  Write(c, {b.data(), b.size()});
+  k.header_out = true;
+}
+
 void MemcacheServer::Impl::PumpGet(Client& c) {
   if (c.closed || !c.op) return;
   Op& op = *c.op;
-  const bool cas = op.cmd == memcache::Cmd::kGets || op.cmd == memcache::Cmd::kGats;
-  const size_t out_before = c.out.size();
+  const size_t out_before = c.out_bytes;
   while (op.front < op.keys.size()) {
     GetKey& k = op.keys[op.front];
     if (k.state == GetKey::State::kNotAsked) AskPiece(c, op, op.front);
@@ -190,21 +247,13 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
       ++op.front;
       continue;
     }
-    if (!k.header_out) {
-      if (cas) {
-        fmt::format_to(std::back_inserter(c.out), "VALUE {} {} {} {}\r\n", k.key, k.flags, k.size,
-                       k.generation);
-      } else {
-        fmt::format_to(std::back_inserter(c.out), "VALUE {} {} {}\r\n", k.key, k.flags, k.size);
-      }
-      k.header_out = true;
-    }
+    WriteValueHeader(c, op, k);
     if (!k.buf.empty()) {
-      c.out.append(k.buf);
+      Write(c, k.buf);
       k.buf.clear();
     }
     if (k.received == k.size && !k.piece_in_flight) {
-      c.out.append("\r\n");
+      Write(c, "\r\n");
       std::string().swap(k.buf);
       ++op.front;
       continue;
@@ -218,7 +267,7 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
     if (op.keys[i].state == GetKey::State::kNotAsked) AskPiece(c, op, i);
   }
   if (op.front == op.keys.size()) return Finish(c, "END\r\n");
-  if (c.out.size() != out_before) dirty_.push_back(&c);  // (FlushClient calls here: no loop)
+  if (c.out_bytes != out_before) dirty_.push_back(&c);  // (FlushClient calls here: no loop)
 }
 
 }  // namespace goblin::gateway

@@ -8,6 +8,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -59,6 +60,7 @@ MemcacheStats& MemcacheStats::operator+=(const MemcacheStats& o) {
   bytes_written += o.bytes_written;
   write_retries += o.write_retries;
   cut_off += o.cut_off;
+  bytes_lent += o.bytes_lent;
   return *this;
 }
 
@@ -71,6 +73,7 @@ VoidResult MemcacheServer::Impl::Init() {
   lo.name = "goblin-gateway memcache";
   lo.ring_bytes = options_.core_ring_bytes;
   lo.queue_limit = options_.core_queue_limit;
+  lo.map_pools = true;  // values are lent: written to clients from the core's pools
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
   if (options_.port != 0) {
@@ -484,6 +487,7 @@ std::string MemcacheServer::Impl::StatsReply(std::string_view arg) {
     stat("bytes_written", stats_.bytes_written);
     stat("goblin_write_retries", stats_.write_retries);
     stat("goblin_cut_off", stats_.cut_off);
+    stat("goblin_bytes_lent", stats_.bytes_lent);
     stat("goblin_core_up", core_->up() ? 1 : 0);
     stat("goblin_core_shards", core_->shard_count());
     stat("goblin_worker", options_.worker);
@@ -511,8 +515,32 @@ std::string MemcacheServer::Impl::StatsReply(std::string_view arg) {
 
 void MemcacheServer::Impl::Write(Client& c, std::string_view bytes) {
   if (c.closed || bytes.empty()) return;
-  c.out.append(bytes);
+  if (c.out.empty() || c.out.back().lent != nullptr || c.out.back().owned.size() > (1u << 20))
+    c.out.emplace_back();
+  c.out.back().owned.append(bytes);
+  c.out_bytes += bytes.size();
   dirty_.push_back(&c);
+}
+
+void MemcacheServer::Impl::WriteLent(Client& c, std::span<const uint8_t> bytes, uint64_t loan,
+                                     CoreLink::Pools* pools) {
+  Piece& p = c.out.emplace_back();
+  p.lent = reinterpret_cast<const char*>(bytes.data());
+  p.lent_len = bytes.size();
+  p.loan = loan;
+  p.pools = pools;
+  CoreLink::Hold(pools);
+  c.out_bytes += bytes.size();
+  stats_.bytes_lent += bytes.size();
+  dirty_.push_back(&c);
+}
+
+void MemcacheServer::Impl::ReleaseOutput(Client& c) {
+  for (Piece& p : c.out) {
+    if (p.lent != nullptr) core_->ReleaseLoan(p.loan, p.pools);
+  }
+  c.out.clear();
+  c.out_off = c.out_bytes = 0;
 }
 
 void MemcacheServer::Impl::Finish(Client& c, std::string_view reply) {
@@ -523,28 +551,44 @@ void MemcacheServer::Impl::Finish(Client& c, std::string_view reply) {
 
 void MemcacheServer::Impl::FlushClient(Client& c) {
   const bool was_over = c.out_size() > options_.output_limit;
-  while (c.out_size() > 0) {
-    ssize_t n = send(c.fd.get(), c.out.data() + c.out_pos, c.out_size(), MSG_NOSIGNAL);
-    if (n > 0) {
-      stats_.bytes_written += static_cast<uint64_t>(n);
-      c.out_pos += static_cast<size_t>(n);
-      continue;
+  while (c.out_bytes > 0) {
+    iovec iov[64];
+    int n = 0;
+    size_t off = c.out_off;
+    for (auto it = c.out.begin(); it != c.out.end() && n < 64; ++it, off = 0) {
+      iov[n].iov_base = const_cast<char*>(it->data() + off);
+      iov[n].iov_len = it->size() - off;
+      ++n;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (n < 0 && errno == EINTR) continue;
-    Close(c, "");
-    return;
-  }
-  if (c.out_size() == 0) {
-    c.out.clear();
-    c.out_pos = 0;
-    if (c.close_after_write && !c.op) {
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = sendmsg(c.fd.get(), &mh, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
       Close(c, "");
       return;
     }
-  } else if (c.out_pos > (1 << 20) && c.out_pos > c.out.size() / 2) {
-    c.out.erase(0, c.out_pos);
-    c.out_pos = 0;
+    stats_.bytes_written += static_cast<uint64_t>(w);
+    c.out_bytes -= static_cast<size_t>(w);
+    size_t left = static_cast<size_t>(w);
+    while (left > 0) {
+      Piece& p = c.out.front();
+      const size_t rest = p.size() - c.out_off;
+      if (left < rest) {
+        c.out_off += left;
+        break;
+      }
+      left -= rest;
+      if (p.lent != nullptr) core_->ReleaseLoan(p.loan, p.pools);  // (the kernel has them)
+      c.out.pop_front();
+      c.out_off = 0;
+    }
+  }
+  if (c.out_bytes == 0 && c.close_after_write && !c.op) {
+    Close(c, "");
+    return;
   }
   // A get waiting for its client to take what it has: ask for the next piece.
   if (c.op && !c.op->keys.empty() && c.out_size() <= options_.output_limit) PumpGet(c);
@@ -584,6 +628,7 @@ void MemcacheServer::Impl::Close(Client& c, std::string_view why) {
   c.closed = true;
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
   c.fd.Reset();
+  ReleaseOutput(c);
 }
 
 MemcacheServer::Impl::Op* MemcacheServer::Impl::OpOf(const CorrTarget& t) {
@@ -599,7 +644,12 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
   if (!sbe::MessageHeader::Read(m, &h) || m.size() < 16) return;
   const uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
   auto it = corr_.find(corr);
-  if (it == corr_.end()) return;
+  if (it == corr_.end()) {
+    if (h.template_id == wire::LoanDecoder::kTemplateId) {  // nobody wants it any more
+      if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id(), shard);
+    }
+    return;
+  }
   const CorrTarget t = it->second;
   Client* c = Find(t.client);
   Op* op = OpOf(t);
@@ -616,6 +666,9 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
             },
             64, shard);
       }
+    }
+    if (h.template_id == wire::LoanDecoder::kTemplateId) {
+      if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id(), shard);
     }
     if (t.kind == CorrKind::kGetPiece || t.kind == CorrKind::kFetch)
       last = IsLastGetMessage(h.template_id, m);

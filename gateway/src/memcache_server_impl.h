@@ -82,20 +82,32 @@ class MemcacheServer::Impl {
     // flush_all
     int acks_due = 0;
   };
+  // A piece of a client's output: bytes of our own, or bytes in a core pool lent to us
+  // (written from there with writev; the loan goes back once the kernel has them).
+  struct Piece {
+    std::string owned;
+    const char* lent = nullptr;
+    size_t lent_len = 0;
+    uint64_t loan = 0;
+    CoreLink::Pools* pools = nullptr;
+    size_t size() const { return lent != nullptr ? lent_len : owned.size(); }
+    const char* data() const { return lent != nullptr ? lent : owned.data(); }
+  };
   struct Client {
     uint64_t id = 0;
     UniqueFd fd;
     std::string in;
     size_t in_pos = 0;
-    std::string out;
-    size_t out_pos = 0;
+    std::deque<Piece> out;
+    size_t out_off = 0;      // bytes of out.front() written
+    size_t out_bytes = 0;    // not yet written, all pieces
     std::unique_ptr<Op> op;  // the command being carried out (nullptr: none)
     uint64_t next_seq = 1;
     bool close_after_write = false;
     bool closed = false;
     bool epollout = false;
     bool read_paused = false;
-    size_t out_size() const { return out.size() - out_pos; }
+    size_t out_size() const { return out_bytes; }
   };
   enum class CorrKind : uint8_t {
     kGetPiece,  // index: the key
@@ -121,6 +133,8 @@ class MemcacheServer::Impl {
   void Start(Client& c, memcache::Request& req, size_t line_end);
   void Finish(Client& c, std::string_view reply);  // the op is done: its reply (noreply: none)
   void Write(Client& c, std::string_view bytes);
+  void WriteLent(Client& c, std::span<const uint8_t> bytes, uint64_t loan, CoreLink::Pools* pools);
+  void ReleaseOutput(Client& c);  // gives back the loans of what was never written
   void FlushClient(Client& c);
   void SetInterest(Client& c);
   void Close(Client& c, std::string_view why);
@@ -143,6 +157,8 @@ class MemcacheServer::Impl {
   void OnGetReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
                   std::span<const uint8_t> m, bool* last);
   void PumpGet(Client& c);  // writes what is ready, in key order, and asks for more
+  void Take(Client& c, Op& op, size_t index, std::string_view bytes);  // value bytes arrived
+  void WriteValueHeader(Client& c, const Op& op, GetKey& k);
   static bool IsLastGetMessage(uint16_t template_id, std::span<const uint8_t> m);
 
   // memcache_store.cpp

@@ -237,6 +237,11 @@ TEST_F(MemcacheFront, AClientThatStopsReadingABigValueDoesNotStallOthers) {
   std::string got = slow.ReadUntil("END\r\n");
   EXPECT_TRUE(got == fmt::format("VALUE big 0 {}\r\n", big.size()) + big + "\r\nEND\r\n")
       << got.size() << " bytes";
+  // Written from the core's pools, not copied through the ring.
+  std::string stats = slow.Ask("stats\r\n", "END\r\n");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(stats, m, std::regex("STAT goblin_bytes_lent ([0-9]+)"))) << stats;
+  EXPECT_GT(std::stoull(m[1]), big.size() / 2) << stats;
 }
 
 TEST_F(MemcacheFront, AWriterKilledMidSetLeavesTheKeyToTheNext) {

@@ -263,7 +263,8 @@ int main(int argc, char** argv) {
                                    FormatDuration(origin_timeout)};
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
   if (!no_memcache && memcache_port != 0) {
-    gw_args.insert(gw_args.end(), {"--memcache-port", std::to_string(memcache_port)});
+    gw_args.insert(gw_args.end(), {"--memcache-port", std::to_string(memcache_port),
+                                   "--memcache-threads", std::to_string(gw_threads)});
   }
   gw_args.insert(gw_args.end(), {"--threads", std::to_string(gw_threads)});
   gw_args.insert(gw_args.end(), gateway_extra.begin(), gateway_extra.end());

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The memcache benchmark (issue #23), in the seed system's form: memcached 1.6 (Debian's),
+# memcached + extstore and goblin-store's memcache front on this machine, the same value
+# sets and the same request sequence (bench/memcache_load: CONNECTIONS connections, closed
+# loop, every reply's length checked), in turns:
+#   large-mem:  a 256 KiB - 8 MiB mix (generalized Pareto, mean ~1 MiB), LARGE_COUNT
+#               values, a set that fits memory: memcached -m big enough for it; goblin with
+#               --memory GOBLIN_MEM_LARGE (heads in RAM, the rest on its disk tier).
+#   large-disk: the same mix, DISK_COUNT values, larger than the memory given: memcached
+#               + extstore (-m EXT_MEM, ext_path on the disk under test) vs goblin with
+#               --memory EXT_MEM.
+#   small:      SMALL_COUNT values of 100 B - 2 KB: memcached vs goblin.
+# For each: fill time, then gets for SECONDS: gets/s, Gbit/s of values, p50/p99/p99.9 of
+# the complete reply and of its first line; server RSS (memcached's pid; goblin's core +
+# gateway) after the run; disk bytes (extstore file, goblin's tier).
+#   bench/memcache_benchmark.sh [--no-build]
+# Environment (defaults): ROWS ("large-mem large-disk small"), CONNECTIONS (16), SECONDS
+# (10), LARGE_COUNT (1000: ~1 GiB), DISK_COUNT (3000: ~3 GiB), SMALL_COUNT (100000),
+# GOBLIN_MEM_LARGE (256M), EXT_MEM (512M), DIR (/var/tmp/goblin-mcbench: emptied),
+# BUILD_DIR (build/release), OUT (var/bench/memcache-<time>). Results: OUT/results.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
+ROWS=${ROWS:-"large-mem large-disk small"}
+CONNECTIONS=${CONNECTIONS:-16}
+SECONDS_RUN=${SECONDS:-10}
+LARGE_COUNT=${LARGE_COUNT:-1000}
+DISK_COUNT=${DISK_COUNT:-3000}
+SMALL_COUNT=${SMALL_COUNT:-100000}
+GOBLIN_MEM_LARGE=${GOBLIN_MEM_LARGE:-256M}
+EXT_MEM=${EXT_MEM:-512M}
+DIR=${DIR:-/var/tmp/goblin-mcbench}
+OUT=${OUT:-$ROOT/var/bench/memcache-$(date -u +%Y%m%d-%H%M%S)}
+PORT=${PORT:-21411}
+LOAD=$BUILD_DIR/bench/memcache_load
+[ "${1:-}" = "--no-build" ] ||
+  cmake --build "$BUILD_DIR" --target goblin-store goblin-core goblin-gateway memcache_load >/dev/null
+mkdir -p "$OUT"
+SERVER_PID=""
+stop_server() {
+  if [ -n "$SERVER_PID" ]; then
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=""
+}
+cleanup() { stop_server; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); memcached $(memcached -V | awk '{print $2}')"
+  echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
+  echo "disk: $(df -h "$(dirname "$DIR")" | awk 'NR==2 {print $1, $2}')"
+  echo "connections $CONNECTIONS, $SECONDS_RUN s per run"
+} | tee "$OUT/machine.txt"
+
+rss_kib() {  # PID... -> the sum of their VmRSS
+  local sum=0 p v
+  for p in "$@"; do
+    v=$(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    sum=$((sum + ${v:-0}))
+  done
+  echo "$sum"
+}
+
+wait_port() {
+  for _ in $(seq 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "nothing listens on $PORT" >&2
+  return 1
+}
+
+start_server() {  # kind mem
+  local kind=$1 mem=$2
+  rm -rf "$DIR"
+  mkdir -p "$DIR"
+  local user=()
+  [ "$(id -u)" = 0 ] && user=(-u root)
+  case $kind in
+    memcached)
+      memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
+        > "$OUT/server-$kind.log" 2>&1 &
+      SERVER_PID=$! ;;
+    extstore)
+      memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
+        -o "ext_path=$DIR/extstore:$((DISK_COUNT * 2))m,ext_wbuf_size=8,ext_threads=2" \
+        > "$OUT/server-$kind.log" 2>&1 &
+      SERVER_PID=$! ;;
+    goblin)
+      "$BUILD_DIR/tools/goblin-store" --mirror http://127.0.0.1:1 --http-port $((PORT + 1)) \
+        --memcache-port "$PORT" --memory "$mem" --block 1M --ram-head 1M --hugepages off \
+        --ssd-dir "$DIR/tier" --socket-dir "$DIR" > "$OUT/server-$kind.log" 2>&1 &
+      SERVER_PID=$! ;;
+  esac
+  wait_port
+}
+
+server_pids() {  # the processes whose memory counts
+  if [ -z "$SERVER_PID" ]; then return; fi
+  echo "$SERVER_PID"
+  pgrep -P "$SERVER_PID" || true
+}
+
+disk_bytes() { du -sb "$DIR" 2>/dev/null | awk '{print $1}'; }
+
+echo "| row | server | memory given | fill s | gets/s | Gbit/s | p50 us | p99 us | p99.9 us | first line p50/p99 us | RSS MiB | disk MiB |" > "$OUT/results.md"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >> "$OUT/results.md"
+
+run_row() {  # row kind mem -- load args...
+  local row=$1 kind=$2 mem=$3
+  shift 4
+  start_server "$kind" "$mem"
+  local fill get
+  fill=$("$LOAD" fill --port "$PORT" --connections "$CONNECTIONS" --label "$kind" "$@")
+  echo "$row $fill" | tee -a "$OUT/run.log"
+  get=$("$LOAD" get --port "$PORT" --connections "$CONNECTIONS" --seconds "$SECONDS_RUN" \
+    --label "$kind" "$@")
+  echo "$row $get" | tee -a "$OUT/run.log"
+  local pids rss
+  mapfile -t pids < <(server_pids)
+  rss=$(rss_kib "${pids[@]}")
+  local disk; disk=$(disk_bytes)
+  local fill_s gets gbit p50 p99 p999 f50 f99
+  fill_s=$(sed -n 's/.* in \([0-9.]*\) s .*/\1/p' <<<"$fill")
+  gets=$(sed -n 's/.* gets (\([0-9]*\)\/s).*/\1/p' <<<"$get")
+  gbit=$(sed -n 's/.*, \([0-9.]*\) Gbit\/s.*/\1/p' <<<"$get")
+  p50=$(sed -n 's/.*complete p50 \([0-9]*\) us.*/\1/p' <<<"$get")
+  p99=$(sed -n 's/.*complete p50 [0-9]* us p99 \([0-9]*\) us.*/\1/p' <<<"$get")
+  p999=$(sed -n 's/.*p99.9 \([0-9]*\) us.*/\1/p' <<<"$get")
+  f50=$(sed -n 's/.*first line p50 \([0-9]*\) us.*/\1/p' <<<"$get")
+  f99=$(sed -n 's/.*first line p50 [0-9]* us p99 \([0-9]*\) us.*/\1/p' <<<"$get")
+  echo "| $row | $kind | $mem | $fill_s | $gets | $gbit | $p50 | $p99 | $p999 | $f50/$f99 | $((rss / 1024)) | $((disk / 1048576)) |" >> "$OUT/results.md"
+  stop_server
+}
+
+LARGE=(--dist pareto --min 262144 --max 8388608 --mean 1048576)
+for row in $ROWS; do
+  case $row in
+    large-mem)
+      run_row "$row" memcached "$((LARGE_COUNT * 2))" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
+      run_row "$row" goblin "$GOBLIN_MEM_LARGE" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}" ;;
+    large-disk)
+      run_row "$row" extstore "${EXT_MEM%M}" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}"
+      run_row "$row" goblin "$EXT_MEM" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}" ;;
+    small)
+      run_row "$row" memcached 1024 -- --count "$SMALL_COUNT" --seed 13 --dist uniform --min 100 --max 2000
+      run_row "$row" goblin 256M -- --count "$SMALL_COUNT" --seed 13 --dist uniform --min 100 --max 2000 ;;
+  esac
+done
+cat "$OUT/results.md"
