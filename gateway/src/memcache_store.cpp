@@ -157,6 +157,21 @@ void MemcacheServer::Impl::SendCommit(Client& c, Op& op) {
 void MemcacheServer::Impl::PumpStore(Client& c) {
   if (c.closed || !c.op) return;
   Op& op = *c.op;
+  // Its input may shrink here: the loop looks at the client again (reading resumes once
+  // it is under kInputLimit), and what was consumed is let go of.
+  dirty_.push_back(&c);
+  struct Compact {
+    Client& c;
+    ~Compact() {
+      if (c.in_pos == c.in.size()) {
+        c.in.clear();
+        c.in_pos = 0;
+      } else if (c.in_pos > (1u << 20)) {
+        c.in.erase(0, c.in_pos);
+        c.in_pos = 0;
+      }
+    }
+  } compact{c};
   if (!op.data_done) {
     while (op.data_left > 0 && c.in_pos < c.in.size()) {
       const size_t n =

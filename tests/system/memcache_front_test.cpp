@@ -244,6 +244,48 @@ TEST_F(MemcacheFront, AClientThatStopsReadingABigValueDoesNotStallOthers) {
   EXPECT_GT(std::stoull(m[1]), big.size() / 2) << stats;
 }
 
+// Values larger than the input a client may have waiting (4 MiB), from several clients at
+// once: reading pauses and must resume as the value goes to the core (it once did not: every
+// writer stalled until the core gave up on its fill).
+TEST_F(MemcacheFront, ConcurrentWritersOfValuesLargerThanTheInputLimit) {
+  constexpr int kWriters = 8;
+  std::vector<std::string> values;
+  for (int i = 0; i < kWriters; ++i) values.push_back(Bytes((6 << 20) + i * 4099, 10 + i));
+  std::vector<std::string> replies(kWriters);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kWriters; ++i) {
+    ts.emplace_back([&, i] {
+      Client c(port_);
+      for (int round = 0; round < 2; ++round) {
+        replies[i] +=
+            c.Ask(fmt::format("set w{} 0 0 {}\r\n", i, values[i].size()) + values[i] + "\r\n");
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < kWriters; ++i) {
+    EXPECT_EQ(replies[i], "STORED\r\nSTORED\r\n") << i;
+    EXPECT_TRUE(Get(fmt::format("w{}", i)) == Value(fmt::format("w{}", i), values[i])) << i;
+  }
+  // The case that stalled: a writer whose grant comes late (the key is being written by
+  // another) has its input paused, and the grant must resume it.
+  Client a(port_);
+  const std::string first = values[0], second = values[1];
+  a.Send(fmt::format("set late 0 0 {}\r\n", first.size()) + first.substr(0, 1 << 20));
+  std::this_thread::sleep_for(200ms);  // (a's fill is granted and holds the key)
+  std::string b_reply;
+  std::thread b([&] {
+    Client bc(port_);
+    b_reply = bc.Ask(fmt::format("set late 0 0 {}\r\n", second.size()) + second + "\r\n");
+  });
+  std::this_thread::sleep_for(500ms);  // (b waits for the key with 4 MiB read)
+  a.Send(first.substr(1 << 20) + "\r\n");
+  EXPECT_EQ(a.ReadUntil("\r\n"), "STORED\r\n");
+  b.join();
+  EXPECT_EQ(b_reply, "STORED\r\n");
+  EXPECT_TRUE(Get("late") == Value("late", second));
+}
+
 TEST_F(MemcacheFront, AWriterKilledMidSetLeavesTheKeyToTheNext) {
   const std::string v = Bytes(1 << 20, 6);
   const std::string partial = fmt::format("set contested 0 0 {}\r\n", v.size()) + v.substr(0, 1000);
