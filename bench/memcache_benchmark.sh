@@ -11,8 +11,8 @@
 #               --memory EXT_MEM.
 #   small:      SMALL_COUNT values of 100 B - 2 KB: memcached vs goblin.
 # For each: fill time, then gets for SECONDS: gets/s, Gbit/s of values, p50/p99/p99.9 of
-# the complete reply and of its first line; server RSS (memcached's pid; goblin's core +
-# gateway) after the run; disk bytes (extstore file, goblin's tier).
+# the complete reply and of its first line; server memory after the run (proportional set
+# size: memcached; goblin's launcher, core and gateway, their shared pools counted once); disk bytes (extstore file, goblin's tier).
 #   bench/memcache_benchmark.sh [--no-build]
 # Environment (defaults): ROWS ("large-mem large-disk small"), CONNECTIONS (16), SECONDS
 # (10), LARGE_COUNT (1000: ~1 GiB), DISK_COUNT (3000: ~3 GiB), SMALL_COUNT (100000),
@@ -55,10 +55,11 @@ trap cleanup EXIT
   echo "connections $CONNECTIONS, $SECONDS_RUN s per run"
 } | tee "$OUT/machine.txt"
 
-rss_kib() {  # PID... -> the sum of their VmRSS
+rss_kib() {  # PID... -> the sum of their proportional set sizes (shared memory, such as
+  # goblin's pools mapped by both the core and the gateway, counted once)
   local sum=0 p v
   for p in "$@"; do
-    v=$(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    v=$(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)
     sum=$((sum + ${v:-0}))
   done
   echo "$sum"
@@ -106,7 +107,7 @@ server_pids() {  # the processes whose memory counts
 
 disk_bytes() { du -sb "$DIR" 2>/dev/null | awk '{print $1}'; }
 
-echo "| row | server | memory given | fill s | gets/s | Gbit/s | p50 us | p99 us | p99.9 us | first line p50/p99 us | RSS MiB | disk MiB |" > "$OUT/results.md"
+echo "| row | server | memory given | fill s | gets/s | Gbit/s | p50 us | p99 us | p99.9 us | first line p50/p99 us | memory (PSS) MiB | disk MiB |" > "$OUT/results.md"
 echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >> "$OUT/results.md"
 
 run_row() {  # row kind mem -- load args...
@@ -141,7 +142,9 @@ for row in $ROWS; do
   case $row in
     large-mem)
       run_row "$row" memcached "$((LARGE_COUNT * 2))" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
-      run_row "$row" goblin "$GOBLIN_MEM_LARGE" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}" ;;
+      for mem in $GOBLIN_MEM_LARGE; do
+        run_row "$row" goblin "$mem" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
+      done ;;
     large-disk)
       run_row "$row" extstore "${EXT_MEM%M}" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}"
       run_row "$row" goblin "$EXT_MEM" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}" ;;
