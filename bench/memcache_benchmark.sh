@@ -87,7 +87,7 @@ start_server() {  # kind mem
       SERVER_PID=$! ;;
     extstore)
       memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
-        -o "ext_path=$DIR/extstore:$((DISK_COUNT * 2))m,ext_wbuf_size=8,ext_threads=2" \
+        -o "ext_path=$DIR/extstore:$((DISK_COUNT * 2))m,ext_wbuf_size=16,ext_threads=2" \
         > "$OUT/server-$kind.log" 2>&1 &
       SERVER_PID=$! ;;
     goblin)
@@ -107,15 +107,19 @@ server_pids() {  # the processes whose memory counts
 
 disk_bytes() { du -sb "$DIR" 2>/dev/null | awk '{print $1}'; }
 
-echo "| row | server | memory given | fill s | gets/s | Gbit/s | p50 us | p99 us | p99.9 us | first line p50/p99 us | memory (PSS) MiB | disk MiB |" > "$OUT/results.md"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >> "$OUT/results.md"
+echo "| row | server | memory given | fill s | gets/s | misses | Gbit/s | p50 us | p99 us | p99.9 us | first line p50/p99 us | memory (PSS) MiB | disk MiB |" > "$OUT/results.md"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >> "$OUT/results.md"
 
 run_row() {  # row kind mem -- load args...
   local row=$1 kind=$2 mem=$3
   shift 4
   start_server "$kind" "$mem"
   local fill get
-  fill=$("$LOAD" fill --port "$PORT" --connections "$CONNECTIONS" --label "$kind" "$@")
+  # (extstore writes values to disk behind the fill: a fill faster than that loses them, so
+  # its rows are filled by one connection)
+  local fill_conns=$CONNECTIONS
+  [ "$kind" = extstore ] && fill_conns=1
+  fill=$("$LOAD" fill --port "$PORT" --connections "$fill_conns" --label "$kind" "$@")
   echo "$row $fill" | tee -a "$OUT/run.log"
   get=$("$LOAD" get --port "$PORT" --connections "$CONNECTIONS" --seconds "$SECONDS_RUN" \
     --label "$kind" "$@")
@@ -124,16 +128,17 @@ run_row() {  # row kind mem -- load args...
   mapfile -t pids < <(server_pids)
   rss=$(rss_kib "${pids[@]}")
   local disk; disk=$(disk_bytes)
-  local fill_s gets gbit p50 p99 p999 f50 f99
+  local fill_s gets misses gbit p50 p99 p999 f50 f99
   fill_s=$(sed -n 's/.* in \([0-9.]*\) s .*/\1/p' <<<"$fill")
   gets=$(sed -n 's/.* gets (\([0-9]*\)\/s).*/\1/p' <<<"$get")
+  misses=$(sed -n 's/.*\/s), \([0-9]*\) misses, \([0-9]*\) errors.*/\1 + \2 errors/p' <<<"$get")
   gbit=$(sed -n 's/.*, \([0-9.]*\) Gbit\/s.*/\1/p' <<<"$get")
   p50=$(sed -n 's/.*complete p50 \([0-9]*\) us.*/\1/p' <<<"$get")
   p99=$(sed -n 's/.*complete p50 [0-9]* us p99 \([0-9]*\) us.*/\1/p' <<<"$get")
   p999=$(sed -n 's/.*p99.9 \([0-9]*\) us.*/\1/p' <<<"$get")
   f50=$(sed -n 's/.*first line p50 \([0-9]*\) us.*/\1/p' <<<"$get")
   f99=$(sed -n 's/.*first line p50 [0-9]* us p99 \([0-9]*\) us.*/\1/p' <<<"$get")
-  echo "| $row | $kind | $mem | $fill_s | $gets | $gbit | $p50 | $p99 | $p999 | $f50/$f99 | $((rss / 1024)) | $((disk / 1048576)) |" >> "$OUT/results.md"
+  echo "| $row | $kind | $mem | $fill_s | $gets | $misses | $gbit | $p50 | $p99 | $p999 | $f50/$f99 | $((rss / 1024)) | $((disk / 1048576)) |" >> "$OUT/results.md"
   stop_server
 }
 
