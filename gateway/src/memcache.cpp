@@ -45,6 +45,7 @@ bool IsStorage(Cmd c) {
     case Cmd::kAppend:
     case Cmd::kPrepend:
     case Cmd::kCas:
+    case Cmd::kMetaSet:
       return true;
     default:
       return false;
@@ -211,11 +212,144 @@ Parsed ParseLine(std::string_view line, Request* out) {
   auto reply = [&](std::string_view s) { return r.noreply ? Silent() : Reply(s); };
 
   if (cmd.size() == 2 && cmd[0] == 'm') {
-    if (cmd[1] == 'n') {
-      r.cmd = Cmd::kMetaNoop;
-      return Go();
+    switch (cmd[1]) {
+      case 'n':
+        r.cmd = Cmd::kMetaNoop;
+        return Go();
+      case 'g':
+        r.cmd = Cmd::kMetaGet;
+        break;
+      case 's':
+        r.cmd = Cmd::kMetaSet;
+        break;
+      case 'd':
+        r.cmd = Cmd::kMetaDelete;
+        break;
+      case 'a':
+        r.cmd = Cmd::kMetaArith;
+        break;
+      case 'e':  // memcached's debug dump of an item
+        if (ntokens < 3 || tok[1].size() > kKeyMaxLength) return Reply(kBadFormat);
+        r.cmd = Cmd::kMetaDebug;
+        r.key = tok[1];
+        return Go();
+      default:
+        return Reply(kError);
     }
-    return Reply(kError);  // (the other meta commands are not served yet)
+    if (ntokens < 3) return Reply(kError);
+    if (tok[1].size() > kKeyMaxLength) return Reply(kBadFormat);
+    r.key = tok[1];
+    size_t first = 2;
+    if (r.cmd == Cmd::kMetaSet) {
+      if (ntokens == 3) return Reply(kBadFormat);
+      if (ntokens > 20) return Reply("CLIENT_ERROR options flags too long\r\n");
+      int32_t vlen = 0;
+      if (!ParseI32(tok[2], &vlen) || vlen < 0 || vlen > INT32_MAX - 2) return Reply(kBadFormat);
+      r.bytes = static_cast<uint32_t>(vlen);
+      first = 3;
+    } else if (ntokens > 20) {
+      return Reply(r.cmd == Cmd::kMetaGet ? "CLIENT_ERROR options flags are too long\r\n"
+                                          : "CLIENT_ERROR options flags too long\r\n");
+    }
+    auto fail = [&](std::string_view e) {
+      Parsed p = Reply(e);
+      p.swallow = r.cmd == Cmd::kMetaSet;
+      return p;
+    };
+    // memcached's preparse: a repeated or unknown flag ends it at once; a bad value is noted
+    // (the last one noted is the answer) and the rest still read.
+    MetaFlags& f = r.meta;
+    f.count = 0;
+    bool seen[128] = {};
+    std::string_view err;
+    bool bad_default = false;
+    // md and ma answer every preparse failure with one text.
+    const bool arith = r.cmd == Cmd::kMetaArith || r.cmd == Cmd::kMetaDelete;
+    const std::string_view dup_or_invalid =
+        arith ? "CLIENT_ERROR invalid or duplicate flag\r\n" : "";
+    for (size_t k = first; k < n; ++k) {
+      std::string_view t = tok[k];
+      const auto o = static_cast<unsigned char>(t[0]);
+      f.tokens[f.count++] = t;
+      if (o >= 127 || seen[o]) {
+        return fail(arith ? dup_or_invalid : "CLIENT_ERROR duplicate flag\r\n");
+      }
+      seen[o] = true;
+      std::string_view arg = t.substr(1);
+      switch (o) {
+        case 'N':
+          if (!ParseI32(arg, &f.vivify_ttl))
+            err = "CLIENT_ERROR bad token in command line format\r\n";
+          f.vivify = true;
+          break;
+        case 'T':
+          if (!ParseI32(arg, &f.ttl)) err = "CLIENT_ERROR bad token in command line format\r\n";
+          f.has_ttl = true;
+          break;
+        case 'C':
+          if (!ParseU64(arg, &f.cas)) err = "CLIENT_ERROR bad token in command line format\r\n";
+          f.has_cas = true;
+          break;
+        case 'F':  // (memcached notes the failure without a text of its own: the default)
+          if (!ParseU32(arg, &f.client_flags)) bad_default = true;
+          f.has_flags = true;
+          break;
+        case 'M':
+          if (t.size() != 2) {
+            err = "CLIENT_ERROR incorrect length for M token\r\n";
+          } else {
+            f.mode = t[1];
+          }
+          break;
+        case 'J':
+          if (!ParseU64(arg, &f.initial)) err = "CLIENT_ERROR invalid numeric initial value\r\n";
+          break;
+        case 'D':
+          if (!ParseU64(arg, &f.delta)) err = "CLIENT_ERROR invalid numeric delta value\r\n";
+          break;
+        case 'v':
+          f.value = true;
+          break;
+        case 'q':
+          f.quiet = true;
+          break;
+        case 'O':
+        case 'k':
+        case 's':
+        case 't':
+        case 'c':
+        case 'f':
+          break;
+        case 'b':  // base64 keys
+        case 'R':  // recache
+        case 'I':  // invalidate (stale items)
+        case 'h':  // hit before
+        case 'l':  // last access
+        case 'u':
+        case 'P':
+        case 'L':
+          return fail("CLIENT_ERROR flag not served by goblin\r\n");
+        default:
+          return fail(arith ? dup_or_invalid : "CLIENT_ERROR invalid flag\r\n");
+      }
+    }
+    if (!err.empty() || bad_default)
+      return fail(arith ? dup_or_invalid : !err.empty() ? err : kBadFormat);
+    if (r.cmd == Cmd::kMetaGet && f.vivify)
+      return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (leases)
+    if (r.cmd == Cmd::kMetaDelete && f.has_cas)
+      return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (conditional delete)
+    if (r.cmd == Cmd::kMetaSet && f.mode != 0 &&
+        std::string_view("SEAPR").find(f.mode) == std::string_view::npos)
+      return fail("CLIENT_ERROR invalid mode for ms M token\r\n");
+    if (r.cmd == Cmd::kMetaArith && f.mode != 0 &&
+        std::string_view("I+D-").find(f.mode) == std::string_view::npos)
+      return fail("CLIENT_ERROR invalid mode for ma M token\r\n");
+    for (size_t k = 0; k < f.count; ++k) {
+      if (f.tokens[k][0] == 'O' && f.tokens[k].size() > 32)
+        return fail("CLIENT_ERROR opaque token too long\r\n");
+    }
+    return Go();
   }
 
   // ---- the get family ----

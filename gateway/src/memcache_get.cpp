@@ -5,6 +5,8 @@
 // most of what it was given, so a slow reader holds about one piece here, not its value.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "goblin/common/log.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
@@ -13,6 +15,13 @@
 namespace goblin::gateway {
 namespace {
 constexpr std::string_view kLog = "memcache";
+std::string SecondsLeftForMe(uint64_t expires_ns) {
+  if (expires_ns == 0) return "-1";
+  const auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count());
+  return expires_ns <= now ? "0" : std::to_string((expires_ns - now) / 1'000'000'000ULL);
+}
 constexpr size_t kWindow = 16;  // keys of one get asked for ahead of the one being written
 }  // namespace
 
@@ -64,6 +73,18 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
   uint64_t length = options_.chunk_bytes;
   if (!first) length = std::min<uint64_t>(length, k.size - offset);
   const uint16_t shard = core_->ShardFor(k.key);
+  if (op.no_value) {  // mg without v: what is known of it, not its bytes
+    const uint64_t corr = Corr(c, CorrKind::kMetaHead, static_cast<uint32_t>(index), shard);
+    SendKeyed(
+        k.key,
+        [&](uint8_t* b, size_t cap) {
+          return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(k.key).Finish();
+        },
+        k.key.size() + 64, true);
+    k.state = GetKey::State::kAsked;
+    k.piece_in_flight = true;
+    return;
+  }
   const uint64_t corr = Corr(c, CorrKind::kGetPiece, static_cast<uint32_t>(index), shard);
   // The key being written has its bytes lent (written from the core's pools); keys held
   // for later are copied (a loan must not wait on another key's client).
@@ -147,12 +168,19 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
         k.state = GetKey::State::kHit;
         k.size = info->object_size();
         k.generation = info->generation();
+        k.expires_ns = info->expires_nanos();
         k.flags = memcache::FlagsFromMetadata(info->metadata());
         k.asked_end = std::min(k.asked_end, k.size);
         ++(op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats ? stats_.touch_hits
                                                                            : stats_.get_hits);
       } else if (info->generation() != k.generation) {
         return cut_off("was replaced");
+      }
+      if (op.no_value) {  // (ObjectHead: nothing follows)
+        k.received = k.size;
+        k.piece_in_flight = false;
+        *last = true;
+        break;
       }
       Take(c, op, t.index, info->first_bytes());
       if (*last) k.piece_in_flight = false;
@@ -225,7 +253,19 @@ void MemcacheServer::Impl::Take(Client& c, Op& op, size_t index, std::string_vie
 void MemcacheServer::Impl::WriteValueHeader(Client& c, const Op& op, GetKey& k) {
   if (k.header_out) return;
   fmt::memory_buffer b;
-  if (op.cmd == memcache::Cmd::kGets || op.cmd == memcache::Cmd::kGats) {
+  if (op.cmd == memcache::Cmd::kMetaDebug) {
+    // memcached's fields, goblin's values: la (seconds since the last access), fetch and cls
+    // (its slab class) have no counterpart here and read 0, no and 1.
+    fmt::format_to(std::back_inserter(b), "ME {} exp={} la=0 cas={} fetch=no cls=1 size={}\r\n",
+                   k.key, SecondsLeftForMe(k.expires_ns), k.generation, k.size);
+  } else if (op.meta) {
+    std::string flags = MetaFlagsOut(op, &k, true);
+    if (op.no_value) {
+      fmt::format_to(std::back_inserter(b), "HD{}\r\n", flags);
+    } else {
+      fmt::format_to(std::back_inserter(b), "VA {}{}\r\n", k.size, flags);
+    }
+  } else if (op.cmd == memcache::Cmd::kGets || op.cmd == memcache::Cmd::kGats) {
     fmt::format_to(std::back_inserter(b), "VALUE {} {} {} {}\r\n", k.key, k.flags, k.size,
                    k.generation);
   } else {
@@ -244,6 +284,11 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
     if (k.state == GetKey::State::kNotAsked) AskPiece(c, op, op.front);
     if (k.state == GetKey::State::kAsked) break;
     if (k.state == GetKey::State::kMiss) {
+      if (op.cmd == memcache::Cmd::kMetaDebug) {
+        Write(c, "EN\r\n");
+      } else if (op.meta && !op.mf.quiet) {
+        Write(c, "EN" + MetaFlagsOut(op, &k, false) + "\r\n");
+      }
       ++op.front;
       continue;
     }
@@ -253,7 +298,7 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
       k.buf.clear();
     }
     if (k.received == k.size && !k.piece_in_flight) {
-      Write(c, "\r\n");
+      if (!op.no_value) Write(c, "\r\n");
       std::string().swap(k.buf);
       ++op.front;
       continue;
@@ -266,7 +311,7 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
   for (size_t i = op.front; i < op.keys.size() && i < op.front + kWindow; ++i) {
     if (op.keys[i].state == GetKey::State::kNotAsked) AskPiece(c, op, i);
   }
-  if (op.front == op.keys.size()) return Finish(c, "END\r\n");
+  if (op.front == op.keys.size()) return Finish(c, op.meta ? "" : "END\r\n");
   if (c.out_bytes != out_before) dirty_.push_back(&c);  // (FlushClient calls here: no loop)
 }
 

@@ -277,6 +277,10 @@ void MemcacheServer::Impl::Process(Client& c) {
       c.in_pos = next;
       if (p.reply.starts_with("ERROR") || p.reply.starts_with("CLIENT_ERROR"))
         ++stats_.protocol_errors;
+      if (p.swallow) {  // (an ms refused after its length: its block is read, then this)
+        StartSwallow(c, p.reply, req_.bytes);
+        continue;
+      }
       Write(c, p.reply);
       continue;
     }
@@ -316,6 +320,20 @@ void MemcacheServer::Impl::Start(Client& c, memcache::Request& req, size_t line_
     case Cmd::kDecr:
       c.in_pos = line_end;
       return StartDelta(c, req);
+    case Cmd::kMetaGet:
+    case Cmd::kMetaSet:
+    case Cmd::kMetaDelete:
+    case Cmd::kMetaArith:
+    case Cmd::kMetaDebug: {
+      memcache::Request copy = req;  // (views into c.in, which a data block consumes)
+      std::string key(req.key);
+      copy.key = key;
+      std::vector<std::string> tokens;
+      for (size_t i = 0; i < req.meta.count; ++i) tokens.emplace_back(req.meta.tokens[i]);
+      for (size_t i = 0; i < tokens.size(); ++i) copy.meta.tokens[i] = tokens[i];
+      c.in_pos = line_end;
+      return StartMeta(c, copy);
+    }
     default:
       c.in_pos = line_end;
       return StartSimple(c, req);
@@ -544,7 +562,11 @@ void MemcacheServer::Impl::ReleaseOutput(Client& c) {
 }
 
 void MemcacheServer::Impl::Finish(Client& c, std::string_view reply) {
-  if (c.op && !c.op->noreply) Write(c, reply);
+  if (c.op && c.op->meta && c.op->cmd != memcache::Cmd::kMetaGet) {
+    Write(c, MetaReply(*c.op, reply));
+  } else if (c.op && !c.op->noreply) {
+    Write(c, reply);
+  }
   c.op.reset();
   dirty_.push_back(&c);  // (the loop parses what waits in its input)
 }
@@ -672,6 +694,7 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
     }
     if (t.kind == CorrKind::kGetPiece || t.kind == CorrKind::kFetch)
       last = IsLastGetMessage(h.template_id, m);
+    if (t.kind == CorrKind::kMetaHead) last = true;
     if (t.kind == CorrKind::kPurge && h.template_id == wire::PurgeAckDecoder::kTemplateId)
       last = true;
     if (last) corr_.erase(corr);
@@ -679,7 +702,9 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
   }
   switch (t.kind) {
     case CorrKind::kGetPiece:
+    case CorrKind::kMetaHead:
       OnGetReply(*c, *op, t, h.template_id, m, &last);
+      if (t.kind == CorrKind::kMetaHead) last = true;
       break;
     case CorrKind::kPutBegin:
     case CorrKind::kPutCommit:

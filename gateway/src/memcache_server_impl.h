@@ -35,7 +35,7 @@ class MemcacheServer::Impl {
   struct GetKey {
     std::string key;
     enum class State : uint8_t { kNotAsked, kAsked, kHit, kMiss } state = State::kNotAsked;
-    uint64_t size = 0, generation = 0;
+    uint64_t size = 0, generation = 0, expires_ns = 0;
     uint32_t flags = 0;
     std::string buf;         // value bytes received, not yet written to the client
     uint64_t received = 0;   // value bytes received so far (all pieces)
@@ -81,6 +81,14 @@ class MemcacheServer::Impl {
     int32_t exptime = 0;
     // flush_all
     int acks_due = 0;
+    // meta commands (mg, ms, md, ma): their flags, tokens copied, and what the reply shows
+    bool meta = false;
+    memcache::MetaFlags mf;
+    std::vector<std::string> meta_tokens;
+    uint64_t new_generation = 0;  // a write's (PutResult)
+    uint64_t new_expires = 0;     // ma: the value's expiry after it
+    bool vivifying = false;       // ma N: creating the value on a miss
+    bool no_value = false;        // mg without v: ObjectHead, no bytes
   };
   // A piece of a client's output: bytes of our own, or bytes in a core pool lent to us
   // (written from there with writev; the loan goes back once the kernel has them).
@@ -117,7 +125,8 @@ class MemcacheServer::Impl {
     kDelete,
     kTouch,
     kPurge,
-    kFetch,  // a read-modify-write reads the value
+    kFetch,     // a read-modify-write reads the value
+    kMetaHead,  // mg without v: ObjectHead (one answer)
   };
   struct CorrTarget {
     uint64_t client = 0, seq = 0;
@@ -160,6 +169,13 @@ class MemcacheServer::Impl {
   void Take(Client& c, Op& op, size_t index, std::string_view bytes);  // value bytes arrived
   void WriteValueHeader(Client& c, const Op& op, GetKey& k);
   static bool IsLastGetMessage(uint16_t template_id, std::span<const uint8_t> m);
+
+  // memcache_meta.cpp
+  void StartMeta(Client& c, const memcache::Request& req);
+  void StartSwallow(Client& c, std::string_view reply, uint64_t bytes);
+  // The return flags of a meta reply, in the order the command gave them.
+  std::string MetaFlagsOut(const Op& op, const GetKey* k, bool hit) const;
+  std::string MetaReply(const Op& op, std::string_view classic) const;  // STORED -> HD, ...
 
   // memcache_store.cpp
   void StartStore(Client& c, const memcache::Request& req);

@@ -46,6 +46,11 @@ void MemcacheServer::Impl::StartStore(Client& c, const memcache::Request& req) {
   op.cas = req.cas;
   op.size = req.bytes;
   op.data_left = req.bytes;
+  if (req.is_meta) {
+    op.meta = true;
+    op.mf = req.meta;
+    for (size_t i = 0; i < req.meta.count; ++i) op.meta_tokens.emplace_back(req.meta.tokens[i]);
+  }
   if (!core_->up()) {
     op.lease = Lease::kRefused;
     op.refusal = "SERVER_ERROR goblin-core is unavailable\r\n";
@@ -68,6 +73,11 @@ void MemcacheServer::Impl::StartDelta(Client& c, const memcache::Request& req) {
   op.key = std::string(req.key);
   op.cas = req.delta;  // (the delta)
   op.data_done = true;
+  if (req.is_meta) {
+    op.meta = true;
+    op.mf = req.meta;
+    for (size_t i = 0; i < req.meta.count; ++i) op.meta_tokens.emplace_back(req.meta.tokens[i]);
+  }
   Fetch(c, op);
 }
 
@@ -77,7 +87,16 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
   uint64_t if_generation = 0;
   std::string metadata;
   uint64_t size = op.size, ttl = op.ttl_ns;
-  if (IsRmw(op)) {
+  if (op.vivifying) {  // ma N: the value is created (if nobody else did meanwhile)
+    flags = wire::kPutIfAbsent;
+    size = op.value.size();
+    ttl = memcache::ExptimeToTtlNanos(op.mf.vivify_ttl, static_cast<int64_t>(std::time(nullptr)));
+    const uint64_t now_ns =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    op.new_expires = ttl == 0 ? 0 : now_ns + ttl;
+  } else if (IsRmw(op)) {
     flags = wire::kPutIfGeneration;
     if_generation = op.old_generation;
     metadata = op.old_metadata;
@@ -88,6 +107,13 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count());
     ttl = op.old_expires == 0 ? 0 : (op.old_expires > now ? op.old_expires - now : 1);
+    // ma T: a new time to live with the new value (ms's T does not apply to an append or a
+    // prepend: the value keeps its expiry, as in memcached)
+    if (op.meta && op.mf.has_ttl &&
+        (op.cmd == memcache::Cmd::kIncr || op.cmd == memcache::Cmd::kDecr)) {
+      ttl = memcache::ExptimeToTtlNanos(op.mf.ttl, static_cast<int64_t>(std::time(nullptr)));
+    }
+    op.new_expires = ttl == 0 ? 0 : now + ttl;
   } else {
     metadata = memcache::MetadataForFlags(op.flags);
     if (op.cmd == Cmd::kAdd) flags = wire::kPutIfAbsent;
@@ -257,6 +283,13 @@ void MemcacheServer::Impl::Fetch(Client& c, Op& op) {
 void MemcacheServer::Impl::AfterFetch(Client& c, Op& op) {
   using memcache::Cmd;
   const bool number = op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr;
+  if (!op.found && number && op.meta && op.mf.vivify) {
+    op.vivifying = true;
+    op.value = std::to_string(op.mf.initial);
+    op.refusal = op.value + "\r\n";  // (the reply on success)
+    return SendPutBegin(c, op);
+  }
+  op.vivifying = false;
   if (!op.found) {
     if (op.cmd == Cmd::kIncr) ++stats_.incr_misses;
     if (op.cmd == Cmd::kDecr) ++stats_.decr_misses;
@@ -290,7 +323,8 @@ void MemcacheServer::Impl::Refused(Client& c, Op& op, uint16_t code, std::string
   using memcache::Cmd;
   const auto ec = static_cast<wire::ErrorCode>(code);
   if (IsRmw(op) &&
-      (ec == wire::ErrorCode::kFailedPrecondition || ec == wire::ErrorCode::kNotFound)) {
+      (ec == wire::ErrorCode::kFailedPrecondition || ec == wire::ErrorCode::kNotFound ||
+       (op.vivifying && ec == wire::ErrorCode::kAlreadyExists))) {
     // Another write came between the read and this one: read again.
     if (++op.attempts < kMaxAttempts) {
       ++stats_.write_retries;
@@ -404,6 +438,7 @@ void MemcacheServer::Impl::OnStoreReply(Client& c, Op& op, const CorrTarget& t,
     case CorrKind::kPutCommit: {
       if (template_id == wire::PutResultDecoder::kTemplateId) {
         if (op.begin_corr) corr_.erase(op.begin_corr);
+        if (auto r = wire::PutResultDecoder::Decode(m)) op.new_generation = r->generation();
         switch (op.cmd) {
           case Cmd::kIncr:
             ++stats_.incr_hits;

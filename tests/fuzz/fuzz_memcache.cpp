@@ -49,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto p = mc::ParseLine(line, &req);
     if (p.kind == mc::Parsed::Kind::kReply) {
       if (!p.reply.empty() && !p.reply.ends_with("\r\n")) std::abort();
+      if (p.swallow && (req.cmd != mc::Cmd::kMetaSet || req.bytes > INT32_MAX - 2)) std::abort();
       if (!p.reply.empty() && req.noreply && req.cmd != mc::Cmd::kShutdown &&
           p.reply != "ERROR\r\n") {
         std::abort();  // noreply silences what memcached's out_string silences
@@ -56,6 +57,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     if (!Inside(req.key, line) || !Inside(req.stats_arg, line)) std::abort();
+    if (req.meta.count > 24) std::abort();
+    for (size_t i = 0; i < req.meta.count; ++i) {
+      if (req.meta.tokens[i].empty() || !Inside(req.meta.tokens[i], line)) std::abort();
+    }
     for (auto k : req.keys) {
       if (!Inside(k, line) || k.empty() || k.size() > mc::kKeyMaxLength) std::abort();
     }

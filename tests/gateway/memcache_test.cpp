@@ -77,6 +77,40 @@ TEST(MemcacheParse, OtherCommands) {
   EXPECT_EQ(P("x", &r).reply, "ERROR\r\n");
 }
 
+TEST(MemcacheParse, MetaCommands) {
+  Request r;
+  ASSERT_EQ(P("mg k v s O12 q T30", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.cmd, Cmd::kMetaGet);
+  EXPECT_TRUE(r.meta.value);
+  EXPECT_TRUE(r.meta.quiet);
+  EXPECT_TRUE(r.meta.has_ttl);
+  EXPECT_EQ(r.meta.ttl, 30);
+  EXPECT_EQ(r.meta.count, 5u);
+  EXPECT_EQ(r.meta.tokens[2], "O12");
+  ASSERT_EQ(P("ms k 5 F7 MA C99", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.bytes, 5u);
+  EXPECT_EQ(r.meta.client_flags, 7u);
+  EXPECT_EQ(r.meta.mode, 'A');
+  EXPECT_EQ(r.meta.cas, 99u);
+  EXPECT_EQ(P("mg k v v", &r).reply, "CLIENT_ERROR duplicate flag\r\n");
+  EXPECT_EQ(P("mg k x", &r).reply, "CLIENT_ERROR invalid flag\r\n");
+  EXPECT_EQ(P("md k x", &r).reply, "CLIENT_ERROR invalid or duplicate flag\r\n");
+  // A bad value is noted and the rest read: the last text noted is the answer; F has none.
+  EXPECT_EQ(P("ms k 1 Tx Fy", &r).reply, "CLIENT_ERROR bad token in command line format\r\n");
+  EXPECT_EQ(P("ms k 1 Fy", &r).reply, "CLIENT_ERROR bad command line format\r\n");
+  // An ms refused after its length: its data block is to be dropped.
+  auto p = P("ms k 3 Mx", &r);
+  EXPECT_EQ(p.reply, "CLIENT_ERROR invalid mode for ms M token\r\n");
+  EXPECT_TRUE(p.swallow);
+  EXPECT_EQ(r.bytes, 3u);
+  p = P("ms k x", &r);
+  EXPECT_EQ(p.reply, "CLIENT_ERROR bad command line format\r\n");
+  EXPECT_FALSE(p.swallow);  // (no length: the block is read as commands)
+  EXPECT_EQ(P("mg", &r).reply, "ERROR\r\n");
+  EXPECT_EQ(P("me", &r).reply, "CLIENT_ERROR bad command line format\r\n");
+  EXPECT_EQ(P("mg k I", &r).reply, "CLIENT_ERROR flag not served by goblin\r\n");
+}
+
 TEST(MemcacheParse, NumbersAndHelpers) {
   uint64_t v = 0;
   EXPECT_TRUE(ParseStoredNumber(" 12 ", &v));

@@ -44,10 +44,35 @@ enum class Cmd : uint8_t {
   kVerbosity,
   kQuit,
   kStats,
-  kMetaNoop,  // mn
-  kShutdown,  // refused: "ERROR: shutdown not enabled"
+  kMetaNoop,    // mn
+  kMetaGet,     // mg
+  kMetaSet,     // ms
+  kMetaDelete,  // md
+  kMetaArith,   // ma
+  kMetaDebug,   // me
+  kShutdown,    // refused: "ERROR: shutdown not enabled"
 };
-bool IsStorage(Cmd c);  // set, add, replace, append, prepend, cas: a data block follows
+bool IsStorage(Cmd c);  // set, add, replace, append, prepend, cas, ms: a data block follows
+
+// The flags of a meta command (mg, ms, md, ma), as memcached's preparse reads them. The
+// tokens are kept in order: the reply's return flags (s, f, t, c, k, O) follow it.
+struct MetaFlags {
+  std::string_view tokens[24];
+  size_t count = 0;
+  bool value = false;    // v
+  bool quiet = false;    // q
+  bool has_ttl = false;  // T
+  int32_t ttl = 0;
+  bool has_flags = false;  // F (ms)
+  uint32_t client_flags = 0;
+  bool has_cas = false;  // C
+  uint64_t cas = 0;
+  bool vivify = false;  // N (ma: create on a miss)
+  int32_t vivify_ttl = 0;
+  uint64_t initial = 0;  // J (ma)
+  uint64_t delta = 1;    // D (ma)
+  char mode = 0;         // M: ms S E A P R; ma I + D -
+};
 
 struct Request {
   Cmd cmd = Cmd::kGet;
@@ -64,6 +89,8 @@ struct Request {
   // The get family with an over-long key: memcached answers `fail_reply` after it has
   // looked at the keys before it (a gat has touched them); `keys` holds those.
   std::string_view fail_reply;
+  MetaFlags meta;        // mg, ms, md, ma
+  bool is_meta = false;  // (set by the server when it carries out ms/ma as set/incr/...)
 };
 
 // The next command line in `in` from `pos`: its text without "\r\n" (memcached strips one
@@ -77,6 +104,9 @@ LineStatus NextLine(std::string_view in, size_t pos, std::string_view* line, siz
 struct Parsed {
   enum class Kind : uint8_t { kRequest, kReply } kind = Kind::kReply;
   std::string_view reply;
+  // An ms refused after its data length was read: memcached reads the data block (and
+  // drops it) before the next command (Request::bytes says how long it is).
+  bool swallow = false;
 };
 Parsed ParseLine(std::string_view line, Request* out);
 

@@ -1,0 +1,208 @@
+// MemcacheServer: the meta commands (mg, ms, md, ma; mn is answered at once), carried out by
+// the same machinery as the classic ones (mg: a get of one key, or ObjectHead without v;
+// ms: set/add/replace/append/prepend/cas by its M mode and C; md: delete; ma: incr/decr,
+// creating the value on a miss with N), with memcached 1.6's replies: HD / VA / EN / NS /
+// EX / NF followed by the return flags in the order the command gave them, q silencing
+// only the answer that means "as expected" (HD; EN for mg).
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "goblin/wire/goblin_wire.h"
+#include "memcache_server_impl.h"
+
+namespace goblin::gateway {
+namespace {
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+// memcached's "t": seconds left (-1: never expires).
+std::string SecondsLeft(uint64_t expires_ns) {
+  if (expires_ns == 0) return "-1";
+  const uint64_t now = NowNs();
+  if (expires_ns <= now) return "0";
+  return std::to_string((expires_ns - now + 999'999'999ULL) / 1'000'000'000ULL);
+}
+}  // namespace
+
+void MemcacheServer::Impl::StartSwallow(Client& c, std::string_view reply, uint64_t bytes) {
+  c.op = std::make_unique<Op>();
+  Op& op = *c.op;
+  op.cmd = memcache::Cmd::kSet;  // (a write whose block is read and dropped)
+  op.seq = c.next_seq++;
+  op.lease = Lease::kRefused;
+  op.refusal = std::string(reply);
+  op.data_left = bytes;
+  op.size = bytes;
+  PumpStore(c);
+}
+
+void MemcacheServer::Impl::StartMeta(Client& c, const memcache::Request& req) {
+  using memcache::Cmd;
+  const memcache::MetaFlags& f = req.meta;
+  auto init = [&](Op& op) {
+    op.meta = true;
+    op.mf = f;
+    op.meta_tokens.clear();
+    for (size_t i = 0; i < f.count; ++i) op.meta_tokens.emplace_back(f.tokens[i]);
+  };
+  if (!core_->up()) return Write(c, "SERVER_ERROR goblin-core is unavailable\r\n");
+  switch (req.cmd) {
+    case Cmd::kMetaGet:
+    case Cmd::kMetaDebug: {
+      c.op = std::make_unique<Op>();
+      Op& op = *c.op;
+      init(op);
+      op.cmd = req.cmd;
+      op.seq = c.next_seq++;
+      op.no_value = !f.value || req.cmd == Cmd::kMetaDebug;
+      op.keys.resize(1);
+      op.keys[0].key = std::string(req.key);
+      ++stats_.cmd_get;
+      if (f.has_ttl) {  // T: the new time to live first, then the read
+        const uint64_t ttl =
+            memcache::ExptimeToTtlNanos(f.ttl, static_cast<int64_t>(std::time(nullptr)));
+        const std::string& key = op.keys[0].key;
+        const uint64_t tcorr = next_corr_++;
+        corr_[tcorr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
+        SendKeyed(
+            key,
+            [&](uint8_t* b, size_t cap) {
+              return wire::ObjectTouchEncoder(b, cap)
+                  .set_correlation_id(tcorr)
+                  .set_ttl_nanos(ttl)
+                  .set_key(key)
+                  .Finish();
+            },
+            key.size() + 64, true);
+      }
+      return PumpGet(c);
+    }
+    case Cmd::kMetaSet: {
+      memcache::Request r;
+      r.is_meta = true;
+      r.meta = f;
+      r.key = req.key;
+      r.bytes = req.bytes;
+      r.flags = f.client_flags;
+      r.exptime = f.has_ttl ? f.ttl : 0;
+      switch (f.mode) {
+        case 'E':
+          r.cmd = Cmd::kAdd;
+          break;
+        case 'A':
+          r.cmd = Cmd::kAppend;
+          break;
+        case 'P':
+          r.cmd = Cmd::kPrepend;
+          break;
+        case 'R':
+          r.cmd = Cmd::kReplace;
+          break;
+        default:
+          r.cmd = Cmd::kSet;
+          break;
+      }
+      if (f.has_cas && (r.cmd == Cmd::kSet || r.cmd == Cmd::kReplace)) {
+        r.cmd = Cmd::kCas;
+        r.cas = f.cas;
+      }
+      return StartStore(c, r);
+    }
+    case Cmd::kMetaDelete: {
+      memcache::Request r;
+      r.cmd = Cmd::kDelete;
+      r.key = req.key;
+      StartSimple(c, r);
+      if (c.op) init(*c.op);
+      return;
+    }
+    case Cmd::kMetaArith: {
+      memcache::Request r;
+      r.is_meta = true;
+      r.meta = f;
+      r.key = req.key;
+      r.cmd = (f.mode == 'D' || f.mode == '-') ? Cmd::kDecr : Cmd::kIncr;
+      r.delta = f.delta;
+      return StartDelta(c, r);
+    }
+    default:
+      return Write(c, "ERROR\r\n");
+  }
+}
+
+std::string MemcacheServer::Impl::MetaFlagsOut(const Op& op, const GetKey* k, bool hit) const {
+  using memcache::Cmd;
+  std::string out;
+  const std::string& key = op.keys.empty() ? op.key : op.keys[0].key;
+  for (const std::string& t : op.meta_tokens) {
+    switch (t[0]) {
+      case 'O':
+        out += ' ';
+        out += t;
+        break;
+      case 'k':
+        out += " k";
+        out += key;
+        break;
+      case 's':
+        if (op.cmd == Cmd::kMetaGet && hit) out += " s" + std::to_string(k->size);
+        break;
+      case 'f':
+        if (op.cmd == Cmd::kMetaGet && hit) out += " f" + std::to_string(k->flags);
+        break;
+      case 't':
+        if (op.cmd == Cmd::kMetaGet && hit) out += " t" + SecondsLeft(k->expires_ns);
+        if ((op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) && hit)
+          out += " t" + SecondsLeft(op.new_expires);
+        break;
+      case 'c':
+        if (op.cmd == Cmd::kMetaGet && hit) out += " c" + std::to_string(k->generation);
+        if ((op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) && hit)
+          out += " c" + std::to_string(op.new_generation);
+        if (op.cmd != Cmd::kMetaGet && op.cmd != Cmd::kIncr && op.cmd != Cmd::kDecr &&
+            op.cmd != Cmd::kDelete) {
+          out += " c" + std::to_string(hit ? op.new_generation : 0);  // (ms: 0 if not stored)
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+std::string MemcacheServer::Impl::MetaReply(const Op& op, std::string_view classic) const {
+  using memcache::Cmd;
+  const bool quiet = op.mf.quiet;
+  auto line = [&](std::string_view code, bool hit) {
+    return std::string(code) + MetaFlagsOut(op, nullptr, hit) + "\r\n";
+  };
+  if (op.cmd == Cmd::kDelete) {
+    if (classic == "DELETED\r\n") return quiet ? "" : line("HD", true);
+    if (classic == "NOT_FOUND\r\n") return line("NF", false);
+    return std::string(classic);
+  }
+  if (op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) {
+    if (classic == "NOT_FOUND\r\n") return line("NF", false);
+    if (classic.empty() || classic[0] < '0' || classic[0] > '9') return std::string(classic);
+    std::string_view number = classic.substr(0, classic.size() - 2);
+    if (quiet && !op.vivifying) return "";  // (q silences a success, VA included)
+    if (op.mf.value) {
+      return "VA " + std::to_string(number.size()) + MetaFlagsOut(op, nullptr, true) + "\r\n" +
+             std::string(classic);
+    }
+    // (a value ma created on a miss is answered even when quiet, as memcached does)
+    return quiet && !op.vivifying ? "" : line("HD", true);
+  }
+  // ms
+  if (classic == "STORED\r\n") return quiet ? "" : line("HD", true);
+  if (classic == "NOT_STORED\r\n") return line("NS", false);
+  if (classic == "EXISTS\r\n") return line("EX", false);
+  if (classic == "NOT_FOUND\r\n") return line("NF", false);
+  return std::string(classic);  // (errors: as they are, q or not)
+}
+
+}  // namespace goblin::gateway
