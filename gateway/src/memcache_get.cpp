@@ -10,6 +10,7 @@
 #include "goblin/common/log.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+#include "http_util.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {
@@ -17,9 +18,7 @@ namespace {
 constexpr std::string_view kLog = "memcache";
 std::string SecondsLeftForMe(uint64_t expires_ns) {
   if (expires_ns == 0) return "-1";
-  const auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::system_clock::now().time_since_epoch())
-                                             .count());
+  const auto now = detail::NowUnixNanos();
   return expires_ns <= now ? "0" : std::to_string((expires_ns - now) / 1'000'000'000ULL);
 }
 constexpr size_t kWindow = 16;  // keys of one get asked for ahead of the one being written
@@ -33,18 +32,7 @@ void MemcacheServer::Impl::StartGet(Client& c, const memcache::Request& req) {
         memcache::ExptimeToTtlNanos(req.exptime, static_cast<int64_t>(std::time(nullptr)));
     for (std::string_view key : req.keys) {
       if (!core_->up()) break;
-      const uint64_t tcorr = next_corr_++;
-      corr_[tcorr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
-      SendKeyed(
-          key,
-          [&](uint8_t* b, size_t cap) {
-            return wire::ObjectTouchEncoder(b, cap)
-                .set_correlation_id(tcorr)
-                .set_ttl_nanos(ttl)
-                .set_key(key)
-                .Finish();
-          },
-          key.size() + 64, true);
+      SendTouch(key, ttl);
     }
     return Write(c, req.fail_reply);
   }
@@ -64,6 +52,21 @@ void MemcacheServer::Impl::StartGet(Client& c, const memcache::Request& req) {
     stats_.cmd_get += req.keys.size();
   }
   PumpGet(c);
+}
+
+void MemcacheServer::Impl::SendTouch(std::string_view key, uint64_t ttl_ns) {
+  const uint64_t corr = next_corr_++;
+  corr_[corr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
+  SendKeyed(
+      key,
+      [&](uint8_t* b, size_t cap) {
+        return wire::ObjectTouchEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_ttl_nanos(ttl_ns)
+            .set_key(key)
+            .Finish();
+      },
+      key.size() + 64, true);
 }
 
 void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
@@ -105,20 +108,8 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
   if (first && (op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats)) {
     // The touch after the read: memcached's gat returns the value it touched even when the
     // new exptime has already passed.
-    const uint64_t ttl =
-        memcache::ExptimeToTtlNanos(op.exptime, static_cast<int64_t>(std::time(nullptr)));
-    const uint64_t tcorr = next_corr_++;
-    corr_[tcorr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, shard};
-    SendKeyed(
-        k.key,
-        [&](uint8_t* b, size_t cap) {
-          return wire::ObjectTouchEncoder(b, cap)
-              .set_correlation_id(tcorr)
-              .set_ttl_nanos(ttl)
-              .set_key(k.key)
-              .Finish();
-        },
-        k.key.size() + 64, true);
+    SendTouch(k.key,
+              memcache::ExptimeToTtlNanos(op.exptime, static_cast<int64_t>(std::time(nullptr))));
   }
   if (first) k.state = GetKey::State::kAsked;
   k.asked_end = offset + length;

@@ -9,19 +9,15 @@
 #include <chrono>
 
 #include "goblin/wire/goblin_wire.h"
+#include "http_util.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {
 namespace {
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
 // memcached's "t": seconds left (-1: never expires).
 std::string SecondsLeft(uint64_t expires_ns) {
   if (expires_ns == 0) return "-1";
-  const uint64_t now = NowNs();
+  const uint64_t now = detail::NowUnixNanos();
   if (expires_ns <= now) return "0";
   return std::to_string((expires_ns - now + 999'999'999ULL) / 1'000'000'000ULL);
 }
@@ -62,21 +58,8 @@ void MemcacheServer::Impl::StartMeta(Client& c, const memcache::Request& req) {
       op.keys[0].key = std::string(req.key);
       ++stats_.cmd_get;
       if (f.has_ttl) {  // T: the new time to live first, then the read
-        const uint64_t ttl =
-            memcache::ExptimeToTtlNanos(f.ttl, static_cast<int64_t>(std::time(nullptr)));
-        const std::string& key = op.keys[0].key;
-        const uint64_t tcorr = next_corr_++;
-        corr_[tcorr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
-        SendKeyed(
-            key,
-            [&](uint8_t* b, size_t cap) {
-              return wire::ObjectTouchEncoder(b, cap)
-                  .set_correlation_id(tcorr)
-                  .set_ttl_nanos(ttl)
-                  .set_key(key)
-                  .Finish();
-            },
-            key.size() + 64, true);
+        SendTouch(op.keys[0].key,
+                  memcache::ExptimeToTtlNanos(f.ttl, static_cast<int64_t>(std::time(nullptr))));
       }
       return PumpGet(c);
     }

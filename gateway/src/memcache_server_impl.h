@@ -163,6 +163,7 @@ class MemcacheServer::Impl {
   // memcache_get.cpp
   void StartGet(Client& c, const memcache::Request& req);
   void AskPiece(Client& c, Op& op, size_t index);
+  void SendTouch(std::string_view key, uint64_t ttl_ns);  // a touch nobody waits for
   void OnGetReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
                   std::span<const uint8_t> m, bool* last);
   void PumpGet(Client& c);  // writes what is ready, in key order, and asks for more

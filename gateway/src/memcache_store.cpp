@@ -14,6 +14,7 @@
 #include "goblin/common/log.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+#include "http_util.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {
@@ -91,10 +92,7 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
     flags = wire::kPutIfAbsent;
     size = op.value.size();
     ttl = memcache::ExptimeToTtlNanos(op.mf.vivify_ttl, static_cast<int64_t>(std::time(nullptr)));
-    const uint64_t now_ns =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count());
+    const uint64_t now_ns = detail::NowUnixNanos();
     op.new_expires = ttl == 0 ? 0 : now_ns + ttl;
   } else if (IsRmw(op)) {
     flags = wire::kPutIfGeneration;
@@ -102,10 +100,7 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
     metadata = op.old_metadata;
     size = op.value.size();
     // The value keeps its expiry (memcached's append and incr keep the item's exptime).
-    const uint64_t now =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count());
+    const uint64_t now = detail::NowUnixNanos();
     ttl = op.old_expires == 0 ? 0 : (op.old_expires > now ? op.old_expires - now : 1);
     // ma T: a new time to live with the new value (ms's T does not apply to an append or a
     // prepend: the value keeps its expiry, as in memcached)
