@@ -496,6 +496,7 @@ grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::S
     m["reservations"] += k.reservations;
     m["gets_parked"] += k.gets_parked;
     m["gets_cancelled"] += k.gets_cancelled;
+    m["scans"] += k.scans;
     const ring::ServerStats& rs = sh.ring->stats();
     m["ring_accepted"] += rs.accepted;
     m["ring_rejected"] += rs.rejected;

@@ -154,6 +154,7 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
     case wire::ObjectDescribeDecoder::kTemplateId:
     case wire::ObjectGetCancelDecoder::kTemplateId:
     case wire::ObjectTouchDecoder::kTemplateId:
+    case wire::ObjectScanDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
     default: {
@@ -215,6 +216,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       } else if ((d.flags() & wire::kPutIfAbsent) != 0) {
         cond.kind = CondKind::kAbsent;
       }
+      cond.keep_expiry = (d.flags() & wire::kPutKeepExpiry) != 0;
       auto r =
           store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size(), reserve, cond);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
@@ -486,7 +488,13 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectTouch", e);
       if (!OwnsKey(session, d.correlation_id(), d.key())) return;
-      auto r = store_->Touch(d.key(), d.ttl_nanos());
+      store::TouchCondition cond;
+      cond.if_no_expiry = (d.flags() & wire::kTouchIfNoExpiry) != 0;
+      cond.if_expiry = (d.flags() & wire::kTouchIfExpiry) != 0;
+      cond.if_later = (d.flags() & wire::kTouchIfLater) != 0;
+      cond.if_sooner = (d.flags() & wire::kTouchIfSooner) != 0;
+      cond.delete_now = (d.flags() & wire::kTouchDelete) != 0;
+      auto r = store_->Touch(d.key(), cond.delete_now ? 1 : d.ttl_nanos(), cond);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       store_->WhenDurable(
           [this, sid = session.id(), corr = d.correlation_id(), t = *r](const Status& st) {
@@ -507,7 +515,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectDelete", e);
       if (!OwnsKey(session, d.correlation_id(), d.key())) return;
-      auto r = store_->Delete(d.key());
+      auto r = d.if_generation() != 0 ? store_->DeleteIfGeneration(d.key(), d.if_generation())
+                                      : store_->Delete(d.key());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       store_->WhenDurable(
           [this, sid = session.id(), corr = d.correlation_id(), deleted = *r](const Status& st) {
@@ -518,6 +527,32 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             a.set_correlation_id(corr).set_deleted(deleted ? 1 : 0);
             Send(*s, a.Finish());
           });
+      return;
+    }
+    case wire::ObjectScanDecoder::kTemplateId: {
+      wire::ObjectScanDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("ObjectScan", e);
+      ++counters_.scans;
+      store::Store::ScanPage page;
+      page.next_cursor = 0;
+      // (count 0: the object count only; a page's keys fit one message)
+      if (d.count() > 0) {
+        const size_t room = std::min<size_t>(session.max_message(), out_.size()) - 128;
+        page = store_->Scan(d.cursor(), std::min<uint32_t>(d.count(), 100000), room);
+      }
+      wire::ScanReplyEncoder a(out_.data(), out_.size());
+      a.set_correlation_id(d.correlation_id())
+          .set_next_cursor(page.next_cursor)
+          .set_objects(store_->stats().objects)
+          .set_expiring(store_->expiring_objects())
+          .set_ram_bytes(store_->pool().stats().bytes_reserved)
+          .set_ram_limit(store_->pool().stats().pool_bytes)
+          .set_expired(store_->stats().expired)
+          .set_evicted(store_->stats().evicted);
+      auto g = a.BeginKeys();
+      for (const std::string& k : page.keys) g.Next().set_key(k);
+      Send(session, a.Finish());
       return;
     }
     default:

@@ -11,6 +11,7 @@
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 #include "http_util.h"
+#include "core_objects.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {
@@ -116,22 +117,6 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
   k.piece_in_flight = true;
 }
 
-bool MemcacheServer::Impl::IsLastGetMessage(uint16_t template_id, std::span<const uint8_t> m) {
-  if (template_id == wire::ObjectInfoDecoder::kTemplateId) {
-    auto info = wire::ObjectInfoDecoder::Decode(m);
-    return !info || info->status() != wire::LookupStatus::kHit || info->first_bytes_end() == 1;
-  }
-  if (template_id == wire::ObjectDataDecoder::kTemplateId) {
-    auto d = wire::ObjectDataDecoder::Decode(m);
-    return !d || d->last() != 0;
-  }
-  if (template_id == wire::LoanDecoder::kTemplateId) {
-    auto l = wire::LoanDecoder::Decode(m);
-    return !l || l->last() != 0;
-  }
-  return true;
-}
-
 void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
                                       std::span<const uint8_t> m, bool* last) {
   if (t.index >= op.keys.size()) return;
@@ -143,7 +128,7 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
                     c.id, k.key, why);
     Close(c, "");
   };
-  *last = IsLastGetMessage(template_id, m);
+  *last = IsLastObjectAnswer(template_id, m);
   switch (template_id) {
     case wire::ObjectInfoDecoder::kTemplateId: {
       auto info = wire::ObjectInfoDecoder::Decode(m);

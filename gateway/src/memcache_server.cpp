@@ -20,6 +20,7 @@
 #include "goblin/ring/unix_socket.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
+#include "core_objects.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {
@@ -693,7 +694,7 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
       if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id(), shard);
     }
     if (t.kind == CorrKind::kGetPiece || t.kind == CorrKind::kFetch)
-      last = IsLastGetMessage(h.template_id, m);
+      last = IsLastObjectAnswer(h.template_id, m);
     if (t.kind == CorrKind::kMetaHead) last = true;
     if (t.kind == CorrKind::kPurge && h.template_id == wire::PurgeAckDecoder::kTemplateId)
       last = true;

@@ -169,7 +169,6 @@ class MemcacheServer::Impl {
   void PumpGet(Client& c);  // writes what is ready, in key order, and asks for more
   void Take(Client& c, Op& op, size_t index, std::string_view bytes);  // value bytes arrived
   void WriteValueHeader(Client& c, const Op& op, GetKey& k);
-  static bool IsLastGetMessage(uint16_t template_id, std::span<const uint8_t> m);
 
   // memcache_meta.cpp
   void StartMeta(Client& c, const memcache::Request& req);

@@ -15,6 +15,7 @@
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 #include "http_util.h"
+#include "core_objects.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {
@@ -457,7 +458,7 @@ void MemcacheServer::Impl::OnStoreReply(Client& c, Op& op, const CorrTarget& t,
       return;
     }
     case CorrKind::kFetch: {
-      *last = IsLastGetMessage(template_id, m);
+      *last = IsLastObjectAnswer(template_id, m);
       if (template_id == wire::ObjectInfoDecoder::kTemplateId) {
         auto info = wire::ObjectInfoDecoder::Decode(m);
         if (!info) return;

@@ -218,6 +218,14 @@ void RespWriter::Bulk(std::string_view s) {
   out_->append("\r\n");
 }
 
+void RespWriter::Verbatim(Proto p, std::string_view s) {
+  if (p != Proto::kResp3) return Bulk(s);
+  Header('=', static_cast<int64_t>(s.size() + 4));
+  out_->append("txt:");
+  out_->append(s);
+  out_->append("\r\n");
+}
+
 void RespWriter::Null(Proto p) { out_->append(p == Proto::kResp3 ? "_\r\n" : "$-1\r\n"); }
 void RespWriter::Array(size_t n) { Header('*', static_cast<int64_t>(n)); }
 void RespWriter::Map(Proto p, size_t pairs) {

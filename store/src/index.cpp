@@ -221,7 +221,7 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& dir) {
       uint64_t expires;
       std::memcpy(&expires, p.data(), 8);
       std::string_view key(reinterpret_cast<const char*>(p.data()) + 8, p.size() - 8);
-      if (ObjectRecord* r = idx->FindMutable(key)) r->expires_unix_ns = expires;
+      if (ObjectRecord* r = idx->FindMutable(key)) idx->SetExpiry(r, expires);
     } else {
       bad = Status(StatusCode::kCorruption, fmt::format("unknown journal record type {}", type));
       return;
@@ -260,13 +260,80 @@ void TakeExtents(std::vector<Extent>& from, std::vector<Extent>* to) {
 }  // namespace
 
 void Index::Apply(ObjectRecord r, std::vector<Extent>* released) {
+  expiring_ += r.expires_unix_ns != 0 ? 1 : 0;
   if (ObjectRecord* old = FindMutable(r.key)) {
     if (released) TakeExtents(old->extents, released);
+    expiring_ -= old->expires_unix_ns != 0 ? 1 : 0;
     *old = std::move(r);
     return;
   }
-  map_[KeyDigest::Of(r.key)].push_back(std::move(r));
+  const KeyDigest d = KeyDigest::Of(r.key);
+  auto& bucket = map_[d];
+  if (bucket.empty()) ScanAdd(d);
+  bucket.push_back(std::move(r));
   ++size_;
+}
+
+void Index::SetExpiry(ObjectRecord* r, uint64_t expires_unix_ns) {
+  if (r->expires_unix_ns != 0) --expiring_;
+  if (expires_unix_ns != 0) ++expiring_;
+  r->expires_unix_ns = expires_unix_ns;
+}
+
+void Index::ScanAdd(const KeyDigest& d) {
+  if (map_.size() > scan_.size() * 4) {  // (map_ already holds d)
+    std::vector<std::vector<KeyDigest>> grown(scan_.size() * 2);
+    const uint64_t mask = grown.size() - 1;
+    for (auto& b : scan_) {
+      for (const KeyDigest& x : b) grown[x.hi & mask].push_back(x);
+    }
+    scan_ = std::move(grown);
+  }
+  scan_[d.hi & (scan_.size() - 1)].push_back(d);
+}
+
+void Index::ScanRemove(const KeyDigest& d) {
+  auto& b = scan_[d.hi & (scan_.size() - 1)];
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b[i] == d) {
+      b[i] = b.back();
+      b.pop_back();
+      return;
+    }
+  }
+}
+
+namespace {
+uint64_t ReverseBits(uint64_t v) {
+  v = ((v >> 1) & 0x5555555555555555ULL) | ((v & 0x5555555555555555ULL) << 1);
+  v = ((v >> 2) & 0x3333333333333333ULL) | ((v & 0x3333333333333333ULL) << 2);
+  v = ((v >> 4) & 0x0F0F0F0F0F0F0F0FULL) | ((v & 0x0F0F0F0F0F0F0F0FULL) << 4);
+  return __builtin_bswap64(v);
+}
+}  // namespace
+
+uint64_t Index::Scan(uint64_t cursor, size_t count,
+                     const std::function<bool(std::span<const ObjectRecord* const>)>& take) const {
+  if (size_ == 0) return 0;
+  const uint64_t mask = scan_.size() - 1;
+  const size_t max_buckets = std::max<size_t>(count, 1) * 10;  // (Redis's empty-visit bound)
+  uint64_t v = cursor;
+  size_t offered = 0, buckets = 0;
+  std::vector<const ObjectRecord*> records;
+  do {
+    records.clear();
+    for (const KeyDigest& d : scan_[v & mask]) {
+      if (auto it = map_.find(d); it != map_.end()) {
+        for (const ObjectRecord& r : it->second) records.push_back(&r);
+      }
+    }
+    if (!records.empty() && !take(records)) return v;
+    offered += records.size();
+    // The next bucket in reverse-binary order: increment the reversed cursor.
+    v |= ~mask;
+    v = ReverseBits(ReverseBits(v) + 1);
+  } while (v != 0 && offered < count && ++buckets < max_buckets);
+  return v;
 }
 
 bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
@@ -276,8 +343,12 @@ bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
   for (size_t i = 0; i < bucket.size(); ++i) {
     if (bucket[i].key != key) continue;
     if (released) TakeExtents(bucket[i].extents, released);
+    expiring_ -= bucket[i].expires_unix_ns != 0 ? 1 : 0;
     bucket.erase(bucket.begin() + static_cast<long>(i));
-    if (bucket.empty()) map_.erase(it);
+    if (bucket.empty()) {
+      ScanRemove(it->first);
+      map_.erase(it);
+    }
     --size_;
     return true;
   }
@@ -322,7 +393,7 @@ Result<bool> Index::Touch(std::string_view key, uint64_t expires_unix_ns, uint64
   GOBLIN_RETURN_IF_ERROR(AfterAppend());
   applied_lsn_ = lsn;
   if (lsn_out) *lsn_out = lsn;
-  r->expires_unix_ns = expires_unix_ns;
+  SetExpiry(r, expires_unix_ns);
   return true;
 }
 

@@ -387,6 +387,9 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   rec.metadata = std::move(f.metadata);
   rec.extents = *extents;
   const ObjectRecord* old = index_->Find(f.key);
+  if (f.condition.keep_expiry && old != nullptr && !Expired(*old, rec.created_unix_ns)) {
+    rec.expires_unix_ns = old->expires_unix_ns;
+  }
   uint64_t old_generation = old ? old->generation : 0;
   std::vector<Extent> released;
   uint64_t lsn = 0;
@@ -1145,11 +1148,56 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   return o;
 }
 
-Result<std::optional<Store::Touched>> Store::Touch(std::string_view key, uint64_t ttl_ns) {
+Result<bool> Store::DeleteIfGeneration(std::string_view key, uint64_t generation) {
+  const ObjectRecord* r = index_->Find(key);
+  if (r == nullptr || Expired(*r, NowNs())) return false;
+  if (r->generation != generation) {
+    return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
+               r->generation, generation);
+  }
+  return DeleteCommitted(key);
+}
+
+Store::ScanPage Store::Scan(uint64_t cursor, size_t count, size_t max_key_bytes) const {
+  ScanPage page;
+  const uint64_t now = NowNs();
+  size_t bytes = 0;
+  page.next_cursor = index_->Scan(cursor, count, [&](std::span<const ObjectRecord* const> records) {
+    size_t need = 0;
+    for (const ObjectRecord* r : records) need += r->key.size() + 2;
+    // A bucket that does not fit waits for the next page, unless the page is empty: then
+    // what fits of it is taken (only a bucket of several keys of tens of KiB gets here).
+    if (bytes + need > max_key_bytes && !page.keys.empty()) return false;
+    for (const ObjectRecord* r : records) {
+      if (Expired(*r, now) || bytes + r->key.size() + 2 > max_key_bytes) continue;
+      bytes += r->key.size() + 2;
+      page.keys.push_back(r->key);
+    }
+    return true;
+  });
+  return page;
+}
+
+Result<std::optional<Store::Touched>> Store::Touch(std::string_view key, uint64_t ttl_ns,
+                                                   TouchCondition condition) {
   const ObjectRecord* r = index_->Find(key);
   const uint64_t now = NowNs();
   if (r == nullptr || Expired(*r, now)) return std::optional<Touched>();
   const uint64_t expires = ttl_ns != 0 ? now + ttl_ns : 0;
+  // (0 is "never": later than any time)
+  const uint64_t current = r->expires_unix_ns == 0 ? UINT64_MAX : r->expires_unix_ns;
+  const uint64_t wanted = expires == 0 ? UINT64_MAX : expires;
+  if ((condition.if_no_expiry && r->expires_unix_ns != 0) ||
+      (condition.if_expiry && r->expires_unix_ns == 0) ||
+      (condition.if_later && !(wanted > current)) || (condition.if_sooner && !(wanted < current))) {
+    return std::optional<Touched>();
+  }
+  if (condition.delete_now) {
+    const uint64_t generation = r->generation;
+    GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
+    if (!removed) return std::optional<Touched>();
+    return std::optional<Touched>(Touched{generation, 0});
+  }
   GOBLIN_ASSIGN_OR_RETURN(bool found, index_->Touch(key, expires));
   if (!found) return std::optional<Touched>();
   r = index_->Find(key);

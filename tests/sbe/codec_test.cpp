@@ -258,10 +258,11 @@ void ObjectCases() {
   }
   {
     ObjectTouchEncoder e(b.data(), b.size());
-    e.set_correlation_id(31).set_ttl_nanos(5'000'000'000).set_key("k/t");
+    e.set_correlation_id(31).set_ttl_nanos(5'000'000'000).set_flags(0x11).set_key("k/t");
     auto d = RoundTrip<ObjectTouchDecoder>(b, e.Finish());
     EXPECT_EQ(d.correlation_id(), 31u);
     EXPECT_EQ(d.ttl_nanos(), 5'000'000'000u);
+    EXPECT_EQ(d.flags(), 0x11u);
     EXPECT_EQ(d.key(), "k/t");
   }
   {
@@ -272,6 +273,36 @@ void ObjectCases() {
     EXPECT_EQ(d.found(), 1);
     EXPECT_EQ(d.generation(), 77u);
     EXPECT_EQ(d.expires_nanos(), 1ull << 62);
+  }
+  {
+    ObjectDeleteEncoder e(b.data(), b.size());
+    e.set_correlation_id(33).set_if_generation(1ull << 40).set_key("k/d");
+    auto d = RoundTrip<ObjectDeleteDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 33u);
+    EXPECT_EQ(d.if_generation(), 1ull << 40);
+    EXPECT_EQ(d.key(), "k/d");
+  }
+  {
+    ObjectScanEncoder e(b.data(), b.size());
+    e.set_correlation_id(34).set_cursor(0xabcdefull).set_count(10);
+    auto d = RoundTrip<ObjectScanDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 34u);
+    EXPECT_EQ(d.cursor(), 0xabcdefull);
+    EXPECT_EQ(d.count(), 10u);
+  }
+  {
+    ScanReplyEncoder e(b.data(), b.size());
+    e.set_correlation_id(35).set_next_cursor(7).set_objects(12345);
+    auto g = e.BeginKeys();
+    g.Next().set_key("one");
+    g.Next().set_key(std::string_view("t\0wo", 4));
+    auto d = RoundTrip<ScanReplyDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 35u);
+    EXPECT_EQ(d.next_cursor(), 7u);
+    EXPECT_EQ(d.objects(), 12345u);
+    std::vector<std::string> keys;
+    for (auto k : d.keys()) keys.emplace_back(k.key());
+    EXPECT_EQ(keys, (std::vector<std::string>{"one", std::string("t\0wo", 4)}));
   }
   {
     ObjectDescribeEncoder e(b.data(), b.size());
@@ -475,7 +506,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x04, 0x00,  // blockLength 16, template 4, schema 7107, v4
+                               0x1b, 0x05, 0x00,  // blockLength 16, template 4, schema 7107, v5
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -493,7 +524,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x04, 0x00,  // blockLength 18, template 12, v4
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x05, 0x00,  // blockLength 18, template 12, v5
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId

@@ -663,6 +663,126 @@ TEST_F(StoreTest, TouchSetsANewExpiryKeepsTheGenerationAndSurvivesARestart) {
   EXPECT_EQ(*GetAll("u"), a);
 }
 
+TEST_F(StoreTest, TouchConditionsFollowRedisExpireOptions) {
+  OpenStore();
+  const auto a = Data(3000, 5);
+  constexpr uint64_t kHour = 3600ull * 1'000'000'000;
+  ASSERT_TRUE(Put("p", a));         // no expiry
+  ASSERT_TRUE(Put("v", a, kHour));  // expires in an hour
+  auto touch = [&](const std::string& k, uint64_t ttl, TouchCondition c) {
+    auto t = store_->Touch(k, ttl, c);
+    EXPECT_TRUE(t);
+    return t && t->has_value();
+  };
+  auto expires = [&](const std::string& k) { return store_->Head(k).value()->expires_unix_ns; };
+  // NX / XX
+  EXPECT_FALSE(touch("v", kHour, {.if_no_expiry = true}));
+  EXPECT_FALSE(touch("p", kHour, {.if_expiry = true}));
+  EXPECT_EQ(expires("p"), 0u);
+  // GT: no expiry counts as never, so nothing is later; LT: anything is sooner than never.
+  EXPECT_FALSE(touch("p", kHour, {.if_later = true}));
+  EXPECT_EQ(expires("p"), 0u);
+  const uint64_t v0 = expires("v");
+  EXPECT_FALSE(touch("v", kHour / 2, {.if_later = true}));
+  EXPECT_EQ(expires("v"), v0);
+  EXPECT_TRUE(touch("v", 2 * kHour, {.if_later = true}));
+  EXPECT_GT(expires("v"), v0);
+  EXPECT_FALSE(touch("v", 0, {.if_sooner = true}));  // (persist: never is not sooner)
+  EXPECT_TRUE(touch("v", kHour / 2, {.if_sooner = true}));
+  EXPECT_TRUE(touch("p", kHour, {.if_sooner = true}));
+  EXPECT_GT(expires("p"), 0u);
+  // PERSIST: XX with no expiry.
+  EXPECT_TRUE(touch("p", 0, {.if_expiry = true}));
+  EXPECT_EQ(expires("p"), 0u);
+  EXPECT_FALSE(touch("p", 0, {.if_expiry = true}));
+  // A time in the past deletes, when the condition holds.
+  EXPECT_FALSE(touch("p", 1, {.if_later = true, .delete_now = true}));
+  EXPECT_TRUE(store_->Committed("p"));
+  EXPECT_TRUE(touch("p", 1, {.delete_now = true}));
+  EXPECT_FALSE(store_->Committed("p"));
+  EXPECT_FALSE(touch("p", 1, {.delete_now = true}));
+  // ... durably.
+  OpenStore();
+  EXPECT_FALSE(store_->Committed("p"));
+  EXPECT_TRUE(store_->Committed("v"));
+}
+
+TEST_F(StoreTest, KeepExpiryAndDeleteIfGeneration) {
+  OpenStore();
+  const auto a = Data(3000, 6), b = Data(4000, 7);
+  constexpr uint64_t kHour = 3600ull * 1'000'000'000;
+  auto g1 = Put("k", a, kHour);
+  ASSERT_TRUE(g1);
+  const uint64_t e1 = store_->Head("k").value()->expires_unix_ns;
+  PutCondition keep;
+  keep.keep_expiry = true;
+  auto f = store_->BeginFill("k", 0, "", UINT64_MAX, false, keep);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(store_->Append(f->second, b));
+  auto g2 = store_->Commit(f->second, b.size());
+  ASSERT_TRUE(g2);
+  EXPECT_EQ(store_->Head("k").value()->expires_unix_ns, e1);
+  EXPECT_EQ(*GetAll("k"), b);
+  // Nothing to keep: the fill's own ttl (none here).
+  f = store_->BeginFill("fresh", 0, "", UINT64_MAX, false, keep);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(store_->Append(f->second, b));
+  ASSERT_TRUE(store_->Commit(f->second, b.size()));
+  EXPECT_EQ(store_->Head("fresh").value()->expires_unix_ns, 0u);
+  // Conditional delete.
+  auto d = store_->DeleteIfGeneration("k", *g1);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->Committed("k"));
+  d = store_->DeleteIfGeneration("k", *g2);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(*d);
+  EXPECT_FALSE(store_->Committed("k"));
+  d = store_->DeleteIfGeneration("k", *g2);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(*d);
+}
+
+TEST_F(StoreTest, ScanWalksEveryKeyWhileTheIndexGrowsAndShrinks) {
+  OpenStore();
+  const auto v = Data(10, 8);
+  std::set<std::string> stable;
+  for (int i = 0; i < 300; ++i) {
+    std::string k = "s" + std::to_string(i);
+    ASSERT_TRUE(Put(k, v));
+    stable.insert(k);
+  }
+  ASSERT_TRUE(Put("short", v, 1));  // expired at once: never listed
+  std::set<std::string> seen;
+  uint64_t cursor = 0;
+  int pages = 0, added = 0;
+  do {
+    auto page = store_->Scan(cursor, 7, 1 << 20);
+    for (auto& k : page.keys) seen.insert(k);
+    EXPECT_LE(page.keys.size(), 7u * 10);
+    cursor = page.next_cursor;
+    // Meanwhile the table grows (it doubles several times) and keys come and go.
+    for (int j = 0; j < 20; ++j) ASSERT_TRUE(Put("n" + std::to_string(added++), v));
+    if (pages % 3 == 0) ASSERT_TRUE(store_->Delete("n" + std::to_string(added / 2)));
+    ++pages;
+  } while (cursor != 0 && pages < 100000);
+  EXPECT_EQ(cursor, 0u);
+  for (const auto& k : stable) EXPECT_TRUE(seen.count(k)) << k;
+  EXPECT_FALSE(seen.count("short"));
+  EXPECT_GT(pages, 10);
+  // A page never exceeds its byte budget (but always moves on).
+  auto small = store_->Scan(0, 1000, 40);
+  size_t bytes = 0;
+  for (auto& k : small.keys) bytes += k.size() + 2;
+  EXPECT_LE(bytes, 40u);
+  EXPECT_FALSE(small.keys.empty());
+  // An empty store: one page, cursor 0.
+  ASSERT_TRUE(store_->DeletePrefix(""));
+  auto none = store_->Scan(0, 10, 1 << 20);
+  EXPECT_TRUE(none.keys.empty());
+  EXPECT_EQ(none.next_cursor, 0u);
+}
+
 TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
   opts_.tier.max_files = 1;
   opts_.tier.file_bytes = 16 * kExtent;

@@ -57,6 +57,7 @@ struct CoreCounters {
   uint64_t reservations = 0;    // PutBegins with kPutReserve granted
   uint64_t gets_parked = 0;     // follow-ObjectGets that waited for a reserved fill's head
   uint64_t gets_cancelled = 0;  // ObjectGets whose reader left before their last byte
+  uint64_t scans = 0;           // ObjectScan pages served
 };
 
 struct CoreHistograms {

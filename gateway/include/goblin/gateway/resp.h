@@ -73,7 +73,8 @@ class RespWriter {
   void Error(std::string_view s);   // -s (s starts with the error code, e.g. "ERR ...")
   void Integer(int64_t v);
   void Bulk(std::string_view s);
-  void Null(Proto p);  // $-1 or _
+  void Verbatim(Proto p, std::string_view s);  // RESP3: =txt:..., RESP2: a bulk string
+  void Null(Proto p);                          // $-1 or _
   void Array(size_t n);
   void Map(Proto p, size_t pairs);  // *2n or %n
   void Push(Proto p, size_t n);     // *n or >n

@@ -1,5 +1,7 @@
 // The RESP2/RESP3 front of goblin-gateway: accepts Redis clients on TCP and/or a unix
-// socket and serves Redis 7 pub/sub and connection commands, forwarding pub/sub to
+// socket and serves Redis 7 pub/sub, connection commands (CLIENT, CONFIG, INFO, ...) and the
+// store's objects as Redis strings (GET, SET, EXPIRE, SCAN, ...: each object command waits
+// for the core before the client's next command runs), forwarding pub/sub to
 // goblin-core over one ring connection (each client is a core `sessionId`; one Delivery
 // from the core carries all of this gateway's receivers, the payload formatted once per
 // protocol). Replies keep command order per client even when some come from the core;
@@ -37,6 +39,10 @@ struct RespServerOptions {
   // drains to half (TCP pushes back on a publisher flooding a slow core).
   size_t core_queue_limit = 8u << 20;
   size_t max_clients = 10000;
+  // Objects: a write that meets another write of its key in progress tries again for this
+  // long; a value is held whole in the gateway, up to this size (Redis's proto-max-bulk-len).
+  std::chrono::milliseconds key_busy_timeout{10000};
+  uint64_t max_value_bytes = 512ull << 20;
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
   // Yield the CPU between polls while busy-polling (sharing a CPU with goblin-core).
   bool yield_when_polling = false;
@@ -46,6 +52,7 @@ struct RespStats {
   uint64_t accepted = 0, closed = 0, commands = 0, protocol_errors = 0;
   uint64_t dropped_for_output_limit = 0, messages_out = 0;
   uint64_t stalled_for_core = 0;  // times a client was not read because the core was behind
+  uint64_t rejected = 0;          // connections refused past max_clients
 };
 
 class RespServer {

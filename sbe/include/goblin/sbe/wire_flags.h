@@ -47,6 +47,20 @@ inline constexpr uint32_t kPutReserve = 1u << 0;
 inline constexpr uint32_t kPutIfAbsent = 1u << 1;
 inline constexpr uint32_t kPutIfPresent = 1u << 2;
 inline constexpr uint32_t kPutIfGeneration = 1u << 3;  // PutBegin.ifGeneration must be current
+// The new version keeps the expiry of the version it replaces (checked at commit; RESP
+// SET KEEPTTL); ttlNanos applies when there is none. Schema version 5.
+inline constexpr uint32_t kPutKeepExpiry = 1u << 4;
+
+// ObjectTouch.flags (schema version 5): conditions on the current version's expiry, as
+// Redis's EXPIRE options (a version without one counts as expiring never), and what to do
+// when the new expiry is already past. TouchAck.found is 0 when a condition does not hold.
+inline constexpr uint32_t kTouchIfNoExpiry = 1u << 0;  // NX: it has none
+inline constexpr uint32_t kTouchIfExpiry = 1u << 1;    // XX: it has one
+inline constexpr uint32_t kTouchIfLater = 1u << 2;     // GT: the new expiry is later
+inline constexpr uint32_t kTouchIfSooner = 1u << 3;    // LT: the new expiry is sooner
+// The new expiry has passed: the version is deleted (if the conditions hold; ttlNanos is
+// then the "new expiry" the conditions compare, as 1 ns from now).
+inline constexpr uint32_t kTouchDelete = 1u << 4;
 
 // PutHead.flags
 // The origin's answer is not to be stored: the reservation ends and the ObjectGets waiting

@@ -104,7 +104,16 @@ class Index {
   Result<bool> Touch(std::string_view key, uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
   size_t size() const { return size_; }
+  size_t expiring() const { return expiring_; }  // records with an expiry
   void ForEach(const std::function<void(const ObjectRecord&)>& fn) const;
+  // A page of a cursor walk over the keys (RESP SCAN): buckets of a power-of-two table of
+  // digests, visited in reverse-binary order (Redis's dictScan), so a walk from cursor 0
+  // until 0 comes back meets every key present all along at least once, however the table
+  // grows meanwhile. Visits buckets from `cursor` until about `count` records were offered;
+  // `take` gets each non-empty bucket's records and returns false when it will not take
+  // them (its page is full): the returned cursor then starts at that bucket.
+  uint64_t Scan(uint64_t cursor, size_t count,
+                const std::function<bool(std::span<const ObjectRecord* const>)>& take) const;
 
   // Writes every live record to a new checkpoint (tmp + fsync + rename), then restarts the
   // journal after it. Blocking (waits for the worker's jobs first).
@@ -139,6 +148,9 @@ class Index {
   void Apply(ObjectRecord r, std::vector<Extent>* released);
   bool Remove(std::string_view key, std::vector<Extent>* released);
   ObjectRecord* FindMutable(std::string_view key);
+  void SetExpiry(ObjectRecord* r, uint64_t expires_unix_ns);
+  void ScanAdd(const KeyDigest& d);
+  void ScanRemove(const KeyDigest& d);
   std::vector<uint8_t> EncodeCheckpoint() const;
   // Durable before visible without a worker; with one the record waits for a group sync.
   VoidResult AfterAppend();
@@ -152,6 +164,9 @@ class Index {
   // Buckets by digest; a bucket holds more than one record only on a digest collision.
   std::unordered_map<KeyDigest, std::vector<ObjectRecord>, DigestHash> map_;
   size_t size_ = 0;
+  size_t expiring_ = 0;
+  // The digests of map_ by (hi & mask): Scan's table (doubles past 4 digests a bucket).
+  std::vector<std::vector<KeyDigest>> scan_ = std::vector<std::vector<KeyDigest>>(16);
   uint64_t next_generation_ = 1;
   uint64_t applied_lsn_ = 0;
   IndexRecovery recovery_;

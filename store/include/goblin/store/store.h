@@ -136,9 +136,20 @@ struct HeadDescription {
 // unexpired version when the fill begins and again when it commits (CommitAsync/Commit).
 // Refusals: AlreadyExists (kAbsent), NotFound (kPresent; kGeneration with nothing stored),
 // FailedPrecondition (kGeneration and another version is current).
+// keep_expiry (RESP SET KEEPTTL): the new version takes the expiry of the committed,
+// unexpired version it replaces at commit (the fill's ttl when there is none).
 struct PutCondition {
   enum class Kind : uint8_t { kNone, kAbsent, kPresent, kGeneration } kind = Kind::kNone;
   uint64_t generation = 0;  // kGeneration: the version the put replaces
+  bool keep_expiry = false;
+};
+
+// Conditions of a Touch on the current expiry (Redis's EXPIRE NX / XX / GT / LT; a version
+// without an expiry counts as expiring never), and `delete_now`: the new expiry has passed,
+// so the version is deleted when the conditions hold (EXPIRE with a time in the past).
+struct TouchCondition {
+  bool if_no_expiry = false, if_expiry = false, if_later = false, if_sooner = false;
+  bool delete_now = false;
 };
 
 class Store {
@@ -232,6 +243,10 @@ class Store {
   // its bytes in) once its record is written; true if either was there. Fills still
   // receiving bytes are not touched (they become the next version).
   Result<bool> Delete(std::string_view key);
+  // Deletes `key`'s committed version if it is version `generation` (a memcache md C, a RESP
+  // GETDEL): false when nothing unexpired is stored, FailedPrecondition when another version
+  // is current. A committing fill is not touched (it is a newer version).
+  Result<bool> DeleteIfGeneration(std::string_view key, uint64_t generation);
   // Describes `key`'s head for one-sided readers (publishing it in the head table on first
   // use); nullopt: not stored. The entry stays current until the head leaves RAM or the
   // version leaves the index. A head not in RAM is brought in first, as `disk` says:
@@ -255,7 +270,16 @@ class Store {
   struct Touched {
     uint64_t generation = 0, expires_unix_ns = 0;
   };
-  Result<std::optional<Touched>> Touch(std::string_view key, uint64_t ttl_ns);
+  // With a condition that does not hold: nullopt, nothing changed. `delete_now`: the
+  // version is deleted (Touched with expires_unix_ns 0).
+  Result<std::optional<Touched>> Touch(std::string_view key, uint64_t ttl_ns,
+                                       TouchCondition condition = {});
+  // A page of the keys (Index::Scan; expired keys are left out).
+  struct ScanPage {
+    std::vector<std::string> keys;
+    uint64_t next_cursor = 0;
+  };
+  ScanPage Scan(uint64_t cursor, size_t count, size_t max_key_bytes) const;
   // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
   // O(objects): an administrative operation, not for the request path.
   Result<uint64_t> DeletePrefix(std::string_view prefix);
@@ -303,6 +327,7 @@ class Store {
   uint64_t HeadBytesInRam(const ObjectRecord& rec) const;
 
   const HeadPool& pool() const { return *pool_; }
+  uint64_t expiring_objects() const { return index_->expiring(); }
   const HeadTable& head_table() const { return *head_table_; }
   const TierSpace& tier(size_t i = 0) const { return *tiers_[i]; }
   size_t tier_count() const { return tiers_.size(); }
