@@ -1,4 +1,5 @@
 #include "goblin/core/core_service.h"
+#include "goblin/core/keyspace_events.h"
 
 #include "goblin/common/shard.h"
 
@@ -128,6 +129,8 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
     return;
   }
   switch (h.template_id) {
+    case wire::CoreConfigDecoder::kTemplateId:
+      return HandleConfig(session, msg, h.block_length, h.version);
     case wire::SubscribeDecoder::kTemplateId:
     case wire::PublishDecoder::kTemplateId:
     case wire::PubsubQueryDecoder::kTemplateId:
@@ -166,6 +169,30 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
       return;
     }
   }
+}
+
+void CoreService::HandleConfig(reactor::Session& session, std::span<const uint8_t> msg,
+                               uint16_t block_length, uint16_t version) {
+  wire::CoreConfigDecoder d;
+  if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+    return SendMalformed(session, "CoreConfig", e);
+  auto invalid = [&](std::string text) {
+    SendError(session, d.correlation_id(), static_cast<uint16_t>(wire::ErrorCode::kInvalidArgument),
+              text);
+  };
+  if (d.name() != "notify-keyspace-events" || keyspace_ == nullptr) {
+    return invalid(fmt::format("no setting '{}' in this goblin-core", d.name()));
+  }
+  if (d.set() != 0) {
+    auto classes = KeyspaceEvents::ParseClasses(d.value());
+    if (!classes) return invalid("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.");
+    keyspace_->set_classes(*classes);
+    GOBLIN_LOG_INFO(kLog, "notify-keyspace-events '{}'", KeyspaceEvents::ClassesString(*classes));
+  }
+  const std::string now = KeyspaceEvents::ClassesString(keyspace_->classes());
+  wire::CoreConfigReplyEncoder r(out_.data(), out_.size());
+  r.set_correlation_id(d.correlation_id()).set_value(now);
+  Send(session, r.Finish());
 }
 
 bool CoreService::OwnsKey(reactor::Session& session, uint64_t correlation_id,

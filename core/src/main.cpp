@@ -24,6 +24,7 @@
 #include "goblin/common/topology.h"
 #include "goblin/common/units.h"
 #include "goblin/core/core_service.h"
+#include "goblin/core/keyspace_events.h"
 #include "goblin/ring/server.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/tier_dir.h"
@@ -254,6 +255,12 @@ int main(int argc, char** argv) {
   AddDurationOption(app, "--source-ttl", &source_ttl,
                     "Time to live of --source's objects (0: until evicted)");
   unsigned cores = 0;
+  std::string notify_keyspace_events;
+  app.add_option("--notify-keyspace-events", notify_keyspace_events,
+                 "Redis's keyspace notifications for object events, published on the pub/sub "
+                 "engine: classes as Redis's (K keyspace, E keyevent, g del/expire/persist, $ "
+                 "set, x expired, e evicted, A all); empty: off. RESP CONFIG SET changes it "
+                 "while running");
   app.add_option("--cores", cores,
                  "Shards: loop threads that share nothing, each with its part of the keys, the "
                  "index and journal, the head pool (--memory), the I/O buffers and the disk "
@@ -443,12 +450,23 @@ int main(int argc, char** argv) {
     if (!p) return Fail(p.error());
     preloader = std::move(*p);
   }
+  auto keyspace = core::KeyspaceEvents::Create();  // (outlives the shards)
+  if (!keyspace) return Fail(keyspace.error());
+  if (auto classes = core::KeyspaceEvents::ParseClasses(notify_keyspace_events)) {
+    (*keyspace)->set_classes(*classes);
+  } else {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       fmt::format("--notify-keyspace-events '{}': invalid event class "
+                                   "character (use Ag$lshzxeKEtmdn)",
+                                   notify_keyspace_events)));
+  }
   std::vector<std::unique_ptr<core::Shard>> shards;
   std::vector<ring::RingServer*> servers;
   for (uint16_t i = 0; i < n_shards; ++i) {
     core::ShardOptions sh;
     sh.index = i;
     sh.count = n_shards;
+    sh.keyspace = keyspace->get();
     sh.loop.busy_poll = busy_poll;
     sh.loop.never_sleep = wake == "busy";
     sh.loop.yield_when_polling = yield_when_polling;

@@ -81,6 +81,48 @@ void CoreService::SendPubsub(reactor::Session& session, size_t n) {
   session.Close();
 }
 
+uint64_t CoreService::PublishMessage(std::string_view channel, std::string_view payload,
+                                     bool sharded) {
+  return pubsub_.Publish(
+      channel, sharded,
+      [&](pubsub::Kind kind, std::string_view pattern, std::span<const pubsub::SubscriberId> subs) {
+        for (pubsub::SubscriberId s : subs) {
+          auto it = subscribers_.find(s);
+          if (it == subscribers_.end()) continue;
+          FanOut& f = fan_out_[it->second.session->id()];
+          if (f.session_ids.empty()) touched_.push_back(&f);
+          f.session = it->second.session;
+          f.session_ids.push_back(it->second.session_id);
+        }
+        // One Delivery per receiving ring session (chunked by its ring's message size).
+        for (FanOut* f : touched_) {
+          reactor::Session& rs = *f->session;
+          size_t room = std::min<size_t>(rs.max_message(), out_.size());
+          size_t fixed = 8 + 1 + 4 + 12 + pattern.size() + channel.size() + payload.size();
+          size_t per = room > fixed ? (room - fixed) / 8 : 0;
+          if (per == 0) {
+            GOBLIN_LOG_WARN(kLog, "a {}-byte message on '{}' does not fit client {}'s ring",
+                            payload.size(), channel, rs.id());
+            rs.Close();
+            f->session_ids.clear();
+            continue;
+          }
+          for (size_t at = 0; at < f->session_ids.size() && !rs.closing(); at += per) {
+            wire::DeliveryEncoder e(out_.data(), room);
+            e.set_kind(WireKind(kind));
+            auto g = e.BeginSessions();
+            size_t end = std::min(f->session_ids.size(), at + per);
+            for (size_t j = at; j < end; ++j) g.Next().set_session_id(f->session_ids[j]);
+            e.set_pattern(pattern).set_channel(channel).set_payload(payload);
+            SendPubsub(rs, e.Finish());
+            ++counters_.deliveries_sent;
+          }
+          f->session_ids.clear();
+        }
+        touched_.clear();
+      });
+}
+
 void CoreService::HandlePubsub(reactor::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
@@ -166,45 +208,7 @@ void CoreService::HandlePubsub(reactor::Session& session, uint16_t template_id,
       ++counters_.publishes;
       const uint64_t t0 = MonotonicNanos();
       std::string_view channel = d.channel(), payload = d.payload();
-      uint64_t receivers = pubsub_.Publish(
-          channel, d.sharded() != 0,
-          [&](pubsub::Kind kind, std::string_view pattern,
-              std::span<const pubsub::SubscriberId> subs) {
-            for (pubsub::SubscriberId s : subs) {
-              auto it = subscribers_.find(s);
-              if (it == subscribers_.end()) continue;
-              FanOut& f = fan_out_[it->second.session->id()];
-              if (f.session_ids.empty()) touched_.push_back(&f);
-              f.session = it->second.session;
-              f.session_ids.push_back(it->second.session_id);
-            }
-            // One Delivery per receiving ring session (chunked by its ring's message size).
-            for (FanOut* f : touched_) {
-              reactor::Session& rs = *f->session;
-              size_t room = std::min<size_t>(rs.max_message(), out_.size());
-              size_t fixed = 8 + 1 + 4 + 12 + pattern.size() + channel.size() + payload.size();
-              size_t per = room > fixed ? (room - fixed) / 8 : 0;
-              if (per == 0) {
-                GOBLIN_LOG_WARN(kLog, "a {}-byte message on '{}' does not fit client {}'s ring",
-                                payload.size(), channel, rs.id());
-                rs.Close();
-                f->session_ids.clear();
-                continue;
-              }
-              for (size_t at = 0; at < f->session_ids.size() && !rs.closing(); at += per) {
-                wire::DeliveryEncoder e(out_.data(), room);
-                e.set_kind(WireKind(kind));
-                auto g = e.BeginSessions();
-                size_t end = std::min(f->session_ids.size(), at + per);
-                for (size_t j = at; j < end; ++j) g.Next().set_session_id(f->session_ids[j]);
-                e.set_pattern(pattern).set_channel(channel).set_payload(payload);
-                SendPubsub(rs, e.Finish());
-                ++counters_.deliveries_sent;
-              }
-              f->session_ids.clear();
-            }
-            touched_.clear();
-          });
+      const uint64_t receivers = PublishMessage(channel, payload, d.sharded() != 0);
       histograms_.publish.Record(MonotonicNanos() - t0);
       wire::PublishAckEncoder a(out_.data(), max);
       a.set_correlation_id(d.correlation_id()).set_receivers(receivers);

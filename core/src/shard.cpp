@@ -26,6 +26,21 @@ Result<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& o) {
   }
   s->service_ = std::make_unique<CoreService>(s->store_.get(), o.index, o.count);
   GOBLIN_ASSIGN_OR_RETURN(s->loop_, reactor::Loop::Create(o.loop, s->service_.get()));
+  if (o.keyspace != nullptr) {
+    KeyspaceEvents* k = o.keyspace;
+    s->service_->set_keyspace(k);
+    if (s->store_) {
+      s->store_->set_event_sink(
+          [k](store::ObjectEvent e, std::string_view key) { k->Post(e, key); });
+    }
+    if (o.index == 0) {  // the engine's shard publishes them
+      CoreService* svc = s->service_.get();
+      k->set_publisher([svc](std::string_view channel, std::string_view message) {
+        svc->PublishMessage(channel, message, false);
+      });
+      GOBLIN_RETURN_IF_ERROR(s->loop_->AddSource(k));
+    }
+  }
   auto server = ring::RingServer::Listen(o.ring, s->service_.get());
   if (!server) return Err(ctx(server.error()));
   s->server_ = std::move(*server);

@@ -23,6 +23,7 @@
 #include "goblin/common/config.h"
 #include "goblin/common/status.h"
 #include "goblin/core/core_service.h"
+#include "goblin/core/keyspace_events.h"
 #include "goblin/reactor/loop.h"
 #include "goblin/ring/server.h"
 #include "goblin/store/head_pool.h"
@@ -41,6 +42,8 @@ struct ShardOptions {
   store::PoolOptions lone_pool;              // the pool without a store
   std::vector<int> cpus;                     // pin the loop thread here (empty: no pinning)
   bool admin = false;                        // serve admin calls (a LoopExecutor)
+  // Keyspace notifications (shared by every shard; shard 0 publishes them). Null: none.
+  KeyspaceEvents* keyspace = nullptr;
 #if GOBLIN_HAVE_UCX
   std::optional<verbs::UcxServerOptions> ucx;  // the UCX plane's listener for this shard
 #endif

@@ -106,6 +106,9 @@ void CoreObjects::Fail(Req& r, const Status& s) {
     case Kind::kPurge:
       if (r.purge_done) r.purge_done(std::unexpected(s));
       break;
+    case Kind::kConfig:
+      if (r.config_done) r.config_done(std::unexpected(s));
+      break;
   }
   Done(r);
 }
@@ -282,6 +285,24 @@ void CoreObjects::Purge(uint16_t shard, std::function<void(Result<uint64_t>)> do
       64, shard);
 }
 
+void CoreObjects::Config(bool set, std::string_view name, std::string_view value,
+                         std::function<void(Result<std::string>)> done) {
+  Req& r = NewReq(Kind::kConfig, {});
+  r.config_done = std::move(done);
+  const uint64_t corr = Corr(r);
+  Send(
+      r,
+      [&](uint8_t* b, size_t cap) {
+        return wire::CoreConfigEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_set(set ? 1 : 0)
+            .set_name(name)
+            .set_value(value)
+            .Finish();
+      },
+      name.size() + value.size() + 64, 0);
+}
+
 bool CoreObjects::OnMessage(uint16_t template_id, uint64_t corr, std::span<const uint8_t> m) {
   auto c = corr_.find(corr);
   if (c == corr_.end()) return false;
@@ -318,7 +339,7 @@ bool CoreObjects::OnMessage(uint16_t template_id, uint64_t corr, std::span<const
                   },
                   64, link_->ShardFor(r.key));
             }
-            return Fail(r, Status(StatusCode::kResourceExhausted,
+            return Fail(r, Status(StatusCode::kOutOfRange,
                                   fmt::format("the value is {} bytes; this front serves values "
                                               "of up to {} bytes",
                                               info->object_size(), max_value_))),
@@ -388,6 +409,15 @@ bool CoreObjects::OnMessage(uint16_t template_id, uint64_t corr, std::span<const
       auto done = std::move(r.purge_done);
       Done(r);
       done(a->deleted());
+      return true;
+    }
+    case Kind::kConfig: {
+      auto a = wire::CoreConfigReplyDecoder::Decode(m);
+      if (!a) return undecodable(), true;
+      auto done = std::move(r.config_done);
+      std::string value(a->value());
+      Done(r);
+      done(std::move(value));
       return true;
     }
     case Kind::kPut:

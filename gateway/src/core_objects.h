@@ -31,7 +31,7 @@ bool IsLastObjectAnswer(uint16_t template_id, std::span<const uint8_t> m);
 class CoreObjects {
  public:
   // `next_corr`: the front's correlation counter (ids are unique across the link). A get of
-  // more than `max_value` bytes fails with ResourceExhausted (the value is not held here).
+  // more than `max_value` bytes fails with OutOfRange (the value is not held here).
   CoreObjects(CoreLink* link, uint64_t* next_corr, std::chrono::milliseconds busy_timeout,
               uint64_t max_value);
 
@@ -74,6 +74,9 @@ class CoreObjects {
   void Scan(uint16_t shard, uint64_t cursor, uint32_t count,
             std::function<void(Result<ScanPage>)> done);
   void Purge(uint16_t shard, std::function<void(Result<uint64_t>)> done);
+  // A setting of the core as a whole (CoreConfig: notify-keyspace-events): its value after.
+  void Config(bool set, std::string_view name, std::string_view value,
+              std::function<void(Result<std::string>)> done);
 
   // A message from the core with correlation id `corr`: true if it answered one of ours.
   bool OnMessage(uint16_t template_id, uint64_t corr, std::span<const uint8_t> m);
@@ -86,7 +89,7 @@ class CoreObjects {
   size_t in_flight() const { return reqs_.size(); }
 
  private:
-  enum class Kind : uint8_t { kGet, kPut, kDelete, kTouch, kScan, kPurge };
+  enum class Kind : uint8_t { kGet, kPut, kDelete, kTouch, kScan, kPurge, kConfig };
   struct Req {
     Kind kind = Kind::kGet;
     uint64_t id = 0;
@@ -109,6 +112,7 @@ class CoreObjects {
     std::function<void(Result<Touched>)> touch_done;
     std::function<void(Result<ScanPage>)> scan_done;
     std::function<void(Result<uint64_t>)> purge_done;
+    std::function<void(Result<std::string>)> config_done;
     ScanPage page;
   };
   Req& NewReq(Kind kind, std::string_view key);

@@ -1,6 +1,7 @@
 // goblin-gateway: the client-protocol fronts of goblin-core.
 //   HTTP/1.1 reverse cache (mirror mode):  --mirror http://ORIGIN --http-port 8080
-//   Redis clients (RESP2/RESP3 pub/sub):   --resp-port 6379 and/or --resp-unix PATH
+//   Redis clients (RESP2/RESP3: pub/sub, the objects as strings): --resp-port 6379 and/or
+//                                          --resp-unix PATH
 //   memcache clients (text protocol):      --memcache-port 11211 and/or --memcache-unix PATH
 // Each front runs its own event loop thread(s) with its own ring connection(s) to the core,
 // and stays up when the core goes away (503 / -ERR meanwhile; it reconnects with back-off).
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
                  "Read that password from this file's first line (not visible in ps)")
       ->check(CLI::ExistingFile)
       ->excludes("--requirepass");
+  AddSizeOption(app, "--resp-max-value", &r.max_value_bytes,
+                "Largest value a RESP GET returns (held whole in the gateway; Redis's "
+                "proto-max-bulk-len)",
+                true);
   AddSizeOption(app, "--pubsub-output-limit", &r.output_hard_limit,
                 "Output a client may have pending before it is dropped (0: none)", true);
   AddSizeOption(app, "--pubsub-output-soft-limit", &r.output_soft_limit,

@@ -14,13 +14,13 @@
 #include <cerrno>
 #include <ctime>
 
+#include "core_objects.h"
 #include "epoll_ctl.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/ring/unix_socket.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
-#include "core_objects.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {

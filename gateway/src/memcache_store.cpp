@@ -10,12 +10,12 @@
 //     millisecond, up to key_busy_timeout.
 #include <fmt/format.h>
 
+#include "core_objects.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 #include "http_util.h"
-#include "core_objects.h"
 #include "memcache_server_impl.h"
 
 namespace goblin::gateway {

@@ -266,28 +266,45 @@ void RespServer::Impl::CmdConfig(Client& c, Argv& argv) {
       {"save", ""},
       {"appendonly", "no"},
   };
+  constexpr std::string_view kNotify = "notify-keyspace-events";  // (the core's: all fronts')
   if (sub == "get") {
-    std::vector<const std::pair<std::string, std::string>*> hits;
+    std::vector<std::pair<std::string, std::string>> hits;
+    bool notify = false;
     for (size_t i = 2; i < argv.size(); ++i) {
       pubsub::Glob glob(Lower(argv[i]));
       for (const auto& p : params) {
-        if (glob.Match(p.first) && std::find(hits.begin(), hits.end(), &p) == hits.end())
-          hits.push_back(&p);
+        if (glob.Match(p.first) && std::find(hits.begin(), hits.end(), p) == hits.end())
+          hits.push_back(p);
       }
+      notify = notify || glob.Match(kNotify);
     }
-    w.Map(c.proto, hits.size());
-    for (const auto* p : hits) {
-      w.Bulk(p->first);
-      w.Bulk(p->second);
-    }
-    return Reply(c, std::move(r));
+    auto reply = [proto = c.proto](const std::vector<std::pair<std::string, std::string>>& h) {
+      std::string out;
+      RespWriter rw(&out);
+      rw.Map(proto, h.size());
+      for (const auto& [k, v] : h) {
+        rw.Bulk(k);
+        rw.Bulk(v);
+      }
+      return out;
+    };
+    if (!notify) return Reply(c, reply(hits));
+    const uint64_t seq = BlockFor(c);
+    objects_->Config(false, kNotify, "",
+                     [this, id = c.id, seq, hits, reply, kNotify](Result<std::string> v) mutable {
+                       if (!v) return Unblock(id, seq, CoreError(v.error()));
+                       hits.emplace_back(std::string(kNotify), std::move(*v));
+                       Unblock(id, seq, reply(hits));
+                     });
+    return;
   }
   if (sub == "set") {
     if (argv.size() % 2 != 0) {
       return Reply(c, Err("ERR wrong number of arguments for 'config|set' command"));
     }
-    // All or nothing: every pair is checked before any applies.
+    // All or nothing: every pair is checked before any applies (the core's last).
     RespServerOptions next = options_;
+    std::optional<std::string> notify;
     for (size_t i = 2; i + 1 < argv.size(); i += 2) {
       const std::string name = Lower(argv[i]);
       const std::string_view value = argv[i + 1];
@@ -302,6 +319,11 @@ void RespServer::Impl::CmdConfig(Client& c, Argv& argv) {
         next.max_clients = static_cast<size_t>(n);
       } else if (name == "requirepass") {
         next.requirepass = std::string(value);
+      } else if (name == kNotify) {
+        if (value.find_first_not_of("Ag$lshzxeKEtmdn") != std::string_view::npos) {
+          return failed("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.");
+        }
+        notify = std::string(value);
       } else if (name == "client-output-buffer-limit") {
         // "<class> <hard> <soft> <seconds>"...: the pubsub class applies (normal clients have
         // no limit here; there are no replicas)
@@ -347,9 +369,21 @@ void RespServer::Impl::CmdConfig(Client& c, Argv& argv) {
                                         std::string(argv[i]))));
       }
     }
-    options_ = std::move(next);
-    w.Simple("OK");
-    return Reply(c, std::move(r));
+    if (!notify) {
+      options_ = std::move(next);
+      w.Simple("OK");
+      return Reply(c, std::move(r));
+    }
+    const uint64_t seq = BlockFor(c);
+    objects_->Config(true, kNotify, *notify,
+                     [this, id = c.id, seq, next = std::move(next)](Result<std::string> v) mutable {
+                       if (!v) return Unblock(id, seq, CoreError(v.error()));
+                       options_ = std::move(next);
+                       std::string ok;
+                       RespWriter(&ok).Simple("OK");
+                       Unblock(id, seq, std::move(ok));
+                     });
+    return;
   }
   if (sub == "resetstat") {
     stats_ = RespStats{};

@@ -127,6 +127,8 @@ std::string RespServer::Impl::CoreError(const Status& s) const {
   std::string r;
   if (s.code() == StatusCode::kUnavailable) {
     RespWriter(&r).Error("ERR goblin-core is unavailable");
+  } else if (s.code() == StatusCode::kOutOfRange) {  // (this gateway's: a value too large)
+    RespWriter(&r).Error(fmt::format("ERR {}", s.message()));
   } else {
     RespWriter(&r).Error(fmt::format("ERR goblin-core: {}", s.message()));
   }

@@ -433,6 +433,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   if (committed->expires_unix_ns != 0) expiries_.emplace(committed->expires_unix_ns, f.key);
   std::vector<Stream*> followers = std::move(f.followers);
   const bool purged = f.delete_after_commit;
+  const bool keep_expiry = f.condition.keep_expiry;
   const std::string key = f.key;
   filling_.erase(f.key);
   stats_.fill_disk_waits += f.writer->disk_waits();
@@ -445,6 +446,14 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
     }
   }
   uint64_t generation = *gen;
+  if (!purged && event_sink_) {
+    // (an expiry kept from the version replaced is no new one: Redis's SET KEEPTTL says "set")
+    const ObjectRecord* now = index_->Find(key);
+    Event(ObjectEvent::kSet, key);
+    if (now != nullptr && now->expires_unix_ns != 0 && !keep_expiry) {
+      Event(ObjectEvent::kExpire, key);
+    }
+  }
   while (options_.max_objects != 0 && index_->size() > options_.max_objects) {
     if (!EvictOne(-1)) break;
   }
@@ -820,7 +829,10 @@ bool Store::EvictOne(int tier) {
     GOBLIN_LOG_ERROR(kLog, "evicting '{}': {}", *victim, removed.error());
     return false;
   }
-  if (*removed) ++stats_.evicted;
+  if (*removed) {
+    ++stats_.evicted;
+    Event(ObjectEvent::kEvicted, *victim);
+  }
   return true;
 }
 
@@ -834,6 +846,7 @@ Result<const ObjectRecord*> Store::FindLive(std::string_view key) {
     ++stats_.expired;
     ++stats_.misses;
     GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
+    Event(ObjectEvent::kExpired, key);
     return static_cast<const ObjectRecord*>(nullptr);
   }
   ++stats_.hits;
@@ -1052,6 +1065,24 @@ VoidResult Store::Read(const Loan& loan, uint64_t offset, std::span<uint8_t> out
   return r;
 }
 
+std::string_view ObjectEventName(ObjectEvent e) {
+  switch (e) {
+    case ObjectEvent::kSet:
+      return "set";
+    case ObjectEvent::kDel:
+      return "del";
+    case ObjectEvent::kExpire:
+      return "expire";
+    case ObjectEvent::kPersist:
+      return "persist";
+    case ObjectEvent::kExpired:
+      return "expired";
+    case ObjectEvent::kEvicted:
+      return "evicted";
+  }
+  return "?";
+}
+
 Result<bool> Store::Delete(std::string_view key) {
   // A fill of the key whose bytes are all in (committing) is deleted as soon as its record
   // is written: a purge never loses to a commit that was already on its way.
@@ -1061,6 +1092,7 @@ Result<bool> Store::Delete(std::string_view key) {
     if (fill.committing) pending = fill.delete_after_commit = true;
   }
   GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
+  if (removed) Event(ObjectEvent::kDel, key);
   return removed || pending;
 }
 
@@ -1092,10 +1124,16 @@ Result<uint64_t> Store::DeletePrefix(std::string_view prefix) {
       ++n;
     }
   }
+  quiet_ = true;
   for (const std::string& k : keys) {
-    GOBLIN_ASSIGN_OR_RETURN(bool removed, Delete(k));
-    n += removed ? 1 : 0;
+    auto removed = Delete(k);
+    if (!removed) {
+      quiet_ = false;
+      return std::unexpected(removed.error());
+    }
+    n += *removed ? 1 : 0;
   }
+  quiet_ = false;
   return n;
 }
 
@@ -1155,7 +1193,9 @@ Result<bool> Store::DeleteIfGeneration(std::string_view key, uint64_t generation
     return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
                r->generation, generation);
   }
-  return DeleteCommitted(key);
+  GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
+  if (removed) Event(ObjectEvent::kDel, key);
+  return removed;
 }
 
 Store::ScanPage Store::Scan(uint64_t cursor, size_t count, size_t max_key_bytes) const {
@@ -1196,14 +1236,21 @@ Result<std::optional<Store::Touched>> Store::Touch(std::string_view key, uint64_
     const uint64_t generation = r->generation;
     GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
     if (!removed) return std::optional<Touched>();
+    Event(ObjectEvent::kDel, key);
     return std::optional<Touched>(Touched{generation, 0});
   }
+  const bool had_expiry = r->expires_unix_ns != 0;
   GOBLIN_ASSIGN_OR_RETURN(bool found, index_->Touch(key, expires));
   if (!found) return std::optional<Touched>();
   r = index_->Find(key);
   if (expires != 0) expiries_.emplace(expires, r->key);
   if (auto h = heads_.find(r->key); h != heads_.end()) Withdraw(h->second);
   ++stats_.touches;
+  if (expires != 0) {
+    Event(ObjectEvent::kExpire, key);
+  } else if (had_expiry) {
+    Event(ObjectEvent::kPersist, key);
+  }
   return std::optional<Touched>(Touched{r->generation, expires});
 }
 
@@ -1218,6 +1265,7 @@ void Store::ExpireDue(uint64_t now, size_t max) {
       GOBLIN_LOG_ERROR(kLog, "expiring '{}': {}", due.second, d.error());
       return;
     }
+    Event(ObjectEvent::kExpired, due.second);
   }
 }
 

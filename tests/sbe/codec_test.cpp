@@ -283,6 +283,22 @@ void ObjectCases() {
     EXPECT_EQ(d.key(), "k/d");
   }
   {
+    CoreConfigEncoder e(b.data(), b.size());
+    e.set_correlation_id(36).set_set(1).set_name("notify-keyspace-events").set_value("KEA");
+    auto d = RoundTrip<CoreConfigDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 36u);
+    EXPECT_EQ(d.set(), 1);
+    EXPECT_EQ(d.name(), "notify-keyspace-events");
+    EXPECT_EQ(d.value(), "KEA");
+  }
+  {
+    CoreConfigReplyEncoder e(b.data(), b.size());
+    e.set_correlation_id(37).set_value("AKE");
+    auto d = RoundTrip<CoreConfigReplyDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 37u);
+    EXPECT_EQ(d.value(), "AKE");
+  }
+  {
     ObjectScanEncoder e(b.data(), b.size());
     e.set_correlation_id(34).set_cursor(0xabcdefull).set_count(10);
     auto d = RoundTrip<ObjectScanDecoder>(b, e.Finish());
@@ -292,7 +308,8 @@ void ObjectCases() {
   }
   {
     ScanReplyEncoder e(b.data(), b.size());
-    e.set_correlation_id(35).set_next_cursor(7).set_objects(12345);
+    e.set_correlation_id(35).set_next_cursor(7).set_objects(12345).set_expiring(3).set_ram_bytes(
+        1 << 20);
     auto g = e.BeginKeys();
     g.Next().set_key("one");
     g.Next().set_key(std::string_view("t\0wo", 4));
@@ -300,6 +317,8 @@ void ObjectCases() {
     EXPECT_EQ(d.correlation_id(), 35u);
     EXPECT_EQ(d.next_cursor(), 7u);
     EXPECT_EQ(d.objects(), 12345u);
+    EXPECT_EQ(d.expiring(), 3u);
+    EXPECT_EQ(d.ram_bytes(), 1u << 20);
     std::vector<std::string> keys;
     for (auto k : d.keys()) keys.emplace_back(k.key());
     EXPECT_EQ(keys, (std::vector<std::string>{"one", std::string("t\0wo", 4)}));

@@ -763,7 +763,9 @@ TEST_F(StoreTest, ScanWalksEveryKeyWhileTheIndexGrowsAndShrinks) {
     cursor = page.next_cursor;
     // Meanwhile the table grows (it doubles several times) and keys come and go.
     for (int j = 0; j < 20; ++j) ASSERT_TRUE(Put("n" + std::to_string(added++), v));
-    if (pages % 3 == 0) ASSERT_TRUE(store_->Delete("n" + std::to_string(added / 2)));
+    if (pages % 3 == 0) {
+      ASSERT_TRUE(store_->Delete("n" + std::to_string(added / 2)));
+    }
     ++pages;
   } while (cursor != 0 && pages < 100000);
   EXPECT_EQ(cursor, 0u);

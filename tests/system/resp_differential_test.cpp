@@ -25,140 +25,16 @@
 #include <fmt/ranges.h>
 
 #include "tests/system/process.h"
+#include "tests/system/resp_test_client.h"
 
 namespace goblin {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-// ---- a RESP value reader for the test ----
-struct Value {
-  char type = 0;  // + - : $ * % > _ (and '$'/'*' with null = true)
-  bool null = false;
-  std::string str;  // + - $ and : (as text)
-  std::vector<Value> items;
-  bool operator==(const Value&) const = default;
-  bool operator<(const Value& o) const { return Dump() < o.Dump(); }
-  std::string Dump() const {
-    std::string s(1, type);
-    if (null) return s + "null";
-    if (!items.empty() || type == '*' || type == '%' || type == '>') {
-      s += "[";
-      for (const auto& i : items) s += i.Dump() + ",";
-      return s + "]";
-    }
-    return s + str;
-  }
-};
-
-// Parses one value at `pos`; nullopt if incomplete.
-std::optional<Value> ParseValue(const std::string& b, size_t* pos) {
-  if (*pos >= b.size()) return std::nullopt;
-  size_t eol = b.find("\r\n", *pos);
-  if (eol == std::string::npos) return std::nullopt;
-  Value v;
-  v.type = b[*pos];
-  std::string line = b.substr(*pos + 1, eol - *pos - 1);
-  size_t p = eol + 2;
-  switch (v.type) {
-    case '+':
-    case '-':
-    case ':':
-      v.str = line;
-      break;
-    case '_':
-      v.null = true;
-      break;
-    case '$': {
-      long n = std::stol(line);
-      if (n < 0) {
-        v.null = true;
-        break;
-      }
-      if (b.size() < p + static_cast<size_t>(n) + 2) return std::nullopt;
-      v.str = b.substr(p, static_cast<size_t>(n));
-      p += static_cast<size_t>(n) + 2;
-      break;
-    }
-    case '*':
-    case '%':
-    case '>': {
-      long n = std::stol(line);
-      if (n < 0) {
-        v.null = true;
-        break;
-      }
-      if (v.type == '%') n *= 2;
-      for (long i = 0; i < n; ++i) {
-        auto item = ParseValue(b, &p);
-        if (!item) return std::nullopt;
-        v.items.push_back(std::move(*item));
-      }
-      break;
-    }
-    default:
-      ADD_FAILURE() << "unexpected RESP type byte " << int(v.type);
-      return std::nullopt;
-  }
-  *pos = p;
-  return v;
-}
-
-std::string Encode(const std::vector<std::string>& args) {
-  std::string s = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
-  return s;
-}
-
-class Conn {
- public:
-  explicit Conn(const std::string& path) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~Conn() { close(fd_); }
-  bool ok() const { return ok_; }
-  void Send(const std::string& s) {
-    size_t off = 0;
-    while (off < s.size()) {
-      ssize_t n = send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      off += static_cast<size_t>(n);
-    }
-  }
-  // Reads values until `done(value)` is true (that value is not returned), EOF, or 5 s.
-  // Returns the values and whether the connection closed.
-  std::pair<std::vector<Value>, bool> ReadUntil(const std::function<bool(const Value&)>& done) {
-    std::vector<Value> out;
-    auto deadline = std::chrono::steady_clock::now() + 5s;
-    for (;;) {
-      while (auto v = ParseValue(buf_, &pos_)) {
-        if (done(*v)) return {out, false};
-        out.push_back(std::move(*v));
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "timed out waiting for a reply";
-        return {out, false};
-      }
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      char tmp[65536];
-      ssize_t n = recv(fd_, tmp, sizeof tmp, 0);
-      if (n <= 0) return {out, true};
-      buf_.append(tmp, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  int fd_ = -1;
-  bool ok_ = false;
-  std::string buf_;
-  size_t pos_ = 0;
-};
+using test::Conn;
+using test::Encode;
+using test::Value;
 
 // One side: redis-server, or goblin-core + goblin-gateway.
 struct Side {
@@ -610,8 +486,11 @@ struct ObjectGen {
         return {"EXPIRE", Key(), "notanumber"};
       case 35:
         return {"GETRANGE", Key(), "x", "1"};
-      case 36:
-        return {"CONFIG", "GET", R(2) ? "maxclients" : "databases"};
+      case 36: {
+        static const char* kClasses[] = {"KEA", "KEA", "KEA", "Kg", "E$", "KEx", "", "Q", "AKE"};
+        if (R(3) == 0) return {"CONFIG", "GET", R(2) ? "maxclients" : "notify-keyspace-events"};
+        return {"CONFIG", "SET", "notify-keyspace-events", kClasses[R(std::size(kClasses))]};
+      }
       case 37:
         return {"SET", Key(), Val(), "EX", R(2) ? "0" : "99999999999999999999"};
       case 38:
@@ -655,11 +534,61 @@ TEST_P(RespDifferential, ObjectCommandsMatchRedisByteForByte) {
     ASSERT_TRUE(r[i]->ok() && g[i]->ok());
   };
   for (int i = 0; i < kClients; ++i) ASSERT_NO_FATAL_FAILURE(connect(i));
-  uint64_t marker = 0, values = 0, errors = 0, bulks = 0, scans = 0;
+  uint64_t marker = 0, values = 0, errors = 0, bulks = 0, scans = 0, events = 0;
   auto sync = [&](Conn& c) {
     std::string m = "sync-" + std::to_string(++marker);
     c.Send(Encode({"PING", m}));
     return c.ReadUntil([&](const Value& v) { return v.type == '$' && v.str == m; });
+  };
+  // Keyspace notifications: a subscriber on each side to every keyspace and keyevent channel
+  // and to "marker"; after each step the actor publishes a marker. Redis's subscriber has the
+  // step's events before the marker; goblin's come from the shards through shard 0, maybe
+  // after it: read until as many have come (and the marker), compared as a multiset (keys
+  // of different shards may be reported in either order).
+  Conn rsub(redis_.sock), gsub(goblin_.sock);
+  for (Conn* s : {&rsub, &gsub}) {
+    s->Send(Encode({"PSUBSCRIBE", "__key*@0__:*"}) + Encode({"SUBSCRIBE", "marker"}));
+    auto [v, closed] = s->ReadUntil(
+        [](const Value& x) { return x.items.size() == 3 && x.items[0].str == "subscribe"; });
+    ASSERT_FALSE(closed);
+  }
+  for (int i = 0; i < 2; ++i) {
+    Conn& c = i == 0 ? *r[0] : *g[0];
+    c.Send(Encode({"CONFIG", "SET", "notify-keyspace-events", "KEA"}));
+    auto [v, closed] = sync(c);
+    ASSERT_EQ(v.size(), 1u);
+    ASSERT_EQ(v[0].Dump(), "+OK") << "side " << i;
+  }
+  auto check_events = [&](int who, int step, const std::string& shown) {
+    const std::string m = "m" + std::to_string(step);
+    r[who]->Send(Encode({"PUBLISH", "marker", m}));
+    g[who]->Send(Encode({"PUBLISH", "marker", m}));
+    sync(*r[who]);
+    sync(*g[who]);
+    auto is_marker = [&](const Value& x) {
+      return x.items.size() == 3 && x.items[0].str == "message" && x.items[2].str == m;
+    };
+    std::vector<std::string> rev, gev;
+    rsub.ReadUntil([&](const Value& x) {
+      if (is_marker(x)) return true;
+      rev.push_back(x.Dump());
+      return false;
+    });
+    bool seen = false;
+    auto deadline = std::chrono::steady_clock::now() + 3s;
+    gsub.ReadUntil([&](const Value& x) {
+      if (is_marker(x)) {
+        seen = true;
+      } else {
+        gev.push_back(x.Dump());
+      }
+      return (seen && gev.size() >= rev.size()) || std::chrono::steady_clock::now() > deadline;
+    });
+    std::sort(rev.begin(), rev.end());
+    std::sort(gev.begin(), gev.end());
+    events += rev.size();
+    ASSERT_EQ(fmt::format("{}", fmt::join(rev, "\n")), fmt::format("{}", fmt::join(gev, "\n")))
+        << "keyspace events: seed " << seed << " step " << step << " after " << shown;
   };
   for (int step = 0; step < kSteps; ++step) {
     const int who = static_cast<int>(gen.R(kClients));
@@ -700,13 +629,15 @@ TEST_P(RespDifferential, ObjectCommandsMatchRedisByteForByte) {
     if (rclosed) {
       ASSERT_NO_FATAL_FAILURE(connect(who));
     }
+    ASSERT_NO_FATAL_FAILURE(check_events(who, step, shown));
   }
   std::cout << values << " replies compared, " << bulks << " values, " << errors << " errors, "
-            << scans << " scans walked\n";
+            << scans << " scans walked, " << events << " keyspace events\n";
   EXPECT_GT(values, 1000u);
   EXPECT_GT(bulks, 100u);
   EXPECT_GT(errors, 20u);
   EXPECT_GT(scans, 10u);
+  EXPECT_GT(events, 300u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, RespDifferential, testing::Values(1, 3),

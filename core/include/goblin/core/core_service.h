@@ -44,6 +44,8 @@
 
 namespace goblin::core {
 
+class KeyspaceEvents;
+
 struct CoreCounters {
   uint64_t pings = 0;
   uint64_t errors_sent = 0;
@@ -119,6 +121,11 @@ class CoreService : public reactor::Handler {
   };
   std::vector<SessionView> Sessions() const;
   const pubsub::Engine& pubsub() const { return pubsub_; }
+  // Publishes on this shard's engine (shard 0) as a PUBLISH would, without an answer to
+  // anyone (keyspace notifications). Returns the receivers.
+  uint64_t PublishMessage(std::string_view channel, std::string_view payload, bool sharded);
+  // The core's keyspace notifications (shared by every shard; CoreConfig sets their classes).
+  void set_keyspace(KeyspaceEvents* k) { keyspace_ = k; }
 
  private:
   struct Upload {
@@ -170,6 +177,8 @@ class CoreService : public reactor::Handler {
   }
   // Sends what one download can send now; false when it is finished (or failed).
   bool Pump(reactor::Session& session, Download& d);
+  void HandleConfig(reactor::Session& session, std::span<const uint8_t> msg, uint16_t block_length,
+                    uint16_t version);
   void HandlePubsub(reactor::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
   pubsub::SubscriberId SubscriberOf(reactor::Session& session, uint64_t session_id, bool create);
@@ -246,6 +255,7 @@ class CoreService : public reactor::Handler {
   uint64_t next_loan_id_ = 1;
 
   pubsub::Engine pubsub_;
+  KeyspaceEvents* keyspace_ = nullptr;
   struct Subscriber {
     reactor::Session* session = nullptr;
     uint64_t session_id = 0;

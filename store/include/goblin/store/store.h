@@ -152,9 +152,21 @@ struct TouchCondition {
   bool delete_now = false;
 };
 
+// What changed a key's committed version, for keyspace notifications (Redis's event names):
+// kSet a commit (then kExpire when it has an expiry); kDel Delete, DeleteIfGeneration or a
+// touch into the past; kExpire / kPersist a touch giving an expiry / taking it away;
+// kExpired found expired (on access or by the sweep); kEvicted evicted for space. Purges
+// (DeletePrefix: Redis's FLUSHALL reports nothing either) and damaged objects dropped report
+// nothing.
+enum class ObjectEvent : uint8_t { kSet, kDel, kExpire, kPersist, kExpired, kEvicted };
+std::string_view ObjectEventName(ObjectEvent e);
+
 class Store {
  public:
   static Result<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  // Called on the store's thread, after the change is visible (not yet durable).
+  using EventSink = std::function<void(ObjectEvent, std::string_view key)>;
+  void set_event_sink(EventSink sink) { event_sink_ = std::move(sink); }
   ~Store();
 
   class Stream;
@@ -481,6 +493,11 @@ class Store {
   StoreOptions options_;
   std::unique_ptr<HeadPool> pool_;
   std::unique_ptr<HeadTable> head_table_;
+  EventSink event_sink_;
+  bool quiet_ = false;  // DeletePrefix: its deletes report nothing
+  void Event(ObjectEvent e, std::string_view key) {
+    if (event_sink_ && !quiet_) event_sink_(e, key);
+  }
   std::vector<std::unique_ptr<TierSpace>> tiers_;
   std::vector<TierSpace*> tier_ptrs_;
   std::unique_ptr<Index> index_;
