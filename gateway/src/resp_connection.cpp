@@ -154,13 +154,14 @@ std::string RespServer::Impl::ClientInfoLine(const Client& x) const {
   const uint64_t sub = x.sub_count >= x.psub_count ? x.sub_count - x.psub_count : 0;
   return fmt::format(
       "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} "
-      "multi=-1 qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 obl={} oll={} omem={} tot-mem={} "
+      "multi=-1 qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl={} oll={} omem={} "
+      "tot-mem={} "
       "events=r{} cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
       x.id, x.addr, x.laddr, x.fd.get(), x.name, (now - x.created_ns) / 1'000'000'000,
       (now - x.last_ns) / 1'000'000'000, flags, sub, x.psub_count, x.shard_count,
-      x.in.size() - x.in_pos, x.in.capacity() - x.in.size(), x.out_size(), x.slots.size(), pending,
-      x.in.capacity() + x.out.capacity() + pending, x.epollout ? "w" : "", x.last_cmd,
-      x.proto == Proto::kResp3 ? 3 : 2, x.lib_name, x.lib_ver);
+      x.in.size() - x.in_pos, x.in.capacity() - x.in.size(), x.in.capacity(), x.in.capacity(),
+      x.out_size(), x.slots.size(), pending, x.in.capacity() + x.out.capacity() + pending,
+      x.epollout ? "w" : "", x.last_cmd, x.proto == Proto::kResp3 ? 3 : 2, x.lib_name, x.lib_ver);
 }
 
 void RespServer::Impl::ClientKill(Client& c, Argv& argv) {
