@@ -337,8 +337,6 @@ Parsed ParseLine(std::string_view line, Request* out) {
       return fail(arith ? dup_or_invalid : !err.empty() ? err : kBadFormat);
     if (r.cmd == Cmd::kMetaGet && f.vivify)
       return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (leases)
-    if (r.cmd == Cmd::kMetaDelete && f.has_cas)
-      return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (conditional delete)
     if (r.cmd == Cmd::kMetaSet && f.mode != 0 &&
         std::string_view("SEAPR").find(f.mode) == std::string_view::npos)
       return fail("CLIENT_ERROR invalid mode for ms M token\r\n");

@@ -98,6 +98,8 @@ void MemcacheServer::Impl::StartMeta(Client& c, const memcache::Request& req) {
       memcache::Request r;
       r.cmd = Cmd::kDelete;
       r.key = req.key;
+      // C: only that version (else EX); C0 matches no version (generations start at 1)
+      if (f.has_cas) r.cas = f.cas == 0 ? UINT64_MAX : f.cas;
       StartSimple(c, r);
       if (c.op) init(*c.op);
       return;
@@ -166,6 +168,7 @@ std::string MemcacheServer::Impl::MetaReply(const Op& op, std::string_view class
   if (op.cmd == Cmd::kDelete) {
     if (classic == "DELETED\r\n") return quiet ? "" : line("HD", true);
     if (classic == "NOT_FOUND\r\n") return line("NF", false);
+    if (classic == "EXISTS\r\n") return line("EX", false);  // (C: another version)
     return std::string(classic);
   }
   if (op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) {

@@ -420,6 +420,7 @@ void MemcacheServer::Impl::StartSimple(Client& c, const memcache::Request& req) 
             [&](uint8_t* b, size_t cap) {
               return wire::ObjectDeleteEncoder(b, cap)
                   .set_correlation_id(corr)
+                  .set_if_generation(req.cas)  // (md C; 0: whatever version)
                   .set_key(op.key)
                   .Finish();
             },
@@ -720,7 +721,11 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
         Finish(*c, deleted ? "DELETED\r\n" : "NOT_FOUND\r\n");
       } else if (h.template_id == wire::ErrorDecoder::kTemplateId) {
         auto e = wire::ErrorDecoder::Decode(m);
-        Finish(*c, ErrorReply(e ? e->text() : "error"));
+        if (e && e->code() == wire::ErrorCode::kFailedPrecondition) {  // (md C: another CAS)
+          Finish(*c, "EXISTS\r\n");
+        } else {
+          Finish(*c, ErrorReply(e ? e->text() : "error"));
+        }
       }
       break;
     }

@@ -109,6 +109,9 @@ TEST(MemcacheParse, MetaCommands) {
   EXPECT_EQ(P("mg", &r).reply, "ERROR\r\n");
   EXPECT_EQ(P("me", &r).reply, "CLIENT_ERROR bad command line format\r\n");
   EXPECT_EQ(P("mg k I", &r).reply, "CLIENT_ERROR flag not served by goblin\r\n");
+  EXPECT_EQ(P("md k C12 q", &r).reply, "");  // (conditional deletes are served)
+  EXPECT_TRUE(r.meta.has_cas);
+  EXPECT_EQ(r.meta.cas, 12u);
 }
 
 TEST(MemcacheParse, NumbersAndHelpers) {

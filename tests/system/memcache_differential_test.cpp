@@ -355,9 +355,15 @@ class Generator {
         c.text = fmt::format("ms {} {}{}\r\n{}\r\n", key, value.size(), flags, value);
         break;
       }
-      case 2:
-        c.text = "md " + key + MetaFlags("qOk") + "\r\n";
+      case 2: {
+        std::string flags = MetaFlags("qOk");
+        if (Chance(30)) {  // a conditional delete (this side's CAS of the key, or a stale one)
+          c.cas_key = key;
+          flags += " C{cas}";
+        }
+        c.text = "md " + key + flags + "\r\n";
         break;
+      }
       default:
         c.text = "ma " + key + MetaFlags("NJDMvqOkc") + "\r\n";
         break;
