@@ -13,6 +13,7 @@
 #include "goblin/common/config.h"
 #include "goblin/common/log.h"
 #include "http_server_impl.h"
+#include "tcp_listen.h"
 
 namespace goblin::gateway {
 namespace {
@@ -67,34 +68,17 @@ VoidResult HttpServer::Impl::Init() {
     GOBLIN_RETURN_IF_ERROR(
         EpollCtl(epoll_.get(), EPOLL_CTL_ADD, net_.event_fd(), EPOLLIN, kTagNetRing));
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoErr("socket", errno);
-  listen_ = UniqueFd(fd);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (options_.reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
-    return ErrnoErr("setsockopt SO_REUSEPORT", errno);
-  }
   // Accepted connections inherit TCP_NODELAY (no system call per accept), and are accepted
   // once their first bytes are in (nginx's `listen ... deferred`): the request is read
   // right at accept, not one loop round later behind whatever else that round writes.
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  int defer_seconds = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_seconds, sizeof defer_seconds);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(options_.port < 0 ? 0 : options_.port));
-  if (inet_pton(AF_INET, options_.listen_address.c_str(), &a.sin_addr) != 1) {
-    return goblin::Err(StatusCode::kInvalidArgument, "--listen-address '{}' is not an IPv4 address",
-                       options_.listen_address);
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    return ErrnoErr(fmt::format("bind {}:{}", options_.listen_address, options_.port), errno);
-  }
-  if (listen(fd, 1024) != 0) return ErrnoErr("listen", errno);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.sin_port);
+  TcpListenOptions tl;
+  tl.reuse_port = tl.reuse_port_required = options_.reuse_port;
+  tl.nodelay = true;
+  tl.defer_accept_s = 1;
+  GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));
+  listen_ = std::move(listener.first);
+  port_ = listener.second;
+  const int fd = listen_.get();
   return EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN, kTagListen);
 }
 

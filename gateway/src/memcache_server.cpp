@@ -22,6 +22,7 @@
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 #include "memcache_server_impl.h"
+#include "tcp_listen.h"
 
 namespace goblin::gateway {
 namespace {
@@ -78,27 +79,13 @@ VoidResult MemcacheServer::Impl::Init() {
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
   if (options_.port != 0) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ErrnoErr("socket", errno);
-    tcp_ = UniqueFd(fd);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (options_.reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(options_.port < 0 ? 0 : options_.port));
-    if (inet_pton(AF_INET, options_.listen_address.c_str(), &a.sin_addr) != 1) {
-      return goblin::Err(StatusCode::kInvalidArgument,
-                         "--listen-address '{}' is not an IPv4 address", options_.listen_address);
-    }
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      return ErrnoErr(fmt::format("bind {}:{} (memcache)", options_.listen_address, options_.port),
-                      errno);
-    }
-    if (listen(fd, 1024) != 0) return ErrnoErr("listen", errno);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    TcpListenOptions tl;
+    tl.reuse_port = options_.reuse_port;
+    tl.what = "memcache";
+    GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));
+    tcp_ = std::move(listener.first);
+    port_ = listener.second;
+    const int fd = tcp_.get();
     GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, EPOLLIN, kTagTcp));
   }
   if (!options_.unix_path.empty()) {

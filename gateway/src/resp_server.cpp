@@ -18,6 +18,7 @@
 #include "goblin/common/log.h"
 #include "goblin/ring/unix_socket.h"
 #include "resp_server_impl.h"
+#include "tcp_listen.h"
 
 namespace goblin::gateway {
 
@@ -37,25 +38,12 @@ VoidResult RespServer::Impl::Init() {
                                            options_.max_value_bytes);
   started_ns_ = MonotonicNanos();
   if (options_.port != 0) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ErrnoErr("socket", errno);
-    tcp_ = UniqueFd(fd);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(options_.port < 0 ? 0 : options_.port));
-    if (inet_pton(AF_INET, options_.listen_address.c_str(), &a.sin_addr) != 1) {
-      return goblin::Err(StatusCode::kInvalidArgument,
-                         "--listen-address '{}' is not an IPv4 address", options_.listen_address);
-    }
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      return ErrnoErr(fmt::format("bind {}:{}", options_.listen_address, options_.port), errno);
-    }
-    if (listen(fd, 511) != 0) return ErrnoErr("listen", errno);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    TcpListenOptions tl;
+    tl.backlog = 511;  // (Redis's tcp-backlog)
+    GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));
+    tcp_ = std::move(listener.first);
+    port_ = listener.second;
+    const int fd = tcp_.get();
     GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), fd, EPOLLIN, kTagTcp));
   }
   if (!options_.unix_path.empty()) {
