@@ -10,13 +10,18 @@
 #               + extstore (-m EXT_MEM, ext_path on the disk under test) vs goblin with
 #               --memory EXT_MEM.
 #   small:      SMALL_COUNT values of 100 B - 2 KB: memcached vs goblin.
+#   large-rate: the large-mem set at a fixed offered load (an open loop of RATE gets/s:
+#               latency at the same load, not at saturation): memcached with all of it in
+#               RAM vs goblin with --memory GOBLIN_MEM_RATE and GOBLIN_RATE_IO_BUFFERS I/O
+#               buffers (the least RAM that serves it).
 # For each: fill time, then gets for SECONDS: gets/s, Gbit/s of values, p50/p99/p99.9 of
 # the complete reply and of its first line; server memory after the run (proportional set
 # size: memcached; goblin's launcher, core and gateway, their shared pools counted once); disk bytes (extstore file, goblin's tier).
 #   bench/memcache_benchmark.sh [--no-build]
 # Environment (defaults): ROWS ("large-mem large-disk small"), CONNECTIONS (16), SECONDS
 # (10), LARGE_COUNT (1000: ~1 GiB), DISK_COUNT (3000: ~3 GiB), SMALL_COUNT (100000),
-# GOBLIN_MEM_LARGE (256M), EXT_MEM (512M), DIR (/var/tmp/goblin-mcbench: emptied),
+# GOBLIN_MEM_LARGE (256M), EXT_MEM (512M), RATE (400), GOBLIN_MEM_RATE (128M),
+# GOBLIN_RATE_IO_BUFFERS (8), DIR (/var/tmp/goblin-mcbench: emptied),
 # BUILD_DIR (build/release), OUT (var/bench/memcache-<time>). Results: OUT/results.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +34,11 @@ DISK_COUNT=${DISK_COUNT:-3000}
 SMALL_COUNT=${SMALL_COUNT:-100000}
 GOBLIN_MEM_LARGE=${GOBLIN_MEM_LARGE:-256M}
 EXT_MEM=${EXT_MEM:-512M}
+RATE=${RATE:-400}
+GOBLIN_MEM_RATE=${GOBLIN_MEM_RATE:-128M}
+GOBLIN_RATE_IO_BUFFERS=${GOBLIN_RATE_IO_BUFFERS:-8}
+GOBLIN_EXTRA=()  # goblin-store arguments for the row being run
+GET_EXTRA=()     # memcache_load get arguments for the row being run
 DIR=${DIR:-/var/tmp/goblin-mcbench}
 OUT=${OUT:-$ROOT/var/bench/memcache-$(date -u +%Y%m%d-%H%M%S)}
 PORT=${PORT:-21411}
@@ -93,7 +103,8 @@ start_server() {  # kind mem
     goblin)
       "$BUILD_DIR/tools/goblin-store" --mirror http://127.0.0.1:1 --http-port $((PORT + 1)) \
         --memcache-port "$PORT" --memory "$mem" --block 1M --ram-head 1M --hugepages off \
-        --ssd-dir "$DIR/tier" --socket-dir "$DIR" > "$OUT/server-$kind.log" 2>&1 &
+        --ssd-dir "$DIR/tier" --socket-dir "$DIR" ${GOBLIN_EXTRA[@]+"${GOBLIN_EXTRA[@]}"} \
+        > "$OUT/server-$kind.log" 2>&1 &
       SERVER_PID=$! ;;
   esac
   wait_port
@@ -122,7 +133,7 @@ run_row() {  # row kind mem -- load args...
   fill=$("$LOAD" fill --port "$PORT" --connections "$fill_conns" --label "$kind" "$@")
   echo "$row $fill" | tee -a "$OUT/run.log"
   get=$("$LOAD" get --port "$PORT" --connections "$CONNECTIONS" --seconds "$SECONDS_RUN" \
-    --label "$kind" "$@")
+    --label "$kind" ${GET_EXTRA[@]+"${GET_EXTRA[@]}"} "$@")
   echo "$row $get" | tee -a "$OUT/run.log"
   local pids rss
   mapfile -t pids < <(server_pids)
@@ -153,6 +164,13 @@ for row in $ROWS; do
     large-disk)
       run_row "$row" extstore "${EXT_MEM%M}" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}"
       run_row "$row" goblin "$EXT_MEM" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}" ;;
+    large-rate)
+      GET_EXTRA=(--rate "$RATE")
+      run_row "$row" memcached "$((LARGE_COUNT * 2))" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
+      GOBLIN_EXTRA=("--core-arg=--io-buffers=$GOBLIN_RATE_IO_BUFFERS")
+      run_row "$row" goblin "$GOBLIN_MEM_RATE" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
+      GOBLIN_EXTRA=()
+      GET_EXTRA=() ;;
     small)
       run_row "$row" memcached 1024 -- --count "$SMALL_COUNT" --seed 13 --dist uniform --min 100 --max 2000
       run_row "$row" goblin 256M -- --count "$SMALL_COUNT" --seed 13 --dist uniform --min 100 --max 2000 ;;

@@ -4,7 +4,8 @@
 // command gives every server the same values.
 //   fill:  sets every key once (values of a pattern derived from the key), `--connections`
 //          at a time, each pipelining up to 4 MiB of sets; reports the time taken.
-//   get:   closed loop for `--seconds`: each connection gets a random key (fixed seed per
+//   get:   closed loop (or with --rate, an open loop at a fixed schedule) for `--seconds`:
+//          each connection gets a random key (fixed seed per
 //          connection), reads the whole reply, checks its length (and with --verify the
 //          bytes; a miss is counted, not fatal, and not in the latencies); reports
 //          requests/s, misses, Gbit/s of values, and p50/p99/p99.9 of the time
@@ -160,6 +161,12 @@ int main(int argc, char** argv) {
   app.add_option("--max", hi, "Largest value (bytes)")->capture_default_str();
   app.add_option("--mean", mean, "Pareto: the mean to aim for (bytes)")->capture_default_str();
   app.add_option("--seconds", seconds, "get: how long")->capture_default_str();
+  double rate = 0;
+  app.add_option("--rate", rate,
+                 "get: an open loop of this many gets/s in all (each connection its share, on "
+                 "a fixed schedule; a get's time counts from when it was due, so a server that "
+                 "falls behind is charged for the wait); 0: closed loop")
+      ->capture_default_str();
   app.add_flag("--verify", verify, "get: check every byte (slower: for tests)");
   app.add_option("--label", label)->capture_default_str();
   if (int rc = goblin::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -225,11 +232,22 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(seed * 1000 + static_cast<uint64_t>(c));
       std::uniform_int_distribution<size_t> pick(0, items.size() - 1);
       std::string req, line;
+      const auto start = Clock::now();
+      const std::chrono::duration<double> interval(rate > 0 ? connections / rate : 0.0);
+      uint64_t sent = 0;
       while (Clock::now() < deadline) {
         const size_t i = pick(rng);
         const Item& it = items[i];
         req = "get " + it.key + "\r\n";
-        const auto t0 = Clock::now();
+        auto t0 = Clock::now();
+        if (rate > 0) {  // open loop: due at start + sent * interval
+          const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                       interval * static_cast<double>(sent));
+          ++sent;
+          if (due > t0) std::this_thread::sleep_until(due);
+          if (due >= deadline) break;
+          t0 = due;
+        }
         if (!conn.SendAll(req.data(), req.size()) || !conn.Line(&line)) {
           ++r.errors;
           failed = true;
@@ -287,6 +305,7 @@ int main(int argc, char** argv) {
   }
   auto tot = goblin::bench::Summarize(all.total_us);
   auto first = goblin::bench::Summarize(all.first_us);
+  if (rate > 0) fmt::print("open loop at {:.0f} gets/s: ", rate);
   fmt::print(
       "{}: {} connections, {:.0f} s: {} gets ({:.0f}/s), {} misses, {} errors, {:.2f} Gbit/s of "
       "values; "
