@@ -337,7 +337,7 @@ void RespServer::Impl::StartSet(Client& c, uint64_t seq, std::shared_ptr<SetArgs
   if (!(a->flags & kGet)) {
     if (a->flags & kNx) spec.flags |= wire::kPutIfAbsent;
     if (a->flags & kXx) spec.flags |= wire::kPutIfPresent;
-    objects_->Put(a->key, a->value, std::move(spec),
+    objects_->Put(a->key, std::move(a->value), std::move(spec),  // (no retry: moved)
                   [this, id, seq, a, refused](Result<uint64_t> g) {
                     const bool integer = a->reply == SetArgs::Reply::kInteger;
                     if (g) return Unblock(id, seq, integer ? Int(1) : Simple("OK"));

@@ -375,11 +375,20 @@ void RespServer::Impl::CheckOutputLimits(Client& c) {
 void RespServer::Impl::Reply(Client& c, std::string bytes) {
   if (c.muted) return;
   if (c.slots.empty()) {
-    c.out += bytes;
+    AppendOut(c, std::move(bytes));
   } else {
     c.slots.push_back({true, false, std::move(bytes)});
   }
   dirty_.push_back(&c);
+}
+
+void RespServer::Impl::AppendOut(Client& c, std::string&& bytes) {
+  if (c.out_size() == 0 && bytes.size() >= 4096) {  // (a large value: taken, not copied)
+    c.out = std::move(bytes);
+    c.out_pos = 0;
+  } else {
+    c.out += bytes;
+  }
 }
 
 uint64_t RespServer::Impl::PendingSlot(Client& c) {
@@ -414,7 +423,7 @@ void RespServer::Impl::CompleteSlot(uint64_t client, uint64_t seq, std::string b
   s.ready = true;
   if (!s.muted) s.bytes = std::move(bytes);
   while (!c.slots.empty() && c.slots.front().ready) {
-    c.out += c.slots.front().bytes;
+    AppendOut(c, std::move(c.slots.front().bytes));
     c.slots.pop_front();
     ++c.first_seq;
   }

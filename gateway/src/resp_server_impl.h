@@ -161,6 +161,7 @@ class RespServer::Impl {
   void Close(Client& c, std::string_view why);
   void CheckOutputLimits(Client& c);
   void Reply(Client& c, std::string bytes);  // in command order
+  void AppendOut(Client& c, std::string&& bytes);
   uint64_t PendingSlot(Client& c);           // reserves a slot for a core reply
   void CompleteSlot(uint64_t client, uint64_t seq, std::string bytes);
   // A command that waits for the core: its reply slot, and the client reads no further
