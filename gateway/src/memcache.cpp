@@ -153,6 +153,76 @@ std::string MetadataForFlags(uint32_t flags) {
   return s;
 }
 
+constexpr std::string_view kBinaryKeyLine = "X-Memcache-Binary-Key: 1\r\n";
+
+std::string MetadataFor(uint32_t flags, bool binary_key) {
+  std::string s = MetadataForFlags(flags);
+  if (binary_key) s += kBinaryKeyLine;
+  return s;
+}
+
+bool KeyIsBinary(std::string_view metadata) {
+  return metadata.find(kBinaryKeyLine) != std::string_view::npos;
+}
+
+namespace {
+constexpr std::string_view kBase64 =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}  // namespace
+
+bool Base64Decode(std::string_view in, std::string* out) {
+  uint8_t table[256];
+  std::memset(table, 0x80, sizeof table);
+  for (size_t i = 0; i < kBase64.size(); ++i) table[static_cast<uint8_t>(kBase64[i])] = uint8_t(i);
+  table[static_cast<uint8_t>('=')] = 0;
+  size_t count = 0;
+  for (char ch : in) count += table[static_cast<uint8_t>(ch)] != 0x80 ? 1 : 0;
+  if (count == 0 || count % 4 != 0) return false;
+  out->clear();
+  uint8_t block[4];
+  size_t n = 0, pad = 0;
+  for (char ch : in) {
+    const uint8_t v = table[static_cast<uint8_t>(ch)];
+    if (v == 0x80) continue;
+    if (ch == '=') ++pad;
+    block[n++] = v;
+    if (n < 4) continue;
+    out->push_back(static_cast<char>((block[0] << 2) | (block[1] >> 4)));
+    out->push_back(static_cast<char>((block[1] << 4) | (block[2] >> 2)));
+    out->push_back(static_cast<char>((block[2] << 6) | block[3]));
+    n = 0;
+    if (pad > 0) {
+      if (pad > 2) return false;  // (invalid padding)
+      out->resize(out->size() - pad);
+      break;
+    }
+  }
+  return true;
+}
+
+std::string Base64Encode(std::string_view in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    const uint32_t v =
+        (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += kBase64[(v >> 6) & 63];
+    out += kBase64[v & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kBase64[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
 std::string DeltaResult(uint64_t result, size_t value_len) {
   std::string s = std::to_string(result);
   if (s.size() < value_len) s.append(value_len - s.size(), ' ');
@@ -321,6 +391,8 @@ Parsed ParseLine(std::string_view line, Request* out) {
         case 'f':
           break;
         case 'b':  // base64 keys
+          f.binary_key = true;
+          break;
         case 'R':  // recache
         case 'I':  // invalidate (stale items)
         case 'h':  // hit before
@@ -333,8 +405,15 @@ Parsed ParseLine(std::string_view line, Request* out) {
           return fail(arith ? dup_or_invalid : "CLIENT_ERROR invalid flag\r\n");
       }
     }
-    if (!err.empty() || bad_default)
-      return fail(arith ? dup_or_invalid : !err.empty() ? err : kBadFormat);
+    // (a noted text first, then the key's decoding, then a failure without a text)
+    if (!err.empty()) return fail(arith ? dup_or_invalid : err);
+    if (f.binary_key) {
+      if (!Base64Decode(r.key, &r.key_storage)) {
+        return fail(arith ? dup_or_invalid : "CLIENT_ERROR error decoding key\r\n");
+      }
+      r.key = r.key_storage;
+    }
+    if (bad_default) return fail(arith ? dup_or_invalid : kBadFormat);
     if (r.cmd == Cmd::kMetaGet && f.vivify)
       return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (leases)
     if (r.cmd == Cmd::kMetaSet && f.mode != 0 &&

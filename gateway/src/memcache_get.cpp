@@ -146,6 +146,7 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
         k.generation = info->generation();
         k.expires_ns = info->expires_nanos();
         k.flags = memcache::FlagsFromMetadata(info->metadata());
+        k.binary_key = memcache::KeyIsBinary(info->metadata());
         k.asked_end = std::min(k.asked_end, k.size);
         ++(op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats ? stats_.touch_hits
                                                                            : stats_.get_hits);

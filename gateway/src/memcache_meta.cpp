@@ -122,6 +122,13 @@ std::string MemcacheServer::Impl::MetaFlagsOut(const Op& op, const GetKey* k, bo
   using memcache::Cmd;
   std::string out;
   const std::string& key = op.keys.empty() ? op.key : op.keys[0].key;
+  // k: base64 with b for an item stored with a base64 key (a hit: the item's; otherwise
+  // the request's b), as memcached's ITEM_KEY_BINARY.
+  bool binary = op.mf.binary_key;
+  if (hit && k != nullptr) binary = k->binary_key;
+  if (hit && (op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) && !op.vivifying) {
+    binary = memcache::KeyIsBinary(op.old_metadata);
+  }
   for (const std::string& t : op.meta_tokens) {
     switch (t[0]) {
       case 'O':
@@ -130,7 +137,12 @@ std::string MemcacheServer::Impl::MetaFlagsOut(const Op& op, const GetKey* k, bo
         break;
       case 'k':
         out += " k";
-        out += key;
+        if (binary) {
+          out += memcache::Base64Encode(key);
+          out += " b";
+        } else {
+          out += key;
+        }
         break;
       case 's':
         if (op.cmd == Cmd::kMetaGet && hit) out += " s" + std::to_string(k->size);

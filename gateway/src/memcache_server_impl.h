@@ -37,9 +37,10 @@ class MemcacheServer::Impl {
     enum class State : uint8_t { kNotAsked, kAsked, kHit, kMiss } state = State::kNotAsked;
     uint64_t size = 0, generation = 0, expires_ns = 0;
     uint32_t flags = 0;
-    std::string buf;         // value bytes received, not yet written to the client
-    uint64_t received = 0;   // value bytes received so far (all pieces)
-    uint64_t asked_end = 0;  // end of the pieces asked for so far
+    bool binary_key = false;  // stored with a base64 key (meta b)
+    std::string buf;          // value bytes received, not yet written to the client
+    uint64_t received = 0;    // value bytes received so far (all pieces)
+    uint64_t asked_end = 0;   // end of the pieces asked for so far
     bool piece_in_flight = false;
     bool header_out = false;  // its VALUE line is written
   };

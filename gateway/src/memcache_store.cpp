@@ -91,6 +91,7 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
   uint64_t size = op.size, ttl = op.ttl_ns;
   if (op.vivifying) {  // ma N: the value is created (if nobody else did meanwhile)
     flags = wire::kPutIfAbsent;
+    metadata = memcache::MetadataFor(0, op.mf.binary_key);
     size = op.value.size();
     ttl = memcache::ExptimeToTtlNanos(op.mf.vivify_ttl, static_cast<int64_t>(std::time(nullptr)));
     const uint64_t now_ns = detail::NowUnixNanos();
@@ -99,6 +100,11 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
     flags = wire::kPutIfGeneration;
     if_generation = op.old_generation;
     metadata = op.old_metadata;
+    // An append or prepend makes a new item whose key is never marked binary (memcached
+    // copies the data, not that mark); incr and decr change the item in place.
+    if (op.cmd == memcache::Cmd::kAppend || op.cmd == memcache::Cmd::kPrepend) {
+      metadata = memcache::MetadataFor(memcache::FlagsFromMetadata(op.old_metadata), false);
+    }
     size = op.value.size();
     // The value keeps its expiry (memcached's append and incr keep the item's exptime).
     const uint64_t now = detail::NowUnixNanos();
@@ -111,7 +117,7 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
     }
     op.new_expires = ttl == 0 ? 0 : now + ttl;
   } else {
-    metadata = memcache::MetadataForFlags(op.flags);
+    metadata = memcache::MetadataFor(op.flags, op.meta && op.mf.binary_key);
     if (op.cmd == Cmd::kAdd) flags = wire::kPutIfAbsent;
     if (op.cmd == Cmd::kReplace) flags = wire::kPutIfPresent;
     if (op.cmd == Cmd::kCas) {

@@ -56,7 +56,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       continue;
     }
-    if (!Inside(req.key, line) || !Inside(req.stats_arg, line)) std::abort();
+    // (a meta command's base64 key is decoded into the request's own storage)
+    const bool decoded = req.meta.binary_key && Inside(req.key, req.key_storage);
+    if ((!decoded && !Inside(req.key, line)) || !Inside(req.stats_arg, line)) std::abort();
+    if (decoded) {  // it encodes back to what decodes to it
+      std::string again;
+      if (!mc::Base64Decode(mc::Base64Encode(req.key), &again) && !req.key.empty()) std::abort();
+      if (!req.key.empty() && again != req.key) std::abort();
+    }
     if (req.meta.count > 24) std::abort();
     for (size_t i = 0; i < req.meta.count; ++i) {
       if (req.meta.tokens[i].empty() || !Inside(req.meta.tokens[i], line)) std::abort();

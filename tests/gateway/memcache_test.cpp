@@ -137,5 +137,32 @@ TEST(MemcacheParse, NumbersAndHelpers) {
   EXPECT_EQ(MetadataForFlags(0), "");
 }
 
+TEST(MemcacheBase64, DecodesAndEncodesAsMemcachedDoes) {
+  std::string out;
+  ASSERT_TRUE(Base64Decode("AGJpbv9rZXk=", &out));
+  EXPECT_EQ(out, std::string("\0bin\xffkey", 8));
+  EXPECT_EQ(Base64Encode(out), "AGJpbv9rZXk=");
+  ASSERT_TRUE(Base64Decode("YWJj", &out));
+  EXPECT_EQ(out, "abc");
+  ASSERT_TRUE(Base64Decode("YW=j", &out));  // ('=' inside: the block ends it, as memcached)
+  EXPECT_EQ(Base64Encode(out), "YWA=");
+  ASSERT_TRUE(Base64Decode("a!bcd", &out));  // (characters outside the alphabet are skipped)
+  EXPECT_EQ(out.size(), 3u);
+  for (std::string_view bad : {"", "abc", "YWJj=", "!!!!", "a!bc", "YW Jj==="}) {
+    EXPECT_FALSE(Base64Decode(bad, &out)) << bad;
+  }
+  for (std::string_view s : {"", "a", "ab", "abc", "abcd", "\xff\xfe\xfd\xfc\xfb"}) {
+    if (s.empty()) {
+      EXPECT_EQ(Base64Encode(s), "");
+      continue;
+    }
+    ASSERT_TRUE(Base64Decode(Base64Encode(s), &out));
+    EXPECT_EQ(out, s);
+  }
+  EXPECT_TRUE(KeyIsBinary(MetadataFor(5, true)));
+  EXPECT_FALSE(KeyIsBinary(MetadataFor(5, false)));
+  EXPECT_EQ(FlagsFromMetadata(MetadataFor(5, true)), 5u);
+}
+
 }  // namespace
 }  // namespace goblin::gateway::memcache

@@ -69,9 +69,10 @@ struct MetaFlags {
   uint64_t cas = 0;
   bool vivify = false;  // N (ma: create on a miss)
   int32_t vivify_ttl = 0;
-  uint64_t initial = 0;  // J (ma)
-  uint64_t delta = 1;    // D (ma)
-  char mode = 0;         // M: ms S E A P R; ma I + D -
+  uint64_t initial = 0;     // J (ma)
+  uint64_t delta = 1;       // D (ma)
+  char mode = 0;            // M: ms S E A P R; ma I + D -
+  bool binary_key = false;  // b: the key token is base64 (Request::key is decoded)
 };
 
 struct Request {
@@ -89,8 +90,9 @@ struct Request {
   // The get family with an over-long key: memcached answers `fail_reply` after it has
   // looked at the keys before it (a gat has touched them); `keys` holds those.
   std::string_view fail_reply;
-  MetaFlags meta;        // mg, ms, md, ma
-  bool is_meta = false;  // (set by the server when it carries out ms/ma as set/incr/...)
+  MetaFlags meta;           // mg, ms, md, ma
+  std::string key_storage;  // a meta command's base64 key, decoded (`key` views it)
+  bool is_meta = false;     // (set by the server when it carries out ms/ma as set/incr/...)
 };
 
 // The next command line in `in` from `pos`: its text without "\r\n" (memcached strips one
@@ -127,6 +129,15 @@ uint64_t ExptimeToTtlNanos(int64_t exptime, int64_t now_unix_s);
 // absent.
 uint32_t FlagsFromMetadata(std::string_view metadata);
 std::string MetadataForFlags(uint32_t flags);  // "" for 0
+// A value stored by a meta command with a base64 key (b) keeps that in its metadata
+// (`X-Memcache-Binary-Key: 1`, after the flags line): memcached returns such an item's key
+// base64-encoded (k) with b, however it is asked for.
+std::string MetadataFor(uint32_t flags, bool binary_key);
+bool KeyIsBinary(std::string_view metadata);
+// memcached's base64 (RFC 1341, Jouni Malinen's decoder): characters outside the alphabet
+// are skipped, the rest must come in fours, '=' ends it. False: not decodable.
+bool Base64Decode(std::string_view in, std::string* out);
+std::string Base64Encode(std::string_view in);
 
 // incr/decr: the value memcached leaves after the operation (`value_len`: the stored length;
 // a shorter result is padded with spaces to it, as memcached rewrites in place).
