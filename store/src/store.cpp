@@ -483,10 +483,16 @@ void Store::AddResident(const std::string& key, Resident r) {
   heads_[key] = std::move(r);
   head_clock_.push_back(key);
   ++stats_.heads_in_ram;
-  if (head_clock_.size() > 2 * heads_.size() + 64) {  // drop stale entries
+  if (head_clock_.size() > 2 * heads_.size() + 64) {
+    // Drop stale entries, and a key written again is kept once, where it was last added
+    // (else a store whose keys are rewritten keeps every occurrence "live" and compacts on
+    // every commit, in time growing with the writes: seen at 100% CPU, 200 sets/s).
     std::deque<std::string> live;
-    for (auto& k : head_clock_) {
-      if (heads_.count(k)) live.push_back(std::move(k));
+    std::unordered_set<std::string_view> seen;
+    for (auto it = head_clock_.rbegin(); it != head_clock_.rend(); ++it) {
+      if (auto h = heads_.find(*it); h != heads_.end() && seen.insert(h->first).second) {
+        live.push_front(std::move(*it));
+      }
     }
     head_clock_ = std::move(live);
   }

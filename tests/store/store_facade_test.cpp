@@ -785,6 +785,17 @@ TEST_F(StoreTest, ScanWalksEveryKeyWhileTheIndexGrowsAndShrinks) {
   EXPECT_EQ(none.next_cursor, 0u);
 }
 
+TEST_F(StoreTest, RewritingTheSameKeysKeepsTheHeadClockBounded) {
+  OpenStore();
+  const auto v = Data(500, 9);
+  for (int round = 0; round < 40; ++round) {
+    for (int k = 0; k < 100; ++k) ASSERT_TRUE(Put("re" + std::to_string(k), v));
+  }
+  // (every occurrence of a rewritten key counted once: 4,000 commits, 100 heads)
+  EXPECT_LE(store_->head_clock_entries(), 2u * 100 + 64 + 1);
+  EXPECT_EQ(*GetAll("re7"), v);
+}
+
 TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
   opts_.tier.max_files = 1;
   opts_.tier.file_bytes = 16 * kExtent;

@@ -340,6 +340,8 @@ class Store {
 
   const HeadPool& pool() const { return *pool_; }
   uint64_t expiring_objects() const { return index_->expiring(); }
+  // Entries of the heads' CLOCK (tests: bounded by twice the resident heads, plus slack).
+  size_t head_clock_entries() const { return head_clock_.size(); }
   const HeadTable& head_table() const { return *head_table_; }
   const TierSpace& tier(size_t i = 0) const { return *tiers_[i]; }
   size_t tier_count() const { return tiers_.size(); }
