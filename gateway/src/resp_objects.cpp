@@ -215,6 +215,7 @@ void RespServer::Impl::CmdGetRange(Client& c, Argv& argv) {
   }
   const std::string key(argv[1]);
   if (start < 0 && end < 0 && start > end) return Reply(c, Bulk(""));
+  if (start < 0 || end < 0) c.cur_write = true;  // (see below)
   const uint64_t seq = BlockFor(c);
   auto reply_range = [this, id = c.id, seq](Result<CoreObjects::Object> o) {
     if (!o) return Unblock(id, seq, CoreError(o.error()));
@@ -225,7 +226,8 @@ void RespServer::Impl::CmdGetRange(Client& c, Argv& argv) {
     const uint64_t length = static_cast<uint64_t>(end - start) + 1;
     return objects_->Get(key, static_cast<uint64_t>(start), length, reply_range);
   }
-  // Negative indexes count from the end: its length first.
+  // Negative indexes count from the end: its length first (two steps: a write after it must
+  // wait, or it could come between them).
   objects_->Head(key, [this, id = c.id, seq, key, start, end,
                        reply_range](Result<CoreObjects::Object> o) mutable {
     if (!o) return Unblock(id, seq, CoreError(o.error()));

@@ -203,7 +203,7 @@ void RespServer::Impl::OnReadable(Client& c) {
 
 void RespServer::Impl::ProcessInput(Client& c) {
   while (!c.closed && !c.close_after_write && c.blocked == 0 && !c.waiting &&
-         c.in_pos < c.in.size()) {
+         c.reads < kMaxReadsInFlight && c.in_pos < c.in.size()) {
     if (core_->over_limit()) {  // the core is behind: this client waits (TCP pushes back)
       Stall(c);
       break;
@@ -397,14 +397,25 @@ uint64_t RespServer::Impl::PendingSlot(Client& c) {
 }
 
 uint64_t RespServer::Impl::BlockFor(Client& c) {
-  c.waiting = true;
-  return PendingSlot(c);
+  const uint64_t seq = PendingSlot(c);
+  if (c.cur_write) {
+    c.waiting = true;
+    c.write_seq = seq;
+  } else {
+    ++c.reads;
+  }
+  return seq;
 }
 
 void RespServer::Impl::Unblock(uint64_t client, uint64_t seq, std::string bytes) {
   Client* c = FindClient(client);
   if (c == nullptr) return;
-  c->waiting = false;
+  if (seq == c->write_seq) {
+    c->waiting = false;
+    c->write_seq = UINT64_MAX;
+  } else if (c->reads > 0) {
+    --c->reads;
+  }
   CompleteSlot(client, seq, std::move(bytes));
   resume_.push_back(client);  // (parsed on from the loop: never inside a handler)
 }
@@ -642,6 +653,10 @@ void RespServer::Impl::Execute(Client& c, Argv& argv) {
                                     fullname)));
   }
   c.last_cmd = std::move(fullname);
+  c.cur_write =
+      name == "config" || std::find_if(spec->flags.begin(), spec->flags.end(), [](const char* f) {
+                            return std::string_view(f) == "write";
+                          }) != spec->flags.end();
   (this->*spec->handler)(c, argv);
 }
 

@@ -63,6 +63,7 @@ inline constexpr uint64_t kFirstClientTag = 16;
 // A client's replies it has not read: past this it is not read (nor its commands run) until
 // it has taken half of them.
 inline constexpr size_t kOutputPause = 64u << 20;
+inline constexpr uint32_t kMaxReadsInFlight = 64;  // a client's pipelined reads at once
 
 }  // namespace resp_detail
 
@@ -101,8 +102,11 @@ class RespServer::Impl {
     std::string last_cmd = "NULL";
     uint32_t sub_count = 0, shard_count = 0;  // as last confirmed by the core
     uint32_t psub_count = 0;                  // (patterns: for CLIENT LIST)
-    int blocked = 0;          // (un)subscribe requests in flight: parsing waits for them
-    bool waiting = false;     // an object command in flight: parsing waits for it (BlockFor)
+    int blocked = 0;       // (un)subscribe requests in flight: parsing waits for them
+    bool waiting = false;  // a write (or a read of several steps) in flight: parsing waits
+    uint64_t write_seq = UINT64_MAX;  // ... its reply slot
+    uint32_t reads = 0;               // single-step reads in flight (they do not stop parsing)
+    bool cur_write = false;           // the command being run writes (BlockFor waits for it)
     bool muted = false;       // the command being run replies nothing (CLIENT REPLY OFF/SKIP)
     bool out_paused = false;  // not read while its unread replies are over kOutputPause
     ReplyMode reply_mode = ReplyMode::kOn;
@@ -162,10 +166,13 @@ class RespServer::Impl {
   void CheckOutputLimits(Client& c);
   void Reply(Client& c, std::string bytes);  // in command order
   void AppendOut(Client& c, std::string&& bytes);
-  uint64_t PendingSlot(Client& c);           // reserves a slot for a core reply
+  uint64_t PendingSlot(Client& c);  // reserves a slot for a core reply
   void CompleteSlot(uint64_t client, uint64_t seq, std::string bytes);
-  // A command that waits for the core: its reply slot, and the client reads no further
-  // command until Unblock (each command sees the effects of the ones before it).
+  // A command that waits for the core: its reply slot. After a write (cur_write) the client
+  // runs no further command until Unblock, so each command sees the writes before it;
+  // reads of one step (one request per key) run on behind each other (the core answers a
+  // shard's requests in order, so a write after them cannot overtake them), up to
+  // kMaxReadsInFlight.
   uint64_t BlockFor(Client& c);
   void Unblock(uint64_t client, uint64_t seq, std::string bytes);
   Client* FindClient(uint64_t id);

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -236,6 +237,46 @@ TEST_F(RespObjects, BadInputGetsTheProtocolsErrorAndLosesNothing) {
   const Value r = Call(c, {"SET", long_key, "v"});
   EXPECT_EQ(r.type, '-') << r.Dump().substr(0, 100);
   EXPECT_EQ(Call(c, {"DBSIZE"}).Dump(), ":2");
+}
+
+TEST_F(RespObjects, APipelinedClientSeesItsOwnWritesInOrder) {
+  // Reads run on behind each other; a write stops the client until it is done. Whatever
+  // runs at once, each GET answers what the pipeline wrote before it (keys on both shards).
+  Conn c(resp_sock_);
+  ASSERT_TRUE(c.ok());
+  std::map<std::string, std::string> model;
+  std::string batch;
+  std::vector<std::string> want;
+  for (int i = 0; i < 400; ++i) {
+    const std::string k = "p" + std::to_string(i % 7), k2 = "p" + std::to_string((i * 3) % 7);
+    if (i % 3 == 0) {
+      const std::string v =
+          "v" + std::to_string(i) + std::string(static_cast<size_t>(i * 37 % 3000), 'x');
+      batch += Encode({"SET", k, v});
+      want.push_back("+OK");
+      model[k] = v;
+    } else if (i % 11 == 0) {
+      batch += Encode({"DEL", k});
+      want.push_back(model.erase(k) ? ":1" : ":0");
+    }
+    for (const std::string& key : {k, k2}) {
+      batch += Encode({"GET", key});
+      auto it = model.find(key);
+      want.push_back(it == model.end() ? "$null" : "$" + it->second);
+    }
+    batch += Encode({"STRLEN", k2});
+    auto it = model.find(k2);
+    want.push_back(":" + std::to_string(it == model.end() ? 0 : it->second.size()));
+  }
+  c.Send(batch);
+  std::vector<std::string> got;
+  auto [rest, closed] = c.ReadUntil([&](const Value& v) {
+    got.push_back(v.Dump());
+    return got.size() == want.size();
+  });
+  ASSERT_FALSE(closed);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "reply " << i;
 }
 
 TEST_F(RespObjects, AClientThatStopsReadingIsNotReadAndTheOthersAreServed) {
