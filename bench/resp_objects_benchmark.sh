@@ -67,7 +67,7 @@ start() {  # redis | goblin -> SOCK
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $(redis-server --version | awk '{print $3}')"
+  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); redis $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
   echo "clients $CLIENTS, requests $REQUESTS per test, keys $KEYS, goblin-core shards $CORES"
 } | tee "$OUT/machine.txt"
