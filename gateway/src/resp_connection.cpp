@@ -149,8 +149,7 @@ std::string RespServer::Impl::ClientInfoLine(const Client& x) const {
   if (x.unix_socket) flag_chars[n_flags++] = 'U';
   if (x.close_after_write) flag_chars[n_flags++] = 'A';
   const std::string_view flags = n_flags > 0 ? std::string_view(flag_chars, n_flags) : "N";
-  size_t pending = 0;
-  for (const Slot& s : x.slots) pending += s.bytes.size();
+  const size_t pending = x.slot_bytes;
   const uint64_t sub = x.sub_count >= x.psub_count ? x.sub_count - x.psub_count : 0;
   return fmt::format(
       "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} ssub={} "

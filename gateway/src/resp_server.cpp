@@ -208,7 +208,7 @@ void RespServer::Impl::ProcessInput(Client& c) {
       Stall(c);
       break;
     }
-    if (c.out_size() > kOutputPause) {  // it does not read its replies: read no more of it
+    if (c.out_size() + c.slot_bytes > kOutputPause) {  // it does not read its replies
       if (!c.out_paused) {
         c.out_paused = true;
         SetReadInterest(c);
@@ -347,7 +347,7 @@ void RespServer::Impl::CheckOutputLimits(Client& c) {
     return;
   }
   size_t size = c.out_size();
-  for (const Slot& s : c.slots) size += s.bytes.size();
+  size += c.slot_bytes;
   if (options_.output_hard_limit != 0 && size > options_.output_hard_limit) {
     ++stats_.dropped_for_output_limit;
     GOBLIN_LOG_WARN(kLog, "client {} ({}) over the output hard limit ({} bytes); closing it", c.id,
@@ -377,6 +377,7 @@ void RespServer::Impl::Reply(Client& c, std::string bytes) {
   if (c.slots.empty()) {
     AppendOut(c, std::move(bytes));
   } else {
+    c.slot_bytes += bytes.size();
     c.slots.push_back({true, false, std::move(bytes)});
   }
   dirty_.push_back(&c);
@@ -432,8 +433,12 @@ void RespServer::Impl::CompleteSlot(uint64_t client, uint64_t seq, std::string b
   if (seq < c.first_seq || seq - c.first_seq >= c.slots.size()) return;
   Slot& s = c.slots[seq - c.first_seq];
   s.ready = true;
-  if (!s.muted) s.bytes = std::move(bytes);
+  if (!s.muted) {
+    s.bytes = std::move(bytes);
+    c.slot_bytes += s.bytes.size();
+  }
   while (!c.slots.empty() && c.slots.front().ready) {
+    c.slot_bytes -= c.slots.front().bytes.size();
     AppendOut(c, std::move(c.slots.front().bytes));
     c.slots.pop_front();
     ++c.first_seq;

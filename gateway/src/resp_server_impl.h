@@ -63,7 +63,8 @@ inline constexpr uint64_t kFirstClientTag = 16;
 // A client's replies it has not read: past this it is not read (nor its commands run) until
 // it has taken half of them.
 inline constexpr size_t kOutputPause = 64u << 20;
-inline constexpr uint32_t kMaxReadsInFlight = 64;  // a client's pipelined reads at once
+// A client's pipelined reads at once: it may hold kOutputPause plus this many values.
+inline constexpr uint32_t kMaxReadsInFlight = 16;
 
 }  // namespace resp_detail
 
@@ -92,6 +93,7 @@ class RespServer::Impl {
     std::string out;
     size_t out_pos = 0;
     std::deque<Slot> slots;  // replies behind a pending core reply
+    size_t slot_bytes = 0;   // their bytes (ready ones)
     uint64_t first_seq = 0;  // sequence number of slots.front()
     Proto proto = Proto::kResp2;
     bool authed = false;
@@ -172,7 +174,8 @@ class RespServer::Impl {
   // runs no further command until Unblock, so each command sees the writes before it;
   // reads of one step (one request per key) run on behind each other (the core answers a
   // shard's requests in order, so a write after them cannot overtake them), up to
-  // kMaxReadsInFlight.
+  // kMaxReadsInFlight, while its replies not yet written (sent or waiting their turn) are
+  // under kOutputPause.
   uint64_t BlockFor(Client& c);
   void Unblock(uint64_t client, uint64_t seq, std::string bytes);
   Client* FindClient(uint64_t id);
