@@ -390,8 +390,13 @@ Parsed ParseLine(std::string_view line, Request* out) {
         case 'c':
         case 'f':
           break;
-        case 'b':  // base64 keys
+        case 'b':  // base64 keys: decoded here, a failure noted in turn with the others
           f.binary_key = true;
+          if (Base64Decode(r.key, &r.key_storage)) {
+            r.key = r.key_storage;
+          } else {
+            err = "CLIENT_ERROR error decoding key\r\n";
+          }
           break;
         case 'R':  // recache
         case 'I':  // invalidate (stale items)
@@ -405,14 +410,8 @@ Parsed ParseLine(std::string_view line, Request* out) {
           return fail(arith ? dup_or_invalid : "CLIENT_ERROR invalid flag\r\n");
       }
     }
-    // (a noted text first, then the key's decoding, then a failure without a text)
+    // (the last text noted, the key's decoding among them, else a failure without a text)
     if (!err.empty()) return fail(arith ? dup_or_invalid : err);
-    if (f.binary_key) {
-      if (!Base64Decode(r.key, &r.key_storage)) {
-        return fail(arith ? dup_or_invalid : "CLIENT_ERROR error decoding key\r\n");
-      }
-      r.key = r.key_storage;
-    }
     if (bad_default) return fail(arith ? dup_or_invalid : kBadFormat);
     if (r.cmd == Cmd::kMetaGet && f.vivify)
       return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (leases)

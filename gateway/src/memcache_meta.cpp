@@ -122,13 +122,10 @@ std::string MemcacheServer::Impl::MetaFlagsOut(const Op& op, const GetKey* k, bo
   using memcache::Cmd;
   std::string out;
   const std::string& key = op.keys.empty() ? op.key : op.keys[0].key;
-  // k: base64 with b for an item stored with a base64 key (a hit: the item's; otherwise
-  // the request's b), as memcached's ITEM_KEY_BINARY.
+  // k: base64 with b for an item stored with a base64 key (mg's hit: the item's mark, as
+  // memcached's ITEM_KEY_BINARY; everything else, ma's hits too: the request's b).
   bool binary = op.mf.binary_key;
   if (hit && k != nullptr) binary = k->binary_key;
-  if (hit && (op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) && !op.vivifying) {
-    binary = memcache::KeyIsBinary(op.old_metadata);
-  }
   for (const std::string& t : op.meta_tokens) {
     switch (t[0]) {
       case 'O':

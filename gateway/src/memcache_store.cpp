@@ -312,6 +312,8 @@ void MemcacheServer::Impl::AfterFetch(Client& c, Op& op) {
     }
     op.value = memcache::DeltaResult(v, op.old_size);
     op.refusal = std::to_string(v) + "\r\n";  // (the reply on success)
+  } else if (op.meta && op.mf.has_cas && op.mf.cas != 0 && op.old_generation != op.mf.cas) {
+    return Finish(c, "EXISTS\r\n");  // (ms MA/MP with C: the CAS must be the item's)
   } else if (op.cmd == Cmd::kAppend) {
     op.value = op.old_value + op.data;
   } else {

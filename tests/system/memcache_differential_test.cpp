@@ -342,7 +342,9 @@ class Generator {
     Cmd c;
     const std::string key = Key();
     // A base64 key (b) now and then: the same item as its decoded key; rarely not base64.
-    const bool b64 = Chance(20);
+    // (not for keys whose base64 would be over 250 bytes: a line memcached and goblin both
+    // refuse before its data block's length, leaving the block to be read as commands)
+    const bool b64 = Chance(20) && key.size() <= 180;
     const std::string token =
         b64 ? (Chance(90) ? gateway::memcache::Base64Encode(key) : std::string("a!bc")) : key;
     const std::string bflag = b64 ? " b" : "";
