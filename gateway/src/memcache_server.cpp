@@ -78,6 +78,8 @@ VoidResult MemcacheServer::Impl::Init() {
   lo.map_pools = true;  // values are lent: written to clients from the core's pools
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
+  objects_ = std::make_unique<CoreObjects>(core_.get(), &next_corr_, options_.key_busy_timeout,
+                                           UINT64_MAX);
   if (options_.port != 0) {
     TcpListenOptions tl;
     tl.reuse_port = options_.reuse_port;
@@ -654,6 +656,7 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
   sbe::MessageHeader h;
   if (!sbe::MessageHeader::Read(m, &h) || m.size() < 16) return;
   const uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
+  if (objects_->OnMessage(h.template_id, corr, m)) return;
   auto it = corr_.find(corr);
   if (it == corr_.end()) {
     if (h.template_id == wire::LoanDecoder::kTemplateId) {  // nobody wants it any more
@@ -681,8 +684,7 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
     if (h.template_id == wire::LoanDecoder::kTemplateId) {
       if (auto l = wire::LoanDecoder::Decode(m)) core_->ReturnLoan(l->loan_id(), shard);
     }
-    if (t.kind == CorrKind::kGetPiece || t.kind == CorrKind::kFetch)
-      last = IsLastObjectAnswer(h.template_id, m);
+    if (t.kind == CorrKind::kGetPiece) last = IsLastObjectAnswer(h.template_id, m);
     if (t.kind == CorrKind::kMetaHead) last = true;
     if (t.kind == CorrKind::kPurge && h.template_id == wire::PurgeAckDecoder::kTemplateId)
       last = true;
@@ -697,7 +699,6 @@ void MemcacheServer::Impl::OnCoreMessage(uint16_t shard, std::span<const uint8_t
       break;
     case CorrKind::kPutBegin:
     case CorrKind::kPutCommit:
-    case CorrKind::kFetch:
       OnStoreReply(*c, *op, t, h.template_id, m, &last);
       break;
     case CorrKind::kDelete: {
@@ -762,6 +763,7 @@ void MemcacheServer::Impl::OnCoreDown() {
     }
     Finish(*c, "SERVER_ERROR goblin-core is unavailable\r\n");
   }
+  objects_->OnCoreDown();  // (their ops are finished above: the answers find none)
 }
 
 // ---- the public face ----

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core_link.h"
+#include "core_objects.h"
 #include "goblin/common/fd.h"
 #include "goblin/gateway/memcache.h"
 #include "goblin/gateway/memcache_server.h"
@@ -126,7 +127,6 @@ class MemcacheServer::Impl {
     kDelete,
     kTouch,
     kPurge,
-    kFetch,     // a read-modify-write reads the value
     kMetaHead,  // mg without v: ObjectHead (one answer)
   };
   struct CorrTarget {
@@ -195,6 +195,7 @@ class MemcacheServer::Impl {
   MemcacheServerOptions options_;
   UniqueFd epoll_, tcp_, unix_;
   std::unique_ptr<CoreLink> core_;
+  std::unique_ptr<CoreObjects> objects_;  // whole-value reads (read-modify-writes)
   std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
   uint64_t next_client_ = 16;
   std::unordered_map<uint64_t, CorrTarget> corr_;

@@ -266,20 +266,23 @@ void MemcacheServer::Impl::Fetch(Client& c, Op& op) {
   op.old_metadata.clear();
   op.old_value.clear();
   const bool number = op.cmd == memcache::Cmd::kIncr || op.cmd == memcache::Cmd::kDecr;
-  const uint16_t shard = core_->ShardFor(op.key);
-  const uint64_t corr = Corr(c, CorrKind::kFetch, 0, shard);
-  SendKeyed(
-      op.key,
-      [&](uint8_t* b, size_t cap) {
-        return wire::ObjectGetEncoder(b, cap)
-            .set_correlation_id(corr)
-            .set_offset(0)
-            .set_length(number ? kNumberPrefix : UINT64_MAX)
-            .set_flags(wire::kGetFirstBytes)
-            .set_key(op.key)
-            .Finish();
-      },
-      op.key.size() + 64, true);
+  // (the answer may come at once, the core being down: nothing of `op` is used after this)
+  objects_->Get(op.key, 0, number ? kNumberPrefix : UINT64_MAX,
+                [this, id = c.id, seq = op.seq](Result<CoreObjects::Object> o) {
+                  Client* cl = Find(id);
+                  if (cl == nullptr || !cl->op || cl->op->seq != seq) return;  // (gone)
+                  Op& cur = *cl->op;
+                  if (!o) return Finish(*cl, ErrorReply(o.error().message()));
+                  cur.found = o->found;
+                  cur.old_size = o->size;
+                  cur.old_generation = o->generation;
+                  cur.old_expires = o->expires_ns;
+                  cur.old_metadata = std::move(o->metadata);
+                  cur.old_value = std::move(o->bytes);
+                  cur.fetching = false;
+                  cur.fetched = true;
+                  AfterFetch(*cl, cur);
+                });
 }
 
 void MemcacheServer::Impl::AfterFetch(Client& c, Op& op) {
@@ -462,35 +465,6 @@ void MemcacheServer::Impl::OnStoreReply(Client& c, Op& op, const CorrTarget& t,
         if (op.begin_corr) corr_.erase(op.begin_corr);
         op.begin_corr = 0;
         return Refused(c, op, e ? static_cast<uint16_t>(e->code()) : 14, e ? e->text() : "error");
-      }
-      return;
-    }
-    case CorrKind::kFetch: {
-      *last = IsLastObjectAnswer(template_id, m);
-      if (template_id == wire::ObjectInfoDecoder::kTemplateId) {
-        auto info = wire::ObjectInfoDecoder::Decode(m);
-        if (!info) return;
-        if (info->status() == wire::LookupStatus::kHit) {
-          op.found = true;
-          op.old_size = info->object_size();
-          op.old_generation = info->generation();
-          op.old_expires = info->expires_nanos();
-          op.old_metadata = std::string(info->metadata());
-          op.old_value.append(info->first_bytes());
-        }
-      } else if (template_id == wire::ObjectDataDecoder::kTemplateId) {
-        auto d = wire::ObjectDataDecoder::Decode(m);
-        if (!d) return;
-        auto bytes = d->bytes_bytes();
-        op.old_value.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      } else if (template_id == wire::ErrorDecoder::kTemplateId) {
-        auto e = wire::ErrorDecoder::Decode(m);
-        return Finish(c, ErrorReply(e ? e->text() : "error"));
-      }
-      if (*last) {
-        op.fetching = false;
-        op.fetched = true;
-        AfterFetch(c, op);
       }
       return;
     }

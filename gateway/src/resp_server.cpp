@@ -587,10 +587,19 @@ std::span<const RespServer::Impl::CommandSpec> RespServer::Impl::Commands() {
 }
 
 const RespServer::Impl::CommandSpec* RespServer::Impl::FindCommand(std::string_view lower_name) {
-  for (const CommandSpec& sp : Commands()) {
-    if (lower_name == sp.name) return &sp;
-  }
-  return nullptr;
+  static const auto* const kByName = [] {
+    auto* m = new std::unordered_map<std::string_view, const CommandSpec*>();
+    for (const CommandSpec& sp : Commands()) m->emplace(sp.name, &sp);
+    return m;
+  }();
+  auto it = kByName->find(lower_name);
+  return it == kByName->end() ? nullptr : it->second;
+}
+
+bool RespServer::Impl::Writes(const CommandSpec& spec) {
+  if (std::string_view(spec.name) == "config") return true;  // (SET; GET waits alike)
+  return std::any_of(spec.flags.begin(), spec.flags.end(),
+                     [](const char* f) { return std::string_view(f) == "write"; });
 }
 
 void RespServer::Impl::Execute(Client& c, Argv& argv) {
@@ -658,10 +667,7 @@ void RespServer::Impl::Execute(Client& c, Argv& argv) {
                                     fullname)));
   }
   c.last_cmd = std::move(fullname);
-  c.cur_write =
-      name == "config" || std::find_if(spec->flags.begin(), spec->flags.end(), [](const char* f) {
-                            return std::string_view(f) == "write";
-                          }) != spec->flags.end();
+  c.cur_write = Writes(*spec);
   (this->*spec->handler)(c, argv);
 }
 

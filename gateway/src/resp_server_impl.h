@@ -157,6 +157,7 @@ class RespServer::Impl {
   };
   static std::span<const CommandSpec> Commands();
   static const CommandSpec* FindCommand(std::string_view lower_name);
+  static bool Writes(const CommandSpec& spec);  // its flags say "write" (and CONFIG)
 
   // ---- resp_server.cpp: event handling, replies ----
   void Accept(int listen_fd, bool tcp);

@@ -87,6 +87,19 @@ class RespDifferential : public testing::TestWithParam<int> {
     fs::remove(core_sock_);
     fs::remove_all(dir_);
   }
+  // The seed of a generated sequence: random, or GOBLIN_DIFF_SEED's (printed either way).
+  static uint64_t Seed() {
+    uint64_t seed = std::random_device{}();
+    if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
+    std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
+    return seed;
+  }
+  // A client of each side (again after a side closed it).
+  void Connect(std::unique_ptr<Conn>* r, std::unique_ptr<Conn>* g) {
+    *r = std::make_unique<Conn>(redis_.sock);
+    *g = std::make_unique<Conn>(goblin_.sock);
+    ASSERT_TRUE((*r)->ok() && (*g)->ok());
+  }
   std::string dir_, core_sock_;
   Side redis_, goblin_;
 };
@@ -236,17 +249,11 @@ struct Gen {
 };
 
 TEST_P(RespDifferential, GeneratedSequencesMatchRedisByteForByte) {
-  uint64_t seed = std::random_device{}();
-  if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
-  std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
+  const uint64_t seed = Seed();
   Gen gen{std::mt19937_64(seed)};
   constexpr int kClients = 4, kSteps = 2000;
   std::vector<std::unique_ptr<Conn>> r(kClients), g(kClients);
-  auto connect = [&](int i) {
-    r[i] = std::make_unique<Conn>(redis_.sock);
-    g[i] = std::make_unique<Conn>(goblin_.sock);
-    ASSERT_TRUE(r[i]->ok() && g[i]->ok());
-  };
+  auto connect = [&](int i) { ASSERT_NO_FATAL_FAILURE(Connect(&r[i], &g[i])); };
   for (int i = 0; i < kClients; ++i) ASSERT_NO_FATAL_FAILURE(connect(i));
   uint64_t marker = 0, values = 0, deliveries = 0, errors = 0;
   auto sync = [&](Conn& c) {
@@ -295,15 +302,13 @@ TEST_P(RespDifferential, GeneratedSequencesMatchRedisByteForByte) {
   }
   std::cout << values << " replies compared, " << deliveries << " deliveries, " << errors
             << " errors\n";
-  EXPECT_GT(values, 2000u);  // the sequence did exercise the servers
+  EXPECT_GT(values, 2000u);    // the sequence did exercise the servers
   EXPECT_GT(deliveries, 20u);  // (seed-dependent: an ASan run saw 40)
   EXPECT_GT(errors, 20u);
 }
 
 TEST_P(RespDifferential, GlobMatchingMatchesRedisViaPubsubChannels) {
-  uint64_t seed = std::random_device{}();
-  if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
-  std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
+  const uint64_t seed = Seed();
   std::mt19937_64 rng(seed);
   const std::string alphabet = std::string("ab?*[]^-\\x") + "\x80\xff";
   auto word = [&](size_t max) {
@@ -553,17 +558,11 @@ std::set<std::string> ScanAll(Conn& c, uint64_t* marker) {
 }
 
 TEST_P(RespDifferential, ObjectCommandsMatchRedisByteForByte) {
-  uint64_t seed = std::random_device{}();
-  if (const char* s = std::getenv("GOBLIN_DIFF_SEED")) seed = std::stoull(s);
-  std::cout << "GOBLIN_DIFF_SEED=" << seed << "\n";
+  const uint64_t seed = Seed();
   ObjectGen gen{std::mt19937_64(seed)};
   constexpr int kClients = 3, kSteps = 1500;
   std::vector<std::unique_ptr<Conn>> r(kClients), g(kClients);
-  auto connect = [&](int i) {
-    r[i] = std::make_unique<Conn>(redis_.sock);
-    g[i] = std::make_unique<Conn>(goblin_.sock);
-    ASSERT_TRUE(r[i]->ok() && g[i]->ok());
-  };
+  auto connect = [&](int i) { ASSERT_NO_FATAL_FAILURE(Connect(&r[i], &g[i])); };
   for (int i = 0; i < kClients; ++i) ASSERT_NO_FATAL_FAILURE(connect(i));
   uint64_t marker = 0, values = 0, errors = 0, bulks = 0, scans = 0, events = 0;
   auto sync = [&](Conn& c) {
