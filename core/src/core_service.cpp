@@ -15,6 +15,15 @@
 namespace goblin::core {
 
 namespace {
+// store::AccessMarks bits as ObjectInfo.marks (wire_flags.h).
+uint8_t WireMarks(uint8_t m) {
+  uint8_t w = 0;
+  if ((m & store::kAccessFetched) != 0) w |= wire::kInfoFetched;
+  if ((m & store::kAccessStale) != 0) w |= wire::kInfoStale;
+  if ((m & store::kAccessTokenSent) != 0) w |= wire::kInfoTokenSent;
+  if ((m & store::kAccessWon) != 0) w |= wire::kInfoWon;
+  return w;
+}
 constexpr std::string_view kLog = "core";
 
 wire::ErrorCode ToWire(StatusCode c) {
@@ -244,6 +253,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         cond.kind = CondKind::kAbsent;
       }
       cond.keep_expiry = (d.flags() & wire::kPutKeepExpiry) != 0;
+      cond.stale_if_older = (d.flags() & wire::kPutStaleIfOlder) != 0;
+      cond.keep_marks = (d.flags() & wire::kPutKeepMarks) != 0;
       auto r =
           store_->BeginFill(d.key(), d.ttl_nanos(), d.metadata(), d.expected_size(), reserve, cond);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
@@ -337,6 +348,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       std::string_view key;  // (into `msg`, which outlives this call)
       uint64_t offset = 0, length = UINT64_MAX;
       uint32_t flags = 0;
+      store::AccessRequest access;  // (fields of schema version 6: null values before it)
       if (get) {
         wire::ObjectGetDecoder d;
         if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
@@ -345,12 +357,21 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         offset = d.offset();
         length = d.length();
         flags = d.flags();
+        access.recache_ns = version < 6 ? 0 : d.recache_nanos();
+        access.vivify_ttl_ns = version < 6 ? 0 : d.vivify_ttl_nanos();
       } else {
         wire::ObjectHeadDecoder d;
         if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
           return bad("ObjectHead", e);
         key = d.key();
+        flags = version < 6 ? 0 : d.flags();
+        access.recache_ns = version < 6 ? 0 : d.recache_nanos();
+        access.vivify_ttl_ns = version < 6 ? 0 : d.vivify_ttl_nanos();
       }
+      access.bump = (flags & wire::kGetNoBump) == 0;
+      access.vivify = (flags & wire::kGetVivify) != 0;
+      access.meta = (flags & wire::kGetMeta) != 0;
+      store::AccessMarks marks;
       if (!OwnsKey(session, corr, key)) return;
       if (get && downloads_[session.id()].size() >= kMaxDownloadsPerSession) {
         return SendError(
@@ -375,7 +396,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       const store::ObjectInfo* info = nullptr;     // (an ObjectGet's: its stream's)
       store::Store::StreamPtr stream;
       if (get) {
-        auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0);
+        auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0,
+                                    &access, &marks);
         if (!r) return SendStatusError(session, corr, r.error());
         if (r->status != store::Store::Lookup::kMiss) {
           status = r->status == store::Store::Lookup::kHit ? wire::LookupStatus::kHit
@@ -384,7 +406,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           stream = std::move(r->stream);
         }
       } else {
-        auto r = store_->Head(key);
+        auto r = store_->Head(key, &access, &marks);
         if (!r) return SendStatusError(session, corr, r.error());
         head_info = std::move(*r);
         if (head_info) {
@@ -399,6 +421,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             .set_generation(info->generation)
             .set_created_nanos(info->created_unix_ns)
             .set_expires_nanos(info->expires_unix_ns)
+            .set_marks(WireMarks(marks.marks))
+            .set_idle_seconds(marks.idle_s)
             .set_metadata(std::string_view(info->metadata).substr(0, session.max_message() / 2));
         // A reader that serves heads itself learns where this one is (ring sessions only:
         // the head table is mapped, not read remotely, on this path).
@@ -516,11 +540,13 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         return bad("ObjectTouch", e);
       if (!OwnsKey(session, d.correlation_id(), d.key())) return;
       store::TouchCondition cond;
-      cond.if_no_expiry = (d.flags() & wire::kTouchIfNoExpiry) != 0;
-      cond.if_expiry = (d.flags() & wire::kTouchIfExpiry) != 0;
-      cond.if_later = (d.flags() & wire::kTouchIfLater) != 0;
-      cond.if_sooner = (d.flags() & wire::kTouchIfSooner) != 0;
-      cond.delete_now = (d.flags() & wire::kTouchDelete) != 0;
+      const uint32_t tflags = version < 5 ? 0 : d.flags();  // (null before schema version 5)
+      cond.if_no_expiry = (tflags & wire::kTouchIfNoExpiry) != 0;
+      cond.if_expiry = (tflags & wire::kTouchIfExpiry) != 0;
+      cond.if_later = (tflags & wire::kTouchIfLater) != 0;
+      cond.if_sooner = (tflags & wire::kTouchIfSooner) != 0;
+      cond.delete_now = (tflags & wire::kTouchDelete) != 0;
+      cond.no_bump = (tflags & wire::kTouchNoBump) != 0;
       auto r = store_->Touch(d.key(), cond.delete_now ? 1 : d.ttl_nanos(), cond);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       store_->WhenDurable(
@@ -542,8 +568,18 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectDelete", e);
       if (!OwnsKey(session, d.correlation_id(), d.key())) return;
-      auto r = d.if_generation() != 0 ? store_->DeleteIfGeneration(d.key(), d.if_generation())
-                                      : store_->Delete(d.key());
+      // (fields a client of an older schema does not send read as SBE's null values)
+      const uint32_t dflags = version < 6 ? 0 : d.flags();
+      const uint64_t if_gen = version < 5 ? 0 : d.if_generation();
+      Result<bool> r = false;
+      if ((dflags & wire::kDeleteInvalidate) != 0) {
+        const uint64_t ttl = d.ttl_nanos();
+        auto inv = store_->Invalidate(d.key(), if_gen, (dflags & wire::kDeleteSetTtl) != 0, ttl);
+        if (!inv) return SendStatusError(session, d.correlation_id(), inv.error());
+        r = *inv != 0;
+      } else {
+        r = if_gen != 0 ? store_->DeleteIfGeneration(d.key(), if_gen) : store_->Delete(d.key());
+      }
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       store_->WhenDurable(
           [this, sid = session.id(), corr = d.correlation_id(), deleted = *r](const Status& st) {

@@ -120,7 +120,8 @@ void CoreObjects::Done(Req& r) {
   reqs_.erase(r.id);  // (destroys r)
 }
 
-void CoreObjects::Get(std::string_view key, uint64_t offset, uint64_t length, GetDone done) {
+void CoreObjects::Get(std::string_view key, uint64_t offset, uint64_t length, GetDone done,
+                      uint32_t flags) {
   Req& r = NewReq(Kind::kGet, key);
   r.get_done = std::move(done);
   r.length = length;
@@ -132,7 +133,7 @@ void CoreObjects::Get(std::string_view key, uint64_t offset, uint64_t length, Ge
             .set_correlation_id(corr)
             .set_offset(offset)
             .set_length(length)
-            .set_flags(wire::kGetFirstBytes)
+            .set_flags(wire::kGetFirstBytes | flags)
             .set_key(key)
             .Finish();
       },

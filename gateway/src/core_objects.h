@@ -41,8 +41,10 @@ class CoreObjects {
     std::string metadata, bytes;
   };
   using GetDone = std::function<void(Result<Object>)>;
-  // Bytes [offset, offset + length) (length UINT64_MAX: to the end).
-  void Get(std::string_view key, uint64_t offset, uint64_t length, GetDone done);
+  // Bytes [offset, offset + length) (length UINT64_MAX: to the end). `flags`: ObjectGet
+  // flags besides kGetFirstBytes (kGetNoBump: a read-modify-write's read is no read of it).
+  void Get(std::string_view key, uint64_t offset, uint64_t length, GetDone done,
+           uint32_t flags = 0);
   // What is known of it, no bytes.
   void Head(std::string_view key, GetDone done);
 

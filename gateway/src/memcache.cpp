@@ -399,13 +399,21 @@ Parsed ParseLine(std::string_view line, Request* out) {
           }
           break;
         case 'R':  // recache
+          if (!ParseI32(arg, &f.recache_ttl))
+            err = "CLIENT_ERROR bad token in command line format\r\n";
+          f.recache = true;
+          break;
         case 'I':  // invalidate (stale items)
+          f.invalidate = true;
+          break;
+        case 'u':
+          f.no_bump = true;
+          break;
         case 'h':  // hit before
         case 'l':  // last access
-        case 'u':
-        case 'P':
+        case 'P':  // (proxy hints: memcached takes and ignores them)
         case 'L':
-          return fail("CLIENT_ERROR flag not served by goblin\r\n");
+          break;
         default:
           return fail(arith ? dup_or_invalid : "CLIENT_ERROR invalid flag\r\n");
       }
@@ -413,8 +421,6 @@ Parsed ParseLine(std::string_view line, Request* out) {
     // (the last text noted, the key's decoding among them, else a failure without a text)
     if (!err.empty()) return fail(arith ? dup_or_invalid : err);
     if (bad_default) return fail(arith ? dup_or_invalid : kBadFormat);
-    if (r.cmd == Cmd::kMetaGet && f.vivify)
-      return fail("CLIENT_ERROR flag not served by goblin\r\n");  // (leases)
     if (r.cmd == Cmd::kMetaSet && f.mode != 0 &&
         std::string_view("SEAPR").find(f.mode) == std::string_view::npos)
       return fail("CLIENT_ERROR invalid mode for ms M token\r\n");
@@ -437,8 +443,7 @@ Parsed ParseLine(std::string_view line, Request* out) {
       if (!ParseI32(tok[1], &r.exptime)) return Reply(kBadExptime);
       first = 2;
     }
-    auto too_long = [&] {
-      if (!touch) return Reply(kBadFormat);  // (a get's lookups have no effect to keep)
+    auto too_long = [&] {  // (the keys before it are looked up, a gat's touched: then this)
       r.fail_reply = kBadFormat;
       return Go();
     };

@@ -28,12 +28,18 @@ constexpr size_t kWindow = 16;  // keys of one get asked for ahead of the one be
 void MemcacheServer::Impl::StartGet(Client& c, const memcache::Request& req) {
   using memcache::Cmd;
   if (!req.fail_reply.empty()) {
-    // A gat with an over-long key: the keys before it are touched, then the error.
+    // A get with an over-long key: the keys before it are looked up (a gat's touched), which
+    // counts as a read of them (mg h), then the error.
     const uint64_t ttl =
         memcache::ExptimeToTtlNanos(req.exptime, static_cast<int64_t>(std::time(nullptr)));
+    const bool touch = req.cmd == Cmd::kGat || req.cmd == Cmd::kGats;
     for (std::string_view key : req.keys) {
       if (!core_->up()) break;
-      SendTouch(key, ttl);
+      if (touch) {
+        SendTouch(key, ttl);
+      } else {
+        SendHead(key);
+      }
     }
     return Write(c, req.fail_reply);
   }
@@ -55,7 +61,7 @@ void MemcacheServer::Impl::StartGet(Client& c, const memcache::Request& req) {
   PumpGet(c);
 }
 
-void MemcacheServer::Impl::SendTouch(std::string_view key, uint64_t ttl_ns) {
+void MemcacheServer::Impl::SendTouch(std::string_view key, uint64_t ttl_ns, uint32_t flags) {
   const uint64_t corr = next_corr_++;
   corr_[corr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
   SendKeyed(
@@ -64,10 +70,32 @@ void MemcacheServer::Impl::SendTouch(std::string_view key, uint64_t ttl_ns) {
         return wire::ObjectTouchEncoder(b, cap)
             .set_correlation_id(corr)
             .set_ttl_nanos(ttl_ns)
+            .set_flags(flags)
             .set_key(key)
             .Finish();
       },
       key.size() + 64, true);
+}
+
+void MemcacheServer::Impl::SendHead(std::string_view key) {
+  const uint64_t corr = next_corr_++;
+  corr_[corr] = CorrTarget{0, 0, CorrKind::kIgnore, 0, core_->ShardFor(key)};
+  SendKeyed(
+      key,
+      [&](uint8_t* b, size_t cap) {
+        return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
+      },
+      key.size() + 64, true);
+}
+
+void MemcacheServer::Impl::MetaTouchAfterRead(Op& op, std::string_view key) {
+  if (op.cmd != memcache::Cmd::kMetaGet || !op.mf.has_ttl) return;
+  // mg T: after the read, as memcached's (a hit whatever T says; R and N saw the item as it
+  // was), and not itself a read; t shows the new expiry.
+  const uint64_t ttl =
+      memcache::ExptimeToTtlNanos(op.mf.ttl, static_cast<int64_t>(std::time(nullptr)));
+  op.new_expires = ttl == 0 ? 0 : detail::NowUnixNanos() + ttl;
+  SendTouch(key, ttl, wire::kTouchNoBump);
 }
 
 void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
@@ -77,14 +105,36 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
   uint64_t length = options_.chunk_bytes;
   if (!first) length = std::min<uint64_t>(length, k.size - offset);
   const uint16_t shard = core_->ShardFor(k.key);
+  // The first lookup is the read (its fetched mark, last access, mg's N / R / u); the
+  // pieces after it are not.
+  uint32_t read_flags = first ? 0 : wire::kGetNoBump;
+  uint64_t recache = 0, vivify_ttl = 0;
+  if (first && op.cmd == memcache::Cmd::kMetaDebug) read_flags |= wire::kGetNoBump;
+  if (first && op.cmd == memcache::Cmd::kMetaGet) {
+    const auto now = static_cast<int64_t>(std::time(nullptr));
+    read_flags |= wire::kGetMeta;
+    if (op.mf.no_bump) read_flags |= wire::kGetNoBump;
+    if (op.mf.vivify) {
+      read_flags |= wire::kGetVivify;
+      vivify_ttl = memcache::ExptimeToTtlNanos(op.mf.vivify_ttl, now);
+    }
+    if (op.mf.recache) recache = memcache::ExptimeToTtlNanos(op.mf.recache_ttl, now);
+  }
   if (op.no_value) {  // mg without v: what is known of it, not its bytes
     const uint64_t corr = Corr(c, CorrKind::kMetaHead, static_cast<uint32_t>(index), shard);
     SendKeyed(
         k.key,
         [&](uint8_t* b, size_t cap) {
-          return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(k.key).Finish();
+          return wire::ObjectHeadEncoder(b, cap)
+              .set_correlation_id(corr)
+              .set_flags(read_flags)
+              .set_recache_nanos(recache)
+              .set_vivify_ttl_nanos(vivify_ttl)
+              .set_key(k.key)
+              .Finish();
         },
         k.key.size() + 64, true);
+    MetaTouchAfterRead(op, k.key);
     k.state = GetKey::State::kAsked;
     k.piece_in_flight = true;
     return;
@@ -92,7 +142,7 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
   const uint64_t corr = Corr(c, CorrKind::kGetPiece, static_cast<uint32_t>(index), shard);
   // The key being written has its bytes lent (written from the core's pools); keys held
   // for later are copied (a loan must not wait on another key's client).
-  uint32_t flags = wire::kGetFirstBytes;
+  uint32_t flags = wire::kGetFirstBytes | read_flags;
   if (index == op.front && core_->pools(shard) != nullptr) flags |= wire::kGetLoans;
   SendKeyed(
       k.key,
@@ -102,6 +152,8 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
             .set_offset(offset)
             .set_length(length)
             .set_flags(flags)
+            .set_recache_nanos(recache)
+            .set_vivify_ttl_nanos(vivify_ttl)
             .set_key(k.key)
             .Finish();
       },
@@ -112,6 +164,7 @@ void MemcacheServer::Impl::AskPiece(Client& c, Op& op, size_t index) {
     SendTouch(k.key,
               memcache::ExptimeToTtlNanos(op.exptime, static_cast<int64_t>(std::time(nullptr))));
   }
+  if (first) MetaTouchAfterRead(op, k.key);
   if (first) k.state = GetKey::State::kAsked;
   k.asked_end = offset + length;
   k.piece_in_flight = true;
@@ -147,6 +200,9 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
         k.expires_ns = info->expires_nanos();
         k.flags = memcache::FlagsFromMetadata(info->metadata());
         k.binary_key = memcache::KeyIsBinary(info->metadata());
+        // (a core before schema version 6 has no marks: SBE's null values)
+        k.marks = info->marks() == UINT8_MAX ? 0 : info->marks();
+        k.idle_s = info->idle_seconds() == UINT32_MAX ? 0 : info->idle_seconds();
         k.asked_end = std::min(k.asked_end, k.size);
         ++(op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats ? stats_.touch_hits
                                                                            : stats_.get_hits);
@@ -231,10 +287,11 @@ void MemcacheServer::Impl::WriteValueHeader(Client& c, const Op& op, GetKey& k) 
   if (k.header_out) return;
   fmt::memory_buffer b;
   if (op.cmd == memcache::Cmd::kMetaDebug) {
-    // memcached's fields, goblin's values: la (seconds since the last access), fetch and cls
-    // (its slab class) have no counterpart here and read 0, no and 1.
-    fmt::format_to(std::back_inserter(b), "ME {} exp={} la=0 cas={} fetch=no cls=1 size={}\r\n",
-                   k.key, SecondsLeftForMe(k.expires_ns), k.generation, k.size);
+    // memcached's fields, goblin's values: la (seconds since the last read or write), fetch
+    // (read since written); cls (its slab class) has no counterpart here and reads 1.
+    fmt::format_to(std::back_inserter(b), "ME {} exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
+                   k.key, SecondsLeftForMe(k.expires_ns), k.idle_s, k.generation,
+                   (k.marks & wire::kInfoFetched) != 0 ? "yes" : "no", k.size);
   } else if (op.meta) {
     std::string flags = MetaFlagsOut(op, &k, true);
     if (op.no_value) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
 #include "http_util.h"
 #include "memcache_server_impl.h"
@@ -57,10 +58,6 @@ void MemcacheServer::Impl::StartMeta(Client& c, const memcache::Request& req) {
       op.keys.resize(1);
       op.keys[0].key = std::string(req.key);
       ++stats_.cmd_get;
-      if (f.has_ttl) {  // T: the new time to live first, then the read
-        SendTouch(op.keys[0].key,
-                  memcache::ExptimeToTtlNanos(f.ttl, static_cast<int64_t>(std::time(nullptr))));
-      }
       return PumpGet(c);
     }
     case Cmd::kMetaSet: {
@@ -98,6 +95,8 @@ void MemcacheServer::Impl::StartMeta(Client& c, const memcache::Request& req) {
       memcache::Request r;
       r.cmd = Cmd::kDelete;
       r.key = req.key;
+      r.is_meta = true;  // (I: mark stale, T with it; carried out by the delete)
+      r.meta = f;
       // C: only that version (else EX); C0 matches no version (generations start at 1)
       if (f.has_cas) r.cas = f.cas == 0 ? UINT64_MAX : f.cas;
       StartSimple(c, r);
@@ -148,9 +147,17 @@ std::string MemcacheServer::Impl::MetaFlagsOut(const Op& op, const GetKey* k, bo
         if (op.cmd == Cmd::kMetaGet && hit) out += " f" + std::to_string(k->flags);
         break;
       case 't':
-        if (op.cmd == Cmd::kMetaGet && hit) out += " t" + SecondsLeft(k->expires_ns);
+        if (op.cmd == Cmd::kMetaGet && hit)  // (T: the expiry it gave)
+          out += " t" + SecondsLeft(op.mf.has_ttl ? op.new_expires : k->expires_ns);
         if ((op.cmd == Cmd::kIncr || op.cmd == Cmd::kDecr) && hit)
           out += " t" + SecondsLeft(op.new_expires);
+        break;
+      case 'h':
+        if (op.cmd == Cmd::kMetaGet && hit)
+          out += (k->marks & wire::kInfoFetched) != 0 ? " h1" : " h0";
+        break;
+      case 'l':
+        if (op.cmd == Cmd::kMetaGet && hit) out += " l" + std::to_string(k->idle_s);
         break;
       case 'c':
         if (op.cmd == Cmd::kMetaGet && hit) out += " c" + std::to_string(k->generation);
@@ -164,6 +171,12 @@ std::string MemcacheServer::Impl::MetaFlagsOut(const Op& op, const GetKey* k, bo
       default:
         break;
     }
+  }
+  // memcached's order: another reader won before (Z), stale (X), this reader won (W).
+  if (op.cmd == Cmd::kMetaGet && hit && k != nullptr) {
+    if ((k->marks & wire::kInfoTokenSent) != 0) out += " Z";
+    if ((k->marks & wire::kInfoStale) != 0) out += " X";
+    if ((k->marks & wire::kInfoWon) != 0) out += " W";
   }
   return out;
 }

@@ -404,12 +404,24 @@ void MemcacheServer::Impl::StartSimple(Client& c, const memcache::Request& req) 
       const uint16_t shard = core_->ShardFor(op.key);
       if (req.cmd == Cmd::kDelete) {
         uint64_t corr = Corr(c, CorrKind::kDelete, 0, shard);
+        // md I: the item stays, stale under a new CAS (T: with a new time to live)
+        uint32_t flags = 0;
+        uint64_t ttl = 0;
+        if (req.is_meta && req.meta.invalidate) {
+          flags = wire::kDeleteInvalidate;
+          if (req.meta.has_ttl) {
+            flags |= wire::kDeleteSetTtl;
+            ttl = memcache::ExptimeToTtlNanos(req.meta.ttl, static_cast<int64_t>(NowUnix()));
+          }
+        }
         SendKeyed(
             op.key,
             [&](uint8_t* b, size_t cap) {
               return wire::ObjectDeleteEncoder(b, cap)
                   .set_correlation_id(corr)
                   .set_if_generation(req.cas)  // (md C; 0: whatever version)
+                  .set_flags(flags)
+                  .set_ttl_nanos(ttl)
                   .set_key(op.key)
                   .Finish();
             },

@@ -39,6 +39,8 @@ class MemcacheServer::Impl {
     uint64_t size = 0, generation = 0, expires_ns = 0;
     uint32_t flags = 0;
     bool binary_key = false;  // stored with a base64 key (meta b)
+    uint8_t marks = 0;        // wire::kInfo* (mg h, X, Z, W), as the lookup found them
+    uint32_t idle_s = 0;      // mg l
     std::string buf;          // value bytes received, not yet written to the client
     uint64_t received = 0;    // value bytes received so far (all pieces)
     uint64_t asked_end = 0;   // end of the pieces asked for so far
@@ -164,7 +166,10 @@ class MemcacheServer::Impl {
   // memcache_get.cpp
   void StartGet(Client& c, const memcache::Request& req);
   void AskPiece(Client& c, Op& op, size_t index);
-  void SendTouch(std::string_view key, uint64_t ttl_ns);  // a touch nobody waits for
+  // A touch, a lookup nobody waits for (each counts as a read unless kTouchNoBump).
+  void SendTouch(std::string_view key, uint64_t ttl_ns, uint32_t flags = 0);
+  void SendHead(std::string_view key);
+  void MetaTouchAfterRead(Op& op, std::string_view key);  // mg T
   void OnGetReply(Client& c, Op& op, const CorrTarget& t, uint16_t template_id,
                   std::span<const uint8_t> m, bool* last);
   void PumpGet(Client& c);  // writes what is ready, in key order, and asks for more

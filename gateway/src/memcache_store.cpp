@@ -91,7 +91,7 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
   uint64_t size = op.size, ttl = op.ttl_ns;
   if (op.vivifying) {  // ma N: the value is created (if nobody else did meanwhile)
     flags = wire::kPutIfAbsent;
-    metadata = memcache::MetadataFor(0, op.mf.binary_key);
+    metadata = memcache::MetadataFor(0, false);  // (memcached: an item ma makes is not b)
     size = op.value.size();
     ttl = memcache::ExptimeToTtlNanos(op.mf.vivify_ttl, static_cast<int64_t>(std::time(nullptr)));
     const uint64_t now_ns = detail::NowUnixNanos();
@@ -116,6 +116,12 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
       ttl = memcache::ExptimeToTtlNanos(op.mf.ttl, static_cast<int64_t>(std::time(nullptr)));
     }
     op.new_expires = ttl == 0 ? 0 : now + ttl;
+    // memcached changes a number in place when it keeps its length, and the item its marks
+    // (stale, won, fetched); a longer one is a new item.
+    if ((op.cmd == memcache::Cmd::kIncr || op.cmd == memcache::Cmd::kDecr) &&
+        op.value.size() <= op.old_size) {
+      flags |= wire::kPutKeepMarks;
+    }
   } else {
     metadata = memcache::MetadataFor(op.flags, op.meta && op.mf.binary_key);
     if (op.cmd == Cmd::kAdd) flags = wire::kPutIfAbsent;
@@ -123,6 +129,8 @@ void MemcacheServer::Impl::SendPutBegin(Client& c, Op& op) {
     if (op.cmd == Cmd::kCas) {
       flags = wire::kPutIfGeneration;
       if_generation = op.cas;
+      // ms I with C: a CAS older than the item's stores it all the same, marked stale
+      if (op.meta && op.mf.invalidate) flags |= wire::kPutStaleIfOlder;
     }
   }
   const uint16_t shard = core_->ShardFor(op.key);
@@ -267,22 +275,25 @@ void MemcacheServer::Impl::Fetch(Client& c, Op& op) {
   op.old_value.clear();
   const bool number = op.cmd == memcache::Cmd::kIncr || op.cmd == memcache::Cmd::kDecr;
   // (the answer may come at once, the core being down: nothing of `op` is used after this)
-  objects_->Get(op.key, 0, number ? kNumberPrefix : UINT64_MAX,
-                [this, id = c.id, seq = op.seq](Result<CoreObjects::Object> o) {
-                  Client* cl = Find(id);
-                  if (cl == nullptr || !cl->op || cl->op->seq != seq) return;  // (gone)
-                  Op& cur = *cl->op;
-                  if (!o) return Finish(*cl, ErrorReply(o.error().message()));
-                  cur.found = o->found;
-                  cur.old_size = o->size;
-                  cur.old_generation = o->generation;
-                  cur.old_expires = o->expires_ns;
-                  cur.old_metadata = std::move(o->metadata);
-                  cur.old_value = std::move(o->bytes);
-                  cur.fetching = false;
-                  cur.fetched = true;
-                  AfterFetch(*cl, cur);
-                });
+  // (memcached's incr, decr, append and prepend do not count as reads of the item)
+  objects_->Get(
+      op.key, 0, number ? kNumberPrefix : UINT64_MAX,
+      [this, id = c.id, seq = op.seq](Result<CoreObjects::Object> o) {
+        Client* cl = Find(id);
+        if (cl == nullptr || !cl->op || cl->op->seq != seq) return;  // (gone)
+        Op& cur = *cl->op;
+        if (!o) return Finish(*cl, ErrorReply(o.error().message()));
+        cur.found = o->found;
+        cur.old_size = o->size;
+        cur.old_generation = o->generation;
+        cur.old_expires = o->expires_ns;
+        cur.old_metadata = std::move(o->metadata);
+        cur.old_value = std::move(o->bytes);
+        cur.fetching = false;
+        cur.fetched = true;
+        AfterFetch(*cl, cur);
+      },
+      wire::kGetNoBump);
 }
 
 void MemcacheServer::Impl::AfterFetch(Client& c, Op& op) {

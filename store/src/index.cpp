@@ -121,6 +121,9 @@ std::vector<uint8_t> EncodeRecord(const ObjectRecord& r) {
     w.Put(e.length);
     w.Put(e.checksum);
   }
+  // The durable marks, when there are any, as one trailing byte (a record without them
+  // encodes as it did before marks existed).
+  if (const uint8_t marks = r.marks & kDurableMarks; marks != 0) w.Put(marks);
   return std::move(w.out);
 }
 
@@ -146,6 +149,12 @@ Result<ObjectRecord> DecodeRecord(std::span<const uint8_t> bytes) {
     e.drive = static_cast<uint16_t>(e.file / kMaxDriveFiles);
     e.file %= kMaxDriveFiles;
     total += e.length;
+  }
+  if (bytes.size() - r.pos() == 1) {
+    r.Get(&o.marks);
+    if ((o.marks & ~kDurableMarks) != 0 || o.marks == 0) {
+      return Err(StatusCode::kCorruption, "object record has unknown marks {:#x}", o.marks);
+    }
   }
   if (!r.done()) return Err(StatusCode::kCorruption, "trailing bytes after an object record");
   if (total != o.size && !o.extents.empty()) {
@@ -395,6 +404,29 @@ Result<bool> Index::Touch(std::string_view key, uint64_t expires_unix_ns, uint64
   if (lsn_out) *lsn_out = lsn;
   SetExpiry(r, expires_unix_ns);
   return true;
+}
+
+Result<uint64_t> Index::Invalidate(std::string_view key, bool set_expiry, uint64_t expires_unix_ns,
+                                   uint64_t* lsn_out) {
+  ObjectRecord* r = FindMutable(key);
+  if (r == nullptr) return uint64_t{0};
+  // Journaled as a put of the whole record (its extents unchanged): replay replaces the
+  // version before it with this one, as for any put.
+  ObjectRecord next = *r;
+  next.generation = next_generation_;
+  next.marks |= kMarkStale;
+  if (set_expiry) next.expires_unix_ns = expires_unix_ns;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t lsn, journal_.Append(kPut, EncodeRecord(next)));
+  GOBLIN_RETURN_IF_ERROR(AfterAppend());
+  ++next_generation_;
+  applied_lsn_ = lsn;
+  if (lsn_out) *lsn_out = lsn;
+  // In place: the extent list keeps its address (loans point into it).
+  r->generation = next.generation;
+  r->marks = next.marks;
+  r->read_marks &= kMarkFetched;
+  if (set_expiry) SetExpiry(r, expires_unix_ns);
+  return r->generation;
 }
 
 void Index::ForEach(const std::function<void(const ObjectRecord&)>& fn) const {

@@ -319,7 +319,9 @@ VoidResult Store::CheckCondition(std::string_view key, const PutCondition& c) co
       return {};
     case Kind::kGeneration:
       if (r == nullptr) return Err(StatusCode::kNotFound, "'{}' is not stored", key);
-      if (r->generation != c.generation) {
+      // (a CAS of 0 names no version: never current, never older)
+      if (r->generation != c.generation &&
+          !(c.stale_if_older && c.generation != 0 && c.generation < r->generation)) {
         return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
                    r->generation, c.generation);
       }
@@ -386,9 +388,24 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   rec.expires_unix_ns = f.ttl_ns ? rec.created_unix_ns + f.ttl_ns : 0;
   rec.metadata = std::move(f.metadata);
   rec.extents = *extents;
+  rec.access_unix_s = static_cast<uint32_t>(rec.created_unix_ns / 1'000'000'000ULL);
   const ObjectRecord* old = index_->Find(f.key);
-  if (f.condition.keep_expiry && old != nullptr && !Expired(*old, rec.created_unix_ns)) {
+  if (old != nullptr && Expired(*old, rec.created_unix_ns)) old = nullptr;
+  // A cas older than the current version, allowed to be (ms I): stored as stale.
+  const bool stale = old != nullptr && f.condition.stale_if_older &&
+                     f.condition.kind == PutCondition::Kind::kGeneration &&
+                     f.condition.generation != old->generation;
+  if ((f.condition.keep_expiry || stale) && old != nullptr) {
     rec.expires_unix_ns = old->expires_unix_ns;
+  }
+  if (stale) {
+    rec.marks |= kMarkStale;
+    rec.read_marks = old->read_marks & kMarkTokenSent;
+  }
+  if (f.condition.keep_marks && old != nullptr) {
+    rec.marks = old->marks;
+    rec.read_marks = old->read_marks;
+    rec.access_unix_s = old->access_unix_s;
   }
   uint64_t old_generation = old ? old->generation : 0;
   std::vector<Extent> released;
@@ -433,7 +450,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   if (committed->expires_unix_ns != 0) expiries_.emplace(committed->expires_unix_ns, f.key);
   std::vector<Stream*> followers = std::move(f.followers);
   const bool purged = f.delete_after_commit;
-  const bool keep_expiry = f.condition.keep_expiry;
+  const bool keep_expiry = f.condition.keep_expiry || stale;
   const std::string key = f.key;
   filling_.erase(f.key);
   stats_.fill_disk_waits += f.writer->disk_waits();
@@ -859,8 +876,75 @@ Result<const ObjectRecord*> Store::FindLive(std::string_view key) {
   return r;
 }
 
-Result<std::optional<ObjectInfo>> Store::Head(std::string_view key) {
+Result<const ObjectRecord*> Store::Vivify(std::string_view key, uint64_t ttl_ns) {
+  if (Filling(key)) return static_cast<const ObjectRecord*>(nullptr);  // (it comes: a miss)
+  ObjectRecord rec;
+  rec.key.assign(key);
+  rec.created_unix_ns = NowNs();
+  rec.expires_unix_ns = ttl_ns != 0 ? rec.created_unix_ns + ttl_ns : 0;
+  rec.access_unix_s = static_cast<uint32_t>(rec.created_unix_ns / 1'000'000'000ULL);
+  std::vector<Extent> released;  // (FindLive removed an expired version: none)
+  uint64_t lsn = 0;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, index_->Commit(std::move(rec), &released, &lsn));
+  (void)gen;
+  FreeWhenDurable(std::move(released), lsn);
+  const ObjectRecord* r = index_->Find(key);
+  policy_.Insert(r->key);
+  if (r->expires_unix_ns != 0) expiries_.emplace(r->expires_unix_ns, r->key);
+  ++stats_.vivified;
+  Event(ObjectEvent::kSet, key);
+  if (r->expires_unix_ns != 0) Event(ObjectEvent::kExpire, key);
+  stats_.objects = index_->size();
+  return r;
+}
+
+Result<const ObjectRecord*> Store::FindForRead(std::string_view key, const AccessRequest* access,
+                                               AccessMarks* marks) {
   GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindLive(key));
+  bool won = false;
+  if (r == nullptr) {
+    if (access == nullptr || !access->vivify) return r;
+    GOBLIN_ASSIGN_OR_RETURN(r, Vivify(key, access->vivify_ttl_ns));
+    if (r == nullptr) return r;
+    won = true;  // (memcached's order: created, then neither R nor Z applies)
+  }
+  const uint64_t now = NowNs();
+  const auto now_s = static_cast<uint32_t>(now / 1'000'000'000ULL);
+  uint8_t m = 0;
+  if ((r->read_marks & kMarkFetched) != 0) m |= kAccessFetched;
+  const bool sent = (r->read_marks & kMarkTokenSent) != 0;
+  if (!won && !sent && access != nullptr && access->recache_ns != 0 && r->expires_unix_ns != 0) {
+    // Time left as memcached counts it (and mg t shows it): whole seconds, rounded up.
+    const uint64_t left_s = (r->expires_unix_ns - now + 999'999'999ULL) / 1'000'000'000ULL;
+    if (left_s < access->recache_ns / 1'000'000'000ULL ||
+        (left_s == access->recache_ns / 1'000'000'000ULL &&
+         left_s * 1'000'000'000ULL < access->recache_ns)) {
+      won = true;
+    }
+  }
+  if (sent) m |= kAccessTokenSent;
+  if ((r->marks & kMarkStale) != 0) {
+    m |= kAccessStale;
+    if (!sent && access != nullptr && access->meta) won = true;  // (its first mg recaches it)
+  }
+  if (won) {
+    m |= kAccessWon;
+    r->read_marks |= kMarkTokenSent;
+  }
+  if (marks != nullptr) {
+    marks->marks = m;
+    marks->idle_s = now_s > r->access_unix_s ? now_s - r->access_unix_s : 0;
+  }
+  if (access == nullptr || access->bump) {
+    r->read_marks |= kMarkFetched;
+    r->access_unix_s = now_s;
+  }
+  return r;
+}
+
+Result<std::optional<ObjectInfo>> Store::Head(std::string_view key, const AccessRequest* access,
+                                              AccessMarks* marks) {
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindForRead(key, access, marks));
   if (r == nullptr) return std::optional<ObjectInfo>();
   return std::optional<ObjectInfo>(ObjectInfo{r->key, r->size, r->generation, r->created_unix_ns,
                                               r->expires_unix_ns, r->metadata});
@@ -1012,8 +1096,11 @@ Loan Store::Retain(const Loan& loan) {
 
 uint64_t Store::Pin(const Loan& loan) {
   uint64_t id = next_loan_++;
-  ++loaned_[loan.info.generation].count;
-  loan_generation_[id] = loan.info.generation;
+  // (the version the loan holds now: an invalidation gives it a new generation)
+  uint64_t gen = loan.info.generation;
+  if (auto g = loan_generation_.find(loan.id); g != loan_generation_.end()) gen = g->second;
+  ++loaned_[gen].count;
+  loan_generation_[id] = gen;
   ++stats_.loans_out;
   return id;
 }
@@ -1144,7 +1231,8 @@ Result<uint64_t> Store::DeletePrefix(std::string_view prefix) {
 }
 
 Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, uint64_t length,
-                                        bool follow_fill) {
+                                        bool follow_fill, const AccessRequest* access,
+                                        AccessMarks* marks) {
   Opened o;
   if (follow_fill) {
     // (a committing fill that was purged is gone for new readers already)
@@ -1178,7 +1266,8 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
       return o;
     }
   }
-  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* rec, FindLive(key));  // (no copy of its info)
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* rec,
+                          FindForRead(key, access, marks));  // (no copy of its info)
   if (rec == nullptr) return o;
   policy_.Touch(key);
   o.status = Lookup::kHit;
@@ -1202,6 +1291,38 @@ Result<bool> Store::DeleteIfGeneration(std::string_view key, uint64_t generation
   GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
   if (removed) Event(ObjectEvent::kDel, key);
   return removed;
+}
+
+Result<uint64_t> Store::Invalidate(std::string_view key, uint64_t if_generation, bool set_ttl,
+                                   uint64_t ttl_ns) {
+  const ObjectRecord* r = index_->Find(key);
+  const uint64_t now = NowNs();
+  if (r == nullptr || Expired(*r, now)) return uint64_t{0};
+  if (if_generation != 0 && r->generation != if_generation) {
+    return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
+               r->generation, if_generation);
+  }
+  const uint64_t old = r->generation;
+  const uint64_t expires = set_ttl && ttl_ns != 0 ? now + ttl_ns : 0;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, index_->Invalidate(key, set_ttl, expires));
+  r = index_->Find(key);
+  // The same bytes under the new generation: the RAM head and the loans on the old one are
+  // the new one's (their extents are the record's own list, which stayed where it was).
+  if (auto h = heads_.find(r->key); h != heads_.end() && h->second.generation == old) {
+    Withdraw(h->second);  // (local readers come back to the core and learn the new CAS)
+    h->second.generation = gen;
+  }
+  if (auto l = loaned_.find(old); l != loaned_.end()) {
+    Loaned moved = std::move(l->second);
+    loaned_.erase(l);
+    loaned_[gen] = std::move(moved);
+    for (auto& [id, g] : loan_generation_) {
+      if (g == old) g = gen;
+    }
+  }
+  if (set_ttl && expires != 0) expiries_.emplace(expires, r->key);
+  ++stats_.invalidated;
+  return gen;
 }
 
 Store::ScanPage Store::Scan(uint64_t cursor, size_t count, size_t max_key_bytes) const {
@@ -1249,6 +1370,10 @@ Result<std::optional<Store::Touched>> Store::Touch(std::string_view key, uint64_
   GOBLIN_ASSIGN_OR_RETURN(bool found, index_->Touch(key, expires));
   if (!found) return std::optional<Touched>();
   r = index_->Find(key);
+  if (!condition.no_bump) {  // (memcached: a touch is a read of the item)
+    r->read_marks |= kMarkFetched;
+    r->access_unix_s = static_cast<uint32_t>(now / 1'000'000'000ULL);
+  }
   if (expires != 0) expiries_.emplace(expires, r->key);
   if (auto h = heads_.find(r->key); h != heads_.end()) Withdraw(h->second);
   ++stats_.touches;

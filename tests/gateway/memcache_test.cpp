@@ -64,6 +64,11 @@ TEST(MemcacheParse, OtherCommands) {
   ASSERT_EQ(P("gat 5 a " + std::string(300, 'L'), &r).kind, Parsed::Kind::kRequest);
   EXPECT_EQ(r.fail_reply, "CLIENT_ERROR bad command line format\r\n");
   EXPECT_EQ(r.keys.size(), 1u);
+  // a get's keys before an over-long one are looked up too (a read of each: mg h)
+  const std::string long_get = "get a b " + std::string(300, 'L') + " c";
+  ASSERT_EQ(P(long_get, &r).kind, Parsed::Kind::kRequest);
+  EXPECT_EQ(r.fail_reply, "CLIENT_ERROR bad command line format\r\n");
+  EXPECT_EQ(r.keys, (std::vector<std::string_view>{"a", "b"}));
   EXPECT_EQ(P("incr k abc", &r).reply, "CLIENT_ERROR invalid numeric delta argument\r\n");
   EXPECT_EQ(P("delete k 5", &r).reply,
             "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
@@ -108,7 +113,15 @@ TEST(MemcacheParse, MetaCommands) {
   EXPECT_FALSE(p.swallow);  // (no length: the block is read as commands)
   EXPECT_EQ(P("mg", &r).reply, "ERROR\r\n");
   EXPECT_EQ(P("me", &r).reply, "CLIENT_ERROR bad command line format\r\n");
-  EXPECT_EQ(P("mg k I", &r).reply, "CLIENT_ERROR flag not served by goblin\r\n");
+  // leases and stale items: R (recache), N (vivify), I (invalidate), h, l, u; P and L taken
+  ASSERT_EQ(P("mg k R30 N60 h l u P L", &r).kind, Parsed::Kind::kRequest);
+  EXPECT_TRUE(r.meta.recache && r.meta.vivify && r.meta.no_bump);
+  EXPECT_EQ(r.meta.recache_ttl, 30);
+  EXPECT_EQ(r.meta.vivify_ttl, 60);
+  EXPECT_EQ(P("mg k Rx", &r).reply, "CLIENT_ERROR bad token in command line format\r\n");
+  ASSERT_EQ(P("md k I T30 h", &r).kind, Parsed::Kind::kRequest);  // (h: taken, no effect)
+  EXPECT_TRUE(r.meta.invalidate && r.meta.has_ttl);
+  EXPECT_EQ(P("md k I T", &r).reply, "CLIENT_ERROR invalid or duplicate flag\r\n");
   EXPECT_EQ(P("md k C12 q", &r).reply, "");  // (conditional deletes are served)
   EXPECT_TRUE(r.meta.has_cas);
   EXPECT_EQ(r.meta.cas, 12u);

@@ -349,6 +349,53 @@ TEST(IndexRecord, RoundTripAndHostileInput) {
   EXPECT_FALSE(DecodeRecord(extra));
   r.size = 31;  // extents do not add up
   EXPECT_FALSE(DecodeRecord(EncodeRecord(r)));
+  // Durable marks: one trailing byte when there are any; read marks are not recorded.
+  r.size = 30;
+  r.marks = kMarkStale;
+  r.read_marks = kMarkTokenSent | kMarkFetched;
+  r.access_unix_s = 12345;
+  auto stale = EncodeRecord(r);
+  EXPECT_EQ(stale.size(), bytes.size() + 1);
+  back = DecodeRecord(stale);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->marks, kMarkStale);
+  EXPECT_EQ(back->read_marks, 0);
+  EXPECT_EQ(*back, r);  // (equal as stored)
+  stale.back() = 0x80;  // a mark this binary does not know
+  EXPECT_FALSE(DecodeRecord(stale));
+}
+
+TEST_F(IndexTest, InvalidateGivesANewGenerationInPlaceAndIsReplayed) {
+  auto idx = OpenIndex();
+  auto g1 = idx->Commit(Obj("/s", 100), nullptr);
+  ASSERT_TRUE(g1);
+  const ObjectRecord* r = idx->Find("/s");
+  const Extent* extents = r->extents.data();
+  r->read_marks = kMarkTokenSent | kMarkFetched;
+  auto g2 = idx->Invalidate("/s", true, 5000);
+  ASSERT_TRUE(g2);
+  EXPECT_GT(*g2, *g1);
+  r = idx->Find("/s");
+  EXPECT_EQ(r->extents.data(), extents);  // (loans point into it: not moved)
+  EXPECT_EQ(r->generation, *g2);
+  EXPECT_EQ(r->marks, kMarkStale);
+  EXPECT_EQ(r->read_marks, kMarkFetched);  // (the win is cleared)
+  EXPECT_EQ(r->expires_unix_ns, 5000u);
+  EXPECT_EQ(idx->expiring(), 1u);
+  EXPECT_EQ(idx->Invalidate("/absent", false, 0).value(), 0u);
+  const ObjectRecord want = *r;
+  idx.reset();
+  idx = OpenIndex();  // from the journal
+  ASSERT_NE(idx->Find("/s"), nullptr);
+  EXPECT_EQ(*idx->Find("/s"), want);
+  ASSERT_TRUE(idx->Checkpoint());
+  idx.reset();
+  idx = OpenIndex();  // from the checkpoint
+  ASSERT_NE(idx->Find("/s"), nullptr);
+  EXPECT_EQ(*idx->Find("/s"), want);
+  auto g3 = idx->Commit(Obj("/t", 10), nullptr);  // generations go on after it
+  ASSERT_TRUE(g3);
+  EXPECT_GT(*g3, *g2);
 }
 
 }  // namespace

@@ -743,6 +743,159 @@ TEST_F(StoreTest, KeepExpiryAndDeleteIfGeneration) {
   EXPECT_FALSE(*d);
 }
 
+// memcache meta leases: a read's bookkeeping (fetched, last access), vivify and recache wins,
+// one winner per version, stale versions (invalidated in place or stored with an older CAS).
+TEST_F(StoreTest, ReadsWinRecachesOnceAndTheirMarksFollowTheVersion) {
+  OpenStore();
+  constexpr uint64_t kSec = 1'000'000'000;
+  auto read = [&](const std::string& k, AccessRequest a) {
+    AccessMarks m;
+    auto r = store_->Head(k, &a, &m);
+    EXPECT_TRUE(r);
+    return std::pair{r && r->has_value(), m.marks};
+  };
+  AccessRequest plain;
+  plain.meta = true;
+  // A miss with vivify: an empty version, won by this reader; the next one sees Z.
+  AccessRequest viv = plain;
+  viv.vivify = true;
+  viv.vivify_ttl_ns = 30 * kSec;
+  auto [hit, m] = read("v", viv);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(m, kAccessWon);
+  auto info = store_->Head("v", &plain, nullptr);
+  ASSERT_TRUE(info && info->has_value());
+  EXPECT_EQ((*info)->size, 0u);
+  EXPECT_GT((*info)->expires_unix_ns, 0u);
+  std::tie(hit, m) = read("v", viv);
+  EXPECT_EQ(m, kAccessFetched | kAccessTokenSent);  // (not won again, not created again)
+  EXPECT_EQ(store_->stats().vivified, 1u);
+  // A write replaces the version: no marks; reads without u set "fetched" only.
+  ASSERT_TRUE(Put("v", Data(100, 1), 100 * kSec));
+  AccessRequest u = plain;
+  u.bump = false;
+  EXPECT_EQ(read("v", u).second, 0);
+  EXPECT_EQ(read("v", plain).second, 0);
+  EXPECT_EQ(read("v", plain).second, kAccessFetched);
+  // Recache: won when the time left (whole seconds) is below R, once.
+  AccessRequest r30 = plain, r200 = plain;
+  r30.recache_ns = 30 * kSec;
+  r200.recache_ns = 200 * kSec;
+  EXPECT_EQ(read("v", r30).second, kAccessFetched);
+  EXPECT_EQ(read("v", r200).second, kAccessFetched | kAccessWon);
+  EXPECT_EQ(read("v", r200).second, kAccessFetched | kAccessTokenSent);
+  // Without an expiry nothing is below R; a vivify of a present key creates nothing.
+  ASSERT_TRUE(Put("n", Data(10, 2)));
+  EXPECT_EQ(read("n", r200).second, 0);
+  EXPECT_EQ(read("n", viv).second, kAccessFetched);
+  EXPECT_EQ(store_->stats().vivified, 1u);
+  // Plain reads (a classic get) never win.
+  EXPECT_EQ(read("absent", plain).first, false);
+}
+
+TEST_F(StoreTest, InvalidationKeepsTheBytesUnderANewGenerationAndSurvivesARestart) {
+  OpenStore();
+  constexpr uint64_t kSec = 1'000'000'000;
+  const auto a = Data(300'000, 3);  // (a head and a tail on disk)
+  auto g1 = Put("s", a, 100 * kSec);
+  ASSERT_TRUE(g1);
+  AccessRequest meta;
+  meta.meta = true;
+  AccessRequest r200 = meta;
+  r200.recache_ns = 200 * kSec;
+  AccessMarks m;
+  ASSERT_TRUE(store_->Head("s", &r200, &m));
+  EXPECT_EQ(m.marks, kAccessWon);
+  // A stream opened before the invalidation reads to its end, its space kept.
+  auto o = store_->OpenStream("s");
+  ASSERT_TRUE(o && o->stream);
+  auto g2 = store_->Invalidate("s", *g1 + 1000, false, 0);  // (C: not its version)
+  ASSERT_FALSE(g2);
+  EXPECT_EQ(g2.error().code(), StatusCode::kFailedPrecondition);
+  g2 = store_->Invalidate("s", *g1, true, 30 * kSec);
+  ASSERT_TRUE(g2);
+  EXPECT_GT(*g2, *g1);
+  EXPECT_EQ(*Drain(*o->stream), a);
+  o->stream.reset();
+  // Stale: the first meta reader wins again (the win was cleared), then Z X; a classic read
+  // wins nothing; the bytes are the same; the expiry is the new one.
+  EXPECT_EQ(store_->Invalidate("absent", 0, false, 0).value(), 0u);
+  ASSERT_TRUE(store_->Head("s", nullptr, &m));
+  EXPECT_EQ(m.marks, kAccessFetched | kAccessStale);
+  ASSERT_TRUE(store_->Head("s", &meta, &m));
+  EXPECT_EQ(m.marks, kAccessFetched | kAccessStale | kAccessWon);
+  ASSERT_TRUE(store_->Head("s", &meta, &m));
+  EXPECT_EQ(m.marks, kAccessFetched | kAccessStale | kAccessTokenSent);
+  auto info = store_->Head("s");
+  ASSERT_TRUE(info && info->has_value());
+  EXPECT_EQ((*info)->generation, *g2);
+  const auto now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  EXPECT_LE((*info)->expires_unix_ns, now_ns + 30 * kSec);
+  EXPECT_EQ(*GetAll("s"), a);
+  // The old CAS no longer matches.
+  EXPECT_FALSE(store_->DeleteIfGeneration("s", *g1));
+  // Durable: after a restart it is still stale (its won mark, RAM-only, is gone).
+  ASSERT_TRUE(store_->SyncNow());
+  OpenStore();
+  ASSERT_TRUE(store_->Head("s", &meta, &m));
+  EXPECT_EQ(m.marks, kAccessStale | kAccessWon);
+  EXPECT_EQ(*GetAll("s"), a);
+  EXPECT_EQ(store_->Head("s").value()->generation, *g2);
+  // A new version replaces it: not stale.
+  ASSERT_TRUE(Put("s", Data(10, 4)));
+  ASSERT_TRUE(store_->Head("s", &meta, &m));
+  EXPECT_EQ(m.marks, 0);
+}
+
+TEST_F(StoreTest, AnOlderCasStoresAStaleVersionAndAnIncrKeepsItsMarks) {
+  OpenStore();
+  constexpr uint64_t kSec = 1'000'000'000;
+  const auto a = Data(100, 5), b = Data(120, 6);
+  auto g1 = Put("c", a, 100 * kSec);
+  ASSERT_TRUE(g1);
+  auto g2 = Put("c", a, 100 * kSec);
+  ASSERT_TRUE(g2);
+  const uint64_t e2 = store_->Head("c").value()->expires_unix_ns;
+  AccessRequest meta;
+  meta.meta = true;
+  meta.recache_ns = 200 * kSec;
+  AccessMarks m;
+  ASSERT_TRUE(store_->Head("c", &meta, &m));
+  ASSERT_EQ(m.marks, kAccessFetched | kAccessWon);  // (read for its expiry above)
+  auto put = [&](PutCondition c, const std::vector<uint8_t>& v, uint64_t ttl) {
+    auto f = store_->BeginFill("c", ttl, "", UINT64_MAX, false, c);
+    if (!f) return Result<uint64_t>(Err(f.error()));
+    EXPECT_TRUE(store_->Append(f->second, v));
+    return store_->Commit(f->second, v.size());
+  };
+  PutCondition older{PutCondition::Kind::kGeneration, *g1};
+  older.stale_if_older = true;
+  PutCondition newer = older;
+  newer.generation = *g2 + 1000;
+  PutCondition zero = older;
+  zero.generation = 0;
+  EXPECT_EQ(put(newer, b, 0).error().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(put(zero, b, 0).error().code(), StatusCode::kFailedPrecondition);
+  auto g3 = put(older, b, 0);  // stored, stale, with the replaced version's expiry and won mark
+  ASSERT_TRUE(g3);
+  EXPECT_EQ(*GetAll("c"), b);
+  EXPECT_EQ(store_->Head("c").value()->expires_unix_ns, e2);
+  meta.recache_ns = 0;
+  ASSERT_TRUE(store_->Head("c", &meta, &m));
+  EXPECT_EQ(m.marks, kAccessFetched | kAccessStale | kAccessTokenSent);  // (GetAll read it)
+  // A read-modify-write keeping the marks (an incr in place), then a plain put clears them.
+  PutCondition keep{PutCondition::Kind::kGeneration, *g3};
+  keep.keep_marks = true;
+  ASSERT_TRUE(put(keep, a, 0));
+  ASSERT_TRUE(store_->Head("c", &meta, &m));
+  EXPECT_EQ(m.marks, kAccessFetched | kAccessStale | kAccessTokenSent);
+  ASSERT_TRUE(put({}, a, 0));
+  ASSERT_TRUE(store_->Head("c", &meta, &m));
+  EXPECT_EQ(m.marks, 0);
+}
+
 TEST_F(StoreTest, ScanWalksEveryKeyWhileTheIndexGrowsAndShrinks) {
   OpenStore();
   const auto v = Data(10, 8);

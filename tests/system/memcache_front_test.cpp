@@ -154,6 +154,31 @@ TEST_F(MemcacheFront, LibmemcachedProtocolSuitePasses) {
   EXPECT_NE(out.find("All tests passed"), std::string::npos) << out;
 }
 
+// libmemcached-tools' load generators: memcslap's set, get and mget runs, and memcaslap
+// (memaslap) with every get's value verified against what it set.
+TEST_F(MemcacheFront, MemslapAndMemaslapRunCleanAndVerifyEveryValue) {
+  if (!fs::exists("/usr/bin/memcslap") || !fs::exists("/usr/bin/memcaslap"))
+    GTEST_SKIP() << "libmemcached-tools is not installed";
+  const std::string server = "127.0.0.1:" + std::to_string(port_);
+  for (const char* test : {"set", "get", "mget"}) {
+    auto [rc, out] =
+        test::RunCommand({"/usr/bin/memcslap", "-s", server, "-c", "2", "-e", "300", "-t", test},
+                         dir_ + "/memcslap.log", 120s);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find(std::string("Time to ") + test), std::string::npos) << out;
+    EXPECT_EQ(out.find("rror"), std::string::npos) << out;
+  }
+  auto [rc, out] = test::RunCommand({"/usr/bin/memcaslap", "-s", server, "-T", "2", "-c", "8", "-x",
+                                     "3000", "-v", "1.0", "-X", "1000"},
+                                    dir_ + "/memcaslap.log", 120s);
+  EXPECT_EQ(rc, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("cmd_get: ([0-9]+)"))) << out;
+  EXPECT_GT(std::stoi(m[1]), 1000) << out;
+  EXPECT_NE(out.find("verify_failed: 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("verify_misses: 0\n"), std::string::npos) << out;
+}
+
 TEST_F(MemcacheFront, ADataBlockCutOffByADisconnectStoresNothing) {
   const std::string old = Bytes(5000, 1);
   {
@@ -325,6 +350,105 @@ TEST_F(MemcacheFront, TheCoreGoingAwayIsAServerErrorUntilItIsBack) {
   got += c.ReadUntil("END\r\n");
   EXPECT_EQ(got, Value("kept", "kept"));
   EXPECT_EQ(c.Ask("set x 0 0 1\r\ny\r\n"), "STORED\r\n");
+}
+
+// memcache meta leases against a dog-pile: many clients ask for a missing key with N at once
+// (on both shards' keys); exactly one wins (W) and the rest see the empty stub with Z until
+// the winner's set replaces it.
+TEST_F(MemcacheFront, OneClientWinsTheRecacheOfAMissingKey) {
+  constexpr int kClients = 12;
+  for (const std::string key : {"dog-a", "dog-b", "dog-c"}) {
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<Client>(port_));
+    for (auto& c : clients) c->Send("mg " + key + " N30 v t\r\n");  // all before any answer
+    int won = 0, others = 0;
+    for (auto& c : clients) {
+      const std::string r = c->ReadUntil("\r\n\r\n");  // "VA 0 t30 W" + an empty value
+      if (r == "VA 0 t30 W\r\n\r\n") ++won;
+      if (r == "VA 0 t30 Z\r\n\r\n" || r == "VA 0 t29 Z\r\n\r\n") ++others;
+    }
+    EXPECT_EQ(won, 1) << key;
+    EXPECT_EQ(others, kClients - 1) << key;
+    // The winner recaches it: an ordinary value again, no marks.
+    Client w(port_);
+    EXPECT_EQ(w.Ask("ms " + key + " 5 T60\r\nfresh\r\n"), "HD\r\n");
+    EXPECT_EQ(w.Ask("mg " + key + " v\r\n", "fresh\r\n"), "VA 5\r\nfresh\r\n");
+    EXPECT_EQ(w.Ask("mg " + key + " R30 v\r\n", "fresh\r\n"), "VA 5\r\nfresh\r\n");
+    EXPECT_EQ(w.Ask("mg " + key + " R120 v\r\n", "fresh\r\n"), "VA 5 W\r\nfresh\r\n");
+    EXPECT_EQ(w.Ask("mg " + key + " R120 v\r\n", "fresh\r\n"), "VA 5 Z\r\nfresh\r\n");
+  }
+}
+
+// md I serves the old bytes as stale while one client recaches; the stale mark is kept by the
+// core across a restart (the won mark is not: the first reader after it wins again), an older
+// CAS with I stores a stale value, and a plain set ends it.
+TEST_F(MemcacheFront, StaleItemsAreServedWhileOneClientRecachesThemAndSurviveARestart) {
+  Client c(port_);
+  const std::string big = Bytes(300'000, 9);  // (past the head: its tail is on disk)
+  ASSERT_EQ(c.Ask(fmt::format("set st 7 0 {}\r\n", big.size()) + big + "\r\n"), "STORED\r\n");
+  std::smatch m;
+  const std::string gets = c.Ask("gets st\r\n", "END\r\n");
+  ASSERT_TRUE(std::regex_search(gets, m, std::regex("^VALUE st 7 300000 ([0-9]+)\r\n")))
+      << gets.substr(0, 40);
+  const std::string cas1 = m[1];
+  EXPECT_EQ(c.Ask("md st I T60 q\r\nmn\r\n"), "MN\r\n");
+  EXPECT_EQ(c.Ask("md nothing I\r\n"), "NF\r\n");
+  EXPECT_EQ(c.Ask("md st I C" + cas1 + "\r\n"), "EX\r\n");  // (it has a new CAS)
+  const std::string first = c.Ask("mg st s f t c\r\n");
+  ASSERT_TRUE(std::regex_match(first, m, std::regex("HD s300000 f7 t(59|60) c([0-9]+) X W\r\n")))
+      << first;
+  EXPECT_NE(m[2], cas1);
+  EXPECT_EQ(c.Ask("mg st s\r\n"), "HD s300000 Z X\r\n");
+  EXPECT_EQ(Get("st"), Value("st", big, 7));    // the old bytes, all of them
+  EXPECT_EQ(c.Ask("mg st\r\n"), "HD Z X\r\n");  // (a classic get wins nothing)
+  // An older CAS with I: stored, stale, keeping the expiry and the win.
+  EXPECT_EQ(c.Ask("ms st 3 I C" + cas1 + "\r\nold\r\n"), "HD\r\n");
+  EXPECT_EQ(c.Ask("ms st 3 I C99999999\r\nnew\r\n"), "EX\r\n");  // (newer: refused)
+  EXPECT_EQ(c.Ask("mg st v\r\n", "old\r\n"), "VA 3 Z X\r\nold\r\n");
+  // The core restarts: the item is still stale, and its first reader wins again.
+  core_.reset();  // SIGKILL
+  fs::remove(core_sock_);
+  ASSERT_NO_FATAL_FAILURE(StartCore());
+  std::string got;
+  for (int i = 0; i < 100; ++i) {
+    got = c.Ask("mg st v\r\n");
+    if (got.starts_with("VA")) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  got += c.ReadUntil("\r\n");
+  EXPECT_EQ(got, "VA 3 X W\r\nold\r\n");
+  EXPECT_EQ(c.Ask("mg st\r\n"), "HD Z X\r\n");
+  // The recache: a plain set, and the item is an ordinary one again.
+  EXPECT_EQ(c.Ask("ms st 5\r\nfresh\r\n"), "HD\r\n");
+  EXPECT_EQ(c.Ask("mg st v t\r\n", "fresh\r\n"), "VA 5 t-1\r\nfresh\r\n");
+}
+
+// mg h (read before?) and l (seconds since the last access), each as before the command; u
+// reads without counting as a read; me shows both.
+TEST_F(MemcacheFront, HitBeforeAndLastAccessAreReportedAsBeforeTheCommand) {
+  Client c(port_);
+  ASSERT_EQ(c.Ask("set hl 0 0 1\r\nx\r\n"), "STORED\r\n");
+  EXPECT_EQ(c.Ask("mg hl h l u\r\n"), "HD h0 l0\r\n");
+  EXPECT_EQ(c.Ask("mg hl h\r\n"), "HD h0\r\n");
+  EXPECT_EQ(c.Ask("mg hl h\r\n"), "HD h1\r\n");
+  std::this_thread::sleep_for(2100ms);
+  std::smatch m;
+  const std::string idle = c.Ask("mg hl l u\r\n");
+  ASSERT_TRUE(std::regex_match(idle, m, std::regex("HD l([0-9]+)\r\n"))) << idle;
+  EXPECT_GE(std::stoi(m[1]), 2);
+  EXPECT_EQ(c.Ask("mg hl l\r\n").substr(0, 5), "HD l" + std::string(m[1]).substr(0, 1));
+  EXPECT_EQ(c.Ask("mg hl l\r\n"), "HD l0\r\n");
+  const std::string me = c.Ask("me hl\r\n");
+  EXPECT_TRUE(
+      std::regex_match(me, std::regex("ME hl exp=-1 la=0 cas=[0-9]+ fetch=yes cls=1 size=1\r\n")))
+      << me;
+  // incr and append are no reads; a touch is.
+  ASSERT_EQ(c.Ask("set n 0 0 1\r\n5\r\n"), "STORED\r\n");
+  EXPECT_EQ(c.Ask("incr n 1\r\n"), "6\r\n");
+  EXPECT_EQ(c.Ask("mg n h\r\n"), "HD h0\r\n");
+  ASSERT_EQ(c.Ask("set t 0 0 1\r\n5\r\n"), "STORED\r\n");
+  EXPECT_EQ(c.Ask("touch t 100\r\n"), "TOUCHED\r\n");
+  EXPECT_EQ(c.Ask("mg t h\r\n"), "HD h1\r\n");
 }
 
 }  // namespace

@@ -67,8 +67,12 @@ struct MetaFlags {
   uint32_t client_flags = 0;
   bool has_cas = false;  // C
   uint64_t cas = 0;
-  bool vivify = false;  // N (ma: create on a miss)
+  bool vivify = false;  // N (mg: an empty item on a miss, won; ma: create on a miss)
   int32_t vivify_ttl = 0;
+  bool recache = false;  // R (mg): win the recache when the item's TTL is below recache_ttl
+  int32_t recache_ttl = 0;
+  bool invalidate = false;  // I (md: mark stale; ms with C: an older CAS stores it stale)
+  bool no_bump = false;     // u (mg): not counted as a read (h, l, LRU)
   uint64_t initial = 0;     // J (ma)
   uint64_t delta = 1;       // D (ma)
   char mode = 0;            // M: ms S E A P R; ma I + D -

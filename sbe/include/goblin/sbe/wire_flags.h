@@ -25,6 +25,21 @@ inline constexpr uint32_t kGetDescribe = 1u << 2;
 // answer, not one message later. libgoblin asks on remote planes (UCX), where each message
 // is a send of its own; schema version 2.
 inline constexpr uint32_t kGetFirstBytes = 1u << 3;
+// memcache meta reads (schema version 6). A lookup counts as a read of the object (its
+// "fetched" mark and last-access time, reported before the lookup as kInfoFetched and
+// idleSeconds) unless kGetNoBump (mg u). kGetVivify: a miss creates an empty object
+// (vivifyTtlNanos) that this reader has won (mg N). Also valid in ObjectHead.flags.
+inline constexpr uint32_t kGetNoBump = 1u << 4;
+inline constexpr uint32_t kGetVivify = 1u << 5;
+// A meta read (mg): a stale version's first such reader wins its recache (kInfoWon); other
+// reads (a classic get, a read-modify-write) leave the won mark alone.
+inline constexpr uint32_t kGetMeta = 1u << 6;
+
+// ObjectInfo.marks (schema version 6), on a hit.
+inline constexpr uint8_t kInfoFetched = 1u << 0;    // read before this lookup (mg h)
+inline constexpr uint8_t kInfoStale = 1u << 1;      // invalidated (md I, ms I): mg X
+inline constexpr uint8_t kInfoTokenSent = 1u << 2;  // another reader won before: mg Z
+inline constexpr uint8_t kInfoWon = 1u << 3;        // this reader won the recache: mg W
 
 // Loan.segments.flags
 // The segment's bytes lie in a pool block whose pages are never rewritten while referenced
@@ -50,6 +65,13 @@ inline constexpr uint32_t kPutIfGeneration = 1u << 3;  // PutBegin.ifGeneration 
 // The new version keeps the expiry of the version it replaces (checked at commit; RESP
 // SET KEEPTTL); ttlNanos applies when there is none. Schema version 5.
 inline constexpr uint32_t kPutKeepExpiry = 1u << 4;
+// A kPutIfGeneration put whose ifGeneration is *older* than the current version's is
+// stored all the same, as a stale version that keeps the expiry (and the won mark) of the
+// one it replaces (memcache ms I with C). Schema version 6.
+inline constexpr uint32_t kPutStaleIfOlder = 1u << 5;
+// The new version keeps the replaced one's marks (stale, won, fetched, last access): a
+// read-modify-write in place, as memcached's incr of a number that keeps its length.
+inline constexpr uint32_t kPutKeepMarks = 1u << 6;
 
 // ObjectTouch.flags (schema version 5): conditions on the current version's expiry, as
 // Redis's EXPIRE options (a version without one counts as expiring never), and what to do
@@ -61,6 +83,14 @@ inline constexpr uint32_t kTouchIfSooner = 1u << 3;    // LT: the new expiry is 
 // The new expiry has passed: the version is deleted (if the conditions hold; ttlNanos is
 // then the "new expiry" the conditions compare, as 1 ns from now).
 inline constexpr uint32_t kTouchDelete = 1u << 4;
+// The touch is not a read of the object (memcache mg T: its lookup decides). Schema 6.
+inline constexpr uint32_t kTouchNoBump = 1u << 5;
+
+// ObjectDelete.flags (schema version 6)
+// Keep the version's bytes but mark it stale under a new generation (a CAS that older
+// tokens no longer match), its won mark cleared: the next reader wins the recache (md I).
+inline constexpr uint32_t kDeleteInvalidate = 1u << 0;
+inline constexpr uint32_t kDeleteSetTtl = 1u << 1;  // ... and give it ttlNanos (0: none)
 
 // PutHead.flags
 // The origin's answer is not to be stored: the reservation ends and the ObjectGets waiting

@@ -50,6 +50,12 @@ struct Extent {
   friend bool operator==(const Extent&, const Extent&) = default;
 };
 
+// ObjectRecord::marks
+inline constexpr uint8_t kMarkStale = 1u << 0;      // invalidated (memcache md I / ms I): kept
+inline constexpr uint8_t kMarkTokenSent = 1u << 1;  // a reader won the recache (RAM only)
+inline constexpr uint8_t kMarkFetched = 1u << 2;    // read since it was written (RAM only)
+inline constexpr uint8_t kDurableMarks = kMarkStale;
+
 struct ObjectRecord {
   std::string key;
   uint64_t size = 0;
@@ -58,7 +64,17 @@ struct ObjectRecord {
   uint64_t expires_unix_ns = 0;  // 0: never
   std::string metadata;
   std::vector<Extent> extents;
-  friend bool operator==(const ObjectRecord&, const ObjectRecord&) = default;
+  // memcache meta state. Only kDurableMarks are journaled; the rest, and the last access
+  // (unix seconds), are bookkeeping of reads, updated through a const record (mutable).
+  uint8_t marks = 0;
+  mutable uint8_t read_marks = 0;  // kMarkTokenSent | kMarkFetched
+  mutable uint32_t access_unix_s = 0;
+  // Equal as stored: read bookkeeping aside.
+  friend bool operator==(const ObjectRecord& a, const ObjectRecord& b) {
+    return a.key == b.key && a.size == b.size && a.generation == b.generation &&
+           a.created_unix_ns == b.created_unix_ns && a.expires_unix_ns == b.expires_unix_ns &&
+           a.metadata == b.metadata && a.extents == b.extents && a.marks == b.marks;
+  }
 };
 
 // The serialized form used in journal and checkpoint records (bounds-checked decode).
@@ -102,6 +118,11 @@ class Index {
 
   // Sets `key`'s expiry (0: never) in place, journaled; false when it is not present.
   Result<bool> Touch(std::string_view key, uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
+  // Gives `key`'s record the next generation and kMarkStale (its bytes, extents and
+  // creation time unchanged; expires_unix_ns if `set_expiry`), journaled as a put; its
+  // read marks are cleared but for kMarkFetched. Returns the new generation, 0 when absent.
+  Result<uint64_t> Invalidate(std::string_view key, bool set_expiry, uint64_t expires_unix_ns,
+                              uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
   size_t size() const { return size_; }
   size_t expiring() const { return expiring_; }  // records with an expiry

@@ -83,6 +83,8 @@ struct StoreStats {
   uint64_t objects = 0;
   uint64_t fills_started = 0, fills_committed = 0, fills_aborted = 0, fills_refused = 0;
   uint64_t puts_refused_by_condition = 0;  // PutCondition failed (at begin or at commit)
+  uint64_t vivified = 0;                   // empty versions a read created (memcache mg N)
+  uint64_t invalidated = 0;                // versions marked stale (memcache md I)
   uint64_t touches = 0;                    // Touch calls that found the object
   uint64_t fills_timed_out = 0;
   uint64_t inline_syncs = 0;     // a fill needed space that only a sync could give back
@@ -138,18 +140,49 @@ struct HeadDescription {
 // FailedPrecondition (kGeneration and another version is current).
 // keep_expiry (RESP SET KEEPTTL): the new version takes the expiry of the committed,
 // unexpired version it replaces at commit (the fill's ttl when there is none).
+// stale_if_older (memcache ms I with C): a kGeneration put whose generation is older than
+// the current version's is stored all the same, as a stale version (kMarkStale) keeping the
+// replaced one's expiry and won mark. keep_marks (an incr in place): the new version keeps
+// the replaced one's marks and last access.
 struct PutCondition {
   enum class Kind : uint8_t { kNone, kAbsent, kPresent, kGeneration } kind = Kind::kNone;
   uint64_t generation = 0;  // kGeneration: the version the put replaces
   bool keep_expiry = false;
+  bool stale_if_older = false;
+  bool keep_marks = false;
+};
+
+// A read's memcache meta bookkeeping (Head / OpenStream). Every read of a committed version
+// sets its "fetched" mark and last access unless !bump (mg u); `recache_ns` (mg R): the
+// reader wins the recache when the version's time left, in whole seconds, is below it;
+// `vivify` (mg N): a miss creates an empty version (vivify_ttl_ns; 0: none) the reader wins.
+// A stale version's first meta reader wins too; a version has one winner until it is
+// replaced or invalidated again.
+struct AccessRequest {
+  bool meta = false;  // a meta read (mg): the only kind that wins a stale version
+  bool bump = true;
+  uint64_t recache_ns = 0;
+  bool vivify = false;
+  uint64_t vivify_ttl_ns = 0;
+};
+// What the read found, as before it (AccessMarks::marks bits).
+inline constexpr uint8_t kAccessFetched = 1u << 0;    // read before
+inline constexpr uint8_t kAccessStale = 1u << 1;      // invalidated
+inline constexpr uint8_t kAccessTokenSent = 1u << 2;  // another reader had won
+inline constexpr uint8_t kAccessWon = 1u << 3;        // this reader won
+struct AccessMarks {
+  uint8_t marks = 0;
+  uint32_t idle_s = 0;  // seconds since its last read or write
 };
 
 // Conditions of a Touch on the current expiry (Redis's EXPIRE NX / XX / GT / LT; a version
 // without an expiry counts as expiring never), and `delete_now`: the new expiry has passed,
 // so the version is deleted when the conditions hold (EXPIRE with a time in the past).
+// A touch counts as a read of the version (its fetched mark and last access) unless no_bump.
 struct TouchCondition {
   bool if_no_expiry = false, if_expiry = false, if_later = false, if_sooner = false;
   bool delete_now = false;
+  bool no_bump = false;
 };
 
 // What changed a key's committed version, for keyspace notifications (Redis's event names):
@@ -234,8 +267,11 @@ class Store {
                          std::function<void(Result<uint64_t>)> done);
   void Abort(FillId fill);
 
-  // nullopt: not stored (or expired, which also removes it).
-  Result<std::optional<ObjectInfo>> Head(std::string_view key);
+  // nullopt: not stored (or expired, which also removes it). `access` / `marks`: see
+  // AccessRequest (none: a plain read, bumped).
+  Result<std::optional<ObjectInfo>> Head(std::string_view key,
+                                         const AccessRequest* access = nullptr,
+                                         AccessMarks* marks = nullptr);
   // A loan on the object, its head in RAM when possible (refilled from disk if needed).
   Result<std::optional<Loan>> Get(std::string_view key);
   void Release(const Loan& loan) { ReleasePin(loan.id); }
@@ -259,6 +295,13 @@ class Store {
   // GETDEL): false when nothing unexpired is stored, FailedPrecondition when another version
   // is current. A committing fill is not touched (it is a newer version).
   Result<bool> DeleteIfGeneration(std::string_view key, uint64_t generation);
+  // Marks `key`'s committed version stale under a new generation (memcache md I): its bytes
+  // stay, readers' loans and RAM copies carry over, its won mark is cleared (the next reader
+  // wins the recache), local readers are sent back to the core. `if_generation` (non-zero):
+  // only that version, else FailedPrecondition. `set_ttl`: a new time to live too (ttl_ns
+  // from now; 0: none). Returns the new generation; 0: nothing unexpired stored.
+  Result<uint64_t> Invalidate(std::string_view key, uint64_t if_generation, bool set_ttl,
+                              uint64_t ttl_ns);
   // Describes `key`'s head for one-sided readers (publishing it in the head table on first
   // use); nullopt: not stored. The entry stays current until the head leaves RAM or the
   // version leaves the index. A head not in RAM is brought in first, as `disk` says:
@@ -304,8 +347,10 @@ class Store {
   };
   // A stream of object bytes [offset, offset + length) (clamped to the object). With
   // `follow_fill`, a key being filled (and not yet committed) streams that fill.
+  // `access` / `marks` as Head's (a fill followed is no committed version: no marks).
   Result<Opened> OpenStream(std::string_view key, uint64_t offset = 0, uint64_t length = UINT64_MAX,
-                            bool follow_fill = false);
+                            bool follow_fill = false, const AccessRequest* access = nullptr,
+                            AccessMarks* marks = nullptr);
 
   // Dispatches disk completions and does due background work (TTL expiry). Never blocks.
   VoidResult Poll();
@@ -410,6 +455,10 @@ class Store {
   // The committed record of `key`, counted as a hit; nullptr (a miss) when there is none or
   // it has expired (then deleted).
   Result<const ObjectRecord*> FindLive(std::string_view key);
+  // FindLive for a read: vivifies a miss and does the read's bookkeeping (AccessRequest).
+  Result<const ObjectRecord*> FindForRead(std::string_view key, const AccessRequest* access,
+                                          AccessMarks* marks);
+  Result<const ObjectRecord*> Vivify(std::string_view key, uint64_t ttl_ns);
   // A version of `key` left the index (replaced or deleted): free its extents and head now,
   // or at the last release of its loans.
   void Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
