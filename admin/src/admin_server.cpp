@@ -139,6 +139,7 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(const AdminOptions& opti
 void AdminServer::Shutdown(std::chrono::milliseconds grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (!server_) return;  // (it never started: Start's error path destroys it)
   health_->SetServing(false);
   health_->Shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + grace);

@@ -441,7 +441,10 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       uint64_t first_n = 0;
       bool first_ends = false;
       uint64_t first_start = 0;
-      if (stream && (flags & wire::kGetFirstBytes) != 0) {
+      // Not while replies wait for the ring already: a reader that asks for many objects at
+      // once (a gateway's pipelined gets) would otherwise have each one's first bytes queued
+      // here, past its output limit; they come as ObjectData instead, as its ring drains.
+      if (stream && (flags & wire::kGetFirstBytes) != 0 && session.queued_bytes() == 0) {
         first_start = MonotonicNanos();  // (as a Download's started_ns: from here to its bytes)
         std::span<const uint8_t> bytes;
         auto step = stream->Peek(&bytes);
@@ -1044,12 +1047,15 @@ void CoreService::OnWritable(reactor::Session& session) {
   for (auto d = it->second.begin(); d != it->second.end();) {
     if (session.closing()) return;
     if (d->ready && !Pump(session, *d)) {
-      d = EndDownload(it->second, d);
-      continue;
+      d = EndDownload(it->second, d);  // (its last piece may be the one that filled the ring)
+    } else {
+      any_ready |= d->ready;
+      ++d;
     }
-    any_ready |= d->ready;
-    if (session.queued_bytes() > 0) return;  // the ring is full: wait for the reader
-    ++d;
+    if (session.queued_bytes() > 0) {  // the ring is full: the rest wait for the reader
+      any_ready = true;
+      break;
+    }
   }
   if (it->second.empty()) downloads_.erase(it);
   if (!any_ready) session.WantWritable(false);
@@ -1087,6 +1093,9 @@ bool CoreService::Pump(reactor::Session& session, Download& d) {
           return true;
         }
         if (*sent == reactor::SendOutcome::kOverLimit || *sent == reactor::SendOutcome::kTooLarge) {
+          GOBLIN_LOG_WARN(kLog,
+                          "client {} does not read its replies ({} bytes queued); dropping it",
+                          session.id(), session.queued_bytes());
           session.Close();
           return false;
         }
@@ -1115,6 +1124,8 @@ bool CoreService::Pump(reactor::Session& session, Download& d) {
     od.set_bytes(bytes.first(n));
     reactor::SendOutcome outcome = session.Send({out_.data(), od.Finish()});
     if (outcome == reactor::SendOutcome::kTooLarge || outcome == reactor::SendOutcome::kOverLimit) {
+      GOBLIN_LOG_WARN(kLog, "client {} does not read its replies ({} bytes queued); dropping it",
+                      session.id(), session.queued_bytes());
       session.Close();
       return false;
     }

@@ -365,6 +365,14 @@ TEST(AdminFlags, BadSettingsAreClearErrors) {
   EXPECT_NE(rc3, 0);
   EXPECT_NE(out3.find("at least 16 characters"), std::string::npos) << out3;
   std::filesystem::remove(short_token);
+  // An admin socket that cannot be bound (its directory is missing): an error, not a crash.
+  auto [rc4, out4] = test::RunCommand({GOBLIN_CORE_BIN, "--listen-unix", test::SocketPath("af"),
+                                       "--admin-socket", "/nonexistent-goblin-dir/core.admin"},
+                                      log);
+  EXPECT_EQ(rc4, 1) << out4;
+  EXPECT_NE(out4.find("cannot listen for admin calls on unix:/nonexistent-goblin-dir/core.admin"),
+            std::string::npos)
+      << out4;
   std::filesystem::remove(log);
 }
 
