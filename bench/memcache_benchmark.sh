@@ -14,6 +14,10 @@
 #               latency at the same load, not at saturation): memcached with all of it in
 #               RAM vs goblin with --memory GOBLIN_MEM_RATE and GOBLIN_RATE_IO_BUFFERS I/O
 #               buffers (the least RAM that serves it).
+#   large-link: the same two servers with clients behind links: each of the CONNECTIONS
+#               takes its replies no faster than CLIENT_GBPS Gbit/s (closed loop), as the
+#               seed system's clients on a network, where a value's time is mostly its
+#               transfer and a head in RAM covers the tail's disk read.
 # For each: fill time, then gets for SECONDS: gets/s, Gbit/s of values, p50/p99/p99.9 of
 # the complete reply and of its first line; server memory after the run (proportional set
 # size: memcached; goblin's launcher, core and gateway, their shared pools counted once); disk bytes (extstore file, goblin's tier).
@@ -21,7 +25,11 @@
 # Environment (defaults): ROWS ("large-mem large-disk small"), CONNECTIONS (16), SECONDS
 # (10), LARGE_COUNT (1000: ~1 GiB), DISK_COUNT (3000: ~3 GiB), SMALL_COUNT (100000),
 # GOBLIN_MEM_LARGE (256M), EXT_MEM (512M), RATE (400), GOBLIN_MEM_RATE (128M),
-# GOBLIN_RATE_IO_BUFFERS (8), DIR (/var/tmp/goblin-mcbench: emptied),
+# GOBLIN_RATE_IO_BUFFERS (8), CLIENT_GBPS (0.5), SERVER_MEM_LIMIT (a memory cgroup limit
+# for each server and its page cache, e.g. 1G: without it extstore's file is read from this
+# machine's page cache, not its disk; unset: none), EXT_OPTS (memcached -o for extstore, ext_path added;
+# "ext_wbuf_size=16,ext_threads=2"), EXT_FILL_RATE (MiB/s the extstore row's fill is held
+# to, 0: unthrottled; 0), DIR (/var/tmp/goblin-mcbench: emptied),
 # BUILD_DIR (build/release), OUT (var/bench/memcache-<time>). Results: OUT/results.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +45,10 @@ EXT_MEM=${EXT_MEM:-512M}
 RATE=${RATE:-400}
 GOBLIN_MEM_RATE=${GOBLIN_MEM_RATE:-128M}
 GOBLIN_RATE_IO_BUFFERS=${GOBLIN_RATE_IO_BUFFERS:-8}
+EXT_OPTS=${EXT_OPTS:-ext_wbuf_size=16,ext_threads=2}
+EXT_FILL_RATE=${EXT_FILL_RATE:-0}
+CLIENT_GBPS=${CLIENT_GBPS:-0.5}
+SERVER_MEM_LIMIT=${SERVER_MEM_LIMIT:-}
 GOBLIN_EXTRA=()  # goblin-store arguments for the row being run
 GET_EXTRA=()     # memcache_load get arguments for the row being run
 DIR=${DIR:-/var/tmp/goblin-mcbench}
@@ -53,8 +65,16 @@ stop_server() {
     wait "$SERVER_PID" 2>/dev/null || true
   fi
   SERVER_PID=""
+  if [ -n "${CGROUP:-}" ] && [ -s "$CGROUP/cgroup.procs" ]; then  # (nothing left behind)
+    xargs -r kill -KILL < "$CGROUP/cgroup.procs" 2>/dev/null || true
+    sleep 0.5
+  fi
 }
-cleanup() { stop_server; rm -rf "$DIR"; }
+cleanup() {
+  stop_server
+  rm -rf "$DIR"
+  if [ -n "$CGROUP" ]; then rmdir "$CGROUP" 2>/dev/null || true; fi
+}
 trap cleanup EXIT
 
 {
@@ -84,24 +104,57 @@ wait_port() {
   return 1
 }
 
+# A memory cgroup holding the server and what it starts, limited to SERVER_MEM_LIMIT (its
+# page cache counts: memcached's extstore reads its file through it, goblin reads O_DIRECT).
+CGROUP=""
+make_cgroup() {
+  CGROUP=""
+  [ -n "$SERVER_MEM_LIMIT" ] || return 0
+  local base
+  if [ -w /sys/fs/cgroup/memory ]; then
+    base=/sys/fs/cgroup/memory/goblin-mcbench
+    mkdir -p "$base"
+    echo "$SERVER_MEM_LIMIT" > "$base/memory.limit_in_bytes"
+  elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    base=/sys/fs/cgroup/goblin-mcbench
+    mkdir -p "$base"
+    echo "$SERVER_MEM_LIMIT" > "$base/memory.max"
+  else
+    echo "no memory cgroup to limit the servers with" >&2
+    return 1
+  fi
+  CGROUP=$base
+}
+# The prefix that runs a command inside CGROUP (when there is one), as the same process (so
+# $! is the server's pid).
+in_cgroup() {
+  IN_CGROUP=()
+  # shellcheck disable=SC2016  # ($$ and $@ are the inner shell's)
+  [ -z "$CGROUP" ] || IN_CGROUP=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CGROUP")
+}
+
 start_server() {  # kind mem
   local kind=$1 mem=$2
   rm -rf "$DIR"
   mkdir -p "$DIR"
+  make_cgroup
+  in_cgroup
+  sync
+  echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true  # (nobody starts with a warm cache)
   local user=()
   [ "$(id -u)" = 0 ] && user=(-u root)
   case $kind in
     memcached)
-      memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
+      ${IN_CGROUP[@]+"${IN_CGROUP[@]}"} memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
         > "$OUT/server-$kind.log" 2>&1 &
       SERVER_PID=$! ;;
     extstore)
-      memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
-        -o "ext_path=$DIR/extstore:$((DISK_COUNT * 2))m,ext_wbuf_size=16,ext_threads=2" \
+      ${IN_CGROUP[@]+"${IN_CGROUP[@]}"} memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
+        -o "ext_path=$DIR/extstore:$((DISK_COUNT * 2))m,$EXT_OPTS" \
         > "$OUT/server-$kind.log" 2>&1 &
       SERVER_PID=$! ;;
     goblin)
-      "$BUILD_DIR/tools/goblin-store" --mirror http://127.0.0.1:1 --http-port $((PORT + 1)) \
+      ${IN_CGROUP[@]+"${IN_CGROUP[@]}"} "$BUILD_DIR/tools/goblin-store" --mirror http://127.0.0.1:1 --http-port $((PORT + 1)) \
         --memcache-port "$PORT" --memory "$mem" --block 1M --ram-head 1M --hugepages off \
         --ssd-dir "$DIR/tier" --socket-dir "$DIR" ${GOBLIN_EXTRA[@]+"${GOBLIN_EXTRA[@]}"} \
         > "$OUT/server-$kind.log" 2>&1 &
@@ -127,10 +180,14 @@ run_row() {  # row kind mem -- load args...
   start_server "$kind" "$mem"
   local fill get
   # (extstore writes values to disk behind the fill: a fill faster than that loses them, so
-  # its rows are filled by one connection)
-  local fill_conns=$CONNECTIONS
-  [ "$kind" = extstore ] && fill_conns=1
-  fill=$("$LOAD" fill --port "$PORT" --connections "$fill_conns" --label "$kind" "$@")
+  # its rows are filled by one connection, at EXT_FILL_RATE MiB/s when given)
+  local fill_conns=$CONNECTIONS fill_rate=0
+  if [ "$kind" = extstore ]; then
+    fill_conns=1
+    fill_rate=$EXT_FILL_RATE
+  fi
+  fill=$("$LOAD" fill --port "$PORT" --connections "$fill_conns" --fill-rate "$fill_rate" \
+    --label "$kind" "$@")
   echo "$row $fill" | tee -a "$OUT/run.log"
   get=$("$LOAD" get --port "$PORT" --connections "$CONNECTIONS" --seconds "$SECONDS_RUN" \
     --label "$kind" ${GET_EXTRA[@]+"${GET_EXTRA[@]}"} "$@")
@@ -166,6 +223,13 @@ for row in $ROWS; do
       run_row "$row" goblin "$EXT_MEM" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}" ;;
     large-rate)
       GET_EXTRA=(--rate "$RATE")
+      run_row "$row" memcached "$((LARGE_COUNT * 2))" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
+      GOBLIN_EXTRA=("--core-arg=--io-buffers=$GOBLIN_RATE_IO_BUFFERS")
+      run_row "$row" goblin "$GOBLIN_MEM_RATE" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
+      GOBLIN_EXTRA=()
+      GET_EXTRA=() ;;
+    large-link)
+      GET_EXTRA=(--client-gbps "$CLIENT_GBPS")
       run_row "$row" memcached "$((LARGE_COUNT * 2))" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
       GOBLIN_EXTRA=("--core-arg=--io-buffers=$GOBLIN_RATE_IO_BUFFERS")
       run_row "$row" goblin "$GOBLIN_MEM_RATE" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"

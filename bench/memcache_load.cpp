@@ -3,8 +3,10 @@
 // generalized Pareto of the seed system's benchmark, or a fixed/small range), so the same
 // command gives every server the same values.
 //   fill:  sets every key once (values of a pattern derived from the key), `--connections`
-//          at a time, each pipelining up to 4 MiB of sets; reports the time taken.
-//   get:   closed loop (or with --rate, an open loop at a fixed schedule) for `--seconds`:
+//          at a time, each pipelining up to 4 MiB of sets (--fill-rate: at most so many MiB/s,
+//          each set waiting for its turn); reports the time taken.
+//   get:   closed loop (or with --rate, an open loop at a fixed schedule; --client-gbps: each
+//          connection reading no faster than a link of that speed) for `--seconds`:
 //          each connection gets a random key (fixed seed per
 //          connection), reads the whole reply, checks its length (and with --verify the
 //          bytes; a miss is counted, not fatal, and not in the latencies); reports
@@ -104,6 +106,21 @@ class Conn {
     }
     return true;
   }
+  // Need(n), reading no faster than `bytes_per_s` counted from `from` (a client behind a
+  // link of that speed: the server's bytes wait in the socket buffers, then in the server).
+  bool NeedPaced(size_t n, Clock::time_point from, double bytes_per_s) {
+    size_t got = buf_.size() - pos_;
+    while (buf_.size() - pos_ < n) {
+      char tmp[1 << 16];
+      ssize_t r = recv(fd_, tmp, sizeof tmp, 0);
+      if (r <= 0) return false;
+      buf_.append(tmp, static_cast<size_t>(r));
+      got += static_cast<size_t>(r);
+      std::this_thread::sleep_until(from + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(got / bytes_per_s)));
+    }
+    return true;
+  }
   // One line (without "\r\n").
   bool Line(std::string* out) {
     for (;;) {
@@ -167,6 +184,17 @@ int main(int argc, char** argv) {
                  "a fixed schedule; a get's time counts from when it was due, so a server that "
                  "falls behind is charged for the wait); 0: closed loop")
       ->capture_default_str();
+  double fill_mib_s = 0;
+  app.add_option("--fill-rate", fill_mib_s,
+                 "fill: at most this many MiB/s of values (each set waits for its time: a "
+                 "store that writes behind the fill, as memcached's extstore, can keep up); 0: "
+                 "as fast as the server takes them")
+      ->capture_default_str();
+  double client_gbps = 0;
+  app.add_option("--client-gbps", client_gbps,
+                 "get: each connection takes its replies no faster than this (a client behind "
+                 "a link of that speed); 0: as fast as it can")
+      ->capture_default_str();
   app.add_flag("--verify", verify, "get: check every byte (slower: for tests)");
   app.add_option("--label", label)->capture_default_str();
   if (int rc = goblin::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -178,6 +206,8 @@ int main(int argc, char** argv) {
   std::atomic<size_t> next{0};
 
   if (mode == "fill") {
+    std::vector<uint64_t> before(items.size(), 0);  // value bytes ahead of each in the set
+    for (size_t i = 1; i < items.size(); ++i) before[i] = before[i - 1] + items[i - 1].size;
     const auto t0 = Clock::now();
     std::vector<std::thread> ts;
     for (int c = 0; c < connections; ++c) {
@@ -192,6 +222,11 @@ int main(int argc, char** argv) {
           size_t i = next.fetch_add(1);
           if (i >= items.size()) break;
           const Item& it = items[i];
+          if (fill_mib_s > 0) {
+            std::this_thread::sleep_until(
+                t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                         static_cast<double>(before[i]) / (fill_mib_s * 1048576.0))));
+          }
           req = fmt::format("set {} 0 0 {}\r\n", it.key, it.size);
           size_t off = req.size();
           req.resize(off + it.size + 2);
@@ -264,7 +299,9 @@ int main(int argc, char** argv) {
           continue;
         }
         const std::string want = fmt::format("VALUE {} 0 {}", it.key, it.size);
-        if (line != want || !conn.Need(it.size + 7)) {
+        const bool have = client_gbps > 0 ? conn.NeedPaced(it.size + 7, t1, client_gbps * 1e9 / 8)
+                                          : conn.Need(it.size + 7);
+        if (line != want || !have) {
           ++r.errors;
           fmt::print(stderr, "get {}: '{}'\n", it.key, line.substr(0, 100));
           failed = true;
@@ -306,6 +343,7 @@ int main(int argc, char** argv) {
   auto tot = goblin::bench::Summarize(all.total_us);
   auto first = goblin::bench::Summarize(all.first_us);
   if (rate > 0) fmt::print("open loop at {:.0f} gets/s: ", rate);
+  if (client_gbps > 0) fmt::print("clients at {:g} Gbit/s each: ", client_gbps);
   fmt::print(
       "{}: {} connections, {:.0f} s: {} gets ({:.0f}/s), {} misses, {} errors, {:.2f} Gbit/s of "
       "values; "
