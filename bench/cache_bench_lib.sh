@@ -1,5 +1,5 @@
 # Shared by the benchmark scripts that start caches and servers (sourced, not run):
-# stop_pids, wait_port, require_caches, start_cache, mix_manifest. The caller defines PIDS=() (processes
+# stop_pids, wait_port, require_caches, start_cache, mix_manifest, tree_cpu. The caller defines PIDS=() (processes
 # it started), RUN (its scratch directory) and die().
 
 # Stops every process in PIDS (TERM, up to 10 s, then KILL), and any varnishd child left
@@ -87,4 +87,18 @@ else:
         size = rng.randint(16, 256) << 20
         print(f"/gen/{size}/l{i:03d} {size}")
 PY
+}
+
+# CPU ticks (user + system) of the processes and their threads, and of their children's trees
+# (divide by `getconf CLK_TCK` for seconds).
+tree_cpu() {  # pid...
+  local ticks=0 p kids
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] || continue
+    ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    kids=$(pgrep -P "$p" || true)
+    # shellcheck disable=SC2086
+    [ -n "$kids" ] && ticks=$((ticks + $(tree_cpu $kids)))
+  done
+  echo "$ticks"
 }

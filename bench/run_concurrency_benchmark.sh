@@ -93,19 +93,6 @@ require_caches $(for c in $CACHES; do echo "${c%%-*}"; done)
 
 
 origin_gets() { grep -c '^GET /gen/' "$1" 2>/dev/null || true; }
-# CPU seconds (user + system) of a process and its threads, and of its children's tree.
-tree_cpu() {  # pid...
-  local ticks=0 p kids
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-    kids=$(pgrep -P "$p" || true)
-    # shellcheck disable=SC2086
-    [ -n "$kids" ] && ticks=$((ticks + $(tree_cpu $kids)))
-  done
-  echo "$ticks"
-}
-
 INVALID=0
 for mix in $MIXES; do
   MANIFEST=$OUT/manifest-$mix.txt

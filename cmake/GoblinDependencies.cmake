@@ -31,6 +31,8 @@ goblin_optional_pkg(GOBLIN_WITH_VERBS GOBLIN_HAVE_VERBS GOBLIN_PKG_VERBS libibve
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 
 if(NOT GOBLIN_FUZZ_ONLY)
+  # HTTPS on the gateway (TLS 1.2/1.3, SNI, ALPN, kTLS) and its tests
+  find_package(OpenSSL 3 REQUIRED)
   find_package(CLI11 CONFIG QUIET)
   if(NOT CLI11_FOUND)
     find_path(GOBLIN_CLI11_INCLUDE CLI/CLI.hpp REQUIRED)

@@ -124,7 +124,7 @@ for b in $builds; do
       fi
       configure build/rdma -DCMAKE_BUILD_TYPE=Release -DGOBLIN_ARCH=x86-64-v2 \
         -DGOBLIN_BUILD_BENCH=OFF -DGOBLIN_RDMA_VM_TEST=ON
-      echo "== build (rdma guest)"; cmake --build build/rdma -j"$jobs" --target goblin-core rdma_plane_test verbs_smoke_test
+      echo "== build (rdma guest)"; cmake --build build/rdma -j"$jobs" --target goblin-core goblin-gateway rdma_plane_test verbs_smoke_test ktls_test
       run_ctest rdma build/rdma -L rdma-vm
       phase_done "rdma guest build and tests" ;;
     *) echo "test: unknown build '$b'" >&2; exit 2 ;;

@@ -26,8 +26,8 @@ constexpr std::string_view kLog = "http";
 using detail::ErrorBody;
 using detail::Reason;
 
-void HttpServer::Impl::Accept(int listen_fd) {
-  const bool neighbours = listen_fd != listen_.get();
+void HttpServer::Impl::Accept(int listen_fd, bool tls) {
+  const bool neighbours = listen_fd != listen_.get() && listen_fd != tls_listen_.get();
   for (;;) {
     sockaddr_in peer{};
     socklen_t len = sizeof peer;
@@ -51,7 +51,16 @@ void HttpServer::Impl::Accept(int listen_fd) {
     inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
     c->peer = ip;
     c->last_active = MonotonicNanos();
-    if (async_) {
+    if (tls) {
+      auto session = options_.tls->Accept(fd);
+      if (!session) {
+        GOBLIN_LOG_WARN(kLog, "TLS: {}", session.error());
+        c->fd.Reset();
+        continue;
+      }
+      c->tls = std::move(*session);
+    }
+    if (async_ && c->uses_ring()) {
       if (!c->rbuf) c->rbuf = std::make_unique<char[]>(kRecvBytes);
       Conn& ref = *c;
       conns_.emplace(c->id, std::move(c));
@@ -71,6 +80,7 @@ void HttpServer::Impl::Accept(int listen_fd) {
 }
 
 void HttpServer::Impl::OnReadable(Conn& c) {
+  if (c.tls) return OnTlsReadable(c);
   char buf[kRecvBytes];
   for (;;) {
     ssize_t n = read(c.fd.get(), buf, sizeof buf);
@@ -251,7 +261,7 @@ void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t
 
 void HttpServer::Impl::Flush(Conn& c, bool once) {
 #if GOBLIN_HAVE_URING
-  if (async_) {
+  if (async_ && c.uses_ring()) {
     if (c.closed || c.write_inflight) return;
     if (c.out.empty()) {
       if (!c.ex && (c.close_after || !c.reading)) Close(c);
@@ -266,6 +276,7 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
   }
 #endif
   if (c.write_blocked && !c.out.empty()) return;  // (until EPOLLOUT)
+  if (c.tls && !c.tls_ready) return;              // (nothing to write before the handshake)
   c.write_blocked = false;
   std::vector<iovec>& iov = c.wiov;
   // This round's share: --write-chunk, and no more than the response has sent so far (at
@@ -277,7 +288,11 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
                             : std::min<uint64_t>(options_.write_chunk,
                                                  std::max<uint64_t>(kRampBytes, c.response_sent));
   size_t written = 0;
-  while (!c.out.empty()) {
+  // TLS without kTLS: encrypted here, record by record (else the kernel encrypts what the
+  // plain path below writes).
+  const bool user_tls = c.tls && !c.tls_kernel_send;
+  if (user_tls && !FlushTls(c, budget, once)) return;  // (closed, or the rest next round)
+  while (!user_tls && !c.out.empty()) {
     if (written >= budget) {                         // others' turn: the rest in the next round
       if (!c.epollout) next_round_.push_back(c.id);  // (else its EPOLLOUT brings it back)
       return;
@@ -323,7 +338,11 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
     Close(c);
     return;
   }
-  bool want = !c.out.empty();
+  UpdateEpoll(c);
+}
+
+void HttpServer::Impl::UpdateEpoll(Conn& c) {
+  bool want = !c.out.empty() || c.tls_read_wants_write;
   if (want != c.epollout) {
     uint32_t in = c.reading ? uint32_t{EPOLLIN | EPOLLRDHUP} : 0u;
     (void)EpollCtl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), in | (want ? uint32_t{EPOLLOUT} : 0u),
@@ -414,7 +433,7 @@ void HttpServer::Impl::ReleasePieces(Conn& c) {
 
 void HttpServer::Impl::PostRecv(Conn& c) {
 #if GOBLIN_HAVE_URING
-  if (c.closed || c.recv_inflight || !c.reading) return;
+  if (c.closed || c.recv_inflight || !c.reading || !c.uses_ring()) return;
   if (c.in.size() > (1u << 20) && c.ex) return;  // enough pipelined input: wait for this one
   c.recv_inflight = true;
   ++c.ops;
@@ -487,13 +506,15 @@ void HttpServer::Impl::Close(Conn& c) {
   if (c.closed) return;
   c.closed = true;
   closed_.push_back(c.id);
+  // TLS: a close_notify if nothing is half written (best effort, never waited for).
+  if (c.tls && c.tls_ready && c.tls_retry == 0) c.tls.Shutdown();
   // The peer sees the end now (FIN), even while io_uring still holds a reference to the
   // socket for requests in flight: a close(2) alone would wait for them.
   shutdown(c.fd.get(), SHUT_RDWR);
 #if GOBLIN_HAVE_URING
   if (async_ && c.ops > 0) net_.Cancel(c.fd.get(), (c.id << 2) | kOpCancel);
 #endif
-  if (!async_) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  if (!async_ || !c.uses_ring()) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
   c.fd.Reset();
   if (!c.write_inflight) ReleasePieces(c);
   CancelCoreGet(c);  // (the rest of an object it was reading)

@@ -43,10 +43,19 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   local_hits += o.local_hits;
   local_stale += o.local_stale;
   local_cut += o.local_cut;
+  tls_handshakes += o.tls_handshakes;
+  tls_resumed += o.tls_resumed;
+  tls_failed += o.tls_failed;
+  ktls_send += o.ktls_send;
+  ktls_recv += o.ktls_recv;
   return *this;
 }
 
 VoidResult HttpServer::Impl::Init() {
+  if (options_.port == 0 && options_.https_port == 0)
+    return Err(StatusCode::kInvalidArgument, "HTTP needs a port: --http-port and/or --https-port");
+  if (options_.https_port != 0 && !options_.tls)
+    return Err(StatusCode::kInvalidArgument, "--https-port needs --tls-cert and --tls-key");
   GOBLIN_RETURN_IF_ERROR(ParseMirror());
   if (!ResolveOrigin()) {
     GOBLIN_LOG_WARN(kLog, "origin host '{}' does not resolve yet: misses answer 502 until it does",
@@ -75,11 +84,24 @@ VoidResult HttpServer::Impl::Init() {
   tl.reuse_port = tl.reuse_port_required = options_.reuse_port;
   tl.nodelay = true;
   tl.defer_accept_s = 1;
-  GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));
-  listen_ = std::move(listener.first);
-  port_ = listener.second;
-  const int fd = listen_.get();
-  return EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN, kTagListen);
+  if (options_.port != 0) {
+    tl.what = "HTTP";
+    GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));
+    listen_ = std::move(listener.first);
+    port_ = listener.second;
+    GOBLIN_RETURN_IF_ERROR(
+        EpollCtl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), EPOLLIN, kTagListen));
+  }
+  if (options_.https_port != 0) {  // (a ClientHello is in when the connection is accepted)
+    tl.what = "HTTPS";
+    GOBLIN_ASSIGN_OR_RETURN(auto listener,
+                            ListenTcp(options_.listen_address, options_.https_port, tl));
+    tls_listen_ = std::move(listener.first);
+    tls_port_ = listener.second;
+    GOBLIN_RETURN_IF_ERROR(
+        EpollCtl(epoll_.get(), EPOLL_CTL_ADD, tls_listen_.get(), EPOLLIN, kTagListenTls));
+  }
+  return {};
 }
 
 VoidResult HttpServer::Impl::Run(int stop_fd) {
@@ -167,15 +189,21 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       } else if (tag == kTagCoreSock) {
         core_->OnSocketEvent();
       } else if (tag == kTagListen) {
-        Accept(listen_.get());
+        Accept(listen_.get(), false);
       } else if (tag == kTagListenNeighbour) {
-        Accept(neighbour_listen_);
+        Accept(neighbour_listen_, false);
+      } else if (tag == kTagListenTls) {
+        Accept(tls_listen_.get(), true);
+      } else if (tag == kTagListenNeighbourTls) {
+        Accept(neighbour_tls_listen_, true);
       } else if (tag == kTagNetRing) {
         // completions are reaped at the top of the loop
       } else if (tag & kOriginTagBit) {
         if (auto it = origins_.find(tag); it != origins_.end()) OnOriginEvent(*it->second, ev);
       } else if (Conn* c = Find(tag)) {
-        if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) OnReadable(*c);
+        if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) ||
+            (c->tls_read_wants_write && (ev & EPOLLOUT)))
+          OnReadable(*c);
         if (!c->closed && (ev & EPOLLOUT)) {
           c->write_blocked = false;
           Flush(*c);
@@ -204,12 +232,25 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
 VoidResult HttpServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const HttpStats& HttpServer::stats() const { return impl_->stats_; }
 int HttpServer::port() const { return impl_->port_; }
+int HttpServer::https_port() const { return impl_->tls_port_; }
 int HttpServer::listen_fd() const { return impl_->listen_fd(); }
-VoidResult HttpServer::AcceptAlsoFrom(int fd) { return impl_->AcceptAlsoFrom(fd); }
+int HttpServer::tls_listen_fd() const { return impl_->tls_listen_fd(); }
+VoidResult HttpServer::AcceptAlsoFrom(int fd, int tls_fd) {
+  return impl_->AcceptAlsoFrom(fd, tls_fd);
+}
 
-VoidResult HttpServer::Impl::AcceptAlsoFrom(int fd) {
-  neighbour_listen_ = fd;
-  return EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLEXCLUSIVE, kTagListenNeighbour);
+VoidResult HttpServer::Impl::AcceptAlsoFrom(int fd, int tls_fd) {
+  if (fd >= 0) {
+    neighbour_listen_ = fd;
+    GOBLIN_RETURN_IF_ERROR(
+        EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLEXCLUSIVE, kTagListenNeighbour));
+  }
+  if (tls_fd >= 0) {
+    neighbour_tls_listen_ = tls_fd;
+    GOBLIN_RETURN_IF_ERROR(EpollCtl(epoll_.get(), EPOLL_CTL_ADD, tls_fd, EPOLLIN | EPOLLEXCLUSIVE,
+                                    kTagListenNeighbourTls));
+  }
+  return {};
 }
 
 }  // namespace goblin::gateway

@@ -9,6 +9,9 @@
 //   http_fill.cpp    misses: the fill of one key from the origin into the core, its leader,
 //                    its waiters and followers, and how it ends (committed or aborted)
 //   http_origin.cpp  origin connections: address, connect, keep-alive pool, response parsing
+//   http_tls.cpp     HTTPS connections: the handshake, reads, and writes encrypted in user
+//                    space where the kernel has no kTLS (always by epoll readiness, also
+//                    in a --net async worker)
 // A fill ends exactly one way: committed (PutResult) or aborted (origin fault, core error,
 // core link lost); on abort nothing is stored, every client reading it is cut off or told
 // 5xx, and the key is free for the next request at once. See docs/architecture.md.
@@ -53,7 +56,8 @@ inline constexpr size_t kRampBytes = 64 << 10;
 // epoll tags: small numbers for fixed fds; connections count up from kFirstTag; origins
 // have kOriginTagBit set.
 inline constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTagListen = 4,
-                          kTagNetRing = 5, kTagListenNeighbour = 6;
+                          kTagNetRing = 5, kTagListenNeighbour = 6, kTagListenTls = 7,
+                          kTagListenNeighbourTls = 8;
 inline constexpr uint64_t kOriginTagBit = 1ull << 62;
 inline constexpr uint64_t kFirstTag = 16;
 // --net async user data: connection id << 2 | operation.
@@ -65,9 +69,10 @@ class HttpServer::Impl {
   VoidResult Init();
   VoidResult Run(int stop_fd);
   HttpStats stats_;
-  int port_ = 0;
-  int listen_fd() const { return listen_.get(); }
-  VoidResult AcceptAlsoFrom(int fd);
+  int port_ = 0, tls_port_ = 0;
+  int listen_fd() const { return listen_ ? listen_.get() : -1; }
+  int tls_listen_fd() const { return tls_listen_ ? tls_listen_.get() : -1; }
+  VoidResult AcceptAlsoFrom(int fd, int tls_fd);
 
  private:
   struct Piece {
@@ -156,6 +161,16 @@ class HttpServer::Impl {
     uint32_t ops = 0;  // io_uring requests in flight (the Conn lives until they complete)
     std::vector<iovec> wiov;
     size_t wiov_bytes = 0;
+    // HTTPS (http_tls.cpp). Such a connection is served by epoll readiness whatever --net
+    // says; once its handshake is done with kTLS for sending, its writes are the plain
+    // path's (writev, sendfile: the kernel encrypts).
+    TlsSession tls;
+    bool tls_ready = false;             // the handshake is complete
+    bool tls_kernel_send = false;       // kTLS: writes go out as on a plain socket
+    bool tls_read_wants_write = false;  // the handshake (or a read) waits for EPOLLOUT
+    size_t tls_retry = 0;               // a user-space write that met a full socket: its length
+    std::string tls_stage;              // small pieces gathered into one record
+    bool uses_ring() const { return !tls; }  // (in a --net async worker)
     // Back to a fresh connection's state (for reuse by the next accept), keeping what its
     // buffers, queue and last exchange have allocated.
     void Reset() {
@@ -174,6 +189,10 @@ class HttpServer::Impl {
       ops = 0;
       wiov.clear();
       wiov_bytes = 0;
+      tls.Reset();
+      tls_ready = tls_kernel_send = tls_read_wants_write = false;
+      tls_retry = 0;
+      tls_stage.clear();
     }
   };
   struct Origin {
@@ -236,8 +255,9 @@ class HttpServer::Impl {
   };
 
   // ---- clients (http_client.cpp) ----
-  // Accepts what `listen_fd` has queued (this worker's listener or its neighbour's).
-  void Accept(int listen_fd);
+  // Accepts what `listen_fd` has queued (this worker's listener or its neighbour's; `tls`:
+  // an HTTPS one).
+  void Accept(int listen_fd, bool tls);
   void OnReadable(Conn& c);
   void ProcessRequests(Conn& c);
   void BuildExchange(Conn& c, const http::Request& r);
@@ -266,6 +286,16 @@ class HttpServer::Impl {
     auto it = conns_.find(id);
     return it == conns_.end() || it->second->closed ? nullptr : it->second.get();
   }
+  // Registers `c` with epoll for what it waits for now (EPOLLIN while it reads, EPOLLOUT
+  // while output or a TLS handshake waits for the socket).
+  void UpdateEpoll(Conn& c);
+  // ---- HTTPS (http_tls.cpp) ----
+  // A TLS connection is readable: the handshake, then requests.
+  void OnTlsReadable(Conn& c);
+  // Writes what `c` has queued through its TLS session (user-space encryption), record by
+  // record, up to `budget` bytes (`once`: one record). false: `c` was closed, or has more
+  // than its budget and goes on in the next round.
+  bool FlushTls(Conn& c, size_t budget, bool once);
   // --net async
   void PostRecv(Conn& c);
   void OnNetCompletion(uint64_t ud, int32_t res);
@@ -400,7 +430,7 @@ class HttpServer::Impl {
   HotHeads hot_;  // (local hits)
   static constexpr size_t kSpareStrings = 256, kSpareStringMax = 160 << 10;
   std::vector<std::string> spare_strings_;
-  UniqueFd epoll_, listen_;
+  UniqueFd epoll_, listen_, tls_listen_;
   bool async_ = false;
   NetRing net_;
   // Client connections by id; closed ones are erased (once io_uring holds none of their
@@ -422,7 +452,8 @@ class HttpServer::Impl {
   uint64_t next_tag_ = kFirstTag, next_corr_ = 1;
   uint64_t poll_until_ = 0;
   std::vector<Conn*> dirty_;
-  int neighbour_listen_ = -1;  // another worker's listener (AcceptAlsoFrom), not owned
+  // Another worker's listeners (AcceptAlsoFrom), not owned.
+  int neighbour_listen_ = -1, neighbour_tls_listen_ = -1;
   // Connections that wrote options_.write_chunk bytes this round and have more (by id: flushed
   // again in the next round, after the events that came meanwhile).
   std::vector<uint64_t> next_round_;

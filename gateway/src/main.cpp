@@ -1,5 +1,6 @@
 // goblin-gateway: the client-protocol fronts of goblin-core.
 //   HTTP/1.1 reverse cache (mirror mode):  --mirror http://ORIGIN --http-port 8080
+//                                          and/or --https-port 8443 --tls-cert F --tls-key F
 //   Redis clients (RESP2/RESP3: pub/sub, the objects as strings): --resp-port 6379 and/or
 //                                          --resp-unix PATH
 //   memcache clients (text protocol):      --memcache-port 11211 and/or --memcache-unix PATH
@@ -14,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "goblin/common/cli.h"
 #include "goblin/common/file.h"
 #include "goblin/common/log.h"
@@ -23,6 +26,7 @@
 #include "goblin/gateway/http_server.h"
 #include "goblin/gateway/memcache_server.h"
 #include "goblin/gateway/resp_server.h"
+#include "goblin/gateway/tls.h"
 
 using namespace goblin;
 
@@ -48,7 +52,16 @@ int main(int argc, char** argv) {
   std::chrono::nanoseconds default_ttl = std::chrono::seconds(120);
   app.add_option("--mirror", h.mirror,
                  "Origin to mirror (http://HOST[:PORT][/PREFIX]); enables HTTP");
-  app.add_option("--http-port", h.port, "HTTP port")->capture_default_str();
+  app.add_option("--http-port", h.port, "HTTP port (0: none)")->capture_default_str();
+  std::vector<std::string> tls_certs, tls_keys;
+  bool no_ktls = false;
+  app.add_option("--https-port", h.https_port, "HTTPS port (0: none)")->capture_default_str();
+  app.add_option("--tls-cert", tls_certs,
+                 "HTTPS certificate chain (PEM); repeat with --tls-key for more, chosen by SNI "
+                 "(the first is the default)");
+  app.add_option("--tls-key", tls_keys, "Private key (PEM) of the --tls-cert in the same place");
+  app.add_flag("--no-ktls", no_ktls,
+               "Encrypt HTTPS in user space even where the kernel offers kTLS");
   app.add_option("--net", net, "Network I/O: sync (epoll) or async (io_uring)")
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
@@ -186,6 +199,23 @@ int main(int argc, char** argv) {
                        "nothing to serve: give --mirror (HTTP), --resp-port/--resp-unix and/or "
                        "--memcache-port/--memcache-unix"));
   }
+  if (http && h.https_port != 0) {
+    if (tls_certs.size() != tls_keys.size()) {
+      return Fail(Status(StatusCode::kInvalidArgument,
+                         fmt::format("{} --tls-cert but {} --tls-key: give them in pairs",
+                                     tls_certs.size(), tls_keys.size())));
+    }
+    std::vector<gateway::TlsCertPair> pairs;
+    for (size_t i = 0; i < tls_certs.size(); ++i) pairs.push_back({tls_certs[i], tls_keys[i]});
+    gateway::TlsOptions to;
+    to.ktls = !no_ktls;
+    auto tls = gateway::TlsContext::Load(pairs, to);
+    if (!tls) return Fail(tls.error().WithContext("HTTPS"));
+    h.tls = std::move(*tls);
+  } else if (!tls_certs.empty() || !tls_keys.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       "--tls-cert/--tls-key serve HTTPS: give --https-port (and --mirror)"));
+  }
   if (memcache_threads > 1 && !mc.unix_path.empty()) {
     return Fail(Status(StatusCode::kInvalidArgument,
                        "--memcache-unix serves one loop: use --memcache-threads 1 with it"));
@@ -230,23 +260,40 @@ int main(int argc, char** argv) {
     for (int i = 0; i < threads; ++i) {
       gateway::HttpServerOptions w = h;
       w.worker = i;
-      if (i > 0) w.port = workers[0]->port();  // (the first may have taken any free port)
+      if (i > 0) {  // (the first may have taken any free ports)
+        w.port = workers[0]->port();
+        w.https_port = workers[0]->https_port();
+      }
       auto s = gateway::HttpServer::Start(w);
       if (!s) return Fail(s.error().WithContext(fmt::format("HTTP worker {}", i)));
       workers.push_back(std::move(*s));
     }
     if (workers.size() > 1 && h.accept_from_neighbour) {  // worker i also takes i+1's
       for (size_t i = 0; i < workers.size(); ++i) {
-        if (auto r = workers[i]->AcceptAlsoFrom(workers[(i + 1) % workers.size()]->listen_fd()); !r)
+        const auto& next = workers[(i + 1) % workers.size()];
+        if (auto r = workers[i]->AcceptAlsoFrom(next->listen_fd(), next->tls_listen_fd()); !r)
           return Fail(r.error().WithContext(fmt::format("HTTP worker {}", i)));
       }
     }
     GOBLIN_LOG_INFO(kLog,
-                    "HTTP mirror of {} on {}:{} (--net {}, {} worker{}, {} us busy-poll, {} "
+                    "HTTP mirror of {} {} (--net {}, {} worker{}, {} us busy-poll, {} "
                     "between polls)",
-                    h.mirror, listen_address, workers[0]->port(), net, threads,
-                    threads == 1 ? "" : "s", h.busy_poll.count() / 1000,
+                    h.mirror,
+                    workers[0]->port() != 0
+                        ? fmt::format("on {}:{}", listen_address, workers[0]->port())
+                        : std::string("(no plain HTTP port)"),
+                    net, threads, threads == 1 ? "" : "s", h.busy_poll.count() / 1000,
                     h.yield_when_polling ? "yielding" : "pausing");
+    if (h.tls) {
+      std::string certs;
+      for (size_t i = 0; i < h.tls->pairs(); ++i) {
+        certs += fmt::format("{}{}", i == 0 ? "" : "; ", fmt::join(h.tls->names(i), ","));
+      }
+      GOBLIN_LOG_INFO(kLog,
+                      "HTTPS on {}:{} (TLS 1.2/1.3, ALPN http/1.1, kTLS {}; certificates: {})",
+                      listen_address, workers[0]->https_port(),
+                      no_ktls ? "off" : "where the kernel has it", certs);
+    }
   }
   if (resp) {
     auto s = gateway::RespServer::Start(r);
@@ -319,12 +366,14 @@ int main(int argc, char** argv) {
                     "origin requests ({} errors), {} fills ({} aborted), {} purges, {} bad "
                     "requests, {} answered 503 for the core ({} core disconnects); {} lent by "
                     "the core, {} of it sent by reference; {} connections, {} taken from a "
-                    "neighbour worker's listener",
+                    "neighbour worker's listener; TLS: {} handshakes ({} resumed, {} failed), "
+                    "{} with kTLS send, {} with kTLS receive",
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
                     st.core_disconnects, HumanSize(st.bytes_lent), HumanSize(st.bytes_by_reference),
-                    st.accepted, st.accepted_for_neighbour);
+                    st.accepted, st.accepted_for_neighbour, st.tls_handshakes, st.tls_resumed,
+                    st.tls_failed, st.ktls_send, st.ktls_recv);
   }
   if (rs) {
     const auto& st = rs->stats();

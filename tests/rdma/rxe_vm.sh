@@ -90,11 +90,12 @@ if [ ! -f "$BASE" ]; then
   mkdir -p "$B"/{bin,sbin,etc,proc,sys,dev,tmp,data,work,root,run,lib64}
   cp "$BUSYBOX" "$B/bin/busybox"
   for a in $("$BUSYBOX" --list); do [ -e "$B/bin/$a" ] || ln -s busybox "$B/bin/$a"; done
-  # Modules: RDMA core and rxe, their crypto and tunnel helpers, dummy, ext4 on virtio.
+  # Modules: RDMA core and rxe, their crypto and tunnel helpers, dummy, ext4 on virtio, and
+  # kernel TLS (kTLS for the gateway's HTTPS: tests/system/ktls_test).
   M=$KDIR/lib/modules/$KVER
   mkdir -p "$B/lib/modules/$KVER"
   (cd "$M" && find kernel/drivers/infiniband kernel/crypto kernel/lib kernel/arch \
-      kernel/net/ipv4 kernel/net/ipv6 kernel/drivers/net/dummy.ko \
+      kernel/net/ipv4 kernel/net/ipv6 kernel/net/tls kernel/drivers/net/dummy.ko \
       kernel/fs/ext4 kernel/fs/jbd2 kernel/fs/mbcache.ko kernel/fs/configfs \
       kernel/drivers/block/virtio_blk.ko \
       kernel/drivers/virtio -name '*.ko*' 2>/dev/null | cpio -pdm --quiet "$B/lib/modules/$KVER")
@@ -115,7 +116,9 @@ mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs shm /dev/shm
 mount -t tmpfs tmp /tmp
 for m in crc32_generic crc32_pclmul crc32c_generic virtio_pci virtio_blk ext4 dummy \
-         ib_uverbs rdma_ucm rdma_rxe; do modprobe "$m" 2>/dev/null; done
+         ib_uverbs rdma_ucm rdma_rxe tls gcm ccm chacha20poly1305; do modprobe "$m" 2>/dev/null; done
+# (modules the kernel asks for itself, e.g. a cipher for kTLS, come from busybox's modprobe)
+echo /bin/modprobe > /proc/sys/kernel/modprobe
 [ -e /dev/infiniband/rdma_cm ] || echo "rxe_vm: no /dev/infiniband/rdma_cm (rdma_ucm)" > /dev/console
 mount -t ext4 /dev/vda /data || echo "rxe_vm: no scratch disk" > /dev/console
 ip link set lo up

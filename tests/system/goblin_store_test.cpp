@@ -58,6 +58,15 @@ class GoblinStore : public testing::Test {
     }
   }
   void Start(std::vector<std::string> extra = {}) {
+    store_ = std::make_unique<test::Process>(Argv(std::move(extra)), dir_ + "/store.log");
+    for (int i = 0; i < 300; ++i) {
+      if (store_->Output().find("HTTP mirror of") != std::string::npos) return;
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL() << store_->Output();
+  }
+  // goblin-store's command line: the test's defaults, then `extra`.
+  std::vector<std::string> Argv(std::vector<std::string> extra) {
     std::vector<std::string> argv{GOBLIN_STORE_BIN,
                                   "--mirror",
                                   "http://127.0.0.1:" + origin_port_,
@@ -84,12 +93,7 @@ class GoblinStore : public testing::Test {
     if (std::find(extra.begin(), extra.end(), "--memcache-port") != extra.end())
       std::erase(argv, std::string("--no-memcache"));
     argv.insert(argv.end(), extra.begin(), extra.end());
-    store_ = std::make_unique<test::Process>(argv, dir_ + "/store.log");
-    for (int i = 0; i < 300; ++i) {
-      if (store_->Output().find("HTTP mirror of") != std::string::npos) return;
-      std::this_thread::sleep_for(20ms);
-    }
-    FAIL() << store_->Output();
+    return argv;
   }
   std::string Get(const std::string& path) {
     auto [rc, out] = test::RunCommand({"/usr/bin/curl", "-s", "-D", "-", "-o", "/dev/null",
@@ -137,6 +141,39 @@ TEST_F(GoblinStore, SeedCommandLineServesMissThenHitAndStopsCleanly) {
   // Restarted on the same tier: the object is still there.
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_NE(Get("/gen/4M/one").find("X-Cache: HIT"), std::string::npos);
+}
+
+// HTTPS flags go through to the gateway; a certificate that cannot be read stops the store
+// with the gateway's error.
+TEST_F(GoblinStore, PassesHttpsThroughToTheGateway) {
+  if (!fs::exists("/usr/bin/openssl")) GTEST_SKIP();
+  ASSERT_EQ(
+      test::RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                        "/CN=store.test", "-keyout", dir_ + "/k.pem", "-out", dir_ + "/c.pem"},
+                       dir_ + "/openssl.log")
+          .first,
+      0);
+  const std::string https = std::to_string(std::stoi(port_) + 1);
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--https-port", https, "--tls-cert", dir_ + "/c.pem", "--tls-key", dir_ + "/k.pem"}));
+  EXPECT_NE(store_->Output().find("and https://127.0.0.1:" + https + "/"), std::string::npos);
+  auto [rc, head] = test::RunCommand(
+      {"/usr/bin/curl", "-s", "-D", "-", "-o", "/dev/null", "--max-time", "20", "--cacert",
+       dir_ + "/c.pem", "--resolve", "store.test:" + https + ":127.0.0.1",
+       "https://store.test:" + https + "/gen/10K/tls"},
+      dir_ + "/curl.log", 30s);
+  EXPECT_EQ(rc, 0);
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200 ")) << head;
+  store_->Signal(SIGTERM);
+  EXPECT_EQ(store_->Wait(20s), 0) << store_->Output();
+  // A key file that does not exist: the store stops, saying why.
+  test::Process bad(
+      Argv({"--https-port", https, "--tls-cert", dir_ + "/c.pem", "--tls-key", dir_ + "/none.pem"}),
+      dir_ + "/bad.log");
+  EXPECT_NE(bad.Wait(30s), 0);
+  EXPECT_NE(bad.Output().find("TLS key '" + dir_ + "/none.pem': No such file"), std::string::npos)
+      << bad.Output();
 }
 
 TEST_F(GoblinStore, AChildThatDiesStopsTheWholeStore) {

@@ -90,29 +90,35 @@ class MirrorHarness {
                                   "unix:" + core_sock_,
                                   "--mirror",
                                   "http://127.0.0.1:" + origin_port_,
-                                  "--http-port=-1",
                                   "--origin-timeout",
                                   "2s",
                                   "--net",
                                   net};
-    // One HTTP worker unless the test asks for more (not one per CPU of this machine).
+    // One HTTP worker unless the test asks for more (not one per CPU of this machine); a
+    // plain HTTP port (any free one) unless it says which.
     if (std::find(extra.begin(), extra.end(), "--threads") == extra.end()) {
       argv.insert(argv.end(), {"--threads", "1"});
     }
+    if (std::find(extra.begin(), extra.end(), "--http-port") == extra.end()) {
+      argv.push_back("--http-port=-1");
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     gateway_ = std::make_unique<Process>(argv, dir_ + "/" + log, gateway_env_);
-    port_.clear();
-    for (int i = 0; i < 500 && port_.empty(); ++i) {
-      std::string log = gateway_->Output();
-      size_t at = log.find("on 127.0.0.1:");
-      if (at != std::string::npos) {
-        size_t end = log.find(' ', at + 13);
-        port_ = log.substr(at + 13, end - at - 13);
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
+    port_ = PortFromLog("on 127.0.0.1:");
     base_ = "http://127.0.0.1:" + port_;
+  }
+  // The port the gateway's log names right after `marker` (waits up to 5 s; "" if none).
+  std::string PortFromLog(const std::string& marker) {
+    for (int i = 0; i < 500; ++i) {
+      std::string log = gateway_->Output();
+      size_t at = log.find(marker);
+      if (at != std::string::npos) {
+        size_t end = log.find(' ', at + marker.size());
+        return log.substr(at + marker.size(), end - at - marker.size());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return "";
   }
   void StopAll() {
     gateway_.reset();
@@ -125,10 +131,14 @@ class MirrorHarness {
   // curl through the gateway (20 s bound); `tag` separates concurrent clients' files.
   Reply Curl(const std::string& path, std::vector<std::string> args = {},
              const std::string& tag = "c") {
+    return CurlUrl(base_ + path, std::move(args), tag);
+  }
+  Reply CurlUrl(const std::string& url, std::vector<std::string> args = {},
+                const std::string& tag = "c") {
     std::vector<std::string> argv{"/usr/bin/curl",   "-s",         "-D", dir_ + "/h" + tag, "-o",
                                   dir_ + "/b" + tag, "--max-time", "20"};
     argv.insert(argv.end(), args.begin(), args.end());
-    argv.push_back(base_ + path);
+    argv.push_back(url);
     Reply r;
     r.curl_exit = RunCommand(argv, dir_ + "/curl" + tag + ".log", std::chrono::seconds(30)).first;
     return Collect(tag, r);
@@ -140,6 +150,10 @@ class MirrorHarness {
   };
   Background CurlInBackground(const std::string& path, const std::string& tag,
                               std::vector<std::string> args = {}) {
+    return CurlUrlInBackground(base_ + path, tag, std::move(args));
+  }
+  Background CurlUrlInBackground(const std::string& url, const std::string& tag,
+                                 std::vector<std::string> args = {}) {
     std::filesystem::remove(dir_ + "/h" + tag);
     std::filesystem::remove(dir_ + "/b" + tag);
     Background b;
@@ -147,7 +161,7 @@ class MirrorHarness {
     std::vector<std::string> argv{"/usr/bin/curl",   "-s",         "-D", dir_ + "/h" + tag, "-o",
                                   dir_ + "/b" + tag, "--max-time", "20"};
     argv.insert(argv.end(), args.begin(), args.end());
-    argv.push_back(base_ + path);
+    argv.push_back(url);
     b.process = std::make_unique<Process>(argv, dir_ + "/curl" + tag + ".log");
     return b;
   }

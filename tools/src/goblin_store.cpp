@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
   CLI::App app("goblin-store: goblin-core + goblin-gateway with the seed's command line",
                "goblin-store");
   std::string mirror, listen_address = "127.0.0.1", net = "sync", ssd_dir, hdd_dir, socket_dir;
-  int http_port = 8080, resp_port = 0, memcache_port = 11211, numa = -1;
+  int http_port = 8080, https_port = 0, resp_port = 0, memcache_port = 11211, numa = -1;
+  std::vector<std::string> tls_certs, tls_keys;
   bool no_memcache = false, no_promotion = false;
   uint64_t memory = 256ull << 20, block = 256 << 10, ram_head = 256 << 10, ssd_prefix = 0;
   std::string hugepages = "auto";
@@ -87,7 +88,12 @@ int main(int argc, char** argv) {
   app.add_option("--mirror", mirror, "Origin to mirror (http://HOST[:PORT][/PREFIX])")->required();
   app.add_option("--listen-address", listen_address, "Address to serve HTTP on")
       ->capture_default_str();
-  app.add_option("--http-port", http_port, "HTTP port")->capture_default_str();
+  app.add_option("--http-port", http_port, "HTTP port (0: none)")->capture_default_str();
+  app.add_option("--https-port", https_port, "HTTPS port (0: none; needs --tls-cert/--tls-key)")
+      ->capture_default_str();
+  app.add_option("--tls-cert", tls_certs,
+                 "HTTPS certificate chain (PEM); repeat with --tls-key, chosen by SNI");
+  app.add_option("--tls-key", tls_keys, "Private key (PEM) of the --tls-cert in the same place");
   app.add_option("--resp-port", resp_port, "Also serve Redis pub/sub on this port (0: no)")
       ->capture_default_str();
   app.add_option("--memcache-port", memcache_port,
@@ -261,6 +267,9 @@ int main(int argc, char** argv) {
                                    net,
                                    "--origin-timeout",
                                    FormatDuration(origin_timeout)};
+  if (https_port != 0) gw_args.insert(gw_args.end(), {"--https-port", std::to_string(https_port)});
+  for (const auto& c : tls_certs) gw_args.insert(gw_args.end(), {"--tls-cert", c});
+  for (const auto& k : tls_keys) gw_args.insert(gw_args.end(), {"--tls-key", k});
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
   if (!no_memcache && memcache_port != 0) {
     gw_args.insert(gw_args.end(), {"--memcache-port", std::to_string(memcache_port),
@@ -276,8 +285,10 @@ int main(int argc, char** argv) {
   }
   GOBLIN_LOG_INFO(kLog,
                   "goblin-store pid {}: goblin-core pid {}, goblin-gateway pid {}, mirror {} on "
-                  "http://{}:{}/",
-                  getpid(), core, gw, mirror, listen_address, http_port);
+                  "http://{}:{}/{}",
+                  getpid(), core, gw, mirror, listen_address, http_port,
+                  https_port != 0 ? fmt::format(" and https://{}:{}/", listen_address, https_port)
+                                  : std::string());
   // Supervise: the first child to exit (or a signal) stops everything.
   int rc = 0;
   for (;;) {

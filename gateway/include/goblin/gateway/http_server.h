@@ -36,13 +36,17 @@
 
 #include "goblin/common/status.h"
 #include "goblin/gateway/http.h"
+#include "goblin/gateway/tls.h"
 
 namespace goblin::gateway {
 
 struct HttpServerOptions {
   std::string core_socket;
   std::string listen_address = "127.0.0.1";
-  int port = 8080;     // -1: any free port (see port())
+  int port = 8080;  // plain HTTP; -1: any free port (see port()); 0: none
+  // HTTPS (TLS, see tls.h): -1 any free port (see https_port()), 0 none; needs `tls`.
+  int https_port = 0;
+  std::shared_ptr<const TlsContext> tls;
   std::string mirror;  // http://host:port[/prefix]
   std::chrono::seconds default_ttl{120};
   std::vector<std::string> purge_allow = {"127.0.0.1"};
@@ -96,6 +100,9 @@ struct HttpStats {
   // Hits served from the mapped pools without the core; descriptors found stale (the request
   // then went to the core); responses cut off because a head changed while it was sent.
   uint64_t local_hits = 0, local_stale = 0, local_cut = 0;
+  // TLS: handshakes completed (of them resumed sessions), failed, and connections whose
+  // writes (reads) the kernel encrypts (decrypts): kTLS.
+  uint64_t tls_handshakes = 0, tls_resumed = 0, tls_failed = 0, ktls_send = 0, ktls_recv = 0;
   HttpStats& operator+=(const HttpStats& o);
 };
 
@@ -105,14 +112,16 @@ class HttpServer {
   ~HttpServer();
   VoidResult Run(int stop_fd);
   const HttpStats& stats() const;
-  int port() const;
-  // Its listening socket (SO_REUSEPORT: one per worker).
+  int port() const;        // 0: no plain HTTP listener
+  int https_port() const;  // 0: no HTTPS listener
+  // Its listening sockets (SO_REUSEPORT: one per worker; -1 where none).
   int listen_fd() const;
-  // Before Run: also accept connections from `fd`, another worker's listener (which must
-  // outlive this worker's Run). Registered with EPOLLEXCLUSIVE: a connection queued there
-  // wakes its owner and at most this one of the sleeping, and whichever is first takes it;
-  // an awake worker takes it at its next round.
-  VoidResult AcceptAlsoFrom(int fd);
+  int tls_listen_fd() const;
+  // Before Run: also accept connections from `fd` and `tls_fd` (either -1), another
+  // worker's listeners (which must outlive this worker's Run). Registered with EPOLLEXCLUSIVE: a
+  // connection queued there wakes its owner and at most this one of the sleeping, and whichever is
+  // first takes it; an awake worker takes it at its next round.
+  VoidResult AcceptAlsoFrom(int fd, int tls_fd = -1);
 
  private:
   class Impl;
