@@ -7,22 +7,26 @@
 #   - small objects (OBJECTS objects of 1-64 KiB, log-uniform, fixed seed): h2load with
 #     CONNS connections and REQUESTS requests over the URL list (requests/s, Gbit/s);
 #   - the server's CPU seconds (its process tree, from /proc) per GB delivered.
-# Rows (PROTOS): h1 (plain HTTP/1.1), h1-tls (HTTP/1.1 over TLS 1.3). Every URL is fetched
+# Rows (PROTOS): h1 (plain HTTP/1.1), h1-tls (HTTP/1.1 over TLS 1.3), h2c (HTTP/2 by prior
+# knowledge), h2-tls (HTTP/2 over TLS 1.3 by ALPN); the HTTP/2 rows' small objects run
+# STREAMS streams per connection at once. Every URL is fetched
 # once before the measured runs (prewarm), and the origin's log must not grow during them
 # (a miss would make the run invalid). TLS costs each server its TLS row's throughput over
 # its plain row's.
 #
 #   bench/http2_tls_benchmark.sh [--no-build]
 #
-# Environment (defaults): PROTOS ("h1 h1-tls"), CACHES ("goblin nginx"), REPEATS (10),
-# OBJECTS (400), REQUESTS (40000), CONNS (16), GOBLIN_ARGS, GOBLIN_MEMORY (1G), PORT (8480:
-# goblin plain, +1 goblin TLS, +2 nginx plain, +3 nginx TLS), ORIGIN_PORT (18480), OUT
+# Environment (defaults): PROTOS ("h1 h1-tls h2c h2-tls"), CACHES ("goblin nginx"), REPEATS
+# (10), OBJECTS (400), REQUESTS (40000), CONNS (16), STREAMS (10), GOBLIN_ARGS,
+# GOBLIN_MEMORY (1G), PORT (8480: goblin plain (h1 and h2c), +1 goblin TLS, +2 nginx plain,
+# +3 nginx TLS, +4 nginx h2c), ORIGIN_PORT (18480), OUT
 # (var/bench/http2-tls-<time>), BUILD_DIR (build/release).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
-PROTOS=${PROTOS:-"h1 h1-tls"}
+PROTOS=${PROTOS:-"h1 h1-tls h2c h2-tls"}
+STREAMS=${STREAMS:-10}
 CACHES=${CACHES:-"goblin nginx"}
 REPEATS=${REPEATS:-10}
 OBJECTS=${OBJECTS:-400}
@@ -58,7 +62,7 @@ fi
   echo "# http2_tls_benchmark $(date -u +%FT%TZ)"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc); kernel $(uname -r)"
   echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nginx -v 2>&1); $(openssl version)"
-  echo "PROTOS=\"$PROTOS\" CACHES=\"$CACHES\" REPEATS=$REPEATS OBJECTS=$OBJECTS REQUESTS=$REQUESTS CONNS=$CONNS GOBLIN_ARGS=\"$GOBLIN_ARGS\""
+  echo "PROTOS=\"$PROTOS\" CACHES=\"$CACHES\" REPEATS=$REPEATS OBJECTS=$OBJECTS REQUESTS=$REQUESTS CONNS=$CONNS STREAMS=$STREAMS GOBLIN_ARGS=\"$GOBLIN_ARGS\""
 } > "$OUT/env.txt"
 
 # The certificate both servers present.
@@ -82,7 +86,7 @@ for i in range(int(sys.argv[1])):
 PY
 BIG=/gen/64M/big
 
-declare -A CPID PLAIN TLS
+declare -A CPID PLAIN TLS H2C
 for cache in $CACHES; do
   dir=$RUN/$cache
   mkdir -p "$dir"
@@ -91,6 +95,7 @@ for cache in $CACHES; do
     goblin)
       PLAIN[$cache]=$PORT
       TLS[$cache]=$((PORT + 1))
+      H2C[$cache]=$PORT
       # shellcheck disable=SC2086
       "$BUILD_DIR/tools/goblin-store" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
         --listen-address 127.0.0.1 --http-port "$PORT" --https-port "$((PORT + 1))" \
@@ -101,8 +106,10 @@ for cache in $CACHES; do
     nginx)
       PLAIN[$cache]=$((PORT + 2))
       TLS[$cache]=$((PORT + 3))
+      H2C[$cache]=$((PORT + 4))
       mkdir -p "$RUN/client_body" "$dir/tmp"
-      sed -e "s|@PORT@|$((PORT + 2))|; s|@TLS_PORT@|$((PORT + 3))|; s|@ORIGIN_PORT@|$ORIGIN_PORT|" \
+      sed -e "s|@PORT@|$((PORT + 2))|; s|@TLS_PORT@|$((PORT + 3))|; s|@H2C_PORT@|$((PORT + 4))|" \
+          -e "s|@ORIGIN_PORT@|$ORIGIN_PORT|" \
           -e "s|@CACHE_DIR@|$dir|g; s|@RUN@|$RUN|g; s|@CERT@|$RUN/cert.pem|; s|@KEY@|$RUN/key.pem|" \
           "$ROOT/bench/http2/nginx.conf.in" > "$RUN/nginx.conf"
       nginx -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log" > "$OUT/nginx.log" 2>&1 &
@@ -118,7 +125,8 @@ done
 base_url() {  # cache proto
   case $2 in
     h1) echo "http://127.0.0.1:${PLAIN[$1]}" ;;
-    h1-tls) echo "https://127.0.0.1:${TLS[$1]}" ;;
+    h1-tls | h2-tls) echo "https://127.0.0.1:${TLS[$1]}" ;;
+    h2c) echo "http://127.0.0.1:${H2C[$1]}" ;;
     *) die "unknown protocol row $2" ;;
   esac
 }
@@ -126,11 +134,14 @@ curl_args() {  # proto
   case $1 in
     h1) echo "--http1.1" ;;
     h1-tls) echo "--http1.1 -k --tlsv1.3" ;;
+    h2c) echo "--http2-prior-knowledge" ;;
+    h2-tls) echo "--http2 -k --tlsv1.3" ;;
   esac
 }
 h2load_args() {  # proto
   case $1 in
     h1 | h1-tls) echo "--h1" ;;
+    h2c | h2-tls) echo "-m $STREAMS" ;;
   esac
 }
 
@@ -165,7 +176,7 @@ for proto in $PROTOS; do
     url=$(base_url "$cache" "$proto")
     cpu0=$(tree_cpu "${CPID[$cache]}")
     # shellcheck disable=SC2046
-    h2load $(h2load_args "$proto") -n "$REPEATS" -c 1 "$url$BIG" > "$OUT/big-$cache-$proto.txt" 2>&1 ||
+    h2load $(h2load_args "$proto") -n "$REPEATS" -c 1 -m 1 "$url$BIG" > "$OUT/big-$cache-$proto.txt" 2>&1 ||
       die "h2load $cache $proto $BIG failed"
     grep -q "$REPEATS succeeded, 0 failed" "$OUT/big-$cache-$proto.txt" ||
       die "h2load $cache $proto $BIG: not every request succeeded ($OUT/big-$cache-$proto.txt)"
@@ -206,12 +217,14 @@ for p in protos:
     print(f"| {p} | " + " | ".join(r["big_gbps"] for r in rs) + f" | {ratio('big_gbps')} | "
           + " | ".join(r["small_rps"] for r in rs) + f" | {ratio('small_rps')} | "
           + " | ".join(r["cpu_s_per_gb"] for r in rs) + " |")
-if "h1" in protos and "h1-tls" in protos:
-    print()
+print()
+for plain, tls in (("h1", "h1-tls"), ("h2c", "h2-tls")):
+    if plain not in protos or tls not in protos:
+        continue
     for c in caches:
-        a, b = by[("h1", c)], by[("h1-tls", c)]
-        print(f"- TLS keeps {c} at {float(b['big_gbps']) / float(a['big_gbps']):.2f}x of its plain "
-              f"64 MiB hit and {float(b['small_rps']) / float(a['small_rps']):.2f}x of its plain "
-              f"small-object requests/s")
+        a, b = by[(plain, c)], by[(tls, c)]
+        print(f"- {tls}: TLS keeps {c} at {float(b['big_gbps']) / float(a['big_gbps']):.2f}x of its "
+              f"{plain} 64 MiB hit and {float(b['small_rps']) / float(a['small_rps']):.2f}x of its "
+              f"{plain} small-object requests/s")
 PY
 cat "$OUT/env.txt" "$OUT/results.md"

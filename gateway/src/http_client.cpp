@@ -113,6 +113,19 @@ void HttpServer::Impl::OnReadable(Conn& c) {
 }
 
 void HttpServer::Impl::ProcessRequests(Conn& c) {
+  if (c.h2) return H2Receive(c);
+  if (!c.h2_checked && !c.in.empty()) {
+    // A plain connection opening with HTTP/2's preface speaks h2c (prior knowledge).
+    const size_t n = std::min(c.in.size(), kH2Preface.size());
+    if (options_.http2 && !c.tls &&
+        std::string_view(c.in).substr(0, n) == kH2Preface.substr(0, n)) {
+      if (n < kH2Preface.size()) return;  // (the rest of it is on the way)
+      StartH2(c);
+      if (c.h2) H2Receive(c);
+      return;
+    }
+    c.h2_checked = true;
+  }
   while (!c.closed && !c.ex && !c.close_after && !c.in.empty()) {
     // (one Request for every parse: its header vector keeps its capacity; nothing reads it
     // once the request is dispatched, so a nested ProcessRequests may reuse it)
@@ -194,7 +207,8 @@ void HttpServer::Impl::Dispatch(Conn& c) {
     ++stats_.core_unavailable;
     return Respond(c, 503, ErrorBody(503, "goblin-core is unavailable"), "Retry-After: 1\r\n");
   }
-  if (options_.local_hits && e.range.empty() && ServeLocal(c)) return;
+  // (HTTP/2 streams: from the core, whose pieces the frames lend)
+  if (options_.local_hits && e.range.empty() && c.h2_parent == 0 && ServeLocal(c)) return;
   // Plain GETs ask for the body at once (the best first byte); the rest look first.
   e.via_head_lookup = e.head || !e.range.empty() || !e.inm.empty() || !e.ims.empty();
   if (e.via_head_lookup) {
@@ -260,6 +274,8 @@ void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t
 }
 
 void HttpServer::Impl::Flush(Conn& c, bool once) {
+  if (c.h2_parent != 0) return FlushH2Stream(c);
+  if (c.h2 && !c.closed && !H2Send(c)) return;  // (the session's frames into the queue first)
 #if GOBLIN_HAVE_URING
   if (async_ && c.uses_ring()) {
     if (c.closed || c.write_inflight) return;
@@ -267,7 +283,7 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
       if (!c.ex && (c.close_after || !c.reading)) Close(c);
       return;
     }
-    c.wiov_bytes = Gather(c, &c.wiov, 64);
+    c.wiov_bytes = Gather(c, &c.wiov, c.h2 ? 256 : 64);
     c.write_inflight = true;
     ++c.ops;
     net_.Writev(c.fd.get(), c.wiov.data(), static_cast<unsigned>(c.wiov.size()),
@@ -307,7 +323,7 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
       if (n >= 0) stats_.bytes_by_reference += static_cast<uint64_t>(n);
     } else {
       bool ref_next = false;
-      Gather(c, &iov, 16, &ref_next, budget - written);
+      Gather(c, &iov, c.h2 ? 64 : 16, &ref_next, budget - written);
       msghdr mh{};
       mh.msg_iov = iov.data();
       mh.msg_iovlen = iov.size();
@@ -333,6 +349,12 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
       dirty_.push_back(&c);  // (the rest at the end of this round)
       break;
     }
+  }
+  // HTTP/2: everything written, the session may have more (frames it held back while the
+  // queue was full): another turn this round.
+  if (c.h2 && c.out.empty() && !c.closed && nghttp2_session_want_write(c.h2->session)) {
+    if (!H2Send(c)) return;
+    if (!c.out.empty()) dirty_.push_back(&c);
   }
   if (c.out.empty() && !c.ex && (c.close_after || !c.reading)) {
     Close(c);
@@ -402,9 +424,11 @@ bool HttpServer::Impl::Advance(Conn& c, size_t left) {
           ok = false;
         }
       }
+      const uint64_t child = p.h2_child;
       ReleasePiece(p);
       c.out.pop_front();
       c.first_off = 0;
+      if (child != 0) H2Returned(child, len, true);
       if (!ok) return false;
     } else {
       c.first_off += left;
@@ -425,7 +449,10 @@ void HttpServer::Impl::ReleasePiece(Piece& p) {
 }
 
 void HttpServer::Impl::ReleasePieces(Conn& c) {
-  for (size_t i = 0; i < c.out.size(); ++i) ReleasePiece(c.out[i]);
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    ReleasePiece(c.out[i]);
+    if (c.out[i].h2_child != 0) H2Returned(c.out[i].h2_child, c.out[i].len, false);
+  }
   c.out.clear();
   c.out_bytes = 0;
   c.first_off = 0;
@@ -489,7 +516,9 @@ void HttpServer::Impl::ReapClosed() {
   for (uint64_t id : closed_) {
     auto it = conns_.find(id);
     if (it == conns_.end()) continue;
-    if (it->second->ops != 0) {  // io_uring still holds its buffers: next round
+    // io_uring still holds its buffers, or (a stream conn) its parent still holds bytes it
+    // lent: next round.
+    if (it->second->ops != 0 || it->second->h2_lent != 0) {
       closed_[kept++] = id;
       continue;
     }
@@ -506,17 +535,21 @@ void HttpServer::Impl::Close(Conn& c) {
   if (c.closed) return;
   c.closed = true;
   closed_.push_back(c.id);
-  // TLS: a close_notify if nothing is half written (best effort, never waited for).
-  if (c.tls && c.tls_ready && c.tls_retry == 0) c.tls.Shutdown();
-  // The peer sees the end now (FIN), even while io_uring still holds a reference to the
-  // socket for requests in flight: a close(2) alone would wait for them.
-  shutdown(c.fd.get(), SHUT_RDWR);
+  if (c.h2_parent == 0) {  // (a stream conn has no socket)
+    // TLS: a close_notify if nothing is half written (best effort, never waited for).
+    if (c.tls && c.tls_ready && c.tls_retry == 0) c.tls.Shutdown();
+    // The peer sees the end now (FIN), even while io_uring still holds a reference to the
+    // socket for requests in flight: a close(2) alone would wait for them.
+    shutdown(c.fd.get(), SHUT_RDWR);
 #if GOBLIN_HAVE_URING
-  if (async_ && c.ops > 0) net_.Cancel(c.fd.get(), (c.id << 2) | kOpCancel);
+    if (async_ && c.ops > 0) net_.Cancel(c.fd.get(), (c.id << 2) | kOpCancel);
 #endif
-  if (!async_ || !c.uses_ring()) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
-  c.fd.Reset();
-  if (!c.write_inflight) ReleasePieces(c);
+    if (!async_ || !c.uses_ring()) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+    c.fd.Reset();
+  }
+  // (bytes a stream conn lent its parent stay until the parent gives them back)
+  if (!c.write_inflight && c.h2_lent == 0) ReleasePieces(c);
+  CloseH2Streams(c);
   CancelCoreGet(c);  // (the rest of an object it was reading)
   // A fill this client led goes on without it (others follow it; the cache wants it); a
   // pass-through for it is dropped.

@@ -48,6 +48,10 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   tls_failed += o.tls_failed;
   ktls_send += o.ktls_send;
   ktls_recv += o.ktls_recv;
+  h2_connections += o.h2_connections;
+  h2_streams += o.h2_streams;
+  h2_resets += o.h2_resets;
+  h2_goaways += o.h2_goaways;
   return *this;
 }
 
@@ -139,8 +143,9 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       uint64_t idle = static_cast<uint64_t>(options_.idle_timeout.count()) * 1'000'000'000ULL;
       uint64_t send_limit = static_cast<uint64_t>(options_.send_timeout.count()) * 1'000'000'000ULL;
       for (auto& [id, c] : conns_) {
-        if (c->closed) continue;
-        if (!c->ex && c->out_bytes == 0 && now - c->last_active > idle) {
+        if (c->closed || c->h2_parent != 0) continue;  // (streams: their connection's)
+        const bool streams = c->h2 && !c->h2->streams.empty();
+        if (!c->ex && !streams && c->out_bytes == 0 && now - c->last_active > idle) {
           Close(*c);
         } else if (c->out_bytes > 0 && now - c->last_progress > send_limit) {
           ++stats_.slow_clients_dropped;

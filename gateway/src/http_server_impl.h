@@ -12,6 +12,11 @@
 //   http_tls.cpp     HTTPS connections: the handshake, reads, and writes encrypted in user
 //                    space where the kernel has no kTLS (always by epoll readiness, also
 //                    in a --net async worker)
+//   http_h2.cpp      HTTP/2 (nghttp2): a connection's session, and each stream as a
+//                    connection of its own without a socket (a "stream conn") whose
+//                    HTTP/1.1 request is synthesized from the stream's headers and whose
+//                    response is turned into HEADERS and DATA frames, the body lent from
+//                    the stream conn's pieces (no copy)
 // A fill ends exactly one way: committed (PutResult) or aborted (origin fault, core error,
 // core link lost); on abort nothing is stored, every client reading it is cut off or told
 // 5xx, and the key is free for the next request at once. See docs/architecture.md.
@@ -19,6 +24,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <nghttp2/nghttp2.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -60,8 +66,43 @@ inline constexpr uint64_t kTagStop = 1, kTagCoreBell = 2, kTagCoreSock = 3, kTag
                           kTagListenNeighbourTls = 8;
 inline constexpr uint64_t kOriginTagBit = 1ull << 62;
 inline constexpr uint64_t kFirstTag = 16;
+// The HTTP/2 client connection preface (h2c by prior knowledge starts with it).
+inline constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 // --net async user data: connection id << 2 | operation.
 inline constexpr uint64_t kOpRecv = 1, kOpWrite = 2, kOpCancel = 3;
+
+// One HTTP/2 connection's session (http_h2.cpp).
+struct H2Session {
+  nghttp2_session* session = nullptr;             // owned; its callbacks' user_data is this
+  void* impl = nullptr;                           // the HttpServer::Impl it belongs to
+  uint64_t conn = 0;                              // the connection it runs on
+  std::unordered_map<int32_t, uint64_t> streams;  // stream id -> its stream conn
+  H2Session() = default;
+  H2Session(const H2Session&) = delete;
+  H2Session& operator=(const H2Session&) = delete;
+  ~H2Session() {
+    if (session != nullptr) nghttp2_session_del(session);
+  }
+};
+
+// One stream, in its stream conn: the request as it arrives, then how its HTTP/1.1
+// response becomes frames.
+struct H2Stream {
+  int32_t id = 0;
+  std::string method, path, authority, lines, cookies, body;  // lines: "name: value\r\n"
+  size_t header_bytes = 0;
+  bool dispatched = false;  // its request went to the stream conn
+  bool head = false;        // a HEAD request: no body in the answer
+  bool submitted = false;   // the response's HEADERS were submitted
+  enum class Body { kNone, kLength, kChunked, kUntilClose } framing = Body::kNone;
+  uint64_t left = 0;      // kLength: body bytes not yet given to the session
+  uint64_t reserved = 0;  // given to the session (read callback), not yet framed
+  http::ChunkedDecoder chunked;
+  std::string decoded;    // kChunked: decoded body bytes (copied out), not yet framed
+  bool ended = false;     // every body byte is in (kChunked, kUntilClose)
+  bool deferred = false;  // the session waits for more body (resume when it comes)
+  bool reset = false;     // RST_STREAM submitted
+};
 
 class HttpServer::Impl {
  public:
@@ -94,6 +135,9 @@ class HttpServer::Impl {
     // The response's last byte, held back (in `owned`) until the piece before it is
     // checked: copied from here just before that check.
     const uint8_t* seal = nullptr;
+    // HTTP/2: bytes of stream conn `h2_child`'s pieces (borrowed, not owned): once written
+    // (or dropped) they are given back to it.
+    uint64_t h2_child = 0;
   };
   struct Fill;
   enum class ExState { kLookup, kCoreBody, kWaitFill, kOrigin, kDone };
@@ -170,7 +214,14 @@ class HttpServer::Impl {
     bool tls_read_wants_write = false;  // the handshake (or a read) waits for EPOLLOUT
     size_t tls_retry = 0;               // a user-space write that met a full socket: its length
     std::string tls_stage;              // small pieces gathered into one record
-    bool uses_ring() const { return !tls; }  // (in a --net async worker)
+    // HTTP/2 (http_h2.cpp). A connection speaking it has `h2`; each of its streams is a
+    // Conn of its own with `h2_parent` set (no socket) and `h2s`.
+    std::unique_ptr<H2Session> h2;
+    bool h2_checked = false;  // the first bytes were looked at (the h2c preface?)
+    uint64_t h2_parent = 0;
+    std::unique_ptr<H2Stream> h2s;
+    uint64_t h2_lent = 0;  // bytes of `out` lent to the parent's queue, not yet written
+    bool uses_ring() const { return !tls && h2_parent == 0; }  // (in a --net async worker)
     // Back to a fresh connection's state (for reuse by the next accept), keeping what its
     // buffers, queue and last exchange have allocated.
     void Reset() {
@@ -193,6 +244,10 @@ class HttpServer::Impl {
       tls_ready = tls_kernel_send = tls_read_wants_write = false;
       tls_retry = 0;
       tls_stage.clear();
+      h2.reset();
+      h2s.reset();
+      h2_checked = false;
+      h2_parent = h2_lent = 0;
     }
   };
   struct Origin {
@@ -296,6 +351,38 @@ class HttpServer::Impl {
   // record, up to `budget` bytes (`once`: one record). false: `c` was closed, or has more
   // than its budget and goes on in the next round.
   bool FlushTls(Conn& c, size_t budget, bool once);
+  // ---- HTTP/2 (http_h2.cpp) ----
+  // `c` speaks HTTP/2 from now on (ALPN h2, or the h2c preface on a plain port).
+  void StartH2(Conn& c);
+  // Feeds what `c` has read to its session (streams start; requests go to stream conns).
+  void H2Receive(Conn& c);
+  // Lets the session write its frames into `c`'s queue (false: `c` was closed).
+  bool H2Send(Conn& c);
+  // A stream conn's new output becomes its response's frames.
+  void FlushH2Stream(Conn& s);
+  // `n` bytes lent by stream conn `child` left the parent (or were dropped with it).
+  void H2Returned(uint64_t child, size_t n, bool written);
+  void CloseH2Streams(Conn& c);
+  // The stream conn `s` has its whole request: it goes to the HTTP/1.1 machinery.
+  void DispatchH2Stream(Conn& s);
+  // (nghttp2's callbacks; user_data is the connection's H2Session)
+  static ssize_t H2OnSend(nghttp2_session*, const uint8_t* data, size_t length, int flags,
+                          void* user);
+  static int H2OnSendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd,
+                          size_t length, nghttp2_data_source* source, void* user);
+  static ssize_t H2OnRead(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
+                          uint32_t* data_flags, nghttp2_data_source* source, void* user);
+  static int H2OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int H2OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                        size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
+                        void* user);
+  static int H2OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  static int H2OnDataChunk(nghttp2_session*, uint8_t flags, int32_t stream_id, const uint8_t* data,
+                           size_t len, void* user);
+  static int H2OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user);
+  static int H2OnFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user);
+  // The stream conn of `id` on `h` (nullptr if none, or closed).
+  Conn* H2StreamConn(H2Session& h, int32_t id);
   // --net async
   void PostRecv(Conn& c);
   void OnNetCompletion(uint64_t ud, int32_t res);

@@ -59,6 +59,9 @@ void HttpServer::Impl::OnTlsReadable(Conn& c) {
     stats_.ktls_send += c.tls_kernel_send ? 1 : 0;
     stats_.ktls_recv += c.tls.ktls_recv() ? 1 : 0;
     if (!c.tls_kernel_send) NoteUserSpaceTls(c.tls.version());
+    c.h2_checked = true;
+    if (options_.http2 && c.tls.alpn() == "h2") StartH2(c);
+    if (c.closed) return;
   }
   // A read takes at most one record (16 KiB) from the socket and this buffer holds more,
   // so nothing readable stays inside the session when it stops: level-triggered epoll

@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
                  "HTTPS certificate chain (PEM); repeat with --tls-key for more, chosen by SNI "
                  "(the first is the default)");
   app.add_option("--tls-key", tls_keys, "Private key (PEM) of the --tls-cert in the same place");
+  bool no_http2 = false;
+  app.add_flag("--no-http2", no_http2,
+               "Serve HTTP/1.1 only (no h2 by ALPN, no h2c by prior knowledge)");
   app.add_flag("--no-ktls", no_ktls,
                "Encrypt HTTPS in user space even where the kernel offers kTLS");
   app.add_option("--net", net, "Network I/O: sync (epoll) or async (io_uring)")
@@ -209,6 +212,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < tls_certs.size(); ++i) pairs.push_back({tls_certs[i], tls_keys[i]});
     gateway::TlsOptions to;
     to.ktls = !no_ktls;
+    if (!no_http2) to.alpn = {"h2", "http/1.1"};
     auto tls = gateway::TlsContext::Load(pairs, to);
     if (!tls) return Fail(tls.error().WithContext("HTTPS"));
     h.tls = std::move(*tls);
@@ -221,6 +225,7 @@ int main(int argc, char** argv) {
                        "--memcache-unix serves one loop: use --memcache-threads 1 with it"));
   }
   h.net_async = net == "async";
+  h.http2 = !no_http2;
   h.core_socket = r.core_socket = core_socket;
   h.listen_address = r.listen_address = listen_address;
   h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);
@@ -289,9 +294,9 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < h.tls->pairs(); ++i) {
         certs += fmt::format("{}{}", i == 0 ? "" : "; ", fmt::join(h.tls->names(i), ","));
       }
-      GOBLIN_LOG_INFO(kLog,
-                      "HTTPS on {}:{} (TLS 1.2/1.3, ALPN http/1.1, kTLS {}; certificates: {})",
+      GOBLIN_LOG_INFO(kLog, "HTTPS on {}:{} (TLS 1.2/1.3, ALPN {}, kTLS {}; certificates: {})",
                       listen_address, workers[0]->https_port(),
+                      no_http2 ? "http/1.1" : "h2 http/1.1",
                       no_ktls ? "off" : "where the kernel has it", certs);
     }
   }
@@ -367,13 +372,15 @@ int main(int argc, char** argv) {
                     "requests, {} answered 503 for the core ({} core disconnects); {} lent by "
                     "the core, {} of it sent by reference; {} connections, {} taken from a "
                     "neighbour worker's listener; TLS: {} handshakes ({} resumed, {} failed), "
-                    "{} with kTLS send, {} with kTLS receive",
+                    "{} with kTLS send, {} with kTLS receive; HTTP/2: {} connections, {} "
+                    "streams, {} reset by clients, {} connections ended for errors or floods",
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
                     st.core_disconnects, HumanSize(st.bytes_lent), HumanSize(st.bytes_by_reference),
                     st.accepted, st.accepted_for_neighbour, st.tls_handshakes, st.tls_resumed,
-                    st.tls_failed, st.ktls_send, st.ktls_recv);
+                    st.tls_failed, st.ktls_send, st.ktls_recv, st.h2_connections, st.h2_streams,
+                    st.h2_resets, st.h2_goaways);
   }
   if (rs) {
     const auto& st = rs->stats();

@@ -120,13 +120,9 @@ class Https : public testing::TestWithParam<std::string>, public test::MirrorHar
     ASSERT_TRUE(StartCoreAndOrigin("tls-" + name)) << (core_ ? core_->Output() : std::string());
     // Two self-signed certificates: a.test (and *.a.test), b.test (and *.b.test).
     for (const char* n : {"a", "b"}) {
-      auto [rc, out] = test::RunCommand(
-          {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-           "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
-           fmt::format("/CN={}.test", n), "-addext",
-           fmt::format("subjectAltName=DNS:{0}.test,DNS:*.{0}.test", n), "-keyout",
-           fmt::format("{}/{}.key", dir_, n), "-out", fmt::format("{}/{}.pem", dir_, n)},
-          dir_ + "/openssl.log");
+      auto [rc, out] =
+          test::MakeCertificate(fmt::format("{}.test", n), fmt::format("{}/{}.pem", dir_, n),
+                                fmt::format("{}/{}.key", dir_, n));
       ASSERT_EQ(rc, 0) << out;
     }
   }
@@ -237,18 +233,20 @@ TEST_P(Https, SniPicksTheCertificateAlpnAndResumption) {
     EXPECT_EQ(r.subject_cn, c.cn) << c.sni;
     SSL_SESSION_free(r.session);
   }
-  // ALPN: HTTP/1.1 is chosen from what the client offers; a client offering only other
-  // protocols gets no ALPN answer, and may still speak HTTP/1.1.
+  // ALPN: h2 is preferred, then HTTP/1.1, in either order the client offers them; a client
+  // offering only other protocols gets no ALPN answer, and may still speak HTTP/1.1.
   {
     TlsAsk ask;
     ask.sni = "a.test";
-    ask.alpn = Alpn({"h2", "http/1.1"});
-    TlsResult r = TlsExchange(tls_port_, ask);
-    EXPECT_EQ(r.alpn, "http/1.1");
-    SSL_SESSION_free(r.session);
+    for (auto offer : {Alpn({"http/1.1", "h2"}), Alpn({"h2"}), Alpn({"http/1.1"})}) {
+      ask.alpn = offer;
+      TlsResult r = TlsExchange(tls_port_, ask);
+      EXPECT_EQ(r.alpn, offer.find("h2") != std::string::npos ? "h2" : "http/1.1");
+      SSL_SESSION_free(r.session);
+    }
     ask.alpn = Alpn({"spdy/3"});
     ask.request = "GET /gen/10/alpn HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n";
-    r = TlsExchange(tls_port_, ask);
+    TlsResult r = TlsExchange(tls_port_, ask);
     EXPECT_TRUE(r.handshake) << r.error;
     EXPECT_EQ(r.alpn, "");
     EXPECT_TRUE(r.response.starts_with("HTTP/1.1 200 ")) << r.response.substr(0, 200);
@@ -370,12 +368,8 @@ TEST(HttpsSettings, BadCertificatesAreOneClearErrorAtStart) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* n : {"a", "b"}) {
-    ASSERT_EQ(test::RunCommand(
-                  {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                   "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
-                   fmt::format("/CN={}.test", n), "-keyout", fmt::format("{}/{}.key", dir, n),
-                   "-out", fmt::format("{}/{}.pem", dir, n)},
-                  dir + "/openssl.log")
+    ASSERT_EQ(test::MakeCertificate(fmt::format("{}.test", n), fmt::format("{}/{}.pem", dir, n),
+                                    fmt::format("{}/{}.key", dir, n))
                   .first,
               0);
   }

@@ -204,10 +204,13 @@ class MirrorHarness {
   Reply Collect(const std::string& tag, Reply r) {
     r.headers = ReadFileBytes(dir_ + "/h" + tag);
     r.body = ReadFileBytes(dir_ + "/b" + tag);
-    // With redirects or 1xx there could be several heads: the last one counts.
-    size_t at = r.headers.rfind("HTTP/1.1 ");
-    if (at != std::string::npos && r.headers.size() >= at + 12)
-      r.code = std::stoi(r.headers.substr(at + 9, 3));
+    // With redirects or 1xx there could be several heads: the last one counts ("HTTP/1.1
+    // 200 OK", or "HTTP/2 200" over HTTP/2).
+    size_t at = r.headers.rfind("\nHTTP/");
+    at = at != std::string::npos ? at + 1 : (r.headers.starts_with("HTTP/") ? 0 : at);
+    size_t sp = at == std::string::npos ? at : r.headers.find(' ', at);
+    if (sp != std::string::npos && r.headers.size() >= sp + 4)
+      r.code = std::atoi(r.headers.substr(sp + 1, 3).c_str());
     std::filesystem::remove(dir_ + "/h" + tag);
     std::filesystem::remove(dir_ + "/b" + tag);
     return r;

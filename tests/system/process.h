@@ -110,6 +110,17 @@ inline std::pair<int, std::string> RunCommand(
   return {rc, p.Output()};
 }
 
+// A self-signed P-256 certificate for `cn` (subjectAltName: DNS:`cn` and DNS:*.`cn`) and
+// its key, as PEM files, made with the openssl command; {exit code, its output}.
+inline std::pair<int, std::string> MakeCertificate(const std::string& cn, const std::string& cert,
+                                                   const std::string& key) {
+  return RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+       "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=" + cn, "-addext",
+       "subjectAltName=DNS:" + cn + ",DNS:*." + cn, "-keyout", key, "-out", cert},
+      cert + ".log");
+}
+
 inline bool WaitForPath(const std::string& path, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   struct stat st {};

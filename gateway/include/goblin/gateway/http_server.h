@@ -84,6 +84,11 @@ struct HttpServerOptions {
   // response's first rounds write less (64 KiB, doubling up to this). 0: no limit (until
   // the socket is full).
   uint64_t write_chunk = 1 << 20;
+  // HTTP/2 (h2 by ALPN on the HTTPS port, h2c by prior knowledge on the plain one): streams
+  // a client may open at once, and the window it may send a request body into.
+  bool http2 = true;
+  uint32_t h2_max_streams = 128;
+  uint32_t h2_window = 16u << 20;
   // With several workers: each also takes connections from its neighbour's listener
   // (AcceptAlsoFrom), so one that is awake does not leave a connection waiting for a
   // sleeping sibling's wake-up.
@@ -103,6 +108,10 @@ struct HttpStats {
   // TLS: handshakes completed (of them resumed sessions), failed, and connections whose
   // writes (reads) the kernel encrypts (decrypts): kTLS.
   uint64_t tls_handshakes = 0, tls_resumed = 0, tls_failed = 0, ktls_send = 0, ktls_recv = 0;
+  // HTTP/2: connections (h2 by ALPN, h2c by prior knowledge), streams, streams the client
+  // reset, connections ended for misbehaving (floods: resets, SETTINGS/PING, CONTINUATION;
+  // protocol errors).
+  uint64_t h2_connections = 0, h2_streams = 0, h2_resets = 0, h2_goaways = 0;
   HttpStats& operator+=(const HttpStats& o);
 };
 
