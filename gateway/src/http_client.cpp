@@ -351,10 +351,10 @@ void HttpServer::Impl::Flush(Conn& c, bool once) {
     }
   }
   // HTTP/2: everything written, the session may have more (frames it held back while the
-  // queue was full): another turn this round.
+  // queue was full): they go in the next round.
   if (c.h2 && c.out.empty() && !c.closed && nghttp2_session_want_write(c.h2->session)) {
     if (!H2Send(c)) return;
-    if (!c.out.empty()) dirty_.push_back(&c);
+    if (!c.out.empty()) next_round_.push_back(c.id);
   }
   if (c.out.empty() && !c.ex && (c.close_after || !c.reading)) {
     Close(c);

@@ -81,6 +81,17 @@ void HttpServer::Impl::StartH2(Conn& c) {
   dirty_.push_back(&c);
 }
 
+void HttpServer::Impl::QueueH2(Conn& c, std::string bytes) {
+  // (never an empty piece: an owned piece without bytes would read as a borrowed one of
+  // none, which no write ever takes off the queue; a last DATA frame may carry nothing)
+  if (bytes.empty()) return;
+  if (c.out.empty()) c.last_progress = MonotonicNanos();
+  c.out_bytes += bytes.size();
+  Piece p;
+  p.owned = std::move(bytes);
+  c.out.push_back(std::move(p));
+}
+
 void HttpServer::Impl::H2Receive(Conn& c) {
   if (c.in.empty()) return;
   ssize_t r = nghttp2_session_mem_recv(c.h2->session, reinterpret_cast<const uint8_t*>(c.in.data()),
@@ -124,13 +135,12 @@ ssize_t HttpServer::Impl::H2OnSend(nghttp2_session*, const uint8_t* data, size_t
         last.owned.size() + length <= kSpareStringMax) {
       last.owned.append(reinterpret_cast<const char*>(data), length);
       c->out_bytes += length;
-      self.dirty_.push_back(c);
       return static_cast<ssize_t>(length);
     }
   }
   std::string s = self.TakeString();
   s.assign(reinterpret_cast<const char*>(data), length);
-  self.Write(*c, std::move(s));
+  self.QueueH2(*c, std::move(s));
   return static_cast<ssize_t>(length);
 }
 
@@ -158,6 +168,12 @@ ssize_t HttpServer::Impl::H2OnRead(nghttp2_session*, int32_t stream_id, uint8_t*
     return static_cast<ssize_t>(n);
   }
   if (n == 0) {
+    // Nothing more will come: the exchange ended before its body (it failed after its
+    // head went out): the stream is reset (nghttp2 resets it with INTERNAL_ERROR).
+    if (!s->ex && s->close_after) {
+      st.reset = true;
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
     st.deferred = true;
     return NGHTTP2_ERR_DEFERRED;
   }
@@ -177,13 +193,13 @@ int HttpServer::Impl::H2OnSendData(nghttp2_session*, nghttp2_frame* frame, const
   hd.assign(reinterpret_cast<const char*>(framehd), 9);
   const size_t pad = frame->data.padlen;
   if (pad > 0) hd.push_back(static_cast<char>(pad - 1));
-  self.Write(*c, std::move(hd));
+  self.QueueH2(*c, std::move(hd));
   st.reserved -= length;
   if (st.framing == H2Stream::Body::kChunked) {  // decoded bytes: copied
     std::string d = self.TakeString();
     d.assign(st.decoded, 0, length);
     st.decoded.erase(0, length);
-    self.Write(*c, std::move(d));
+    self.QueueH2(*c, std::move(d));
   } else {
     // Lent: views of the stream conn's pieces after what is lent already, in order.
     size_t skip = s->first_off + s->h2_lent, left = length;
@@ -210,8 +226,7 @@ int HttpServer::Impl::H2OnSendData(nghttp2_session*, nghttp2_frame* frame, const
     }
     if (left > 0) return NGHTTP2_ERR_CALLBACK_FAILURE;  // (cannot happen: read reserved it)
   }
-  if (pad > 1) self.Write(*c, std::string(pad - 1, '\0'));
-  self.dirty_.push_back(c);
+  if (pad > 1) self.QueueH2(*c, std::string(pad - 1, '\0'));
   return 0;
 }
 
@@ -345,6 +360,7 @@ void HttpServer::Impl::FlushH2Stream(Conn& s) {
   Conn* c = Find(s.h2_parent);
   if (c == nullptr || !c->h2 || st.reset) return;
   nghttp2_session* session = c->h2->session;
+  bool changed = false;  // (the session has something new to write: the connection flushes)
   while (!st.submitted && s.out_bytes > 0) {
     // The response head, from the front of the stream conn's output (what Respond,
     // HitHead and the fills write: an HTTP/1.1 status line and headers).
@@ -403,6 +419,7 @@ void HttpServer::Impl::FlushH2Stream(Conn& s) {
     const bool body = st.framing != H2Stream::Body::kNone &&
                       !(st.framing == H2Stream::Body::kLength && st.left == 0);
     int r = nghttp2_submit_response(session, st.id, nv.data(), nv.size(), body ? &dp : nullptr);
+    changed = true;
     // (the head's bytes are consumed: nghttp2 copied the fields)
     st.submitted = true;
     (void)Advance(s, resp.head_bytes);
@@ -448,11 +465,14 @@ void HttpServer::Impl::FlushH2Stream(Conn& s) {
        (st.framing == H2Stream::Body::kChunked && !st.ended))) {
     st.reset = true;
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, st.id, NGHTTP2_INTERNAL_ERROR);
+    changed = true;
   } else if (st.deferred && (unframed > 0 || st.ended)) {
     st.deferred = false;
     nghttp2_session_resume_data(session, st.id);
+    changed = true;
   }
-  dirty_.push_back(c);
+  // (bytes the session has not framed yet: it frames them when the connection flushes)
+  if (changed || unframed > 0) dirty_.push_back(c);
 }
 
 void HttpServer::Impl::H2Returned(uint64_t child, size_t n, bool written) {
@@ -461,8 +481,8 @@ void HttpServer::Impl::H2Returned(uint64_t child, size_t n, bool written) {
   Conn& s = *it->second;
   s.h2_lent -= n;
   if (written && !s.closed) {
+    // (what it may frame next does not change: its queue and what it lent shrink alike)
     (void)Advance(s, n);
-    dirty_.push_back(&s);  // (its next bytes may be waiting for room)
   } else if (s.closed && s.h2_lent == 0) {
     ReleasePieces(s);
   }

@@ -169,7 +169,9 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       }
     }
     int timeout = 0;
-    if (work > 0) {
+    // (connections given a turn in the next round, or marked since this round's writes -
+    // an HTTP/2 session's frames queued at the end of a flush - are work: no sleep)
+    if (work > 0 || !next_round_.empty() || !dirty_.empty()) {
       last_work = now;
     } else if (now - last_work >= busy_poll_ns && now > poll_until_) {
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? 1000 : 0;

@@ -356,8 +356,12 @@ class HttpServer::Impl {
   void StartH2(Conn& c);
   // Feeds what `c` has read to its session (streams start; requests go to stream conns).
   void H2Receive(Conn& c);
-  // Lets the session write its frames into `c`'s queue (false: `c` was closed).
+  // Lets the session write its frames into `c`'s queue (false: `c` was closed). Only from
+  // Flush(c), which writes them next: the session's callbacks queue them with QueueH2,
+  // which (unlike Write) does not mark `c` dirty again, so one round writes a connection's
+  // share once.
   bool H2Send(Conn& c);
+  void QueueH2(Conn& c, std::string bytes);
   // A stream conn's new output becomes its response's frames.
   void FlushH2Stream(Conn& s);
   // `n` bytes lent by stream conn `child` left the parent (or were dropped with it).

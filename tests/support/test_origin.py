@@ -223,6 +223,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver listens with a backlog of 5: a burst of connections (a gateway's fills
+    # for 40 HTTP/2 streams granted at once) overflowed it, and the dropped SYNs came back
+    # a second later (TCP's retransmission), past the tests' origin timeouts.
+    request_queue_size = 1024
 
 
 def main():
