@@ -488,6 +488,16 @@ void HttpServer::Impl::H2Returned(uint64_t child, size_t n, bool written) {
   }
 }
 
+void HttpServer::Impl::ResetH2Stream(Conn& s) {
+  Conn* c = Find(s.h2_parent);
+  if (c != nullptr && c->h2 && !s.h2s->reset) {
+    s.h2s->reset = true;
+    nghttp2_submit_rst_stream(c->h2->session, NGHTTP2_FLAG_NONE, s.h2s->id, NGHTTP2_CANCEL);
+    dirty_.push_back(c);
+  }
+  Close(s);
+}
+
 void HttpServer::Impl::CloseH2Streams(Conn& c) {
   if (!c.h2) return;
   std::vector<uint64_t> ids;

@@ -142,8 +142,15 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       last_sweep = now;
       uint64_t idle = static_cast<uint64_t>(options_.idle_timeout.count()) * 1'000'000'000ULL;
       uint64_t send_limit = static_cast<uint64_t>(options_.send_timeout.count()) * 1'000'000'000ULL;
+      std::vector<uint64_t> slow_streams;
       for (auto& [id, c] : conns_) {
-        if (c->closed || c->h2_parent != 0) continue;  // (streams: their connection's)
+        if (c->closed) continue;
+        if (c->h2_parent != 0) {
+          // An HTTP/2 stream whose bytes the client takes none of (it keeps the stream's
+          // window shut): reset, as a slow HTTP/1.1 client is closed (its loans go back).
+          if (c->out_bytes > 0 && now - c->last_progress > send_limit) slow_streams.push_back(id);
+          continue;
+        }
         const bool streams = c->h2 && !c->h2->streams.empty();
         if (!c->ex && !streams && c->out_bytes == 0 && now - c->last_active > idle) {
           Close(*c);
@@ -152,6 +159,14 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
           GOBLIN_LOG_WARN(kLog, "client {} ({}) read nothing for {} s; closing it", c->id, c->peer,
                           options_.send_timeout.count());
           Close(*c);
+        }
+      }
+      for (uint64_t id : slow_streams) {
+        if (Conn* st = Find(id)) {
+          ++stats_.slow_clients_dropped;
+          GOBLIN_LOG_WARN(kLog, "HTTP/2 stream {} of {} took nothing for {} s; resetting it",
+                          st->h2s->id, st->peer, options_.send_timeout.count());
+          ResetH2Stream(*st);
         }
       }
       std::vector<uint64_t> late, stale;

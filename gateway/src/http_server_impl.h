@@ -364,6 +364,8 @@ class HttpServer::Impl {
   void QueueH2(Conn& c, std::string bytes);
   // A stream conn's new output becomes its response's frames.
   void FlushH2Stream(Conn& s);
+  // Resets the stream of stream conn `s` (CANCEL) and closes it.
+  void ResetH2Stream(Conn& s);
   // `n` bytes lent by stream conn `child` left the parent (or were dropped with it).
   void H2Returned(uint64_t child, size_t n, bool written);
   void CloseH2Streams(Conn& c);

@@ -44,6 +44,8 @@ class H2Client {
     bool closed = false;
     uint32_t error = 0;
   };
+  // The streams' receive window (0: the server may send no DATA at all).
+  uint32_t stream_window = 1u << 30;
   // Runs every request to its end (or 60 s); false if the connection failed.
   bool Run(const std::string& port, bool tls, std::vector<Stream>* streams) {
     streams_ = streams;
@@ -100,7 +102,7 @@ class H2Client {
     nghttp2_session* s;
     nghttp2_session_client_new(&s, cb, this);
     nghttp2_session_callbacks_del(cb);
-    const nghttp2_settings_entry window{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30};
+    const nghttp2_settings_entry window{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, stream_window};
     nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, &window, 1);
     nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, 1 << 30);
     const std::string authority = "127.0.0.1:" + port;
@@ -349,7 +351,7 @@ TEST_P(Http2, ManyStreamsOnOneConnectionMixHitsMissesAndRanges) {
 
 // Faults, and what the next streams see.
 TEST_P(Http2, FaultsResetTheirStreamAndTheNextOnesAreServed) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--max-body", "1K"}));
+  ASSERT_NO_FATAL_FAILURE(Start({"--max-body", "1K", "--send-timeout", "2s"}));
   const std::string path = "/gen/200K/f";
   const std::string want = Origin(path);
   EXPECT_EQ(Get(path).body, want);
@@ -383,6 +385,20 @@ TEST_P(Http2, FaultsResetTheirStreamAndTheNextOnesAreServed) {
   }
   EXPECT_EQ(OriginHits("/gen/32M/leave"), 2);
   EXPECT_EQ(Get(path).body, want);
+  // A client that never opens its streams' windows: after --send-timeout the stream is
+  // reset (CANCEL) and what it held goes back; the next request is served.
+  H2Client stuck;
+  stuck.stream_window = 0;
+  std::vector<H2Client::Stream> streams{{path, ""}, {"/gen/3M/big", ""}};
+  ASSERT_TRUE(stuck.Run(GetParam().tls ? tls_port_ : port_, GetParam().tls, &streams));
+  for (const auto& st : streams) {
+    EXPECT_EQ(st.status, 200) << st.path;
+    EXPECT_EQ(st.error, static_cast<uint32_t>(NGHTTP2_CANCEL)) << st.path;
+    EXPECT_TRUE(st.body.empty()) << st.path;
+  }
+  EXPECT_EQ(Get(path).body, want);
+  std::string log = StopGateway();
+  EXPECT_NE(log.find("took nothing for 2 s; resetting it"), std::string::npos) << log;
 }
 
 // Raw HTTP/2 frames (h2c) for the floods.
