@@ -247,7 +247,7 @@ void HttpServer::Impl::FinishExchange(Conn& c) {
   if (async_ && !c.ex) PostRecv(c);
 }
 
-void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head) {
+void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head, bool mark_dirty) {
   if (bytes.empty()) return;
   if (response_head && c.ex) c.ex->head_sent = true;
   if (c.out.empty()) c.last_progress = MonotonicNanos();
@@ -256,7 +256,7 @@ void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head) {
   p.owned = std::move(bytes);
   p.response_head = response_head;
   c.out.push_back(std::move(p));
-  dirty_.push_back(&c);
+  if (mark_dirty) dirty_.push_back(&c);
 }
 
 void HttpServer::Impl::WriteLoan(Conn& c, const uint8_t* ptr, size_t n, uint64_t loan,

@@ -81,17 +81,6 @@ void HttpServer::Impl::StartH2(Conn& c) {
   dirty_.push_back(&c);
 }
 
-void HttpServer::Impl::QueueH2(Conn& c, std::string bytes) {
-  // (never an empty piece: an owned piece without bytes would read as a borrowed one of
-  // none, which no write ever takes off the queue; a last DATA frame may carry nothing)
-  if (bytes.empty()) return;
-  if (c.out.empty()) c.last_progress = MonotonicNanos();
-  c.out_bytes += bytes.size();
-  Piece p;
-  p.owned = std::move(bytes);
-  c.out.push_back(std::move(p));
-}
-
 void HttpServer::Impl::H2Receive(Conn& c) {
   if (c.in.empty()) return;
   ssize_t r = nghttp2_session_mem_recv(c.h2->session, reinterpret_cast<const uint8_t*>(c.in.data()),
@@ -140,7 +129,7 @@ ssize_t HttpServer::Impl::H2OnSend(nghttp2_session*, const uint8_t* data, size_t
   }
   std::string s = self.TakeString();
   s.assign(reinterpret_cast<const char*>(data), length);
-  self.QueueH2(*c, std::move(s));
+  self.Write(*c, std::move(s), false, /*mark_dirty=*/false);
   return static_cast<ssize_t>(length);
 }
 
@@ -193,13 +182,13 @@ int HttpServer::Impl::H2OnSendData(nghttp2_session*, nghttp2_frame* frame, const
   hd.assign(reinterpret_cast<const char*>(framehd), 9);
   const size_t pad = frame->data.padlen;
   if (pad > 0) hd.push_back(static_cast<char>(pad - 1));
-  self.QueueH2(*c, std::move(hd));
+  self.Write(*c, std::move(hd), false, /*mark_dirty=*/false);
   st.reserved -= length;
   if (st.framing == H2Stream::Body::kChunked) {  // decoded bytes: copied
     std::string d = self.TakeString();
     d.assign(st.decoded, 0, length);
     st.decoded.erase(0, length);
-    self.QueueH2(*c, std::move(d));
+    self.Write(*c, std::move(d), false, /*mark_dirty=*/false);
   } else {
     // Lent: views of the stream conn's pieces after what is lent already, in order.
     size_t skip = s->first_off + s->h2_lent, left = length;
@@ -226,7 +215,7 @@ int HttpServer::Impl::H2OnSendData(nghttp2_session*, nghttp2_frame* frame, const
     }
     if (left > 0) return NGHTTP2_ERR_CALLBACK_FAILURE;  // (cannot happen: read reserved it)
   }
-  if (pad > 1) self.QueueH2(*c, std::string(pad - 1, '\0'));
+  if (pad > 1) self.Write(*c, std::string(pad - 1, '\0'), false, /*mark_dirty=*/false);
   return 0;
 }
 

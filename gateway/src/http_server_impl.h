@@ -326,7 +326,9 @@ class HttpServer::Impl {
   // Queues bytes for the client. `response_head`: these are a response's status line and
   // headers; the write that sends them carries at most kFirstSendBytes of what follows, so
   // the client's first byte is not held back behind copying a whole RAM head.
-  void Write(Conn& c, std::string bytes, bool response_head = false);
+  // `mark_dirty`: flushed at the end of this round (off for bytes queued from within
+  // Flush itself).
+  void Write(Conn& c, std::string bytes, bool response_head = false, bool mark_dirty = true);
   void WriteLoan(Conn& c, const uint8_t* p, size_t n, uint64_t loan, CoreLink::Pools* pools,
                  bool by_ref = false);
   // Writes what `c` has queued (sync: until the socket is full; async: one write in flight).
@@ -357,11 +359,9 @@ class HttpServer::Impl {
   // Feeds what `c` has read to its session (streams start; requests go to stream conns).
   void H2Receive(Conn& c);
   // Lets the session write its frames into `c`'s queue (false: `c` was closed). Only from
-  // Flush(c), which writes them next: the session's callbacks queue them with QueueH2,
-  // which (unlike Write) does not mark `c` dirty again, so one round writes a connection's
-  // share once.
+  // Flush(c), which writes them next: the session's callbacks queue them with Write(...,
+  // mark_dirty = false), so one round writes a connection's share once.
   bool H2Send(Conn& c);
-  void QueueH2(Conn& c, std::string bytes);
   // A stream conn's new output becomes its response's frames.
   void FlushH2Stream(Conn& s);
   // Resets the stream of stream conn `s` (CANCEL) and closes it.
