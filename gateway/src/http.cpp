@@ -138,6 +138,40 @@ bool HasToken(std::string_view value, std::string_view token) {
   return false;
 }
 
+bool DecodeBase64Url(std::string_view in, std::string* out) {
+  out->clear();
+  size_t pad = 0;
+  while (pad < 2 && pad < in.size() && in[in.size() - 1 - pad] == '=') ++pad;
+  if (pad > 0 && in.size() % 4 != 0) return false;  // (padded: whole quads)
+  in.remove_suffix(pad);
+  if (in.size() % 4 == 1) return false;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char ch : in) {
+    uint32_t v;
+    if (ch >= 'A' && ch <= 'Z') {
+      v = static_cast<uint32_t>(ch - 'A');
+    } else if (ch >= 'a' && ch <= 'z') {
+      v = static_cast<uint32_t>(ch - 'a') + 26;
+    } else if (ch >= '0' && ch <= '9') {
+      v = static_cast<uint32_t>(ch - '0') + 52;
+    } else if (ch == '-') {
+      v = 62;
+    } else if (ch == '_') {
+      v = 63;
+    } else {
+      return false;
+    }
+    acc = (acc << 6) | v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out->push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return true;
+}
+
 std::string_view Request::Get(std::string_view name) const {
   for (const Header& h : headers) {
     if (IEquals(h.name, name)) return h.value;

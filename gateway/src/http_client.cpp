@@ -157,6 +157,7 @@ void HttpServer::Impl::ProcessRequests(Conn& c) {
       return;
     }
     if (c.in.size() < r.head_bytes + body) return;  // wait for the whole body
+    if (body == 0 && UpgradeToH2(c, r)) return;
     ++stats_.requests;
     BuildExchange(c, r);  // copies what it needs out of the buffer
     c.ex->body = c.in.substr(r.head_bytes, body);

@@ -28,6 +28,22 @@ bool ConnectionSpecific(std::string_view name) {
   return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
          name == "transfer-encoding" || name == "upgrade";
 }
+// An HTTP2-Settings payload a SETTINGS frame could carry (RFC 9113 6.5): whole entries,
+// ENABLE_PUSH 0 or 1, INITIAL_WINDOW_SIZE up to 2^31-1, MAX_FRAME_SIZE 2^14 to 2^24-1
+// (nghttp2 takes any other as a connection error once upgraded; the upgrade is declined).
+bool ValidSettingsPayload(std::string_view p) {
+  if (p.size() % 6 != 0) return false;
+  for (size_t at = 0; at < p.size(); at += 6) {
+    const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(p[at + i])); };
+    const uint32_t id = (b(0) << 8) | b(1);
+    const uint32_t v = (b(2) << 24) | (b(3) << 16) | (b(4) << 8) | b(5);
+    if ((id == NGHTTP2_SETTINGS_ENABLE_PUSH && v > 1) ||
+        (id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE && v > (1u << 31) - 1) ||
+        (id == NGHTTP2_SETTINGS_MAX_FRAME_SIZE && (v < (1u << 14) || v > (1u << 24) - 1)))
+      return false;
+  }
+  return true;
+}
 }  // namespace
 
 HttpServer::Impl::Conn* HttpServer::Impl::H2StreamConn(H2Session& h, int32_t id) {
@@ -79,6 +95,54 @@ void HttpServer::Impl::StartH2(Conn& c) {
   c.h2 = std::move(h);
   ++stats_.h2_connections;
   dirty_.push_back(&c);
+}
+
+// RFC 7540 3.2 (RFC 9113 deprecates it; curl --http2 and nghttp -u still ask): a bodiless
+// HTTP/1.1 request with "Upgrade: h2c", "upgrade" among its Connection options and exactly
+// one HTTP2-Settings, with nothing pipelined after it but (the start of) the preface, is
+// answered 101 and then on stream 1 of an HTTP/2 session. Anything else (a body, HTTP/1.0,
+// TLS, a malformed HTTP2-Settings) is served over HTTP/1.1: upgrading is the server's option.
+bool HttpServer::Impl::UpgradeToH2(Conn& c, const http::Request& r) {
+  if (!options_.http2 || c.tls || c.h2_parent != 0 || r.minor != 1 ||
+      !http::HasToken(r.Get("upgrade"), "h2c") || !http::HasToken(r.Get("connection"), "upgrade"))
+    return false;
+  const http::Header* settings = nullptr;
+  for (const http::Header& hd : r.headers) {
+    if (!http::IEquals(hd.name, "http2-settings")) continue;
+    if (settings != nullptr) return false;
+    settings = &hd;
+  }
+  if (settings == nullptr) return false;
+  const std::string_view rest = std::string_view(c.in).substr(r.head_bytes);
+  if (rest.substr(0, kH2Preface.size()) != kH2Preface.substr(0, rest.size())) return false;
+  std::string payload;
+  if (!http::DecodeBase64Url(settings->value, &payload) || !ValidSettingsPayload(payload))
+    return false;
+  const bool head = r.method == "HEAD";
+  StartH2(c);
+  if (!c.h2) return true;  // (closed: the session could not be made)
+  if (nghttp2_session_upgrade2(c.h2->session, reinterpret_cast<const uint8_t*>(payload.data()),
+                               payload.size(), head ? 1 : 0, nullptr) != 0) {
+    c.h2.reset();  // (settings nghttp2 refuses: HTTP/1.1 it stays)
+    --stats_.h2_connections;
+    return false;
+  }
+  ++stats_.h2_upgrades;
+  // The 101 goes out before the session's first frame (its SETTINGS): frames are queued
+  // only when the connection flushes.
+  Write(c,
+        std::string(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"),
+        false, /*mark_dirty=*/false);
+  Conn& s = NewH2Stream(*c.h2, c, 1);
+  s.h2s->dispatched = true;
+  s.h2s->head = head;
+  s.in.assign(c.in, 0, r.head_bytes);  // (the request as it came; `r` views c.in)
+  c.in.erase(0, r.head_bytes);
+  const uint64_t id = c.id;
+  ProcessRequests(s);
+  if (Conn* again = Find(id); again != nullptr && !again->closed && again->h2) H2Receive(*again);
+  return true;
 }
 
 void HttpServer::Impl::H2Receive(Conn& c) {
@@ -219,29 +283,35 @@ int HttpServer::Impl::H2OnSendData(nghttp2_session*, nghttp2_frame* frame, const
   return 0;
 }
 
+HttpServer::Impl::Conn& HttpServer::Impl::NewH2Stream(H2Session& h, Conn& parent, int32_t id) {
+  std::unique_ptr<Conn> s;
+  if (!spare_conns_.empty()) {
+    s = std::move(spare_conns_.back());
+    spare_conns_.pop_back();
+  } else {
+    s = std::make_unique<Conn>();
+  }
+  s->id = next_tag_++;
+  s->h2_parent = parent.id;
+  s->h2_checked = true;
+  s->peer = parent.peer;
+  s->last_active = MonotonicNanos();
+  s->h2s = std::make_unique<H2Stream>();
+  s->h2s->id = id;
+  h.streams[id] = s->id;
+  Conn& ref = *s;
+  conns_.emplace(s->id, std::move(s));
+  ++stats_.h2_streams;
+  return ref;
+}
+
 int HttpServer::Impl::H2OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   auto& h = *static_cast<H2Session*>(user);
   auto& self = *static_cast<Impl*>(h.impl);
   Conn* parent = self.Find(h.conn);
   if (parent == nullptr) return NGHTTP2_ERR_CALLBACK_FAILURE;
-  std::unique_ptr<Conn> s;
-  if (!self.spare_conns_.empty()) {
-    s = std::move(self.spare_conns_.back());
-    self.spare_conns_.pop_back();
-  } else {
-    s = std::make_unique<Conn>();
-  }
-  s->id = self.next_tag_++;
-  s->h2_parent = parent->id;
-  s->h2_checked = true;
-  s->peer = parent->peer;
-  s->last_active = MonotonicNanos();
-  s->h2s = std::make_unique<H2Stream>();
-  s->h2s->id = frame->hd.stream_id;
-  h.streams[frame->hd.stream_id] = s->id;
-  self.conns_.emplace(s->id, std::move(s));
-  ++self.stats_.h2_streams;
+  (void)self.NewH2Stream(h, *parent, frame->hd.stream_id);
   return 0;
 }
 

@@ -49,6 +49,7 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   ktls_send += o.ktls_send;
   ktls_recv += o.ktls_recv;
   h2_connections += o.h2_connections;
+  h2_upgrades += o.h2_upgrades;
   h2_streams += o.h2_streams;
   h2_resets += o.h2_resets;
   h2_goaways += o.h2_goaways;

@@ -371,6 +371,11 @@ class HttpServer::Impl {
   void CloseH2Streams(Conn& c);
   // The stream conn `s` has its whole request: it goes to the HTTP/1.1 machinery.
   void DispatchH2Stream(Conn& s);
+  // HTTP/1.1's Upgrade to h2c: true if `r` (complete, bodiless, at the front of c.in) asked
+  // for it and the connection now speaks HTTP/2 with `r` as its stream 1.
+  bool UpgradeToH2(Conn& c, const http::Request& r);
+  // A stream conn for stream `id` of `parent`'s session.
+  Conn& NewH2Stream(H2Session& h, Conn& parent, int32_t id);
   // (nghttp2's callbacks; user_data is the connection's H2Session)
   static ssize_t H2OnSend(nghttp2_session*, const uint8_t* data, size_t length, int flags,
                           void* user);

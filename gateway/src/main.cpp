@@ -372,15 +372,16 @@ int main(int argc, char** argv) {
                     "requests, {} answered 503 for the core ({} core disconnects); {} lent by "
                     "the core, {} of it sent by reference; {} connections, {} taken from a "
                     "neighbour worker's listener; TLS: {} handshakes ({} resumed, {} failed), "
-                    "{} with kTLS send, {} with kTLS receive; HTTP/2: {} connections, {} "
-                    "streams, {} reset by clients, {} connections ended for errors or floods",
+                    "{} with kTLS send, {} with kTLS receive; HTTP/2: {} connections ({} "
+                    "upgraded from HTTP/1.1), {} streams, {} reset by clients, {} connections "
+                    "ended for errors or floods",
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
                     st.core_disconnects, HumanSize(st.bytes_lent), HumanSize(st.bytes_by_reference),
                     st.accepted, st.accepted_for_neighbour, st.tls_handshakes, st.tls_resumed,
-                    st.tls_failed, st.ktls_send, st.ktls_recv, st.h2_connections, st.h2_streams,
-                    st.h2_resets, st.h2_goaways);
+                    st.tls_failed, st.ktls_send, st.ktls_recv, st.h2_connections, st.h2_upgrades,
+                    st.h2_streams, st.h2_resets, st.h2_goaways);
   }
   if (rs) {
     const auto& st = rs->stats();

@@ -1,7 +1,7 @@
 // Fuzz target: HTTP request and response heads, the chunked decoder, stored header blocks
-// (ForEachHeaderLine) and the Range / Cache-Control / date helpers. The first byte picks the
-// parser; any input must give a result without reading out of bounds, and a complete head's
-// views must lie inside it.
+// (ForEachHeaderLine), the Range / Cache-Control / date helpers and base64url (HTTP/1.1's
+// HTTP2-Settings). The first byte picks the parser; any input must give a result without reading
+// out of bounds, and a complete head's views must lie inside it.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Limits limits;
   limits.max_request_line = 512;
   limits.max_header_bytes = 4096;
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0: {
       Request r;
       int status = 0;
@@ -85,6 +85,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       });
       if (lines > in.size()) std::abort();
       break;
+    }
+    case 5: {
+      std::string out;
+      if (DecodeBase64Url(in, &out) && out.size() > in.size()) std::abort();
+      [[fallthrough]];
     }
     default:
       (void)ParseCacheControl(in);

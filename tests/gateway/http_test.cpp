@@ -148,5 +148,24 @@ TEST(CacheControlAndDates, Parse) {
   EXPECT_TRUE(HasToken("gzip, chunked", "CHUNKED"));
 }
 
+TEST(Base64Url, DecodesHttp2SettingsAndRefusesTheRest) {
+  std::string out;
+  // curl's HTTP2-Settings: MAX_CONCURRENT_STREAMS 100, INITIAL_WINDOW_SIZE 33554432, PUSH 0.
+  ASSERT_TRUE(DecodeBase64Url("AAMAAABkAAQCAAAAAAIAAAAA", &out));
+  EXPECT_EQ(out, std::string("\0\3\0\0\0\x64\0\4\2\0\0\0\0\2\0\0\0\0", 18));
+  for (std::string_view in : {"", "Zg", "Zg==", "Zm8", "Zm8=", "Zm9v", "-_-_"}) {
+    EXPECT_TRUE(DecodeBase64Url(in, &out)) << in;
+  }
+  ASSERT_TRUE(DecodeBase64Url("Zm8", &out));
+  EXPECT_EQ(out, "fo");
+  ASSERT_TRUE(DecodeBase64Url("-_-_", &out));
+  EXPECT_EQ(out, "\xfb\xff\xbf");
+  // Not base64url: the standard alphabet's + and /, spaces, a lone char, '=' inside or
+  // three of them, padding that leaves no whole quad.
+  for (std::string_view in : {"a+b/", "Zm 9v", "Z", "Zg=A", "Z===", "Zg=", "Zm9vY"}) {
+    EXPECT_FALSE(DecodeBase64Url(in, &out)) << in;
+  }
+}
+
 }  // namespace
 }  // namespace goblin::gateway::http

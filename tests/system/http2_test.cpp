@@ -506,6 +506,82 @@ TEST_P(Http2, FloodsEndTheirConnectionOthersAreServed) {
   EXPECT_GE(Counter(log, "([0-9]+) reset by clients"), 100u) << log;
 }
 
+// HTTP/1.1's Upgrade to h2c on the plain port (curl --http2, nghttp -u): the upgraded
+// request is stream 1 (miss, hit, HEAD), more streams follow on the connection. Requests
+// that are not upgraded (a body, a malformed or refused HTTP2-Settings, HTTP/1.0, HTTP/1.1
+// pipelined after it, TLS) are served over HTTP/1.1, and so is the next request.
+TEST_P(Http2, UpgradeFromHttp11) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::string path = "/gen/3M/up";
+  const std::string want = Origin(path);
+  const std::vector<std::string> upgrade{"-H", "Upgrade: h2c", "-H",
+                                         "Connection: Upgrade, HTTP2-Settings"};
+  auto with = [&](std::vector<std::string> a, const std::string& settings) {
+    a.insert(a.end(), upgrade.begin(), upgrade.end());
+    a.insert(a.end(), {"-H", "HTTP2-Settings: " + settings});
+    return a;
+  };
+  if (GetParam().tls) {  // (an h2 client would use ALPN: TLS never upgrades)
+    std::vector<std::string> a = H2();
+    a[0] = "--http1.1";
+    auto r = CurlUrl(Url(path), with(a, "AAMAAABkAAQCAAAAAAIAAAAA"), "t");
+    EXPECT_TRUE(r.headers.starts_with("HTTP/1.1 200")) << r.headers;
+    EXPECT_EQ(r.body, want);
+    EXPECT_EQ(Counter(StopGateway(), "\\(([0-9]+) upgraded from HTTP/1.1\\)"), 0u);
+    return;
+  }
+  for (const char* cache : {"x-cache: MISS", "x-cache: HIT"}) {
+    auto r = CurlUrl(Url(path), {"--http2"}, "u");
+    EXPECT_EQ(r.curl_exit, 0);
+    EXPECT_TRUE(r.headers.starts_with("HTTP/1.1 101 Switching Protocols")) << r.headers;
+    EXPECT_NE(r.headers.find("\nHTTP/2 200"), std::string::npos) << r.headers;
+    EXPECT_NE(r.headers.find(cache), std::string::npos) << r.headers;
+    EXPECT_TRUE(r.body == want) << r.body.size();
+  }
+  auto head = CurlUrl(Url(path), {"--http2", "-I"}, "h");
+  EXPECT_NE(head.headers.find("\nHTTP/2 200"), std::string::npos) << head.headers;
+  EXPECT_NE(head.headers.find("content-length: 3145728"), std::string::npos) << head.headers;
+  // nghttp -u: the upgraded request and two more streams on the connection.
+  auto [nrc, ng] = test::RunCommand(
+      {"/usr/bin/nghttp", "-u", "-n", "-s", Url(path), Url("/gen/110K/ng1"), Url("/gen/5K/ng2")},
+      dir_ + "/nghttp.log", 60s);
+  EXPECT_EQ(nrc, 0) << ng;
+  size_t ok = 0;
+  for (size_t at = ng.find(" 200 "); at != std::string::npos; at = ng.find(" 200 ", at + 1)) ++ok;
+  EXPECT_EQ(ok, 3u) << ng;
+  // Not upgraded.
+  auto post = CurlUrl(Url("/gen/1K/post"), {"--http2", "-d", "hello"}, "p");
+  EXPECT_TRUE(post.headers.starts_with("HTTP/1.1 200")) << post.headers;
+  for (std::string settings : {"A!A", "AAIAAAAC" /* ENABLE_PUSH 2: refused */}) {
+    auto r = CurlUrl(Url(path), with({}, settings), "b");
+    EXPECT_TRUE(r.headers.starts_with("HTTP/1.1 200")) << settings << "\n" << r.headers;
+    EXPECT_TRUE(r.body == want) << settings;
+  }
+  auto old = CurlUrl(Url(path), with({"--http1.0"}, "AAMAAABk"), "o");
+  EXPECT_EQ(old.code, 200);
+  EXPECT_EQ(old.headers.find(" 101 "), std::string::npos) << old.headers;
+  EXPECT_TRUE(old.body == want);
+  int fd = test::ConnectLoopback(port_);
+  ASSERT_GE(fd, 0);
+  const std::string two =
+      "GET /gen/1K/pl HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade, "
+      "HTTP2-Settings\r\nHTTP2-Settings: AAMAAABk\r\n\r\n"
+      "GET /gen/1K/pl HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(fd, two.data(), two.size(), MSG_NOSIGNAL), static_cast<ssize_t>(two.size()));
+  std::string in;
+  char buf[8192];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) in.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_EQ(in.find(" 101 "), std::string::npos) << in;
+  const size_t first = in.find("HTTP/1.1 200");
+  EXPECT_NE(first, std::string::npos) << in;
+  EXPECT_NE(in.find("HTTP/1.1 200", first + 1), std::string::npos) << in;
+  EXPECT_EQ(Curl(path).body, want);  // (and an HTTP/1.1 client after all of it)
+  std::string log = StopGateway();
+  EXPECT_EQ(Counter(log, "\\(([0-9]+) upgraded from HTTP/1.1\\)"), 4u) << log;
+  EXPECT_EQ(Counter(log, "([0-9]+) connections ended for errors or floods"), 0u) << log;
+}
+
 // Several workers: parallel misses over HTTP/2 of one key are one origin request.
 TEST_P(Http2, WorkersCoalesceMisses) {
   ASSERT_NO_FATAL_FAILURE(Start({"--threads", "2"}));

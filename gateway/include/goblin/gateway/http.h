@@ -131,5 +131,9 @@ void ForEachHeaderLine(std::string_view block, Fn&& fn) {
 }
 // True when a comma-separated header value lists `token` (case-insensitive).
 bool HasToken(std::string_view value, std::string_view token);
+// base64url (RFC 4648 section 5), the '=' padding optional: HTTP2-Settings' token68. False
+// (and *out unspecified) for any other character, a misplaced '=' or a length no encoder
+// gives.
+bool DecodeBase64Url(std::string_view in, std::string* out);
 
 }  // namespace goblin::gateway::http

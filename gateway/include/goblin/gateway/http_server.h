@@ -108,10 +108,10 @@ struct HttpStats {
   // TLS: handshakes completed (of them resumed sessions), failed, and connections whose
   // writes (reads) the kernel encrypts (decrypts): kTLS.
   uint64_t tls_handshakes = 0, tls_resumed = 0, tls_failed = 0, ktls_send = 0, ktls_recv = 0;
-  // HTTP/2: connections (h2 by ALPN, h2c by prior knowledge), streams, streams the client
-  // reset, connections ended for misbehaving (floods: resets, SETTINGS/PING, CONTINUATION;
-  // protocol errors).
-  uint64_t h2_connections = 0, h2_streams = 0, h2_resets = 0, h2_goaways = 0;
+  // HTTP/2: connections (h2 by ALPN, h2c by prior knowledge or by HTTP/1.1's Upgrade), of
+  // them upgraded, streams, streams the client reset, connections ended for misbehaving
+  // (floods: resets, SETTINGS/PING, CONTINUATION; protocol errors).
+  uint64_t h2_connections = 0, h2_upgrades = 0, h2_streams = 0, h2_resets = 0, h2_goaways = 0;
   HttpStats& operator+=(const HttpStats& o);
 };
 
