@@ -202,6 +202,10 @@ int main(int argc, char** argv) {
                        "nothing to serve: give --mirror (HTTP), --resp-port/--resp-unix and/or "
                        "--memcache-port/--memcache-unix"));
   }
+  if (!http && h.https_port != 0) {
+    return Fail(
+        Status(StatusCode::kInvalidArgument, "--https-port serves the HTTP mirror: give --mirror"));
+  }
   if (http && h.https_port != 0) {
     if (tls_certs.size() != tls_keys.size()) {
       return Fail(Status(StatusCode::kInvalidArgument,

@@ -398,6 +398,13 @@ TEST(HttpsSettings, BadCertificatesAreOneClearErrorAtStart) {
     EXPECT_EQ(rc, 1) << out;
     EXPECT_NE(out.find(c.error), std::string::npos) << "want: " << c.error << "\ngot: " << out;
   }
+  // HTTPS without the mirror (a memcache-only gateway): an error, not a port never opened.
+  auto [rc, out] = test::RunCommand({GOBLIN_GATEWAY_BIN, "--core", "unix:" + dir + "/no.sock",
+                                     "--memcache-port=-1", "--https-port=-1"},
+                                    dir + "/gw.log", 20s);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("--https-port serves the HTTP mirror: give --mirror"), std::string::npos)
+      << out;
   fs::remove_all(dir);
 }
 
