@@ -14,7 +14,7 @@ PKGS=(
   # kernel interfaces
   liburing-dev libnuma-dev numactl
   # protocols and RPC
-  libnghttp2-dev nghttp2-client libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libnghttp2-dev nghttp2-client goaccess libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   # libraries we choose
   libfmt-dev libspdlog-dev libcli11-dev libssl-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
   # tests and benchmarks

@@ -189,15 +189,26 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
   ex->purge_mode.assign(r.Get("x-purge"));
   detail::LowerInPlace(&ex->purge_mode);
   ex->content_type_in.assign(r.Get("content-type"));
+  if (log_ != nullptr) {
+    ex->start_ns = MonotonicNanos();
+    ex->start_unix = static_cast<int64_t>(detail::NowSeconds());
+    ex->log_begin = c.written_total + c.out_bytes;
+    ex->user_agent.assign(r.Get("user-agent"));
+    ex->referer.assign(r.Get("referer"));
+  }
   c.ex = std::move(ex);
 }
 
 void HttpServer::Impl::Dispatch(Conn& c) {
   Exchange& e = *c.ex;
-  if (e.method == "PURGE") return Purge(c);
+  if (e.method == "PURGE") {
+    e.cache = "PURGE";
+    return Purge(c);
+  }
   if (e.method != "GET" && e.method != "HEAD") {
     // Other methods go to the origin, uncached.
     ++stats_.passes;
+    e.cache = "PASS";
     Origin* o = OpenOrigin(e.method, e.target, "", e.content_type_in, e.body);
     if (o == nullptr) return Fail(c, 502, detail::Describe(OriginFault::kUnreachable));
     o->pass_conn = c.id;
@@ -220,12 +231,15 @@ void HttpServer::Impl::Dispatch(Conn& c) {
 }
 
 void HttpServer::Impl::Respond(Conn& c, int status, std::string_view body, std::string_view extra) {
+  const uint64_t begin = c.written_total + c.out_bytes;  // (the access log's, without an exchange)
   std::string head = fmt::format(
       "HTTP/1.1 {} {}\r\nDate: {}\r\nServer: goblin\r\nContent-Type: text/plain\r\nContent-Length: "
       "{}\r\n{}{}\r\n",
       status, Reason(status), HttpDate(), body.size(), extra,
       c.close_after ? "Connection: close\r\n" : "");
+  const size_t head_len = head.size();
   Write(c, head + std::string(c.ex && c.ex->head ? std::string_view() : body), true);
+  if (!c.ex) LogBadRequest(c, status, begin, head_len);
   FinishExchange(c);
 }
 
@@ -237,11 +251,13 @@ void HttpServer::Impl::Fail(Conn& c, int status, std::string_view why) {
   }
   // Headers are out: closing mid-body is the only honest signal.
   CancelCoreGet(c);
+  LogExchange(c);
   c.ex.reset();
   dirty_.push_back(&c);
 }
 
 void HttpServer::Impl::FinishExchange(Conn& c) {
+  LogExchange(c);
   c.spare_ex = std::move(c.ex);  // (kept for the connection's next request)
   dirty_.push_back(&c);
   if (!c.close_after && !c.in.empty()) ProcessRequests(c);
@@ -250,7 +266,10 @@ void HttpServer::Impl::FinishExchange(Conn& c) {
 
 void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head, bool mark_dirty) {
   if (bytes.empty()) return;
-  if (response_head && c.ex) c.ex->head_sent = true;
+  if (response_head && c.ex) {
+    if (log_ != nullptr && !c.ex->head_sent) NoteResponseHead(*c.ex, bytes);
+    c.ex->head_sent = true;
+  }
   if (c.out.empty()) c.last_progress = MonotonicNanos();
   c.out_bytes += bytes.size();
   Piece p;
@@ -405,6 +424,8 @@ size_t HttpServer::Impl::Gather(Conn& c, std::vector<iovec>* iov, size_t max, bo
 bool HttpServer::Impl::Advance(Conn& c, size_t left) {
   c.last_active = c.last_progress = MonotonicNanos();
   c.out_bytes -= left;
+  c.written_total += left;
+  if (c.logs_n != 0) EmitLogs(c, false);  // (its line counts its bytes, not their release)
   bool ok = true;
   while (left > 0 && !c.out.empty()) {
     Piece& p = c.out.front();
@@ -548,6 +569,10 @@ void HttpServer::Impl::Close(Conn& c) {
     if (!async_ || !c.uses_ring()) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
     c.fd.Reset();
   }
+  // The access log: an exchange cut short is logged with what it sent (a stream conn's
+  // lines wait for the bytes it lent to come back).
+  if (c.ex) LogExchange(c);
+  if (c.logs_n != 0 && c.h2_lent == 0) EmitLogs(c, true);
   // (bytes a stream conn lent its parent stay until the parent gives them back)
   if (!c.write_inflight && c.h2_lent == 0) ReleasePieces(c);
   CloseH2Streams(c);

@@ -24,6 +24,7 @@ using detail::StatusFor;
 void HttpServer::Impl::Miss(Conn& c) {
   Exchange& ex = *c.ex;
   ex.is_miss = true;
+  ex.cache = "MISS";
   ++stats_.misses;
   bool ranged = !ex.range.empty();
   auto fit = fills_.find(ex.key);
@@ -185,6 +186,8 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   if (f.stage == Stage::kUncached) return;  // (the core went away meanwhile: just stream)
   if (!cacheable) {
     ++stats_.passes;
+    if (Conn* l = f.leader != 0 ? Find(f.leader) : nullptr; l != nullptr && l->ex)
+      l->ex->cache = "PASS";
     return Uncache(f, "");  // each waiter (here or in another gateway) fetches for itself
   }
   if (f.reserved) {
@@ -457,6 +460,7 @@ void HttpServer::Impl::ReleaseWaiters(Fill& f, bool follow) {
 
 void HttpServer::Impl::PassToOrigin(Conn& c) {
   ++stats_.passes;
+  c.ex->cache = "PASS";
   Origin* o = OpenOrigin(c.ex->head ? "HEAD" : "GET", c.ex->target, c.ex->range);
   if (o == nullptr) return Fail(c, 502, Describe(OriginFault::kUnreachable));
   o->pass_conn = c.id;

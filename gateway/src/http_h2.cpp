@@ -134,6 +134,7 @@ bool HttpServer::Impl::UpgradeToH2(Conn& c, const http::Request& r) {
         std::string(
             "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"),
         false, /*mark_dirty=*/false);
+  c.h2->await_settings = true;
   Conn& s = NewH2Stream(*c.h2, c, 1);
   s.h2s->dispatched = true;
   s.h2s->head = head;
@@ -363,6 +364,10 @@ int HttpServer::Impl::H2OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame
   auto& h = *static_cast<H2Session*>(user);
   auto& self = *static_cast<Impl*>(h.impl);
   if (frame->hd.type == NGHTTP2_RST_STREAM) ++self.stats_.h2_resets;
+  if (frame->hd.type == NGHTTP2_SETTINGS && h.await_settings) {
+    h.await_settings = false;  // (an upgraded connection's stream 1 may answer now)
+    if (Conn* s = self.H2StreamConn(h, 1)) self.dirty_.push_back(s);
+  }
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
     if (Conn* s = self.H2StreamConn(h, frame->hd.stream_id); s != nullptr && !s->h2s->dispatched)
@@ -417,7 +422,7 @@ void HttpServer::Impl::DispatchH2Stream(Conn& s) {
 void HttpServer::Impl::FlushH2Stream(Conn& s) {
   H2Stream& st = *s.h2s;
   Conn* c = Find(s.h2_parent);
-  if (c == nullptr || !c->h2 || st.reset) return;
+  if (c == nullptr || !c->h2 || st.reset || c->h2->await_settings) return;
   nghttp2_session* session = c->h2->session;
   bool changed = false;  // (the session has something new to write: the connection flushes)
   while (!st.submitted && s.out_bytes > 0) {
@@ -542,8 +547,12 @@ void HttpServer::Impl::H2Returned(uint64_t child, size_t n, bool written) {
   if (written && !s.closed) {
     // (what it may frame next does not change: its queue and what it lent shrink alike)
     (void)Advance(s, n);
-  } else if (s.closed && s.h2_lent == 0) {
-    ReleasePieces(s);
+  } else if (s.closed) {
+    if (written) s.written_total += n;  // (the access log's count)
+    if (s.h2_lent == 0) {
+      if (s.logs_n != 0) EmitLogs(s, true);
+      ReleasePieces(s);
+    }
   }
 }
 

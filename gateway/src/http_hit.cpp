@@ -328,9 +328,11 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   if (filling) {
     if (!ex.is_miss) ++stats_.coalesced;
     ex.is_miss = true;
+    ex.cache = "MISS";
   } else {
     if (ex.is_miss && stats_.misses > 0) --stats_.misses;
     ex.is_miss = false;
+    ex.cache = "HIT";
     ++stats_.hits;
   }
   if (ex.via_head_lookup) {

@@ -96,6 +96,7 @@ bool HttpServer::Impl::ServeLocal(Conn& c) {
   auto count = [&] {
     ++stats_.hits;
     ++stats_.local_hits;
+    c.ex->cache = "HIT";
     Touch(*p, h->entry);
     ExpectNextRequest();
   };

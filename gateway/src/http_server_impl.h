@@ -12,6 +12,7 @@
 //   http_tls.cpp     HTTPS connections: the handshake, reads, and writes encrypted in user
 //                    space where the kernel has no kTLS (always by epoll readiness, also
 //                    in a --net async worker)
+//   http_access_log.cpp  the access log's line for each exchange (--access-log)
 //   http_h2.cpp      HTTP/2 (nghttp2): a connection's session, and each stream as a
 //                    connection of its own without a socket (a "stream conn") whose
 //                    HTTP/1.1 request is synthesized from the stream's headers and whose
@@ -37,6 +38,7 @@
 #include "core_link.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/recycling_map.h"
+#include "goblin/gateway/access_log.h"
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/http_server.h"
 #include "goblin/wire/goblin_wire.h"
@@ -77,6 +79,9 @@ struct H2Session {
   void* impl = nullptr;                           // the HttpServer::Impl it belongs to
   uint64_t conn = 0;                              // the connection it runs on
   std::unordered_map<int32_t, uint64_t> streams;  // stream id -> its stream conn
+  // Upgraded from HTTP/1.1: stream 1's response waits for the client's preface (its first
+  // SETTINGS): curl 7.88 fails an upgrade followed by more than 32 KiB before it.
+  bool await_settings = false;
   H2Session() = default;
   H2Session(const H2Session&) = delete;
   H2Session& operator=(const H2Session&) = delete;
@@ -106,7 +111,7 @@ struct H2Stream {
 
 class HttpServer::Impl {
  public:
-  explicit Impl(const HttpServerOptions& o) : options_(o), hot_(o.hot_heads) {}
+  explicit Impl(const HttpServerOptions& o) : log_(o.access_log), options_(o), hot_(o.hot_heads) {}
   VoidResult Init();
   VoidResult Run(int stop_fd);
   HttpStats stats_;
@@ -139,6 +144,13 @@ class HttpServer::Impl {
     // (or dropped) they are given back to it.
     uint64_t h2_child = 0;
   };
+  // An access log line waiting for its response's last byte: `line` up to the status (and
+  // its space), `tail` from the referer to the TTFB; the byte counts and duration are added
+  // when it is written (AccessLog in access_log.h).
+  struct LogEntry {
+    std::string line, tail;
+    uint64_t begin = 0, end = 0, head_len = 0, start_ns = 0;
+  };
   struct Fill;
   enum class ExState { kLookup, kCoreBody, kWaitFill, kOrigin, kDone };
   struct Exchange {
@@ -163,11 +175,22 @@ class HttpServer::Impl {
     // The head went out from here; the core sends the tail (it must be of this version).
     bool local_tail = false;
     uint64_t local_generation = 0;
+    // The access log (only with --access-log): what its line says.
+    const char* cache = "SYNTH";  // HIT, MISS, PASS, PURGE, SYNTH
+    std::string user_agent, referer;
+    uint64_t start_ns = 0, ttfb_ns = 0;  // monotonic: received; its head queued (after it)
+    int64_t start_unix = 0;
+    int status = 0;
+    size_t head_len = 0;     // bytes of its response head
+    bool logged = false;     // its line is made (once, whichever way it ends)
+    uint64_t log_begin = 0;  // the connection's byte offset where its response starts
     // Back to a new exchange's state, keeping what the strings and vectors have allocated
     // (a keep-alive connection's next request reuses them).
     void Reset() {
-      std::string* s[] = {&method, &target,   &key,          &range,      &inm,  &ims,
-                          &host,   &boundary, &content_type, &purge_mode, &body, &content_type_in};
+      std::string* s[] = {&method,       &target,     &key,  &range,
+                          &inm,          &ims,        &host, &boundary,
+                          &content_type, &purge_mode, &body, &content_type_in,
+                          &user_agent,   &referer};
       std::string kept[std::size(s)];
       for (size_t i = 0; i < std::size(s); ++i) kept[i] = std::move(*s[i]);
       std::vector<http::ByteRange> kept_ranges = std::move(ranges);
@@ -221,6 +244,12 @@ class HttpServer::Impl {
     uint64_t h2_parent = 0;
     std::unique_ptr<H2Stream> h2s;
     uint64_t h2_lent = 0;  // bytes of `out` lent to the parent's queue, not yet written
+    // The access log: bytes of responses written so far, and the lines of responses queued
+    // whose last byte is not yet written (logs[logs_first, logs_n); the strings of entries
+    // past logs_n keep their capacity for the next ones).
+    uint64_t written_total = 0;
+    std::vector<LogEntry> logs;
+    size_t logs_first = 0, logs_n = 0;
     bool uses_ring() const { return !tls && h2_parent == 0; }  // (in a --net async worker)
     // Back to a fresh connection's state (for reuse by the next accept), keeping what its
     // buffers, queue and last exchange have allocated.
@@ -248,6 +277,8 @@ class HttpServer::Impl {
       h2s.reset();
       h2_checked = false;
       h2_parent = h2_lent = 0;
+      written_total = 0;
+      logs_first = logs_n = 0;
     }
   };
   struct Origin {
@@ -353,6 +384,21 @@ class HttpServer::Impl {
   // record, up to `budget` bytes (`once`: one record). false: `c` was closed, or has more
   // than its budget and goes on in the next round.
   bool FlushTls(Conn& c, size_t budget, bool once);
+  // ---- the access log (http_access_log.cpp; only with --access-log) ----
+  // The exchange's line, queued until its response's last byte is written (`status`: for
+  // a response without an exchange, a bad request's).
+  void LogExchange(Conn& c);
+  void LogBadRequest(Conn& c, int status, uint64_t begin, size_t head_len);
+  // Writes the lines whose responses are out (`all`: every one, the connection is ending).
+  void EmitLogs(Conn& c, bool all);
+  // A response head going out for `e` (status, TTFB, head length).
+  void NoteResponseHead(Exchange& e, std::string_view head);
+  std::string_view LogTime(int64_t unix_seconds);
+  AccessLog::Ring* log_ = nullptr;
+  std::string log_line_;  // (the line being formatted: its capacity is kept)
+  std::string log_time_;
+  int64_t log_time_second_ = -1;
+
   // ---- HTTP/2 (http_h2.cpp) ----
   // `c` speaks HTTP/2 from now on (ALPN h2, or the h2c preface on a plain port).
   void StartH2(Conn& c);

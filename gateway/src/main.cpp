@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
                "Serve HTTP/1.1 only (no h2 by ALPN, no h2c by prior knowledge)");
   app.add_flag("--no-ktls", no_ktls,
                "Encrypt HTTPS in user space even where the kernel offers kTLS");
+  std::string access_log_path = "none";
+  app.add_option("--access-log", access_log_path,
+                 "HTTP access log: FILE (appended; reopened on SIGUSR1), - (standard output) or "
+                 "none; NCSA combined + cache status, TTFB, duration, bytes")
+      ->capture_default_str();
   app.add_option("--net", net, "Network I/O: sync (epoll) or async (io_uring)")
       ->check(CLI::IsMember({"sync", "async"}))
       ->capture_default_str();
@@ -262,13 +267,21 @@ int main(int argc, char** argv) {
   auto signals = ShutdownSignal::Install();
   if (!signals) return Fail(signals.error());
 
+  std::unique_ptr<gateway::AccessLog> access_log;  // (outlives the workers writing to it)
   std::vector<std::unique_ptr<gateway::HttpServer>> workers;
   std::unique_ptr<gateway::RespServer> rs;
+  if (http && access_log_path != "none") {
+    auto log = gateway::AccessLog::Open(access_log_path, static_cast<size_t>(threads));
+    if (!log) return Fail(log.error());
+    access_log = std::move(*log);
+    gateway::AccessLog::ReopenOnSigusr1(access_log.get());
+  }
   if (http) {
     h.reuse_port = threads > 1;
     for (int i = 0; i < threads; ++i) {
       gateway::HttpServerOptions w = h;
       w.worker = i;
+      if (access_log) w.access_log = access_log->ring(static_cast<size_t>(i));
       if (i > 0) {  // (the first may have taken any free ports)
         w.port = workers[0]->port();
         w.https_port = workers[0]->https_port();
@@ -386,6 +399,10 @@ int main(int argc, char** argv) {
                     st.accepted, st.accepted_for_neighbour, st.tls_handshakes, st.tls_resumed,
                     st.tls_failed, st.ktls_send, st.ktls_recv, st.h2_connections, st.h2_upgrades,
                     st.h2_streams, st.h2_resets, st.h2_goaways);
+    if (access_log) {
+      GOBLIN_LOG_INFO(kLog, "access log '{}': {} lines, {} dropped (its rings were full)",
+                      access_log->path(), access_log->lines_written(), access_log->dropped());
+    }
   }
   if (rs) {
     const auto& st = rs->stats();

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <climits>
 #include <cstdio>
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", tls_certs,
                  "HTTPS certificate chain (PEM); repeat with --tls-key, chosen by SNI");
   app.add_option("--tls-key", tls_keys, "Private key (PEM) of the --tls-cert in the same place");
+  std::string access_log = "none";
+  app.add_option("--access-log", access_log,
+                 "HTTP access log: FILE, - (standard output) or none (SIGUSR1 to goblin-store "
+                 "or goblin-gateway reopens it)")
+      ->capture_default_str();
   app.add_option("--resp-port", resp_port, "Also serve Redis pub/sub on this port (0: no)")
       ->capture_default_str();
   app.add_option("--memcache-port", memcache_port,
@@ -270,6 +276,7 @@ int main(int argc, char** argv) {
   if (https_port != 0) gw_args.insert(gw_args.end(), {"--https-port", std::to_string(https_port)});
   for (const auto& c : tls_certs) gw_args.insert(gw_args.end(), {"--tls-cert", c});
   for (const auto& k : tls_keys) gw_args.insert(gw_args.end(), {"--tls-key", k});
+  if (access_log != "none") gw_args.insert(gw_args.end(), {"--access-log", access_log});
   if (resp_port != 0) gw_args.insert(gw_args.end(), {"--resp-port", std::to_string(resp_port)});
   if (!no_memcache && memcache_port != 0) {
     gw_args.insert(gw_args.end(), {"--memcache-port", std::to_string(memcache_port),
@@ -289,9 +296,17 @@ int main(int argc, char** argv) {
                   getpid(), core, gw, mirror, listen_address, http_port,
                   https_port != 0 ? fmt::format(" and https://{}:{}/", listen_address, https_port)
                                   : std::string());
-  // Supervise: the first child to exit (or a signal) stops everything.
+  // Supervise: the first child to exit (or a signal) stops everything; SIGUSR1 (rotate the
+  // access log) is passed on to the gateway.
+  static std::atomic<bool> usr1{false};
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { usr1.store(true, std::memory_order_relaxed); };
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
   int rc = 0;
   for (;;) {
+    if (usr1.exchange(false, std::memory_order_relaxed)) kill(gw, SIGUSR1);
     int st = 0;
     pid_t p = waitpid(-1, &st, WNOHANG);
     if (p == core || p == gw) {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "goblin/common/status.h"
+#include "goblin/gateway/access_log.h"
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/tls.h"
 
@@ -93,6 +94,8 @@ struct HttpServerOptions {
   // (AcceptAlsoFrom), so one that is awake does not leave a connection waiting for a
   // sleeping sibling's wake-up.
   bool accept_from_neighbour = true;
+  // The access log's ring for this worker (see access_log.h); nullptr: no access log.
+  AccessLog::Ring* access_log = nullptr;
 };
 
 struct HttpStats {
