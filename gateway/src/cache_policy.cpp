@@ -1,5 +1,7 @@
 #include "goblin/gateway/cache_policy.h"
 
+#include <algorithm>
+
 namespace goblin::gateway::policy {
 namespace {
 
@@ -62,6 +64,50 @@ bool NotModified(std::string_view if_none_match, std::string_view if_modified_si
   auto since = http::ParseHttpDate(if_modified_since);
   auto modified = http::ParseHttpDate(last_modified);
   return since && modified && *modified <= *since;
+}
+
+void BuildCacheKey(std::string* key, std::string_view host, std::string_view target,
+                   const CacheKeyOptions& o, const http::Request& r,
+                   std::vector<std::string_view>* scratch) {
+  key->assign(host);
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos ||
+      (o.query == CacheKeyOptions::Query::kKeep && o.strip.empty())) {
+    key->append(target);
+  } else {
+    key->append(target.substr(0, q));
+    if (o.query != CacheKeyOptions::Query::kIgnore) {
+      auto stripped = [&](std::string_view name) {
+        for (const std::string& s : o.strip) {
+          if (!s.empty() && s.back() == '*'
+                  ? name.starts_with(std::string_view(s).substr(0, s.size() - 1))
+                  : name == s)
+            return true;
+        }
+        return false;
+      };
+      scratch->clear();
+      std::string_view query = target.substr(q + 1);
+      while (!query.empty()) {
+        const size_t amp = query.find('&');
+        const std::string_view param = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+        if (param.empty() || stripped(param.substr(0, param.find('=')))) continue;
+        scratch->push_back(param);
+      }
+      if (o.query == CacheKeyOptions::Query::kSort) std::sort(scratch->begin(), scratch->end());
+      for (size_t i = 0; i < scratch->size(); ++i) {
+        key->push_back(i == 0 ? '?' : '&');
+        key->append((*scratch)[i]);
+      }
+    }
+  }
+  for (const std::string& h : o.headers) {
+    key->push_back('#');
+    key->append(h);
+    key->push_back('=');
+    key->append(r.Get(h));
+  }
 }
 
 }  // namespace goblin::gateway::policy

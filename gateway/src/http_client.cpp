@@ -15,6 +15,7 @@
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/log.h"
+#include "goblin/gateway/cache_policy.h"
 #include "http_server_impl.h"
 
 namespace goblin::gateway {
@@ -176,7 +177,11 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
   ex->target.assign(r.target);
   ex->host.assign(r.Get("host"));
   detail::LowerInPlace(&ex->host);
-  ex->key.assign(ex->host).append(ex->target);  // Varnish's default hash: Host + URL
+  if (options_.cache_key.plain()) {
+    ex->key.assign(ex->host).append(ex->target);  // Varnish's default hash: Host + URL
+  } else {
+    policy::BuildCacheKey(&ex->key, ex->host, ex->target, options_.cache_key, r, &key_scratch_);
+  }
   ex->range.assign(r.Get("range"));
   ex->inm.assign(r.Get("if-none-match"));
   ex->ims.assign(r.Get("if-modified-since"));

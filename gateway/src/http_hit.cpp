@@ -110,9 +110,10 @@ void HttpServer::Impl::Purge(Conn& c) {
   if (!allowed) return Respond(c, 403, "403 Forbidden: PURGE is not allowed from here\n");
   uint64_t corr = next_corr_++;
   bool many = e.purge_mode == "prefix" || e.purge_mode == "all";
-  // A prefix purge takes the key up to the query (Host + path); "all" empties the cache.
+  // A prefix purge takes the key up to the query and the headers in it (Host + path: every
+  // variant under it); "all" empties the cache.
   std::string key = e.purge_mode == "all"      ? std::string()
-                    : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find('?'))
+                    : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find_first_of("?#"))
                                                : e.key;
   if (many) {
     // Every shard holds some of the keys: each purges its own, the answers add up.

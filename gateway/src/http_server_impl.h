@@ -394,6 +394,7 @@ class HttpServer::Impl {
   // A response head going out for `e` (status, TTFB, head length).
   void NoteResponseHead(Exchange& e, std::string_view head);
   std::string_view LogTime(int64_t unix_seconds);
+  std::vector<std::string_view> key_scratch_;  // (BuildCacheKey's)
   AccessLog::Ring* log_ = nullptr;
   std::string log_line_;  // (the line being formatted: its capacity is kept)
   std::string log_time_;

@@ -65,6 +65,17 @@ int main(int argc, char** argv) {
                "Serve HTTP/1.1 only (no h2 by ALPN, no h2c by prior knowledge)");
   app.add_flag("--no-ktls", no_ktls,
                "Encrypt HTTPS in user space even where the kernel offers kTLS");
+  std::string key_query = "keep";
+  app.add_option("--cache-key-query", key_query,
+                 "The query string in the cache key: keep, sort (parameters in byte order) or "
+                 "ignore")
+      ->check(CLI::IsMember({"keep", "sort", "ignore"}))
+      ->capture_default_str();
+  app.add_option("--cache-key-strip", h.cache_key.strip,
+                 "Query parameter left out of the cache key (repeatable; NAME* for a prefix, "
+                 "e.g. utm_*)");
+  app.add_option("--cache-key-header", h.cache_key.headers,
+                 "Request header whose value is part of the cache key (repeatable)");
   std::string access_log_path = "none";
   app.add_option("--access-log", access_log_path,
                  "HTTP access log: FILE (appended; reopened on SIGUSR1), - (standard output) or "
@@ -233,6 +244,12 @@ int main(int argc, char** argv) {
     return Fail(Status(StatusCode::kInvalidArgument,
                        "--memcache-unix serves one loop: use --memcache-threads 1 with it"));
   }
+  h.cache_key.query = key_query == "sort"     ? gateway::policy::CacheKeyOptions::Query::kSort
+                      : key_query == "ignore" ? gateway::policy::CacheKeyOptions::Query::kIgnore
+                                              : gateway::policy::CacheKeyOptions::Query::kKeep;
+  for (std::string& name : h.cache_key.headers) {
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
   h.net_async = net == "async";
   h.http2 = !no_http2;
   h.core_socket = r.core_socket = core_socket;
@@ -306,6 +323,13 @@ int main(int argc, char** argv) {
                         : std::string("(no plain HTTP port)"),
                     net, threads, threads == 1 ? "" : "s", h.busy_poll.count() / 1000,
                     h.yield_when_polling ? "yielding" : "pausing");
+    if (!h.cache_key.plain()) {
+      GOBLIN_LOG_INFO(kLog, "cache key: Host + URL, query {}{}{}{}{}", key_query,
+                      h.cache_key.strip.empty() ? "" : ", without ",
+                      fmt::join(h.cache_key.strip, ","),
+                      h.cache_key.headers.empty() ? "" : ", with headers ",
+                      fmt::join(h.cache_key.headers, ","));
+    }
     if (h.tls) {
       std::string certs;
       for (size_t i = 0; i < h.tls->pairs(); ++i) {

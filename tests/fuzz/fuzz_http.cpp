@@ -1,12 +1,13 @@
 // Fuzz target: HTTP request and response heads, the chunked decoder, stored header blocks
-// (ForEachHeaderLine), the Range / Cache-Control / date helpers and base64url (HTTP/1.1's
-// HTTP2-Settings). The first byte picks the parser; any input must give a result without reading
-// out of bounds, and a complete head's views must lie inside it.
+// (ForEachHeaderLine), the Range / Cache-Control / date helpers, base64url (HTTP/1.1's
+// HTTP2-Settings) and the cache key. The first byte picks the parser; any input must give a
+// result without reading out of bounds, and a complete head's views must lie inside it.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
 
+#include "goblin/gateway/cache_policy.h"
 #include "goblin/gateway/http.h"
 
 using namespace goblin::gateway::http;
@@ -89,6 +90,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 5: {
       std::string out;
       if (DecodeBase64Url(in, &out) && out.size() > in.size()) std::abort();
+      // The cache key of any target, every option on: never longer than host + target +
+      // the header parts, every byte of it from them.
+      goblin::gateway::policy::CacheKeyOptions o;
+      o.query = in.size() % 2 ? goblin::gateway::policy::CacheKeyOptions::Query::kSort
+                              : goblin::gateway::policy::CacheKeyOptions::Query::kKeep;
+      o.strip = {"utm_*", "a"};
+      o.headers = {"x"};
+      Request none;
+      std::vector<std::string_view> scratch;
+      std::string key;
+      goblin::gateway::policy::BuildCacheKey(&key, "h", in, o, none, &scratch);
+      if (key.size() > 1 + in.size() + 3 || key.compare(key.size() - 3, 3, "#x=") != 0)
+        std::abort();
       [[fallthrough]];
     }
     default:

@@ -1,5 +1,5 @@
 // The mirror's cache rules in process: what is stored and for how long, and when a
-// conditional request is a 304.
+// conditional request is a 304, and the cache key a request maps to.
 #include "goblin/gateway/cache_policy.h"
 
 #include <gtest/gtest.h>
@@ -90,6 +90,45 @@ TEST(CachePolicy, ConditionalRequests) {
   EXPECT_FALSE(policy::NotModified("", "Tue, 14 Nov 2023 21:00:00 GMT", etag, lm));
   EXPECT_FALSE(policy::NotModified("", "not a date", etag, lm));
   EXPECT_FALSE(policy::NotModified("", "Wed, 15 Nov 2023 00:00:00 GMT", etag, ""));
+}
+
+// The cache key of a request with `target` (and `extra` header lines) under `o`.
+std::string Key(const policy::CacheKeyOptions& o, const std::string& target,
+                const std::string& extra = "") {
+  const std::string text = "GET " + target + " HTTP/1.1\r\nHost: h\r\n" + extra + "\r\n";
+  http::Request r;
+  int status = 0;
+  EXPECT_EQ(http::ParseRequest(text, http::Limits{}, &r, &status), http::Parse::kComplete);
+  std::string key;
+  std::vector<std::string_view> scratch;
+  policy::BuildCacheKey(&key, "h", r.target, o, r, &scratch);
+  return key;
+}
+
+TEST(CacheKey, HostAndUrlNormalizedAsConfigured) {
+  using Q = policy::CacheKeyOptions::Query;
+  policy::CacheKeyOptions keep;
+  EXPECT_EQ(Key(keep, "/a?b=2&a=1"), "h/a?b=2&a=1");
+  EXPECT_EQ(Key(keep, "/a"), "h/a");
+  policy::CacheKeyOptions sort;
+  sort.query = Q::kSort;
+  EXPECT_EQ(Key(sort, "/a?b=2&a=1&a=0"), "h/a?a=0&a=1&b=2");
+  EXPECT_EQ(Key(sort, "/a?&&b&a="), "h/a?a=&b");
+  EXPECT_EQ(Key(sort, "/a?"), "h/a");
+  EXPECT_EQ(Key(sort, "/a?x=1?y"), "h/a?x=1?y");
+  policy::CacheKeyOptions ignore;
+  ignore.query = Q::kIgnore;
+  EXPECT_EQ(Key(ignore, "/a?b=2&a=1"), "h/a");
+  policy::CacheKeyOptions strip;
+  strip.strip = {"utm_*", "fbclid"};
+  EXPECT_EQ(Key(strip, "/a?utm_source=x&b=2&fbclid=1&utm=3&a=1"), "h/a?b=2&utm=3&a=1");
+  EXPECT_EQ(Key(strip, "/a?utm_source=x&fbclid"), "h/a");
+  strip.query = Q::kSort;
+  EXPECT_EQ(Key(strip, "/a?utm_source=x&b=2&a=1"), "h/a?a=1&b=2");
+  policy::CacheKeyOptions header;
+  header.headers = {"x-device", "accept-language"};
+  EXPECT_EQ(Key(header, "/a?q", "X-Device: mobile\r\n"), "h/a?q#x-device=mobile#accept-language=");
+  EXPECT_EQ(Key(header, "/a"), "h/a#x-device=#accept-language=");
 }
 
 }  // namespace

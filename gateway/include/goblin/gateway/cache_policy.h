@@ -1,12 +1,15 @@
 // Cache policy of the HTTP mirror, as pure functions over parsed messages (no I/O, no
 // state), so every rule is unit-tested in process: whether an origin response may be
 // stored and for how long (a shared cache's view of RFC 9111, as Goblin implements it
-// today), and whether a conditional request is answered 304 from what is stored.
+// today), whether a conditional request is answered 304 from what is stored, and the cache
+// key a request maps to.
 // Threading: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "goblin/gateway/http.h"
 
@@ -27,5 +30,23 @@ Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_uni
 // without If-None-Match, If-Modified-Since against the stored Last-Modified. True: 304.
 bool NotModified(std::string_view if_none_match, std::string_view if_modified_since,
                  std::string_view etag, std::string_view last_modified);
+
+// The cache key: Host + URL (Varnish's default hash), normalized as configured
+// (--cache-key-query, --cache-key-strip, --cache-key-header). Only the key changes: the
+// origin is asked for the URL as the client sent it (as nginx's proxy_cache_key).
+struct CacheKeyOptions {
+  enum class Query { kKeep, kSort, kIgnore };
+  Query query = Query::kKeep;        // kSort: parameters in byte order; kIgnore: no query
+  std::vector<std::string> strip;    // parameters left out, by name ("utm_*": a prefix)
+  std::vector<std::string> headers;  // request headers (lower-case names) whose values count
+  bool plain() const { return query == Query::kKeep && strip.empty() && headers.empty(); }
+};
+// `host` is lower-cased by the caller, `target` the request-target. With kSort or strip,
+// empty parameters ("a&&b") are dropped; a query left empty drops its '?'. Each header
+// adds "#name=value" ('#' never appears in a request-target; an absent header adds
+// "#name="). `scratch` keeps its capacity between calls.
+void BuildCacheKey(std::string* key, std::string_view host, std::string_view target,
+                   const CacheKeyOptions& o, const http::Request& r,
+                   std::vector<std::string_view>* scratch);
 
 }  // namespace goblin::gateway::policy

@@ -36,6 +36,7 @@
 
 #include "goblin/common/status.h"
 #include "goblin/gateway/access_log.h"
+#include "goblin/gateway/cache_policy.h"
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/tls.h"
 
@@ -94,6 +95,8 @@ struct HttpServerOptions {
   // (AcceptAlsoFrom), so one that is awake does not leave a connection waiting for a
   // sleeping sibling's wake-up.
   bool accept_from_neighbour = true;
+  // How a request maps to its cache key (Host + URL, normalized: cache_policy.h).
+  policy::CacheKeyOptions cache_key;
   // The access log's ring for this worker (see access_log.h); nullptr: no access log.
   AccessLog::Ring* access_log = nullptr;
 };

@@ -1,0 +1,101 @@
+// Cache key options end to end (goblin-core + goblin-gateway --mirror in front of the test
+// origin; --net sync and async; HTTP/1.1 and h2c): --cache-key-query sort / ignore,
+// --cache-key-strip (names and prefixes) and --cache-key-header; what the origin is asked
+// (the URL as the client sent it, once per key), PURGE of a normalized key and of a prefix
+// with its header variants, and the next request after each.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "tests/system/mirror_harness.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+struct Mode {
+  std::string net;
+  bool h2;
+};
+
+class CacheKey : public testing::TestWithParam<Mode>, public test::MirrorHarness {
+ protected:
+  void SetUp() override {
+    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
+      GTEST_SKIP() << "curl and python3 are needed";
+    }
+    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    ASSERT_TRUE(StartCoreAndOrigin("ck-" + name)) << (core_ ? core_->Output() : std::string());
+  }
+  void TearDown() override { StopAll(); }
+  // X-Cache of `path` (and its status, which must be 200).
+  std::string Cache(const std::string& path, std::vector<std::string> args = {}) {
+    args.push_back(GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1");
+    Reply r = Curl(path, args);
+    EXPECT_EQ(r.code, 200) << path;
+    std::smatch m;
+    return std::regex_search(r.headers, m, std::regex("[Xx]-[Cc]ache: (\\w+)")) ? m[1].str() : "";
+  }
+  int Purge(const std::string& path, std::vector<std::string> args = {}) {
+    args.insert(args.end(), {"-X", "PURGE"});
+    return Curl(path, args).code;
+  }
+};
+
+TEST_P(CacheKey, SortStripAndHeaders) {
+  StartGateway(GetParam().net, {"--cache-key-query", "sort", "--cache-key-strip", "utm_*",
+                                "--cache-key-strip", "fbclid", "--cache-key-header", "X-Device"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  EXPECT_EQ(Cache("/gen/10K/k?b=2&a=1"), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2"), "HIT");
+  EXPECT_EQ(Cache("/gen/10K/k?utm_source=mail&a=1&fbclid=9&b=2&utm_medium=x"), "HIT");
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=3"), "MISS");  // (another value: another object)
+  // The origin was asked for the URLs as the clients sent them, once per key.
+  EXPECT_EQ(OriginHits("/gen/10K/k?b=2&a=1"), 1);
+  EXPECT_EQ(OriginHits("/gen/10K/k?a=1&b=2"), 0);
+  EXPECT_EQ(OriginHits("/gen/10K/k?a=1&b=3"), 1);
+  // A header in the key: a variant per value, the request without it is one more.
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2", {"-H", "X-Device: mobile"}), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/k?b=2&a=1", {"-H", "X-Device: mobile"}), "HIT");
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2", {"-H", "X-Device: desktop"}), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2"), "HIT");
+  // PURGE goes by the normalized key: one variant, then every variant under the path.
+  EXPECT_EQ(Purge("/gen/10K/k?utm_campaign=z&b=2&a=1", {"-H", "X-Device: mobile"}), 200);
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2", {"-H", "X-Device: mobile"}), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2"), "HIT");
+  EXPECT_EQ(Purge("/gen/10K/k", {"-H", "X-Purge: prefix"}), 200);
+  for (const char* device : {"mobile", "desktop"}) {
+    EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2", {"-H", std::string("X-Device: ") + device}), "MISS");
+  }
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2"), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/k?a=1&b=2"), "HIT");
+}
+
+TEST_P(CacheKey, IgnoreTheQuery) {
+  StartGateway(GetParam().net, {"--cache-key-query", "ignore"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  EXPECT_EQ(Cache("/gen/10K/i?v=1"), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/i?v=2"), "HIT");
+  EXPECT_EQ(Cache("/gen/10K/i"), "HIT");
+  EXPECT_EQ(OriginHits("/gen/10K/i?v=1"), 1);
+  EXPECT_EQ(OriginHits("/gen/10K/i?v=2"), 0);
+  EXPECT_EQ(Purge("/gen/10K/i?v=3"), 200);
+  EXPECT_EQ(Cache("/gen/10K/i?v=2"), "MISS");
+  EXPECT_EQ(OriginHits("/gen/10K/i?v=2"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CacheKey,
+                         testing::Values(Mode{"sync", false}, Mode{"async", false},
+                                         Mode{"sync", true}, Mode{"async", true}),
+                         [](const testing::TestParamInfo<Mode>& i) {
+                           return i.param.net + (i.param.h2 ? "_h2c" : "_h1");
+                         });
+
+}  // namespace
+}  // namespace goblin
