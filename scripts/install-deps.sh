@@ -20,7 +20,7 @@ PKGS=(
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools varnish nginx curl wrk procps iproute2 python3-redis
-  memcached libmemcached-tools python3-pymemcache
+  memcached libmemcached-tools python3-pymemcache prometheus  # (prometheus, promtool: the metrics tests)
   # the Soft-RoCE guest of the rdma tests (tests/rdma/rxe_vm.sh); the kernel comes from the
   # archive with apt-get download when the tests run
   qemu-system-x86 busybox-static cpio kmod e2fsprogs file

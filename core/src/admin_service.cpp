@@ -149,6 +149,10 @@ grpc::Status CoreAdmin::OnShard(const CoreAdminShard& shard,
 grpc::Status CoreAdmin::OnShards(Ctx* context,
                                  const std::function<grpc::Status(const CoreAdminShard&)>& fn) {
   if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+  return EachShard(fn);
+}
+
+grpc::Status CoreAdmin::EachShard(const std::function<grpc::Status(const CoreAdminShard&)>& fn) {
   for (const CoreAdminShard& shard : ctx_.shards) {
     grpc::Status st = OnShard(shard, [&] { return fn(shard); });
     if (!st.ok()) return st;
@@ -473,10 +477,15 @@ grpc::Status CoreAdmin::ListClients(Ctx* context, const v1::ListClientsRequest*,
 }
 
 grpc::Status CoreAdmin::GetStats(Ctx* context, const v1::GetStatsRequest*, v1::Stats* out) {
+  if (auto a = admin::Authorize(*context, ctx_.token); !a.ok()) return a;
+  return CollectStats(out);
+}
+
+grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
   // Every shard's counters summed (a newest-checkpoint figure: the largest), histograms merged.
   auto& m = *out->mutable_counters();
   CoreHistograms h;
-  grpc::Status st = OnShards(context, [&](const CoreAdminShard& sh) {
+  grpc::Status st = EachShard([&](const CoreAdminShard& sh) {
     const CoreCounters& k = sh.service->counters();
     m["sessions_opened"] += k.sessions_opened;
     m["sessions_closed"] += k.sessions_closed;

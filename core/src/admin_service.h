@@ -71,10 +71,17 @@ class CoreAdmin final : public goblin::admin::v1::Admin::Service {
   grpc::Status GetStats(Ctx*, const admin::v1::GetStatsRequest*, admin::v1::Stats*) override;
   grpc::Status GetConfig(Ctx*, const admin::v1::GetConfigRequest*, admin::v1::Config*) override;
 
+  // GetStats without a caller to authorize (the metrics endpoint's; any thread).
+  grpc::Status CollectStats(admin::v1::Stats* out);
+  // The same as Prometheus text (core_metrics.cpp): goblin_core_* counters, gauges and
+  // latency histograms; "" and the reason in *error if a shard's loop did not answer.
+  std::string PrometheusText(std::string* error);
+
  private:
   // Authorizes the call, then runs `fn` on each shard's loop in turn (stopping at the first
   // error); `fn` returns the shard's status.
   grpc::Status OnShards(Ctx* context, const std::function<grpc::Status(const CoreAdminShard&)>& fn);
+  grpc::Status EachShard(const std::function<grpc::Status(const CoreAdminShard&)>& fn);
   // Runs `fn` on one shard's loop (the caller authorized).
   grpc::Status OnShard(const CoreAdminShard& shard, const std::function<grpc::Status()>& fn);
   grpc::Status NeedStore() const;

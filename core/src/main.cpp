@@ -20,6 +20,7 @@
 #include "goblin/common/config.h"
 #include "goblin/common/file.h"
 #include "goblin/common/log.h"
+#include "goblin/common/metrics.h"
 #include "goblin/common/signals.h"
 #include "goblin/common/topology.h"
 #include "goblin/common/units.h"
@@ -280,6 +281,9 @@ int main(int argc, char** argv) {
   std::chrono::nanoseconds rdma_hello_timeout = std::chrono::seconds(5);
   AddDurationOption(app, "--rdma-hello-timeout", &rdma_hello_timeout,
                     "Drop a UCX client that sends no Hello this long after connecting");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus metrics on HOST:PORT (GET /metrics; port 0: any free one)");
   std::string admin_socket = "auto", admin_listen, admin_token_file;
   unsigned admin_socket_mode = 0600;
   std::chrono::nanoseconds shutdown_grace{0};
@@ -583,8 +587,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<admin::AdminServer> admin_server;
   if (admin_socket == "auto") admin_socket = opts.socket_path + ".admin";
   if (admin_socket == "none") admin_socket.clear();
-  if (!admin_socket.empty() || !admin_listen.empty()) {
-    admin::AdminOptions ao;
+  admin::AdminOptions ao;
+  if (!admin_socket.empty() || !admin_listen.empty() || !metrics_listen.empty()) {
     ao.unix_path = admin_socket;
     ao.unix_mode = admin_socket_mode;
     ao.tcp_listen = admin_listen;
@@ -610,6 +614,21 @@ int main(int argc, char** argv) {
     ac.started_ns = started_ns;
     ac.preload = preloader ? &preloader->progress() : nullptr;
     admin_service = std::make_unique<core::CoreAdmin>(std::move(ac));
+  }
+  std::unique_ptr<MetricsServer> metrics;  // (the admin service's reader: stopped before it)
+  if (!metrics_listen.empty()) {
+    core::CoreAdmin* a = admin_service.get();
+    auto m = MetricsServer::Start(metrics_listen, [a] {
+      std::string error;
+      std::string text = a->PrometheusText(&error);
+      if (!error.empty()) GOBLIN_LOG_WARN(kLog, "metrics: {}", error);
+      return text;
+    });
+    if (!m) return Fail(m.error());
+    metrics = std::move(*m);
+    GOBLIN_LOG_INFO(kLog, "Prometheus metrics on http://{}/metrics", metrics->address());
+  }
+  if (!admin_socket.empty() || !admin_listen.empty()) {
     auto as = admin::AdminServer::Start(ao, admin_service.get());
     if (!as) return Fail(as.error().WithContext("admin API"));
     admin_server = std::move(*as);
@@ -671,6 +690,7 @@ int main(int argc, char** argv) {
   }
   quit.store(true);
   watcher.join();
+  metrics.reset();  // (its scrapes read the shards' loops)
   if (admin_server) admin_server->Shutdown(std::chrono::seconds(1));
   for (auto& sh : shards) sh->CloseStore();
   if (!ran.ok()) return Fail(ran);

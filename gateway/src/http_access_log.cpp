@@ -30,6 +30,7 @@ void HttpServer::Impl::NoteResponseHead(Exchange& e, std::string_view head) {
   const size_t end = head.find("\r\n\r\n");
   e.head_len = end == std::string_view::npos ? head.size() : end + 4;
   e.ttfb_ns = MonotonicNanos() - e.start_ns;
+  if (options_.timing) ttfb_.Record(e.ttfb_ns);
 }
 
 void HttpServer::Impl::LogExchange(Conn& c) {

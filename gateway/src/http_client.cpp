@@ -194,12 +194,14 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
   ex->purge_mode.assign(r.Get("x-purge"));
   detail::LowerInPlace(&ex->purge_mode);
   ex->content_type_in.assign(r.Get("content-type"));
-  if (log_ != nullptr) {
+  if (log_ != nullptr || options_.timing) {
     ex->start_ns = MonotonicNanos();
     ex->start_unix = static_cast<int64_t>(detail::NowSeconds());
     ex->log_begin = c.written_total + c.out_bytes;
-    ex->user_agent.assign(r.Get("user-agent"));
-    ex->referer.assign(r.Get("referer"));
+    if (log_ != nullptr) {
+      ex->user_agent.assign(r.Get("user-agent"));
+      ex->referer.assign(r.Get("referer"));
+    }
   }
   c.ex = std::move(ex);
 }
@@ -272,7 +274,7 @@ void HttpServer::Impl::FinishExchange(Conn& c) {
 void HttpServer::Impl::Write(Conn& c, std::string bytes, bool response_head, bool mark_dirty) {
   if (bytes.empty()) return;
   if (response_head && c.ex) {
-    if (log_ != nullptr && !c.ex->head_sent) NoteResponseHead(*c.ex, bytes);
+    if ((log_ != nullptr || options_.timing) && !c.ex->head_sent) NoteResponseHead(*c.ex, bytes);
     c.ex->head_sent = true;
   }
   if (c.out.empty()) c.last_progress = MonotonicNanos();

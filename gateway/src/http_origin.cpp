@@ -18,6 +18,7 @@
 #include "http_server_impl.h"
 
 namespace goblin::gateway {
+static_assert(kOriginFaultNames.size() == static_cast<size_t>(OriginFault::kTooLong) + 1);
 namespace {
 constexpr std::string_view kLog = "http";
 
@@ -118,6 +119,7 @@ HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method
   o->deadline = deadline;
   if (!ConnectOrigin(*o)) {
     ++stats_.origin_errors;
+    ++stats_.origin_faults[static_cast<size_t>(OriginFault::kUnreachable)];
     return nullptr;
   }
   Origin* p = o.get();
@@ -354,6 +356,7 @@ void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, OriginFault fault) {
   }
   if (!ok) {
     ++stats_.origin_errors;
+    ++stats_.origin_faults[static_cast<size_t>(fault)];
     GOBLIN_LOG_WARN(kLog, "origin: {} ({} {})", Describe(fault),
                     o.fill != nullptr ? "fill of" : "request for",
                     o.fill != nullptr ? o.fill->key : o.request.substr(0, o.request.find('\r')));

@@ -53,6 +53,7 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   h2_streams += o.h2_streams;
   h2_resets += o.h2_resets;
   h2_goaways += o.h2_goaways;
+  for (size_t i = 0; i < origin_faults.size(); ++i) origin_faults[i] += o.origin_faults[i];
   return *this;
 }
 
@@ -139,6 +140,10 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     dead_fills_.clear();
     uint64_t now = MonotonicNanos();
     core_->Tick(now);
+    if (now - last_publish_ > 200'000'000ULL) {  // (the metrics endpoint's copy)
+      last_publish_ = now;
+      Publish();
+    }
     if (now - last_sweep > 1'000'000'000ULL) {  // idle connections and origin timeouts
       last_sweep = now;
       uint64_t idle = static_cast<uint64_t>(options_.idle_timeout.count()) * 1'000'000'000ULL;
@@ -193,6 +198,10 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? 1000 : 0;
       if (int r = core_->MillisUntilReconnect(now); r >= 0 && r < timeout) timeout = r;
     }
+    if (timeout > 0 && last_publish_ < last_work) {  // (going to sleep: what it did is seen)
+      last_publish_ = now;
+      Publish();
+    }
     if (timeout == 0 && work == 0 && options_.yield_when_polling) sched_yield();
 #if GOBLIN_HAVE_URING
     if (async_) net_.Submit();
@@ -240,6 +249,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   origins_.clear();
   fills_.clear();
   all_fills_.clear();
+  Publish();
   return {};
 }
 
@@ -254,6 +264,17 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
 
 VoidResult HttpServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const HttpStats& HttpServer::stats() const { return impl_->stats_; }
+HttpStats HttpServer::Published(LatencyHistogram* ttfb) const {
+  std::lock_guard<std::mutex> lock(impl_->pub_mu_);
+  if (ttfb != nullptr) *ttfb = impl_->published_ttfb_;
+  return impl_->published_;
+}
+
+void HttpServer::Impl::Publish() {
+  std::lock_guard<std::mutex> lock(pub_mu_);
+  published_ = stats_;
+  published_ttfb_ = ttfb_;
+}
 int HttpServer::port() const { return impl_->port_; }
 int HttpServer::https_port() const { return impl_->tls_port_; }
 int HttpServer::listen_fd() const { return impl_->listen_fd(); }

@@ -31,6 +31,7 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -111,6 +112,7 @@ struct H2Stream {
 
 class HttpServer::Impl {
  public:
+  friend class HttpServer;
   explicit Impl(const HttpServerOptions& o) : log_(o.access_log), options_(o), hot_(o.hot_heads) {}
   VoidResult Init();
   VoidResult Run(int stop_fd);
@@ -395,6 +397,12 @@ class HttpServer::Impl {
   void NoteResponseHead(Exchange& e, std::string_view head);
   std::string_view LogTime(int64_t unix_seconds);
   std::vector<std::string_view> key_scratch_;  // (BuildCacheKey's)
+  // The metrics endpoint's copy of the stats (Publish: every 200 ms, under pub_mu_).
+  void Publish();
+  mutable std::mutex pub_mu_;
+  HttpStats published_;
+  LatencyHistogram ttfb_, published_ttfb_;  // (ttfb_: options_.timing)
+  uint64_t last_publish_ = 0;
   AccessLog::Ring* log_ = nullptr;
   std::string log_line_;  // (the line being formatted: its capacity is kept)
   std::string log_time_;

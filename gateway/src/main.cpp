@@ -20,6 +20,7 @@
 #include "goblin/common/cli.h"
 #include "goblin/common/file.h"
 #include "goblin/common/log.h"
+#include "goblin/common/metrics.h"
 #include "goblin/common/signals.h"
 #include "goblin/common/topology.h"
 #include "goblin/common/units.h"
@@ -37,6 +38,68 @@ int Fail(const Status& s) {
   return 1;
 }
 }  // namespace
+
+// The HTTP front's Prometheus text: every worker's published stats summed.
+static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::HttpServer>>& workers,
+                                 const gateway::AccessLog* log) {
+  gateway::HttpStats st;
+  LatencyHistogram ttfb;
+  for (const auto& w : workers) {
+    LatencyHistogram h;
+    st += w->Published(&h);
+    ttfb += h;
+  }
+  PromText t;
+  auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
+    const std::string full = fmt::format("goblin_gateway_http_{}_total", name);
+    t.Family(full, "counter", help);
+    t.Sample(full, "", v);
+  };
+  counter("requests", "Requests parsed (HTTP/1.1 and HTTP/2 streams)", st.requests);
+  counter("hits", "Requests answered from the cache", st.hits);
+  counter("local_hits", "Hits served from the mapped pools without asking the core", st.local_hits);
+  counter("misses", "Requests that missed (fetched, or following a fill)", st.misses);
+  counter("coalesced_misses", "Misses that followed another request's fill", st.coalesced);
+  counter("passes", "Requests passed to the origin uncached", st.passes);
+  counter("purges", "PURGE requests carried out", st.purges);
+  counter("bad_requests", "Malformed or refused requests", st.bad_requests);
+  counter("origin_requests", "Requests sent to the origin", st.origin_requests);
+  t.Family("goblin_gateway_http_origin_errors_total", "counter", "Origin faults by kind");
+  for (size_t i = 0; i < st.origin_faults.size(); ++i) {
+    t.Sample("goblin_gateway_http_origin_errors_total",
+             PromText::Label("kind", gateway::kOriginFaultNames[i]), st.origin_faults[i]);
+  }
+  counter("fills", "Fills of the core from the origin", st.fills);
+  counter("fills_aborted", "Fills aborted (origin fault, core error)", st.fills_aborted);
+  counter("core_unavailable", "Requests answered 503 while the core was away", st.core_unavailable);
+  counter("core_disconnects", "Times the core link was lost", st.core_disconnects);
+  counter("core_lent_bytes", "Bytes the core lent (sent from its pools)", st.bytes_lent);
+  counter("sent_by_reference_bytes", "Lent bytes sent with sendfile (no copy)",
+          st.bytes_by_reference);
+  counter("connections", "Client connections accepted", st.accepted);
+  counter("slow_clients_dropped", "Clients closed for taking nothing for --send-timeout",
+          st.slow_clients_dropped);
+  counter("tls_handshakes", "TLS handshakes completed", st.tls_handshakes);
+  counter("tls_resumed", "TLS handshakes that resumed a session", st.tls_resumed);
+  counter("tls_failed", "TLS handshakes that failed", st.tls_failed);
+  counter("ktls_send_connections", "Connections whose sends the kernel encrypts (kTLS)",
+          st.ktls_send);
+  counter("h2_connections", "HTTP/2 connections", st.h2_connections);
+  counter("h2_upgrades", "HTTP/2 connections upgraded from HTTP/1.1", st.h2_upgrades);
+  counter("h2_streams", "HTTP/2 streams", st.h2_streams);
+  counter("h2_client_resets", "HTTP/2 streams the client reset", st.h2_resets);
+  counter("h2_connections_ended", "HTTP/2 connections ended for errors or floods", st.h2_goaways);
+  t.Family("goblin_gateway_http_ttfb_seconds", "histogram",
+           "Seconds from a request to its response head");
+  t.Histogram("goblin_gateway_http_ttfb_seconds", "", ttfb);
+  if (log != nullptr) {
+    counter("access_log_lines", "Access log lines written", log->lines_written());
+    counter("access_log_dropped", "Access log lines dropped (its rings were full)", log->dropped());
+  }
+  t.Family("goblin_gateway_http_workers", "gauge", "HTTP worker threads");
+  t.Sample("goblin_gateway_http_workers", "", workers.size());
+  return t.Take();
+}
 
 int main(int argc, char** argv) {
   CLI::App app("goblin-gateway: HTTP/1.1 mirror cache and Redis pub/sub fronts of goblin-core",
@@ -76,6 +139,10 @@ int main(int argc, char** argv) {
                  "e.g. utm_*)");
   app.add_option("--cache-key-header", h.cache_key.headers,
                  "Request header whose value is part of the cache key (repeatable)");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus metrics of the HTTP front on HOST:PORT (GET /metrics; port 0: "
+                 "any free one)");
   std::string access_log_path = "none";
   app.add_option("--access-log", access_log_path,
                  "HTTP access log: FILE (appended; reopened on SIGUSR1), - (standard output) or "
@@ -250,6 +317,7 @@ int main(int argc, char** argv) {
   for (std::string& name : h.cache_key.headers) {
     for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   }
+  h.timing = !metrics_listen.empty();
   h.net_async = net == "async";
   h.http2 = !no_http2;
   h.core_socket = r.core_socket = core_socket;
@@ -370,6 +438,19 @@ int main(int argc, char** argv) {
                     mc.unix_path.empty() ? "" : "unix:" + mc.unix_path, mcs.size(),
                     mcs.size() == 1 ? "" : "s");
   }
+  std::unique_ptr<MetricsServer> metrics;  // (reads the workers: stopped before them)
+  if (!metrics_listen.empty()) {
+    if (workers.empty()) {
+      return Fail(Status(StatusCode::kInvalidArgument,
+                         "--metrics-listen reports the HTTP front: give --mirror"));
+    }
+    auto m = MetricsServer::Start(metrics_listen, [&workers, &access_log] {
+      return RenderMetrics(workers, access_log.get());
+    });
+    if (!m) return Fail(m.error());
+    metrics = std::move(*m);
+    GOBLIN_LOG_INFO(kLog, "Prometheus metrics on http://{}/metrics", metrics->address());
+  }
   GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core unix:{}", getpid(), core_socket);
   std::vector<Status> http_results(workers.size());
   std::vector<std::thread> http_threads;
@@ -402,6 +483,7 @@ int main(int argc, char** argv) {
     (*signals)->Request();
   }
   for (auto& t : http_threads) t.join();
+  metrics.reset();
   for (auto& t : mc_threads) t.join();
   if (!workers.empty()) {
     gateway::HttpStats st;

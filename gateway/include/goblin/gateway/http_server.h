@@ -28,12 +28,14 @@
 // gateways) comes from the core's fill reservations (PutBegin with kPutReserve).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "goblin/common/histogram.h"
 #include "goblin/common/status.h"
 #include "goblin/gateway/access_log.h"
 #include "goblin/gateway/cache_policy.h"
@@ -97,6 +99,8 @@ struct HttpServerOptions {
   bool accept_from_neighbour = true;
   // How a request maps to its cache key (Host + URL, normalized: cache_policy.h).
   policy::CacheKeyOptions cache_key;
+  // Time every response head (a TTFB histogram, published with the stats: --metrics-listen).
+  bool timing = false;
   // The access log's ring for this worker (see access_log.h); nullptr: no access log.
   AccessLog::Ring* access_log = nullptr;
 };
@@ -118,15 +122,24 @@ struct HttpStats {
   // them upgraded, streams, streams the client reset, connections ended for misbehaving
   // (floods: resets, SETTINGS/PING, CONTINUATION; protocol errors).
   uint64_t h2_connections = 0, h2_upgrades = 0, h2_streams = 0, h2_resets = 0, h2_goaways = 0;
+  // Origin faults by kind (kOriginFaultNames; of origin_errors).
+  std::array<uint64_t, 8> origin_faults{};
   HttpStats& operator+=(const HttpStats& o);
 };
+
+// The kinds of origin_faults, in order (the metrics' kind label).
+inline constexpr std::array<std::string_view, 8> kOriginFaultNames = {
+    "unreachable", "reset", "closed", "truncated", "timeout", "malformed", "bad_chunk", "too_long"};
 
 class HttpServer {
  public:
   static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options);
   ~HttpServer();
   VoidResult Run(int stop_fd);
-  const HttpStats& stats() const;
+  const HttpStats& stats() const;  // (the loop thread's, or after Run)
+  // A copy of the stats and the TTFB histogram as the loop last published them (every
+  // 200 ms while it runs); any thread.
+  HttpStats Published(LatencyHistogram* ttfb) const;
   int port() const;        // 0: no plain HTTP listener
   int https_port() const;  // 0: no HTTPS listener
   // Its listening sockets (SO_REUSEPORT: one per worker; -1 where none).
