@@ -310,6 +310,17 @@ TEST_F(AdminTest, StatsConfigAndWatch) {
   for (size_t at = 0; (at = watch.out.find("-- uptime", at)) != std::string::npos; ++at) ++n;
   EXPECT_EQ(n, 3u) << watch.out;
   EXPECT_NE(watch.out.find("PER SECOND"), std::string::npos);
+  // top: a screen per interval (no terminal: printed one after the other, no escapes).
+  auto top = Ctl({"top", "--interval", "100ms", "--count", "2"});
+  EXPECT_EQ(top.rc, 0) << top.err;
+  n = 0;
+  for (size_t at = 0; (at = top.out.find("goblin-core up ", at)) != std::string::npos; ++at) ++n;
+  EXPECT_EQ(n, 2u) << top.out;
+  EXPECT_NE(top.out.find("hit ratio"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("CHANGE/s"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("\nputs "), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("put_commit: "), std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find('\x1b'), std::string::npos);
 
   auto config = Json<v1::Config>({"config"});
   EXPECT_EQ(config.settings().at("memory"), "16M");

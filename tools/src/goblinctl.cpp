@@ -4,11 +4,13 @@
 //     objects ls [PREFIX] [--limit N] [--page-token KEY] [--all]
 //     objects show KEY | objects evict KEY | objects purge PREFIX
 //     stats [--watch] [--interval 1s] [--count N]
+//     top [--interval 1s] [--count N]
 // Tables for people, --json (the protobuf JSON mapping) for scripts. TCP targets need the
 // token (--token-file, or GOBLIN_ADMIN_TOKEN). Exit status: 0 ok; 1 an audit check failed or
 // health is not SERVING; 2 the service is unreachable or refused the call (message says which).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -417,6 +419,83 @@ class Ctl {
     return 0;
   }
 
+  // varnishstat for goblin-core: every --interval a screen (redrawn in place on a terminal)
+  // with uptime, objects, the hit ratio of the last interval and since start, the service
+  // times' p50/p99, then every non-zero counter with its value, its rate over the last
+  // interval and its average rate since start, the busiest first.
+  int Top(std::chrono::nanoseconds interval, int count) const {
+    const bool tty = isatty(STDOUT_FILENO) != 0;
+    v1::Stats prev;
+    for (int i = 0; count <= 0 || i < count; ++i) {
+      if (i > 0) std::this_thread::sleep_for(interval);
+      v1::Stats s;
+      if (!Call("top", GOBLIN_RPC(GetStats), v1::GetStatsRequest(), &s)) return kExitUnreachable;
+      const auto& c = s.counters();
+      auto at = [](const auto& m, const std::string& k) -> uint64_t {
+        auto it = m.find(k);
+        return it == m.end() ? 0 : it->second;
+      };
+      const double up = static_cast<double>(s.uptime_ns()) / 1e9;
+      const double secs = i == 0 ? up : static_cast<double>(s.uptime_ns() - prev.uptime_ns()) / 1e9;
+      auto ratio = [](uint64_t hits, uint64_t misses) {
+        return hits + misses == 0 ? std::string("-")
+                                  : fmt::format("{:.1f}%", 100.0 * static_cast<double>(hits) /
+                                                               static_cast<double>(hits + misses));
+      };
+      const uint64_t hits = at(c, "hits"), misses = at(c, "misses");
+      const uint64_t dh = hits - at(prev.counters(), "hits"),
+                     dm = misses - at(prev.counters(), "misses");
+      std::string screen = tty ? "\x1b[H\x1b[2J" : (i > 0 ? "\n" : "");
+      const uint64_t u = static_cast<uint64_t>(up);
+      screen += fmt::format("goblin-core up {}h {:02}m {:02}s ({} shard{}; every {})\n", u / 3600,
+                            u / 60 % 60, u % 60, at(c, "shards"), at(c, "shards") == 1 ? "" : "s",
+                            FormatDuration(interval));
+      screen += fmt::format(
+          "objects {}  heads in RAM {}  hit ratio {} (last {:.1f} s), {} (since start)\n",
+          at(c, "objects"), at(c, "heads_in_ram"), ratio(dh, dm), secs, ratio(hits, misses));
+      for (const auto& h : s.histograms()) {
+        if (h.count() == 0) continue;
+        auto quantile = [&](double q) {
+          uint64_t seen = 0;
+          for (int b = 0; b < h.counts_size(); ++b) {
+            seen += h.counts(b);
+            if (static_cast<double>(seen) >= q * static_cast<double>(h.count()))
+              return b < h.upper_bounds_size() ? fmt::format("<= {} us", h.upper_bounds(b))
+                                               : std::string("> 10 s");
+          }
+          return std::string("-");
+        };
+        screen += fmt::format("{}: {} samples, p50 {}, p99 {}\n", h.name(), h.count(),
+                              quantile(0.5), quantile(0.99));
+      }
+      struct Row {
+        std::string name;
+        uint64_t value;
+        double rate, avg;
+      };
+      std::vector<Row> rows;
+      for (const auto& [k, v] : c) {
+        if (v == 0) continue;
+        const uint64_t before = i == 0 ? 0 : at(prev.counters(), k);
+        const double rate = secs > 0 && v >= before ? static_cast<double>(v - before) / secs : 0;
+        rows.push_back({k, v, rate, up > 0 ? static_cast<double>(v) / up : 0});
+      }
+      std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+        return a.rate != b.rate ? a.rate > b.rate : a.name < b.name;
+      });
+      std::printf("%s\n", screen.c_str());
+      Table t({"NAME", "CURRENT", "CHANGE/s", "AVG/s"});
+      for (const Row& r : rows) {
+        t.Add({r.name, std::to_string(r.value), fmt::format("{:.1f}", r.rate),
+               fmt::format("{:.1f}", r.avg)});
+      }
+      t.Print();
+      std::fflush(stdout);
+      prev = s;
+    }
+    return 0;
+  }
+
   int Config() const {
     v1::Config c;
     if (!Call("config", GOBLIN_RPC(GetConfig), v1::GetConfigRequest(), &c)) return kExitUnreachable;
@@ -531,6 +610,12 @@ int main(int argc, char** argv) {
   stats->add_flag("--watch", watch, "Print again every --interval, with rates");
   AddDurationOption(*stats, "--interval", &interval, "Time between --watch samples");
   stats->add_option("--count", count, "Stop after this many samples (0: until interrupted)");
+  auto* top = app.add_subcommand(
+      "top", "Live view (varnishstat-like): hit ratio, service times, counters by rate");
+  std::chrono::nanoseconds top_interval = std::chrono::seconds(1);
+  int top_count = 0;
+  AddDurationOption(*top, "--interval", &top_interval, "Time between screens");
+  top->add_option("--count", top_count, "Stop after this many screens (0: until interrupted)");
   auto* config = app.add_subcommand("config", "Every option goblin-core runs with");
   auto* health = app.add_subcommand("health", "grpc.health.v1 status (exit 1 unless SERVING)");
   std::string service;
@@ -559,6 +644,7 @@ int main(int argc, char** argv) {
   if (pubsub->parsed()) return ctl.Pubsub();
   if (clients->parsed()) return ctl.Clients();
   if (stats->parsed()) return ctl.Stats(watch, interval, count);
+  if (top->parsed()) return ctl.Top(top_interval, top_count);
   if (config->parsed()) return ctl.Config();
   if (health->parsed()) return ctl.Health(service);
   return 2;
