@@ -29,6 +29,10 @@ bool EtagMatches(std::string_view if_none_match, std::string_view etag) {
 Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_unix_seconds) {
   Storability s;
   auto cc = http::ParseCacheControl(r.Get("cache-control"));
+  bool vary_any = false;  // Vary: * (in any Vary field)
+  for (const http::Header& h : r.headers) {
+    if (http::IEquals(h.name, "vary") && http::HasToken(h.value, "*")) vary_any = true;
+  }
   if (r.status != 200) {
     s.why_not = "status is not 200";
   } else if (cc.no_store) {
@@ -39,6 +43,8 @@ Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_uni
     s.why_not = "Cache-Control: no-cache";
   } else if (!r.Get("set-cookie").empty()) {
     s.why_not = "Set-Cookie";
+  } else if (vary_any) {
+    s.why_not = "Vary: *";
   }
   int64_t ttl = default_ttl;
   if (cc.s_maxage) {
@@ -64,6 +70,44 @@ bool NotModified(std::string_view if_none_match, std::string_view if_modified_si
   auto since = http::ParseHttpDate(if_modified_since);
   auto modified = http::ParseHttpDate(last_modified);
   return since && modified && *modified <= *since;
+}
+
+void NormalizeAcceptEncoding(std::string_view value, std::string* out) {
+  static constexpr std::string_view kCodings[] = {"br", "deflate", "gzip", "zstd"};
+  bool accepted[std::size(kCodings)] = {};
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    std::string_view params;
+    if (const size_t semi = item.find(';'); semi != std::string_view::npos) {
+      params = item.substr(semi + 1);
+      item = item.substr(0, semi);
+    }
+    auto trim = [](std::string_view t) {
+      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+      return t;
+    };
+    item = trim(item);
+    params = trim(params);
+    // q=0 (q=0.0, q=0.000) refuses the coding.
+    bool refused = false;
+    if (params.size() >= 3 && (params[0] == 'q' || params[0] == 'Q') && params[1] == '=') {
+      std::string_view q = params.substr(2);
+      refused =
+          !q.empty() && q.front() == '0' && q.find_first_not_of("0.", 1) == std::string_view::npos;
+    }
+    for (size_t i = 0; i < std::size(kCodings); ++i) {
+      if (http::IEquals(item, kCodings[i])) accepted[i] = !refused;
+    }
+  }
+  out->clear();
+  for (size_t i = 0; i < std::size(kCodings); ++i) {
+    if (!accepted[i]) continue;
+    if (!out->empty()) out->push_back(',');
+    out->append(kCodings[i]);
+  }
 }
 
 void BuildCacheKey(std::string* key, std::string_view host, std::string_view target,
@@ -106,7 +150,13 @@ void BuildCacheKey(std::string* key, std::string_view host, std::string_view tar
     key->push_back('#');
     key->append(h);
     key->push_back('=');
-    key->append(r.Get(h));
+    if (h == "accept-encoding") {
+      std::string codings;
+      NormalizeAcceptEncoding(r.Get(h), &codings);
+      key->append(codings);
+    } else {
+      key->append(r.Get(h));
+    }
   }
 }
 

@@ -181,6 +181,14 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
     ex->key.assign(ex->host).append(ex->target);  // Varnish's default hash: Host + URL
   } else {
     policy::BuildCacheKey(&ex->key, ex->host, ex->target, options_.cache_key, r, &key_scratch_);
+    for (const std::string& h : options_.cache_key.headers) {
+      // (the origin request's own fields are not the client's to set)
+      if (h == "host" || h == "range" || h == "content-length" || h == "transfer-encoding" ||
+          h == "connection" || h == "te" || h == "upgrade")
+        continue;
+      std::string_view v = r.Get(h);
+      if (!v.empty()) ex->key_lines.append(h).append(": ").append(v).append("\r\n");
+    }
   }
   ex->range.assign(r.Get("range"));
   ex->inm.assign(r.Get("if-none-match"));
@@ -216,7 +224,7 @@ void HttpServer::Impl::Dispatch(Conn& c) {
     // Other methods go to the origin, uncached.
     ++stats_.passes;
     e.cache = "PASS";
-    Origin* o = OpenOrigin(e.method, e.target, "", e.content_type_in, e.body);
+    Origin* o = OpenOrigin(e.method, e.target, "", e.key_lines, e.content_type_in, e.body);
     if (o == nullptr) return Fail(c, 502, detail::Describe(OriginFault::kUnreachable));
     o->pass_conn = c.id;
     e.state = ExState::kOrigin;

@@ -68,6 +68,7 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
   f->key = ex.key;
   f->shard = shard;
   f->target = ex.target;
+  f->key_lines = ex.key_lines;
   f->host = ex.host;
   f->leader = leader;
   f->leader_head = leader != 0 && ex.head;
@@ -90,7 +91,7 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
     // Ours: now ask the origin (the id stays: the core names it in errors about the fill).
     f.put_id = lease->put_id();
     f.reserved = true;
-    Origin* o = OpenOrigin("GET", f.target, "");
+    Origin* o = OpenOrigin("GET", f.target, "", f.key_lines);
     if (o == nullptr) {
       SendPutAbort(f.put_id, f.shard);
       f.put_id = 0;
@@ -133,12 +134,13 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
 
 HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is_client,
                                                     uint64_t leader) {
-  Origin* o = OpenOrigin("GET", ex.target, "");
+  Origin* o = OpenOrigin("GET", ex.target, "", ex.key_lines);
   if (o == nullptr) return nullptr;
   auto f = std::make_unique<Fill>();
   f->key = ex.key;
   f->shard = core_->ShardFor(f->key);
   f->target = ex.target;
+  f->key_lines = ex.key_lines;
   f->host = ex.host;
   f->leader = leader_is_client ? leader : 0;
   f->leader_head = leader_is_client && ex.head;
@@ -461,7 +463,7 @@ void HttpServer::Impl::ReleaseWaiters(Fill& f, bool follow) {
 void HttpServer::Impl::PassToOrigin(Conn& c) {
   ++stats_.passes;
   c.ex->cache = "PASS";
-  Origin* o = OpenOrigin(c.ex->head ? "HEAD" : "GET", c.ex->target, c.ex->range);
+  Origin* o = OpenOrigin(c.ex->head ? "HEAD" : "GET", c.ex->target, c.ex->range, c.ex->key_lines);
   if (o == nullptr) return Fail(c, 502, Describe(OriginFault::kUnreachable));
   o->pass_conn = c.id;
   c.ex->state = ExState::kOrigin;

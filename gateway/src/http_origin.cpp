@@ -78,17 +78,16 @@ bool HttpServer::Impl::ResolveOrigin() {
   return true;
 }
 
-HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method,
-                                                       const std::string& target,
-                                                       const std::string& range,
-                                                       const std::string& content_type,
-                                                       const std::string& body) {
+HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(
+    const std::string& method, const std::string& target, const std::string& range,
+    const std::string& key_lines, const std::string& content_type, const std::string& body) {
   const bool head = method == "HEAD";
   ++stats_.origin_requests;
   bool with_body = method != "GET" && method != "HEAD";
   std::string request = fmt::format(
-      "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: goblin-gateway\r\nVia: 1.1 goblin\r\n{}{}{}\r\n",
-      method, origin_prefix_, target, origin_hostport_,
+      "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: goblin-gateway\r\nVia: 1.1 "
+      "goblin\r\n{}{}{}{}\r\n",
+      method, origin_prefix_, target, origin_hostport_, key_lines,
       range.empty() ? "" : "Range: " + range + "\r\n",
       content_type.empty() ? "" : "Content-Type: " + content_type + "\r\n",
       with_body ? fmt::format("Content-Length: {}\r\n", body.size()) : "");

@@ -158,6 +158,7 @@ class HttpServer::Impl {
   struct Exchange {
     ExState state = ExState::kLookup;
     std::string method, target, key, range, inm, ims, host;
+    std::string key_lines;  // the --cache-key-header fields, for the origin (OpenOrigin)
     bool head = false, keep_alive = true, minor0 = false;
     bool head_sent = false;  // a response head went to the client: failures now close it
     uint64_t corr = 0;
@@ -189,10 +190,10 @@ class HttpServer::Impl {
     // Back to a new exchange's state, keeping what the strings and vectors have allocated
     // (a keep-alive connection's next request reuses them).
     void Reset() {
-      std::string* s[] = {&method,       &target,     &key,  &range,
-                          &inm,          &ims,        &host, &boundary,
-                          &content_type, &purge_mode, &body, &content_type_in,
-                          &user_agent,   &referer};
+      std::string* s[] = {&method,       &target,     &key,      &range,
+                          &inm,          &ims,        &host,     &boundary,
+                          &content_type, &purge_mode, &body,     &content_type_in,
+                          &user_agent,   &referer,    &key_lines};
       std::string kept[std::size(s)];
       for (size_t i = 0; i < std::size(s); ++i) kept[i] = std::move(*s[i]);
       std::vector<http::ByteRange> kept_ranges = std::move(ranges);
@@ -316,7 +317,7 @@ class HttpServer::Impl {
   // PutData) -> kCommitting (PutCommit sent).
   enum class Stage { kReserving, kFetching, kUncached, kLeasing, kFilling, kCommitting };
   struct Fill {
-    std::string key, target, host;
+    std::string key, target, host, key_lines;
     uint16_t shard = 0;  // the core shard of the key (set when the fill is made)
     Stage stage = Stage::kFetching;
     Origin* origin = nullptr;
@@ -559,8 +560,11 @@ class HttpServer::Impl {
   // ---- the origin (http_origin.cpp) ----
   VoidResult ParseMirror();
   bool ResolveOrigin();  // getaddrinfo (at start, and again after a connection failure)
+  // `key_lines`: the request headers the cache key holds ("name: value\r\n" each; the
+  // origin sees those and no other of the client's).
   Origin* OpenOrigin(const std::string& method, const std::string& target, const std::string& range,
-                     const std::string& content_type = {}, const std::string& body = {});
+                     const std::string& key_lines, const std::string& content_type = {},
+                     const std::string& body = {});
   void OnOriginEvent(Origin& o, uint32_t events);
   void OnOriginHead(Origin& o);
   void OnOriginBody(Origin& o, std::string_view bytes);

@@ -131,5 +131,35 @@ TEST(CacheKey, HostAndUrlNormalizedAsConfigured) {
   EXPECT_EQ(Key(header, "/a"), "h/a#x-device=#accept-language=");
 }
 
+TEST(CachePolicy, VaryStarIsNeverStoredOtherVaryIs) {
+  const std::string star =
+      "HTTP/1.1 200 OK\r\nVary: Accept-Encoding, *\r\nContent-Length: 0\r\n\r\n";
+  EXPECT_FALSE(policy::Decide(Head(star), 120, kNow).store);
+  EXPECT_EQ(policy::Decide(Head(star), 120, kNow).why_not, "Vary: *");
+  const std::string ae =
+      "HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\nVary: X-Device\r\n"
+      "Content-Length: 0\r\n\r\n";
+  EXPECT_TRUE(policy::Decide(Head(ae), 120, kNow).store);
+}
+
+TEST(CacheKey, AcceptEncodingIsNormalized) {
+  std::string out;
+  for (const auto& [in, want] : std::vector<std::pair<std::string, std::string>>{
+           {"gzip, deflate, br", "br,deflate,gzip"},
+           {"br;q=1.0,GZIP , deflate", "br,deflate,gzip"},
+           {"gzip;q=0, br", "br"},
+           {"gzip;q=0.000", ""},
+           {"gzip;q=0.5", "gzip"},
+           {"identity, *", ""},
+           {"", ""},
+           {"zstd,,gzip", "gzip,zstd"}}) {
+    policy::NormalizeAcceptEncoding(in, &out);
+    EXPECT_EQ(out, want) << in;
+  }
+  policy::CacheKeyOptions o;
+  o.headers = {"accept-encoding"};
+  EXPECT_EQ(Key(o, "/a", "Accept-Encoding: gzip, br\r\n"), "h/a#accept-encoding=br,gzip");
+}
+
 }  // namespace
 }  // namespace goblin::gateway

@@ -24,6 +24,8 @@ Query parameters (any path):
                          origin "recovers": later requests get the whole object)
   pace=<ms>              sleep this long after every 64 KiB of body (clients can join a fill)
   chunked=1              send the body chunked (no Content-Length)
+  vary=<names>           a Vary header with <names>; the body and ETag differ for each value of
+                         the named request headers
 """
 import socket
 import struct
@@ -131,7 +133,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_error(404)
             return
-        etag = '"' + hashlib.sha1(url.path.encode()).hexdigest()[:16] + '"'
+        # vary=<names>: a Vary header, and a body (and ETag) of its own for each value of
+        # the named request headers.
+        seed = url.path
+        for name in q.get("vary", "").split(","):
+            if name.strip() and name.strip() != "*":
+                seed += "|" + (self.headers.get(name.strip()) or "")
+        etag = '"' + hashlib.sha1(seed.encode()).hexdigest()[:16] + '"'
         start, end, status = 0, size - 1, 200
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and "," not in rng:
@@ -156,6 +164,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Cache-Control", q.get("cc", "max-age=3600"))
         if fault == "cookie":
             self.send_header("Set-Cookie", "session=1")
+        if q.get("vary"):
+            self.send_header("Vary", q["vary"])
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         chunked = q.get("chunked") == "1" or fault == "chunkcut"
@@ -180,7 +190,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if fault == "long" and limit - sent > 100:
                 n = min(n, limit - sent - 100)  # the last write: 100 bytes + 100 too many
             if content is None:
-                data = pattern(url.path, start + sent, n)
+                data = pattern(seed, start + sent, n)
             else:
                 content.seek(start + sent)
                 data = content.read(n)

@@ -5,6 +5,7 @@
 // with its header variants, and the next request after each.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -22,6 +23,19 @@ struct Mode {
   std::string net;
   bool h2;
 };
+
+// `s` lower-cased but for the cache status words tests look for.
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* w : {"miss", "hit"}) {
+    for (size_t at = s.find(std::string("x-cache: ") + w); at != std::string::npos;
+         at = s.find(std::string("x-cache: ") + w, at + 1)) {
+      for (size_t i = at + 9; i < at + 9 + std::strlen(w); ++i)
+        s[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i])));
+    }
+  }
+  return s;
+}
 
 class CacheKey : public testing::TestWithParam<Mode>, public test::MirrorHarness {
  protected:
@@ -88,6 +102,52 @@ TEST_P(CacheKey, IgnoreTheQuery) {
   EXPECT_EQ(Purge("/gen/10K/i?v=3"), 200);
   EXPECT_EQ(Cache("/gen/10K/i?v=2"), "MISS");
   EXPECT_EQ(OriginHits("/gen/10K/i?v=2"), 1);
+}
+
+// Vary: the origin is asked with the cache key's headers (and no other of the client's), so
+// each of their values is an object of its own (Accept-Encoding normalized: the same
+// codings are one variant); Vary on a header the gateway does not pass on is stored (the
+// origin never saw the client's value); Vary: * is never stored.
+TEST_P(CacheKey, VaryVariantsPerKeyedHeader) {
+  StartGateway(GetParam().net, {"--cache-key-header", "Accept-Encoding"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  const std::string path = "/gen/10K/v?vary=Accept-Encoding";
+  auto body = [&](const std::string& ae) {  // (the origin's own answer for this header)
+    return CurlUrl("http://127.0.0.1:" + origin_port_ + path, {"-H", "Accept-Encoding: " + ae}, "o")
+        .body;
+  };
+  auto get = [&](const std::string& ae, const std::string& want_cache) {
+    std::vector<std::string> args{GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1", "-H",
+                                  "Accept-Encoding: " + ae};
+    Reply r = Curl(path, args);
+    EXPECT_EQ(r.code, 200) << ae;
+    EXPECT_NE(Lower(r.headers).find("x-cache: " + want_cache), std::string::npos) << ae << "\n"
+                                                                                  << r.headers;
+    EXPECT_NE(Lower(r.headers).find("vary: accept-encoding"), std::string::npos) << r.headers;
+    return r.body;
+  };
+  const std::string gzip = get("gzip, deflate", "MISS");
+  EXPECT_TRUE(gzip == body("gzip, deflate"));
+  EXPECT_TRUE(get("deflate,gzip", "HIT") == gzip);  // (the same codings: the same variant)
+  EXPECT_TRUE(get("br;q=0, gzip;q=0.8, deflate", "HIT") == gzip);
+  const std::string br = get("br", "MISS");
+  EXPECT_TRUE(br == body("br"));
+  EXPECT_TRUE(br != gzip);
+  EXPECT_TRUE(get("br", "HIT") == br);
+  EXPECT_TRUE(get("identity", "MISS") == body("identity"));
+  EXPECT_EQ(OriginHits(path), 3 + 3);  // (three variants filled, and ours)
+  // Vary on a header the gateway does not pass on: stored; Vary: *: passed through each time.
+  for (const std::string vary : {"X-Other", "*", "Accept-Encoding,*"}) {
+    const std::string p = "/gen/10K/w?vary=" + vary;
+    for (const char* want : {"MISS", vary == "X-Other" ? "HIT" : "MISS"}) {
+      Reply r =
+          Curl(p, {GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1", "-H", "X-Other: 1"});
+      EXPECT_EQ(r.code, 200);
+      EXPECT_NE(Lower(r.headers).find(std::string("x-cache: ") + want), std::string::npos)
+          << vary << "\n"
+          << r.headers;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CacheKey,

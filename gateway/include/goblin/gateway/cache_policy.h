@@ -21,9 +21,12 @@ struct Storability {
   std::string_view why_not;  // when !store: the rule that said no (for logs and tests)
 };
 
-// A response is stored when it is a 200 without no-store, private, no-cache or Set-Cookie,
-// and its freshness lifetime is positive: s-maxage, else max-age, else Expires minus Date
-// (or minus `now` without a usable Date), else `default_ttl`.
+// A response is stored when it is a 200 without no-store, private, no-cache, Set-Cookie or
+// "Vary: *", and its freshness lifetime is positive: s-maxage, else max-age, else Expires
+// minus Date (or minus `now` without a usable Date), else `default_ttl`. Other Vary fields
+// do not stop it: the origin is asked with only the request headers the cache key holds
+// (--cache-key-header), so a response varies only on those, and each of their values is
+// an object of its own.
 Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_unix_seconds);
 
 // If-None-Match (weak comparison; "*" matches anything stored) against the stored ETag;
@@ -44,7 +47,12 @@ struct CacheKeyOptions {
 // `host` is lower-cased by the caller, `target` the request-target. With kSort or strip,
 // empty parameters ("a&&b") are dropped; a query left empty drops its '?'. Each header
 // adds "#name=value" ('#' never appears in a request-target; an absent header adds
-// "#name="). `scratch` keeps its capacity between calls.
+// "#name="); accept-encoding's value is normalized (NormalizeAcceptEncoding). `scratch`
+// keeps its capacity between calls.
+// The content codings an Accept-Encoding accepts, of br, deflate, gzip and zstd (q > 0),
+// in that order, comma-separated ("" for none): "gzip, deflate, br" and "br;q=1,gzip,
+// deflate" are one variant.
+void NormalizeAcceptEncoding(std::string_view value, std::string* out);
 void BuildCacheKey(std::string* key, std::string_view host, std::string_view target,
                    const CacheKeyOptions& o, const http::Request& r,
                    std::vector<std::string_view>* scratch);
