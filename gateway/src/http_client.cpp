@@ -225,7 +225,10 @@ void HttpServer::Impl::Dispatch(Conn& c) {
     ++stats_.passes;
     e.cache = "PASS";
     Origin* o = OpenOrigin(e.method, e.target, "", e.key_lines, e.content_type_in, e.body);
-    if (o == nullptr) return Fail(c, 502, detail::Describe(OriginFault::kUnreachable));
+    if (o == nullptr) {
+      const OriginFault why = OpenFault();
+      return Fail(c, detail::StatusFor(why), detail::Describe(why));
+    }
     o->pass_conn = c.id;
     e.state = ExState::kOrigin;
     return;

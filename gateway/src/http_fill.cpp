@@ -42,7 +42,8 @@ void HttpServer::Impl::Miss(Conn& c) {
     return PassToOrigin(c);
   }
   if (Reserve(ex, c.id) == nullptr && StartFill(ex, true, c.id) == nullptr) {
-    return Fail(c, 502, Describe(OriginFault::kUnreachable));
+    const OriginFault why = OpenFault();
+    return Fail(c, StatusFor(why), Describe(why));
   }
   ex.state = ExState::kOrigin;
 }
@@ -98,7 +99,7 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
       f.reserved = false;
       corr_.erase(corr);
       f.begin_corr = 0;
-      return AbortFill(f, OriginFault::kUnreachable);
+      return AbortFill(f, OpenFault());
     }
     f.origin = o;
     o->fill = &f;
@@ -464,7 +465,10 @@ void HttpServer::Impl::PassToOrigin(Conn& c) {
   ++stats_.passes;
   c.ex->cache = "PASS";
   Origin* o = OpenOrigin(c.ex->head ? "HEAD" : "GET", c.ex->target, c.ex->range, c.ex->key_lines);
-  if (o == nullptr) return Fail(c, 502, Describe(OriginFault::kUnreachable));
+  if (o == nullptr) {
+    const OriginFault why = OpenFault();
+    return Fail(c, StatusFor(why), Describe(why));
+  }
   o->pass_conn = c.id;
   c.ex->state = ExState::kOrigin;
 }

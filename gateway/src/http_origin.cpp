@@ -18,7 +18,7 @@
 #include "http_server_impl.h"
 
 namespace goblin::gateway {
-static_assert(kOriginFaultNames.size() == static_cast<size_t>(OriginFault::kTooLong) + 1);
+static_assert(kOriginFaultNames.size() == static_cast<size_t>(OriginFault::kSick) + 1);
 namespace {
 constexpr std::string_view kLog = "http";
 
@@ -78,9 +78,17 @@ bool HttpServer::Impl::ResolveOrigin() {
   return true;
 }
 
-HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(
-    const std::string& method, const std::string& target, const std::string& range,
-    const std::string& key_lines, const std::string& content_type, const std::string& body) {
+HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method,
+                                                       const std::string& target,
+                                                       const std::string& range,
+                                                       const std::string& key_lines,
+                                                       const std::string& content_type,
+                                                       const std::string& body, bool probe) {
+  if (!probe && OpenFault() == OriginFault::kSick) {
+    ++stats_.origin_errors;
+    ++stats_.origin_faults[static_cast<size_t>(OriginFault::kSick)];
+    return nullptr;
+  }
   const bool head = method == "HEAD";
   ++stats_.origin_requests;
   bool with_body = method != "GET" && method != "HEAD";
@@ -310,6 +318,11 @@ void HttpServer::Impl::OnOriginEvent(Origin& o, uint32_t events) {
 }
 
 void HttpServer::Impl::OnOriginHead(Origin& o) {
+  if (o.probe) {
+    const int st = o.resp.status;
+    ProbeDone(st >= 200 && st < 400, fmt::format("status {}", st));
+    return CloseOrigin(o);
+  }
   if (o.fill != nullptr) return OnFillHead(o);
   // A pass-through (uncacheable, a range on a miss, other methods).
   Conn* c = Find(o.pass_conn);
@@ -345,6 +358,10 @@ void HttpServer::Impl::OnOriginBody(Origin& o, std::string_view bytes) {
 }
 
 void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, OriginFault fault) {
+  if (o.probe) {
+    ProbeDone(false, Describe(fault));
+    return CloseOrigin(o);
+  }
   if (ok && o.head_done && !o.until_close) {
     // Bytes already waiting beyond the declared end: the origin sent more than it said.
     char probe;
@@ -384,6 +401,41 @@ void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, OriginFault fault) {
     ReleaseOrigin(o);
   } else {
     CloseOrigin(o);
+  }
+}
+
+}  // namespace goblin::gateway
+
+namespace goblin::gateway {
+
+void HttpServer::Impl::StartProbe(uint64_t now) {
+  next_probe_ = now + static_cast<uint64_t>(options_.probe_interval.count()) * 1'000'000ULL;
+  ++stats_.probes;
+  Origin* o = OpenOrigin("GET", options_.probe_path, "", "", {}, {}, /*probe=*/true);
+  if (o == nullptr) return ProbeDone(false, Describe(OriginFault::kUnreachable));
+  o->probe = true;
+  o->deadline = now + static_cast<uint64_t>(options_.probe_timeout.count()) * 1'000'000ULL;
+  probe_inflight_ = true;
+}
+
+void HttpServer::Impl::ProbeDone(bool good, std::string_view why) {
+  probe_inflight_ = false;
+  std::atomic<bool>& healthy = *options_.origin_healthy;
+  if (good) {
+    probe_fails_ = 0;
+    if (!healthy.exchange(true)) {
+      GOBLIN_LOG_INFO(kLog, "origin healthy again: probe {} answered ({})", options_.probe_path,
+                      why);
+    }
+    return;
+  }
+  ++stats_.probe_failures;
+  ++probe_fails_;
+  if (probe_fails_ >= options_.probe_threshold && healthy.exchange(false)) {
+    GOBLIN_LOG_WARN(kLog,
+                    "origin marked sick: {} probes of {} failed in a row (last: {}); misses are "
+                    "answered 503 until a probe succeeds",
+                    probe_fails_, options_.probe_path, why);
   }
 }
 

@@ -53,6 +53,8 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   h2_streams += o.h2_streams;
   h2_resets += o.h2_resets;
   h2_goaways += o.h2_goaways;
+  probes += o.probes;
+  probe_failures += o.probe_failures;
   for (size_t i = 0; i < origin_faults.size(); ++i) origin_faults[i] += o.origin_faults[i];
   return *this;
 }
@@ -140,6 +142,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     dead_fills_.clear();
     uint64_t now = MonotonicNanos();
     core_->Tick(now);
+    if (options_.prober && !probe_inflight_ && now >= next_probe_) StartProbe(now);
     if (now - last_publish_ > 200'000'000ULL) {  // (the metrics endpoint's copy)
       last_publish_ = now;
       Publish();
@@ -197,6 +200,11 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     } else if (now - last_work >= busy_poll_ns && now > poll_until_) {
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? 1000 : 0;
       if (int r = core_->MillisUntilReconnect(now); r >= 0 && r < timeout) timeout = r;
+      if (options_.prober && !probe_inflight_) {  // (awake for the next probe)
+        const int64_t ms =
+            next_probe_ > now ? static_cast<int64_t>((next_probe_ - now) / 1'000'000) : 0;
+        if (ms < timeout) timeout = static_cast<int>(ms);
+      }
     }
     if (timeout > 0 && last_publish_ < last_work) {  // (going to sleep: what it did is seen)
       last_publish_ = now;

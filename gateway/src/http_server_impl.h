@@ -305,6 +305,7 @@ class HttpServer::Impl {
     bool idle = false, reused = false;
     uint64_t idle_since = 0;
     std::string request;  // the bytes of the current request (for that retry)
+    bool probe = false;   // the health probe's (its answer only says healthy or not)
   };
   // One key being fetched from the origin. A miss first reserves the key in the core
   // (kReserving: PutBegin with kPutReserve sent, the origin not asked yet), so that one
@@ -562,9 +563,22 @@ class HttpServer::Impl {
   bool ResolveOrigin();  // getaddrinfo (at start, and again after a connection failure)
   // `key_lines`: the request headers the cache key holds ("name: value\r\n" each; the
   // origin sees those and no other of the client's).
+  // Returns null (counted) without trying while the origin is marked sick, unless `probe`.
   Origin* OpenOrigin(const std::string& method, const std::string& target, const std::string& range,
                      const std::string& key_lines, const std::string& content_type = {},
-                     const std::string& body = {});
+                     const std::string& body = {}, bool probe = false);
+  // Why OpenOrigin gave nothing: the origin is sick, or could not be reached.
+  OriginFault OpenFault() const {
+    return options_.origin_healthy && !options_.origin_healthy->load(std::memory_order_relaxed)
+               ? OriginFault::kSick
+               : OriginFault::kUnreachable;
+  }
+  // The health probe (http_origin.cpp): sent by the prober worker every probe_interval.
+  void StartProbe(uint64_t now);
+  void ProbeDone(bool good, std::string_view why);
+  uint64_t next_probe_ = 0;
+  bool probe_inflight_ = false;
+  uint32_t probe_fails_ = 0;
   void OnOriginEvent(Origin& o, uint32_t events);
   void OnOriginHead(Origin& o);
   void OnOriginBody(Origin& o, std::string_view bytes);

@@ -119,12 +119,16 @@ uint64_t NowUnixNanos() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-int StatusFor(OriginFault f) { return f == OriginFault::kTimeout ? 504 : 502; }
+int StatusFor(OriginFault f) {
+  return f == OriginFault::kTimeout ? 504 : f == OriginFault::kSick ? 503 : 502;
+}
 
 std::string_view Describe(OriginFault f) {
   switch (f) {
     case OriginFault::kUnreachable:
       return "cannot reach the origin";
+    case OriginFault::kSick:
+      return "the origin is marked sick by its health probe";
     case OriginFault::kReset:
       return "the origin reset the connection";
     case OriginFault::kClosed:

@@ -45,6 +45,7 @@ enum class OriginFault : uint8_t {
   kMalformed,    // not an HTTP/1.1 response head
   kBadChunk,     // a malformed chunked body
   kTooLong,      // bytes beyond the declared length (or after the last chunk)
+  kSick,         // not asked: its health probe (--origin-probe) marks it sick
 };
 int StatusFor(OriginFault f);
 std::string_view Describe(OriginFault f);

@@ -41,7 +41,7 @@ int Fail(const Status& s) {
 
 // The HTTP front's Prometheus text: every worker's published stats summed.
 static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::HttpServer>>& workers,
-                                 const gateway::AccessLog* log) {
+                                 const gateway::AccessLog* log, bool healthy) {
   gateway::HttpStats st;
   LatencyHistogram ttfb;
   for (const auto& w : workers) {
@@ -96,6 +96,11 @@ static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::Http
     counter("access_log_lines", "Access log lines written", log->lines_written());
     counter("access_log_dropped", "Access log lines dropped (its rings were full)", log->dropped());
   }
+  counter("origin_probes", "Health probes sent to the origin (--origin-probe)", st.probes);
+  counter("origin_probe_failures", "Health probes that failed", st.probe_failures);
+  t.Family("goblin_gateway_origin_healthy", "gauge",
+           "1 unless the health probe marks the origin sick");
+  t.Sample("goblin_gateway_origin_healthy", "", healthy ? 1 : 0);
   t.Family("goblin_gateway_http_workers", "gauge", "HTTP worker threads");
   t.Sample("goblin_gateway_http_workers", "", workers.size());
   return t.Take();
@@ -160,6 +165,19 @@ int main(int argc, char** argv) {
                            idle = std::chrono::seconds(60);
   AddDurationOption(app, "--origin-timeout", &origin_timeout,
                     "Silence from the origin after which a fetch fails (504, or a cut body)");
+  std::chrono::nanoseconds probe_interval = std::chrono::seconds(5),
+                           probe_timeout = std::chrono::seconds(2);
+  app.add_option("--origin-probe", h.probe_path,
+                 "Health probe: GET this path of the origin every --origin-probe-interval; "
+                 "--origin-probe-threshold failures in a row mark the origin sick (misses then "
+                 "answered 503 at once, hits served) until a probe succeeds");
+  AddDurationOption(app, "--origin-probe-interval", &probe_interval, "Time between probes");
+  AddDurationOption(app, "--origin-probe-timeout", &probe_timeout,
+                    "A probe not answered in this long failed");
+  app.add_option("--origin-probe-threshold", h.probe_threshold,
+                 "Failed probes in a row that mark the origin sick")
+      ->check(CLI::Range(1u, 1000u))
+      ->capture_default_str();
   AddDurationOption(app, "--idle-timeout", &idle, "Idle client connections close after this");
   std::chrono::nanoseconds send_timeout = std::chrono::seconds(60);
   AddDurationOption(app, "--send-timeout", &send_timeout,
@@ -332,6 +350,16 @@ int main(int argc, char** argv) {
   const bool http_polls = busy_poll->count() > 0 || !r.yield_when_polling;
   h.busy_poll = http_polls ? r.busy_poll : std::chrono::nanoseconds(0);
   h.default_ttl = std::chrono::duration_cast<std::chrono::seconds>(default_ttl);
+  h.probe_interval =
+      std::max(std::chrono::milliseconds(10),
+               std::chrono::duration_cast<std::chrono::milliseconds>(probe_interval));
+  h.probe_timeout = std::max(std::chrono::milliseconds(10),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(probe_timeout));
+  if (!h.probe_path.empty() && !h.probe_path.starts_with('/')) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       fmt::format("--origin-probe '{}': give a path (/...)", h.probe_path)));
+  }
+  h.origin_healthy = std::make_shared<std::atomic<bool>>(true);
   h.origin_timeout = std::max(std::chrono::seconds(1),
                               std::chrono::duration_cast<std::chrono::seconds>(origin_timeout));
   h.idle_timeout =
@@ -366,6 +394,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < threads; ++i) {
       gateway::HttpServerOptions w = h;
       w.worker = i;
+      w.prober = i == 0 && !h.probe_path.empty();
       if (access_log) w.access_log = access_log->ring(static_cast<size_t>(i));
       if (i > 0) {  // (the first may have taken any free ports)
         w.port = workers[0]->port();
@@ -444,9 +473,10 @@ int main(int argc, char** argv) {
       return Fail(Status(StatusCode::kInvalidArgument,
                          "--metrics-listen reports the HTTP front: give --mirror"));
     }
-    auto m = MetricsServer::Start(metrics_listen, [&workers, &access_log] {
-      return RenderMetrics(workers, access_log.get());
-    });
+    auto m =
+        MetricsServer::Start(metrics_listen, [&workers, &access_log, healthy = h.origin_healthy] {
+          return RenderMetrics(workers, access_log.get(), healthy->load());
+        });
     if (!m) return Fail(m.error());
     metrics = std::move(*m);
     GOBLIN_LOG_INFO(kLog, "Prometheus metrics on http://{}/metrics", metrics->address());

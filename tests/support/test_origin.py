@@ -24,6 +24,7 @@ Query parameters (any path):
                          origin "recovers": later requests get the whole object)
   pace=<ms>              sleep this long after every 64 KiB of body (clients can join a fill)
   chunked=1              send the body chunked (no Content-Length)
+  fail_if=<file>         answer 500 while <file> exists
   vary=<names>           a Vary header with <names>; the body and ETag differ for each value of
                          the named request headers
 """
@@ -111,6 +112,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault == "hang":
             time.sleep(3600)
             return
+        if q.get("fail_if") and os.path.exists(q["fail_if"]):
+            fault = "500"  # (a health probe's target the test turns bad and good again)
         if fault == "500":
             body = b"origin error\n"
             self.send_response(500)

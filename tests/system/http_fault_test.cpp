@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -420,6 +421,60 @@ TEST_P(CoreFaults, StoredMetadataWithoutCrlfIsServedAndRangedSafely) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Net, CoreFaults, testing::Values("sync", "async"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// ---- the origin's health probe ----
+
+class OriginHealth : public testing::TestWithParam<std::string>, public test::MirrorHarness {
+ protected:
+  void SetUp() override {
+    if (!HaveTools()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin(TestName())) << (core_ ? core_->Output() : std::string());
+  }
+  void TearDown() override { StopAll(); }
+  bool LogSays(const std::string& what) {
+    for (int i = 0; i < 200; ++i) {  // (10 s)
+      if (gateway_->Output().find(what) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+};
+
+// A probe that fails twice in a row marks the origin sick: misses are answered 503 at once
+// (the origin is not asked), hits are served; the first good probe makes it healthy again
+// and the next miss is fetched.
+TEST_P(OriginHealth, ASickOriginIsNotAskedHitsAreServed) {
+  const std::string flag = dir_ + "/sick";
+  StartGateway(GetParam(),
+               {"--origin-probe", "/gen/1K/probe?fail_if=" + flag, "--origin-probe-interval",
+                "100ms", "--origin-probe-threshold", "2", "--threads", "2"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  EXPECT_EQ(Curl("/gen/10K/a").code, 200);
+  std::ofstream(flag) << "1";
+  ASSERT_TRUE(LogSays("origin marked sick: 2 probes")) << gateway_->Output();
+  EXPECT_EQ(Curl("/gen/10K/a").code, 200);  // a hit
+  for (const char* path : {"/gen/10K/b", "/gen/10K/c?cc=no-store"}) {
+    Reply r = Curl(path);
+    EXPECT_EQ(r.code, 503) << path;
+    EXPECT_NE(r.body.find("503 Service Unavailable: the origin is marked sick by its health probe"),
+              std::string::npos)
+        << r.body;
+  }
+  Reply post = Curl("/gen/1K/p", {"-d", "x"});
+  EXPECT_EQ(post.code, 503);
+  EXPECT_EQ(OriginHits("/gen/10K/b"), 0);
+  std::filesystem::remove(flag);
+  ASSERT_TRUE(LogSays("origin healthy again")) << gateway_->Output();
+  Reply b = Curl("/gen/10K/b");
+  EXPECT_EQ(b.code, 200);
+  EXPECT_EQ(b.body, Origin("/gen/10K/b"));
+  EXPECT_EQ(Curl("/gen/10K/b").code, 200);
+  gateway_->Signal(SIGTERM);
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(20)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Net, OriginHealth, testing::Values("sync", "async"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

@@ -118,11 +118,12 @@ class Conn {
       off += static_cast<size_t>(n);
     }
   }
-  // Reads values until `done(value)` is true (that value is not returned), EOF, or 5 s.
-  // Returns the values and whether the connection closed.
-  std::pair<std::vector<Value>, bool> ReadUntil(const std::function<bool(const Value&)>& done) {
+  // Reads values until `done(value)` is true (that value is not returned), EOF, or `limit`
+  // (5 s). Returns the values and whether the connection closed.
+  std::pair<std::vector<Value>, bool> ReadUntil(const std::function<bool(const Value&)>& done,
+                                                std::chrono::milliseconds limit = 5s) {
     std::vector<Value> out;
-    auto deadline = std::chrono::steady_clock::now() + 5s;
+    auto deadline = std::chrono::steady_clock::now() + limit;
     for (;;) {
       while (auto v = ParseValue(buf_, &pos_)) {
         if (done(*v)) return {out, false};

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -101,6 +102,16 @@ struct HttpServerOptions {
   policy::CacheKeyOptions cache_key;
   // Time every response head (a TTFB histogram, published with the stats: --metrics-listen).
   bool timing = false;
+  // The origin's health (Varnish's probe): `probe_path` is asked every `probe_interval`
+  // by the worker with `prober` set; `probe_threshold` failures in a row (an error, a
+  // timeout of `probe_timeout`, a status outside 2xx/3xx) mark it sick until a probe
+  // succeeds. Every worker reads `origin_healthy`: while it is false, misses and passes
+  // are answered 503 without asking the origin; hits are served. Empty path: no probe.
+  std::string probe_path;
+  std::chrono::milliseconds probe_interval{5000}, probe_timeout{2000};
+  uint32_t probe_threshold = 3;
+  bool prober = false;
+  std::shared_ptr<std::atomic<bool>> origin_healthy;
   // The access log's ring for this worker (see access_log.h); nullptr: no access log.
   AccessLog::Ring* access_log = nullptr;
 };
@@ -123,13 +134,16 @@ struct HttpStats {
   // (floods: resets, SETTINGS/PING, CONTINUATION; protocol errors).
   uint64_t h2_connections = 0, h2_upgrades = 0, h2_streams = 0, h2_resets = 0, h2_goaways = 0;
   // Origin faults by kind (kOriginFaultNames; of origin_errors).
-  std::array<uint64_t, 8> origin_faults{};
+  std::array<uint64_t, 9> origin_faults{};
+  // The origin's health probe (--origin-probe; worker 0 sends it): probes, failed ones.
+  uint64_t probes = 0, probe_failures = 0;
   HttpStats& operator+=(const HttpStats& o);
 };
 
 // The kinds of origin_faults, in order (the metrics' kind label).
-inline constexpr std::array<std::string_view, 8> kOriginFaultNames = {
-    "unreachable", "reset", "closed", "truncated", "timeout", "malformed", "bad_chunk", "too_long"};
+inline constexpr std::array<std::string_view, 9> kOriginFaultNames = {
+    "unreachable", "reset",     "closed",   "truncated", "timeout",
+    "malformed",   "bad_chunk", "too_long", "sick"};
 
 class HttpServer {
  public:
