@@ -72,7 +72,7 @@ bool NotModified(std::string_view if_none_match, std::string_view if_modified_si
   return since && modified && *modified <= *since;
 }
 
-void NormalizeAcceptEncoding(std::string_view value, std::string* out) {
+void AppendAcceptEncoding(std::string_view value, std::string* out) {
   static constexpr std::string_view kCodings[] = {"br", "deflate", "gzip", "zstd"};
   bool accepted[std::size(kCodings)] = {};
   while (!value.empty()) {
@@ -102,11 +102,12 @@ void NormalizeAcceptEncoding(std::string_view value, std::string* out) {
       if (http::IEquals(item, kCodings[i])) accepted[i] = !refused;
     }
   }
-  out->clear();
+  bool first = true;
   for (size_t i = 0; i < std::size(kCodings); ++i) {
     if (!accepted[i]) continue;
-    if (!out->empty()) out->push_back(',');
+    if (!first) out->push_back(',');
     out->append(kCodings[i]);
+    first = false;
   }
 }
 
@@ -151,9 +152,7 @@ void BuildCacheKey(std::string* key, std::string_view host, std::string_view tar
     key->append(h);
     key->push_back('=');
     if (h == "accept-encoding") {
-      std::string codings;
-      NormalizeAcceptEncoding(r.Get(h), &codings);
-      key->append(codings);
+      AppendAcceptEncoding(r.Get(h), key);  // (straight into the key: no copy per request)
     } else {
       key->append(r.Get(h));
     }

@@ -33,18 +33,23 @@ void HttpServer::Impl::NoteResponseHead(Exchange& e, std::string_view head) {
   if (options_.timing) ttfb_.Record(e.ttfb_ns);
 }
 
+HttpServer::Impl::LogEntry& HttpServer::Impl::NewLogEntry(Conn& c, uint64_t begin, size_t head_len,
+                                                          uint64_t start_ns, int64_t start_unix) {
+  if (c.logs_n == c.logs.size()) c.logs.emplace_back();
+  LogEntry& l = c.logs[c.logs_n++];
+  l.begin = begin;
+  l.end = c.written_total + c.out_bytes;
+  l.head_len = head_len;
+  l.start_ns = start_ns;
+  l.line.assign(c.peer).append(" - - [").append(LogTime(start_unix)).append("] \"");
+  return l;
+}
+
 void HttpServer::Impl::LogExchange(Conn& c) {
   if (log_ == nullptr || !c.ex || c.ex->logged) return;
   Exchange& e = *c.ex;
   e.logged = true;
-  if (c.logs_n == c.logs.size()) c.logs.emplace_back();
-  LogEntry& l = c.logs[c.logs_n++];
-  l.begin = e.log_begin;
-  l.end = c.written_total + c.out_bytes;
-  l.head_len = e.head_sent ? e.head_len : 0;
-  l.start_ns = e.start_ns;
-  l.line.clear();
-  l.line.append(c.peer).append(" - - [").append(LogTime(e.start_unix)).append("] \"");
+  LogEntry& l = NewLogEntry(c, e.log_begin, e.head_sent ? e.head_len : 0, e.start_ns, e.start_unix);
   AppendLogField(&l.line, e.method);
   l.line.push_back(' ');
   AppendLogField(&l.line, e.target);
@@ -63,17 +68,9 @@ void HttpServer::Impl::LogExchange(Conn& c) {
 
 void HttpServer::Impl::LogBadRequest(Conn& c, int status, uint64_t begin, size_t head_len) {
   if (log_ == nullptr) return;
-  const uint64_t now = MonotonicNanos();
-  if (c.logs_n == c.logs.size()) c.logs.emplace_back();
-  LogEntry& l = c.logs[c.logs_n++];
-  l.begin = begin;
-  l.end = c.written_total + c.out_bytes;
-  l.head_len = head_len;
-  l.start_ns = now;
-  l.line.clear();
-  l.line.append(c.peer).append(" - - [");
-  l.line.append(LogTime(static_cast<int64_t>(detail::NowSeconds())));
-  fmt::format_to(std::back_inserter(l.line), "] \"-\" {} ", status);
+  LogEntry& l =
+      NewLogEntry(c, begin, head_len, MonotonicNanos(), static_cast<int64_t>(detail::NowSeconds()));
+  fmt::format_to(std::back_inserter(l.line), "-\" {} ", status);
   l.tail.assign("\"-\" \"-\" SYNTH 0.000000");
   if (c.written_total >= l.end && !c.closed) EmitLogs(c, false);
 }

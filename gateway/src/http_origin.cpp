@@ -85,7 +85,6 @@ HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method
                                                        const std::string& content_type,
                                                        const std::string& body, bool probe) {
   if (!probe && OpenFault() == OriginFault::kSick) {
-    ++stats_.origin_errors;
     ++stats_.origin_faults[static_cast<size_t>(OriginFault::kSick)];
     return nullptr;
   }
@@ -125,7 +124,6 @@ HttpServer::Impl::Origin* HttpServer::Impl::OpenOrigin(const std::string& method
   o->out = std::move(request);
   o->deadline = deadline;
   if (!ConnectOrigin(*o)) {
-    ++stats_.origin_errors;
     ++stats_.origin_faults[static_cast<size_t>(OriginFault::kUnreachable)];
     return nullptr;
   }
@@ -371,7 +369,6 @@ void HttpServer::Impl::OnOriginDone(Origin& o, bool ok, OriginFault fault) {
     }
   }
   if (!ok) {
-    ++stats_.origin_errors;
     ++stats_.origin_faults[static_cast<size_t>(fault)];
     GOBLIN_LOG_WARN(kLog, "origin: {} ({} {})", Describe(fault),
                     o.fill != nullptr ? "fill of" : "request for",

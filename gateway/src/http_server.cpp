@@ -30,7 +30,6 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   passes += o.passes;
   coalesced += o.coalesced;
   origin_requests += o.origin_requests;
-  origin_errors += o.origin_errors;
   fills += o.fills;
   fills_aborted += o.fills_aborted;
   purges += o.purges;

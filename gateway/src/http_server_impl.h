@@ -393,6 +393,9 @@ class HttpServer::Impl {
   // a response without an exchange, a bad request's).
   void LogExchange(Conn& c);
   void LogBadRequest(Conn& c, int status, uint64_t begin, size_t head_len);
+  // The next entry of c's pending lines: the response between `begin` and what is queued now.
+  LogEntry& NewLogEntry(Conn& c, uint64_t begin, size_t head_len, uint64_t start_ns,
+                        int64_t start_unix);
   // Writes the lines whose responses are out (`all`: every one, the connection is ending).
   void EmitLogs(Conn& c, bool all);
   // A response head going out for `e` (status, TTFB, head length).

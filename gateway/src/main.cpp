@@ -529,7 +529,7 @@ int main(int argc, char** argv) {
                     "upgraded from HTTP/1.1), {} streams, {} reset by clients, {} connections "
                     "ended for errors or floods",
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
-                    st.coalesced, st.passes, st.origin_requests, st.origin_errors, st.fills,
+                    st.coalesced, st.passes, st.origin_requests, st.origin_errors(), st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
                     st.core_disconnects, HumanSize(st.bytes_lent), HumanSize(st.bytes_by_reference),
                     st.accepted, st.accepted_for_neighbour, st.tls_handshakes, st.tls_resumed,

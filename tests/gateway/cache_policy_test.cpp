@@ -153,7 +153,9 @@ TEST(CacheKey, AcceptEncodingIsNormalized) {
            {"identity, *", ""},
            {"", ""},
            {"zstd,,gzip", "gzip,zstd"}}) {
-    policy::NormalizeAcceptEncoding(in, &out);
+    out = "x";
+    policy::AppendAcceptEncoding(in, &out);
+    out.erase(0, 1);
     EXPECT_EQ(out, want) << in;
   }
   policy::CacheKeyOptions o;

@@ -70,12 +70,9 @@ std::vector<Line> ParseLog(const std::string& text, std::vector<std::string>* ba
 class AccessLog : public testing::TestWithParam<Mode>, public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
-      GTEST_SKIP() << "curl and python3 are needed";
-    }
-    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');
-    ASSERT_TRUE(StartCoreAndOrigin("al-" + name)) << (core_ ? core_->Output() : std::string());
+    if (!test::HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin("al-" + test::CurrentTestName()))
+        << (core_ ? core_->Output() : std::string());
     log_ = dir_ + "/gateway-access.log";
   }
   void TearDown() override { StopAll(); }

@@ -40,12 +40,9 @@ std::string Lower(std::string s) {
 class CacheKey : public testing::TestWithParam<Mode>, public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
-      GTEST_SKIP() << "curl and python3 are needed";
-    }
-    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');
-    ASSERT_TRUE(StartCoreAndOrigin("ck-" + name)) << (core_ ? core_->Output() : std::string());
+    if (!test::HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin("ck-" + test::CurrentTestName()))
+        << (core_ ? core_->Output() : std::string());
   }
   void TearDown() override { StopAll(); }
   // X-Cache of `path` (and its status, which must be 200).

@@ -27,13 +27,8 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-bool HaveTools() { return fs::exists("/usr/bin/curl") && fs::exists("/usr/bin/python3"); }
-
-std::string TestName() {
-  std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::replace(name.begin(), name.end(), '/', '-');
-  return name;
-}
+using test::CurrentTestName;
+using test::HaveCurlAndPython;
 
 // A body that arrived is always a prefix of the object (never other bytes).
 void ExpectPrefix(const std::string& got, const std::string& want, const std::string& who) {
@@ -52,8 +47,8 @@ class OriginFaults : public testing::TestWithParam<std::tuple<std::string, Fault
                      public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!HaveTools()) GTEST_SKIP() << "curl and python3 are needed";
-    ASSERT_TRUE(StartCoreAndOrigin(TestName())) << (core_ ? core_->Output() : std::string());
+    if (!HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin(CurrentTestName())) << (core_ ? core_->Output() : std::string());
     StartGateway(std::get<0>(GetParam()));
     ASSERT_FALSE(port_.empty()) << gateway_->Output();
   }
@@ -116,8 +111,8 @@ TEST_P(OriginFaults, EveryReaderIsCutOffNothingIsStoredTheNextRequestRefetches) 
 class TwoGateways : public testing::TestWithParam<std::string>, public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!HaveTools()) GTEST_SKIP() << "curl and python3 are needed";
-    ASSERT_TRUE(StartCoreAndOrigin(TestName())) << (core_ ? core_->Output() : std::string());
+    if (!HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin(CurrentTestName())) << (core_ ? core_->Output() : std::string());
     StartGateway(GetParam(), {"--threads", "1"}, "gateway-a.log");
     ASSERT_FALSE(port_.empty()) << gateway_->Output();
     a_ = std::move(gateway_);
@@ -231,10 +226,10 @@ INSTANTIATE_TEST_SUITE_P(
 class CoreFaults : public testing::TestWithParam<std::string>, public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!HaveTools()) GTEST_SKIP() << "curl and python3 are needed";
+    if (!HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
   }
   void Start(std::vector<std::string> core_extra = {}) {
-    ASSERT_TRUE(StartCoreAndOrigin(TestName(), std::move(core_extra)))
+    ASSERT_TRUE(StartCoreAndOrigin(CurrentTestName(), std::move(core_extra)))
         << (core_ ? core_->Output() : std::string());
     StartGateway(GetParam());
     ASSERT_FALSE(port_.empty()) << gateway_->Output();
@@ -428,8 +423,8 @@ INSTANTIATE_TEST_SUITE_P(Net, CoreFaults, testing::Values("sync", "async"),
 class OriginHealth : public testing::TestWithParam<std::string>, public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!HaveTools()) GTEST_SKIP() << "curl and python3 are needed";
-    ASSERT_TRUE(StartCoreAndOrigin(TestName())) << (core_ ? core_->Output() : std::string());
+    if (!HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
+    ASSERT_TRUE(StartCoreAndOrigin(CurrentTestName())) << (core_ ? core_->Output() : std::string());
   }
   void TearDown() override { StopAll(); }
   bool LogSays(const std::string& what) {
@@ -463,6 +458,8 @@ TEST_P(OriginHealth, ASickOriginIsNotAskedHitsAreServed) {
   }
   Reply post = Curl("/gen/1K/p", {"-d", "x"});
   EXPECT_EQ(post.code, 503);
+  EXPECT_EQ(Curl("/gen/10K/d", {"--http2-prior-knowledge"}).code, 503);  // (an HTTP/2 stream)
+  EXPECT_EQ(Curl("/gen/10K/a", {"--http2-prior-knowledge"}).code, 200);
   EXPECT_EQ(OriginHits("/gen/10K/b"), 0);
   std::filesystem::remove(flag);
   ASSERT_TRUE(LogSays("origin healthy again")) << gateway_->Output();
@@ -470,6 +467,9 @@ TEST_P(OriginHealth, ASickOriginIsNotAskedHitsAreServed) {
   EXPECT_EQ(b.code, 200);
   EXPECT_EQ(b.body, Origin("/gen/10K/b"));
   EXPECT_EQ(Curl("/gen/10K/b").code, 200);
+  Reply d = Curl("/gen/10K/d", {"--http2-prior-knowledge"});  // (the stream's key, next time)
+  EXPECT_EQ(d.code, 200);
+  EXPECT_EQ(d.body, Origin("/gen/10K/d"));
   gateway_->Signal(SIGTERM);
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(20)), 0);
 }

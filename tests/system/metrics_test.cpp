@@ -54,9 +54,7 @@ double Value(const std::string& text, const std::string& line_start) {
 class Metrics : public testing::TestWithParam<std::string>, public test::MirrorHarness {
  protected:
   void SetUp() override {
-    if (!fs::exists("/usr/bin/curl") || !fs::exists("/usr/bin/python3")) {
-      GTEST_SKIP() << "curl and python3 are needed";
-    }
+    if (!test::HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
     ASSERT_TRUE(StartCoreAndOrigin("metrics-" + GetParam(), {"--metrics-listen", "127.0.0.1:0"}))
         << (core_ ? core_->Output() : std::string());
   }

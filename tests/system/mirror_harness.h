@@ -4,6 +4,7 @@
 // sockets as clients. Used by http_mirror_test and http_fault_test.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -216,6 +217,18 @@ class MirrorHarness {
     return r;
   }
 };
+
+// curl and python3 (the test origin) are there: the mirror's system tests need both.
+inline bool HaveCurlAndPython() {
+  return std::filesystem::exists("/usr/bin/curl") && std::filesystem::exists("/usr/bin/python3");
+}
+
+// The running test's name, usable in a path (a parameterized test's '/' made '-').
+inline std::string CurrentTestName() {
+  std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(name.begin(), name.end(), '/', '-');
+  return name;
+}
 
 // A TCP connection to 127.0.0.1:`port` with a 5 s receive timeout; -1 when it fails.
 // `rcvbuf` > 0: that receive buffer, set before connecting (a client that reads slowly, or

@@ -47,12 +47,12 @@ struct CacheKeyOptions {
 // `host` is lower-cased by the caller, `target` the request-target. With kSort or strip,
 // empty parameters ("a&&b") are dropped; a query left empty drops its '?'. Each header
 // adds "#name=value" ('#' never appears in a request-target; an absent header adds
-// "#name="); accept-encoding's value is normalized (NormalizeAcceptEncoding). `scratch`
+// "#name="); accept-encoding's value is normalized (AppendAcceptEncoding). `scratch`
 // keeps its capacity between calls.
-// The content codings an Accept-Encoding accepts, of br, deflate, gzip and zstd (q > 0),
-// in that order, comma-separated ("" for none): "gzip, deflate, br" and "br;q=1,gzip,
-// deflate" are one variant.
-void NormalizeAcceptEncoding(std::string_view value, std::string* out);
+// Appends to `out` the content codings an Accept-Encoding accepts, of br, deflate, gzip and
+// zstd (q > 0), in that order, comma-separated (nothing for none): "gzip, deflate, br" and
+// "br;q=1,gzip, deflate" are one variant.
+void AppendAcceptEncoding(std::string_view value, std::string* out);
 void BuildCacheKey(std::string* key, std::string_view host, std::string_view target,
                    const CacheKeyOptions& o, const http::Request& r,
                    std::vector<std::string_view>* scratch);

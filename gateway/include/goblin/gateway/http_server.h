@@ -119,7 +119,7 @@ struct HttpServerOptions {
 struct HttpStats {
   uint64_t accepted = 0, requests = 0, hits = 0, misses = 0, passes = 0, coalesced = 0;
   uint64_t accepted_for_neighbour = 0;  // of `accepted`: from the neighbour's listener
-  uint64_t origin_requests = 0, origin_errors = 0, fills = 0, fills_aborted = 0;
+  uint64_t origin_requests = 0, fills = 0, fills_aborted = 0;
   uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
   uint64_t bytes_by_reference = 0;  // lent bytes sent with sendfile from the pool (no copy)
   uint64_t core_unavailable = 0, core_disconnects = 0;  // 503s while the core was away; losses
@@ -133,8 +133,13 @@ struct HttpStats {
   // them upgraded, streams, streams the client reset, connections ended for misbehaving
   // (floods: resets, SETTINGS/PING, CONTINUATION; protocol errors).
   uint64_t h2_connections = 0, h2_upgrades = 0, h2_streams = 0, h2_resets = 0, h2_goaways = 0;
-  // Origin faults by kind (kOriginFaultNames; of origin_errors).
+  // Origin faults by kind (kOriginFaultNames); origin_errors() is their sum.
   std::array<uint64_t, 9> origin_faults{};
+  uint64_t origin_errors() const {
+    uint64_t n = 0;
+    for (uint64_t f : origin_faults) n += f;
+    return n;
+  }
   // The origin's health probe (--origin-probe; worker 0 sends it): probes, failed ones.
   uint64_t probes = 0, probe_failures = 0;
   HttpStats& operator+=(const HttpStats& o);
