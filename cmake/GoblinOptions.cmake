@@ -38,6 +38,11 @@ set(CMAKE_C_FLAGS_FUZZ "-O1 -g ${_san} -fsanitize=fuzzer-no-link")
 set(CMAKE_EXE_LINKER_FLAGS_FUZZ "${_san}")
 
 add_compile_options(-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND NOT CMAKE_BUILD_TYPE STREQUAL "Fuzz")
+  # (see the Fuzz flags above: std::expected under clang 16 with libstdc++ 12)
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-D__cpp_concepts=202002L>
+                      $<$<COMPILE_LANGUAGE:CXX>:-Wno-macro-redefined>)
+endif()
 if(CMAKE_BUILD_TYPE STREQUAL "Tsan" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   add_compile_options(-Wno-tsan)  # TSan does not model fences; our data is ordered by acquire/release
 endif()

@@ -166,6 +166,7 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
     case wire::ObjectDescribeDecoder::kTemplateId:
     case wire::ObjectGetCancelDecoder::kTemplateId:
     case wire::ObjectTouchDecoder::kTemplateId:
+    case wire::ObjectRefreshDecoder::kTemplateId:
     case wire::ObjectScanDecoder::kTemplateId:
       HandleObject(session, h.template_id, msg, h.block_length, h.version);
       return;
@@ -232,9 +233,15 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         return bad("PutBegin", e);
       if (!OwnsKey(session, d.correlation_id(), d.key())) return;
       const bool reserve = (d.flags() & wire::kPutReserve) != 0;
+      uint32_t flags = d.flags();
       if (reserve) {
-        // Committed since the client looked (its fill was committing): read that instead.
-        if (store_->Committed(d.key())) {
+        // Committed since the client looked (its fill was committing): read that instead;
+        // unless it is the version the client revalidates (kPutIfGeneration).
+        const uint64_t current = store_->CommittedGeneration(d.key());
+        if (current == 0) flags &= ~wire::kPutIfGeneration;  // (gone meanwhile: a plain miss)
+        const bool revalidation =
+            (flags & wire::kPutIfGeneration) != 0 && current == d.if_generation();
+        if (current != 0 && !revalidation) {
           wire::FillLeaseEncoder f(out_.data(), out_.size());
           f.set_correlation_id(d.correlation_id())
               .set_put_id(0)
@@ -245,7 +252,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       }
       store::Store::PutCondition cond;
       using CondKind = store::Store::PutCondition::Kind;
-      if ((d.flags() & wire::kPutIfGeneration) != 0) {
+      if ((flags & wire::kPutIfGeneration) != 0) {
         cond = {CondKind::kGeneration, d.if_generation()};
       } else if ((d.flags() & wire::kPutIfPresent) != 0) {
         cond.kind = CondKind::kPresent;
@@ -378,8 +385,10 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
             fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
       }
-      if (get && (flags & wire::kGetFollowFill) != 0 && store_->FillAwaitingHead(key)) {
-        // Reserved by a cache that is asking its origin: wait for the head it sends.
+      if (get && (flags & wire::kGetFollowFill) != 0 && store_->FillAwaitingHead(key) &&
+          ((flags & wire::kGetAwaitReserved) != 0 || !store_->Committed(key))) {
+        // Reserved by a cache that is asking its origin: wait for the head it sends (a
+        // revalidation's readers read the committed version meanwhile, unless they wait).
         if (parked_.size() >= kMaxDownloadsPerSession * 4) {
           return SendError(session, corr,
                            static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
@@ -552,19 +561,17 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       cond.no_bump = (tflags & wire::kTouchNoBump) != 0;
       auto r = store_->Touch(d.key(), cond.delete_now ? 1 : d.ttl_nanos(), cond);
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
-      store_->WhenDurable(
-          [this, sid = session.id(), corr = d.correlation_id(), t = *r](const Status& st) {
-            reactor::Session* s = SessionById(sid);
-            if (s == nullptr) return;
-            if (!st.ok()) return SendStatusError(*s, corr, st);
-            wire::TouchAckEncoder a(out_.data(), out_.size());
-            a.set_correlation_id(corr)
-                .set_found(t ? 1 : 0)
-                .set_generation(t ? t->generation : 0)
-                .set_expires_nanos(t ? t->expires_unix_ns : 0);
-            Send(*s, a.Finish());
-          });
-      return;
+      return AckTouchWhenDurable(session, d.correlation_id(), *r);
+    }
+    case wire::ObjectRefreshDecoder::kTemplateId: {
+      wire::ObjectRefreshDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("ObjectRefresh", e);
+      if (!OwnsKey(session, d.correlation_id(), d.key())) return;
+      auto r =
+          store_->Refresh(d.key(), d.if_generation(), std::string(d.metadata()), d.ttl_nanos());
+      if (!r) return SendStatusError(session, d.correlation_id(), r.error());
+      return AckTouchWhenDurable(session, d.correlation_id(), *r);
     }
     case wire::ObjectDeleteDecoder::kTemplateId: {
       wire::ObjectDeleteDecoder d;
@@ -715,6 +722,21 @@ void CoreService::ReleaseLent(const Lent& l) {
   } else {
     store_->ReleasePin(l.pin);
   }
+}
+
+void CoreService::AckTouchWhenDurable(reactor::Session& session, uint64_t corr,
+                                      std::optional<store::Store::Touched> t) {
+  store_->WhenDurable([this, sid = session.id(), corr, t](const Status& st) {
+    reactor::Session* s = SessionById(sid);
+    if (s == nullptr) return;
+    if (!st.ok()) return SendStatusError(*s, corr, st);
+    wire::TouchAckEncoder a(out_.data(), out_.size());
+    a.set_correlation_id(corr)
+        .set_found(t ? 1 : 0)
+        .set_generation(t ? t->generation : 0)
+        .set_expires_nanos(t ? t->expires_unix_ns : 0);
+    Send(*s, a.Finish());
+  });
 }
 
 void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id) {

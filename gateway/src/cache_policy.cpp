@@ -26,7 +26,17 @@ bool EtagMatches(std::string_view if_none_match, std::string_view etag) {
 
 }  // namespace
 
-Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_unix_seconds) {
+StaleWindows Windows(const http::CacheControl& cc, int64_t grace) {
+  StaleWindows w;
+  if (cc.must_revalidate) return w;
+  const int64_t otherwise = cc.no_cache ? 0 : std::max<int64_t>(grace, 0);
+  w.grace_seconds = cc.stale_while_revalidate.value_or(otherwise);
+  w.if_error_seconds = cc.stale_if_error.value_or(otherwise);
+  return w;
+}
+
+Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_unix_seconds,
+                   int64_t keep_seconds, int64_t grace_seconds) {
   Storability s;
   auto cc = http::ParseCacheControl(r.Get("cache-control"));
   bool vary_any = false;  // Vary: * (in any Vary field)
@@ -39,15 +49,15 @@ Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_uni
     s.why_not = "Cache-Control: no-store";
   } else if (cc.is_private) {
     s.why_not = "Cache-Control: private";
-  } else if (cc.no_cache) {
-    s.why_not = "Cache-Control: no-cache";
   } else if (!r.Get("set-cookie").empty()) {
     s.why_not = "Set-Cookie";
   } else if (vary_any) {
     s.why_not = "Vary: *";
   }
   int64_t ttl = default_ttl;
-  if (cc.s_maxage) {
+  if (cc.no_cache) {
+    ttl = 0;  // stored, revalidated at every use
+  } else if (cc.s_maxage) {
     ttl = *cc.s_maxage;
   } else if (cc.max_age) {
     ttl = *cc.max_age;
@@ -57,10 +67,82 @@ Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_uni
   } else if (!r.Get("expires").empty()) {
     ttl = 0;  // an unparseable Expires means "already expired" (RFC 9111 5.3)
   }
-  s.ttl_seconds = ttl;
-  if (s.why_not.empty() && ttl <= 0) s.why_not = "no freshness lifetime";
+  s.ttl_seconds = std::max<int64_t>(ttl, 0);
+  const bool validator = !r.Get("etag").empty() || !r.Get("last-modified").empty();
+  const StaleWindows w = Windows(cc, grace_seconds);
+  s.keep_seconds = std::max({validator ? std::max<int64_t>(keep_seconds, 0) : int64_t{0},
+                             w.grace_seconds, w.if_error_seconds});
+  if (s.why_not.empty() && s.ttl_seconds + s.keep_seconds <= 0) {
+    s.why_not = cc.no_cache ? "Cache-Control: no-cache without a validator or --keep"
+                            : "no freshness lifetime";
+  }
   s.store = s.why_not.empty();
   return s;
+}
+
+Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace) {
+  Freshness f;
+  uint64_t until = 0;
+  bool found = false;
+  std::string_view cache_control;
+  http::ForEachHeaderLine(meta, [&](std::string_view n, std::string_view v) {
+    if (http::IEquals(n, "cache-control")) {
+      if (cache_control.empty()) cache_control = v;
+      return;
+    }
+    if (found || !http::IEquals(n, kFreshUntil)) return;
+    found = true;
+    for (char ch : v) {
+      if (ch < '0' || ch > '9' || until > UINT64_MAX / 10 - 10) return;
+      until = until * 10 + static_cast<uint64_t>(ch - '0');
+    }
+  });
+  if (!found || now_unix_ms < until) return f;
+  f.stale = true;
+  f.stale_ms = now_unix_ms - until;
+  f.windows = Windows(http::ParseCacheControl(cache_control), grace);
+  return f;
+}
+
+std::string MergeNotModified(std::string_view stored, const http::Response& not_modified,
+                             bool (*end_to_end)(std::string_view name)) {
+  std::string out;
+  out.reserve(stored.size() + 128);
+  auto in_304 = [&](std::string_view name) {
+    for (const http::Header& h : not_modified.headers) {
+      if (http::IEquals(h.name, name)) return true;
+    }
+    return false;
+  };
+  auto add = [&](std::string_view n, std::string_view v) {
+    out.append(n);
+    out.append(": ");
+    out.append(v);
+    out.append("\r\n");
+  };
+  http::ForEachHeaderLine(stored, [&](std::string_view n, std::string_view v) {
+    if (end_to_end(n) && !in_304(n)) add(n, v);
+  });
+  for (const http::Header& h : not_modified.headers) {
+    if (end_to_end(h.name)) add(h.name, h.value);
+  }
+  return out;
+}
+
+std::string ConditionalLines(std::string_view stored) {
+  std::string out;
+  http::ForEachHeaderLine(stored, [&](std::string_view n, std::string_view v) {
+    if (http::IEquals(n, "etag")) {
+      out += "If-None-Match: ";
+    } else if (http::IEquals(n, "last-modified")) {
+      out += "If-Modified-Since: ";
+    } else {
+      return;
+    }
+    out.append(v);
+    out += "\r\n";
+  });
+  return out;
 }
 
 bool NotModified(std::string_view if_none_match, std::string_view if_modified_since,

@@ -434,6 +434,12 @@ CacheControl ParseCacheControl(std::string_view value) {
       cc.max_age = number();
     } else if (IEquals(key, "s-maxage")) {
       cc.s_maxage = number();
+    } else if (IEquals(key, "must-revalidate") || IEquals(key, "proxy-revalidate")) {
+      cc.must_revalidate = true;
+    } else if (IEquals(key, "stale-while-revalidate")) {
+      cc.stale_while_revalidate = number();
+    } else if (IEquals(key, "stale-if-error")) {
+      cc.stale_if_error = number();
     }
   }
   return cc;

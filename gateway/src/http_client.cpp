@@ -239,6 +239,12 @@ void HttpServer::Impl::Dispatch(Conn& c) {
   }
   // (HTTP/2 streams: from the core, whose pieces the frames lend)
   if (options_.local_hits && e.range.empty() && c.h2_parent == 0 && ServeLocal(c)) return;
+  LookUp(c);
+}
+
+void HttpServer::Impl::LookUp(Conn& c) {
+  Exchange& e = *c.ex;
+  e.state = ExState::kLookup;
   // Plain GETs ask for the body at once (the best first byte); the rest look first.
   e.via_head_lookup = e.head || !e.range.empty() || !e.inm.empty() || !e.ims.empty();
   if (e.via_head_lookup) {

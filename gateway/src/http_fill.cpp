@@ -58,7 +58,9 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
             .set_correlation_id(corr)
             .set_expected_size(UINT64_MAX)
             .set_ttl_nanos(0)
-            .set_flags(wire::kPutReserve)
+            .set_flags(ex.reval_generation != 0 ? wire::kPutReserve | wire::kPutIfGeneration
+                                                : wire::kPutReserve)
+            .set_if_generation(ex.reval_generation)
             .set_key(key)
             .set_metadata(std::string_view())
             .Finish();
@@ -73,6 +75,8 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
   f->host = ex.host;
   f->leader = leader;
   f->leader_head = leader != 0 && ex.head;
+  f->reval_generation = ex.reval_generation;
+  f->reval_meta = ex.reval_meta;
   f->stage = Stage::kReserving;
   f->begin_corr = corr;
   Fill* p = f.get();
@@ -92,7 +96,10 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
     // Ours: now ask the origin (the id stays: the core names it in errors about the fill).
     f.put_id = lease->put_id();
     f.reserved = true;
-    Origin* o = OpenOrigin("GET", f.target, "", f.key_lines);
+    Origin* o =
+        OpenOrigin("GET", f.target, "",
+                   f.reval_generation != 0 ? f.key_lines + policy::ConditionalLines(f.reval_meta)
+                                           : f.key_lines);
     if (o == nullptr) {
       SendPutAbort(f.put_id, f.shard);
       f.put_id = 0;
@@ -135,9 +142,14 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
 
 HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is_client,
                                                     uint64_t leader) {
-  Origin* o = OpenOrigin("GET", ex.target, "", ex.key_lines);
+  Origin* o =
+      OpenOrigin("GET", ex.target, "",
+                 ex.reval_generation != 0 ? ex.key_lines + policy::ConditionalLines(ex.reval_meta)
+                                          : ex.key_lines);
   if (o == nullptr) return nullptr;
   auto f = std::make_unique<Fill>();
+  f->reval_generation = ex.reval_generation;
+  f->reval_meta = ex.reval_meta;
   f->key = ex.key;
   f->shard = core_->ShardFor(f->key);
   f->target = ex.target;
@@ -156,14 +168,27 @@ HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is
 void HttpServer::Impl::OnFillHead(Origin& o) {
   Fill& f = *o.fill;
   const http::Response& r = o.resp;
+  if (f.reval_generation != 0 && r.status == 304) return OnNotModified(f, r);
+  if (f.reval_generation != 0 && r.status >= 500) {
+    // A failed revalidation: readers whose stale-if-error allows it get the stale copy;
+    // the others get this answer (the leader) or fetch for themselves.
+    if (Conn* l = Find(f.leader); l != nullptr && l->ex && ServeStaleOnError(*l)) f.leader = 0;
+    std::erase_if(f.waiters, [&](uint64_t id) {
+      Conn* c = Find(id);
+      return c != nullptr && c->ex && ServeStaleOnError(*c);
+    });
+  }
   std::string passthrough;
   for (const auto& h : r.headers) {
     if (detail::EndToEnd(h.name)) passthrough += fmt::format("{}: {}\r\n", h.name, h.value);
   }
   const policy::Storability verdict =
-      policy::Decide(r, options_.default_ttl.count(), static_cast<int64_t>(detail::NowSeconds()));
+      policy::Decide(r, options_.default_ttl.count(), static_cast<int64_t>(detail::NowSeconds()),
+                     options_.keep.count(), options_.grace.count());
   const bool cacheable = verdict.store;
-  const int64_t ttl = verdict.ttl_seconds;
+  if (f.reval_generation != 0 && !cacheable && r.status < 500) DropStale(f);
+  const uint64_t ttl_ns =
+      static_cast<uint64_t>(verdict.ttl_seconds + verdict.keep_seconds) * 1'000'000'000ULL;
   if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
     std::string framing;
     if (r.framing.content_length) {
@@ -196,8 +221,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   if (f.reserved) {
     // The reservation's head: from now on the core lets followers in, at once.
     const uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
-    auto sent =
-        SendPutHead(f, expected, static_cast<uint64_t>(ttl) * 1'000'000'000ULL, 0, passthrough);
+    auto sent = SendPutHead(f, expected, ttl_ns, 0, StoredMeta(passthrough, verdict));
     if (sent == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
     f.reserved = false;
     return FillGranted(f);
@@ -205,17 +229,18 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   uint64_t corr = next_corr_++;
   uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
   const std::string& key = f.key;
+  const std::string meta = StoredMeta(passthrough, verdict);
   auto sent = core_->Send(
       [&](uint8_t* b, size_t cap) {
         return wire::PutBeginEncoder(b, cap)
             .set_correlation_id(corr)
             .set_expected_size(expected)
-            .set_ttl_nanos(static_cast<uint64_t>(ttl) * 1'000'000'000ULL)
+            .set_ttl_nanos(ttl_ns)
             .set_key(key)
-            .set_metadata(passthrough)
+            .set_metadata(meta)
             .Finish();
       },
-      key.size() + passthrough.size() + 96, f.shard);
+      key.size() + meta.size() + 96, f.shard);
   if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) {
     return Uncache(f, sent == CoreLink::SendResult::kDown   ? "goblin-core is unavailable"
                       : sent == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
@@ -414,15 +439,18 @@ void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {
   if (f.reserved || (f.stage != Stage::kFetching && f.stage != Stage::kUncached))
     ++stats_.fills_aborted;
   f.reserved = false;
+  // (readers of a failed revalidation whose stale-if-error allows it get the stale copy:
+  // the core still has it, and parked readers elsewhere read it when the abort arrives)
   const int status = StatusFor(fault);
   if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
-    Fail(*leader, status, Describe(fault));
+    if (!ServeStaleOnError(*leader)) Fail(*leader, status, Describe(fault));
   }
   f.leader = 0;
   std::vector<uint64_t> waiters = std::move(f.waiters);
   f.waiters.clear();
   for (uint64_t id : waiters) {
-    if (Conn* c = Find(id); c != nullptr && c->ex) Fail(*c, status, Describe(fault));
+    if (Conn* c = Find(id); c != nullptr && c->ex && !ServeStaleOnError(*c))
+      Fail(*c, status, Describe(fault));
   }
   EndFill(f);
 }

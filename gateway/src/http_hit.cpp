@@ -49,6 +49,9 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
   uint64_t corr = next_corr_++;
   const std::string& key = c.ex->key;
   uint32_t flags = wire::kGetLoans | (follow ? wire::kGetFollowFill : 0);
+  // A reader revalidating a stale copy it may not serve waits for the revalidation in
+  // progress (in any worker or gateway) rather than reading that copy.
+  if (follow && c.ex->reval_generation != 0) flags |= wire::kGetAwaitReserved;
   // A whole object: where its head is, for local hits of the next requests.
   if (options_.local_hits && offset == 0 && length == UINT64_MAX) flags |= wire::kGetDescribe;
   bool sent = SendRequest(
@@ -163,8 +166,11 @@ std::string HttpServer::Impl::HitHead(Exchange& ex, int status, std::string_view
   fmt::format_to(std::back_inserter(out),
                  "Date: {}\r\nAge: {}\r\nVia: 1.1 goblin\r\nX-Cache: {}\r\nAccept-Ranges: "
                  "bytes\r\n{}{}\r\n",
-                 HttpDate(), age, ex.is_miss ? "MISS" : "HIT", extra,
-                 ex.keep_alive ? "" : "Connection: close\r\n");
+                 HttpDate(), age,
+                 ex.is_miss ? "MISS"
+                 : ex.stale ? "STALE"
+                            : "HIT",
+                 extra, ex.keep_alive ? "" : "Connection: close\r\n");
   return out;
 }
 
@@ -316,13 +322,35 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   if (ex.state == ExState::kCoreBody) return;  // a later part of a multi-range answer
   if (info.status() == wire::LookupStatus::kMiss) {
     // (also when the fill we meant to follow ended before we asked: committed and gone,
-    // or abandoned)
+    // or abandoned; or ended unstored: a revalidation answered 304 refreshed the stored
+    // version, so look once more before going to the origin)
+    if (ex.follow && ex.relookups == 0) return LookAgain(c);
     ex.follow = false;
     return Miss(c);
   }
   std::string_view meta = info.metadata();  // (the message outlives this call)
   uint64_t size = info.object_size();
   bool filling = info.status() == wire::LookupStatus::kFilling;
+  // A stale version (past its freshness, kept for revalidation or grace): served in grace
+  // while revalidated in the background, served when the origin is sick and its
+  // stale-if-error allows, else asked for conditionally, once per exchange (after that,
+  // what the core has is served).
+  if (!filling && ex.revalidations == 0) {
+    const uint64_t now_ms = detail::NowUnixNanos() / 1'000'000;
+    const policy::Freshness fr = policy::Judge(meta, now_ms, options_.grace.count());
+    if (fr.stale) {
+      if (fr.if_error() && OpenFault() == OriginFault::kSick) {
+        ex.stale = true;
+        ++stats_.stale_if_error;
+      } else if (fr.in_grace()) {
+        ex.stale = true;
+        RevalidateInBackground(ex, info.generation(), meta);
+      } else {
+        ex.if_error_until_ms = fr.if_error_until(now_ms);
+        return Revalidate(c, info.generation(), meta);
+      }
+    }
+  }
   // Only a committed object is a HIT (every byte in and checksummed: its record may still
   // be on the way); a fill in progress is streamed as a MISS. A miss that went to follow a
   // fill and found it complete reads a hit.
@@ -333,8 +361,9 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   } else {
     if (ex.is_miss && stats_.misses > 0) --stats_.misses;
     ex.is_miss = false;
-    ex.cache = "HIT";
+    ex.cache = ex.stale ? "STALE" : ex.revalidated ? "REVALIDATED" : "HIT";
     ++stats_.hits;
+    if (ex.stale) ++stats_.stale_served;
   }
   if (ex.via_head_lookup) {
     // Conditionals first, then ranges.

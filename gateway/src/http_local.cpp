@@ -89,7 +89,9 @@ bool HttpServer::Impl::ServeLocal(Conn& c) {
     return false;
   };
   if (p == nullptr || !p->table) return stale();
-  if (h->expires_ns != 0 && detail::NowUnixNanos() >= h->expires_ns) return stale();
+  const uint64_t now = detail::NowUnixNanos();
+  if (h->expires_ns != 0 && now >= h->expires_ns) return stale();
+  if (policy::Stale(h->metadata, now / 1'000'000)) return stale();  // (the core revalidates)
   if (!StampHolds(*p, h->entry, h->stamp)) return stale();
   const std::string_view meta = h->metadata;
   const bool whole = h->length == h->size;

@@ -54,6 +54,11 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   h2_goaways += o.h2_goaways;
   probes += o.probes;
   probe_failures += o.probe_failures;
+  revalidations += o.revalidations;
+  not_modified += o.not_modified;
+  stale_served += o.stale_served;
+  background_revalidations += o.background_revalidations;
+  stale_if_error += o.stale_if_error;
   for (size_t i = 0; i < origin_faults.size(); ++i) origin_faults[i] += o.origin_faults[i];
   return *this;
 }

@@ -40,6 +40,7 @@
 #include "goblin/common/fd.h"
 #include "goblin/common/recycling_map.h"
 #include "goblin/gateway/access_log.h"
+#include "goblin/gateway/cache_policy.h"
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/http_server.h"
 #include "goblin/wire/goblin_wire.h"
@@ -170,6 +171,17 @@ class HttpServer::Impl {
     uint64_t size = 0;
     bool follow = false;  // reading a fill through the core
     bool is_miss = false;
+    // Revalidation (http_revalidate.cpp): the stale version found and its stored headers
+    // (copied: the core's message goes away), how often this exchange revalidated (once at
+    // most) and looked again after a fill it followed ended unstored (once at most).
+    uint64_t reval_generation = 0;
+    std::string reval_meta;
+    uint8_t revalidations = 0, relookups = 0;
+    bool revalidated = false;  // the stored object was refreshed by a 304 for it
+    bool stale = false;        // a stale object is served (grace, stale-if-error)
+    // Until when (unix ms) an origin error while revalidating is answered with the stale
+    // object (0: it is not).
+    uint64_t if_error_until_ms = 0;
     bool purge_token_ok = false;
     std::string purge_mode;  // X-Purge: "" (this URL), "prefix" or "all"
     std::string body, content_type_in;
@@ -179,7 +191,7 @@ class HttpServer::Impl {
     bool local_tail = false;
     uint64_t local_generation = 0;
     // The access log (only with --access-log): what its line says.
-    const char* cache = "SYNTH";  // HIT, MISS, PASS, PURGE, SYNTH
+    const char* cache = "SYNTH";  // HIT, MISS, PASS, PURGE, SYNTH, REVALIDATED, STALE
     std::string user_agent, referer;
     uint64_t start_ns = 0, ttfb_ns = 0;  // monotonic: received; its head queued (after it)
     int64_t start_unix = 0;
@@ -190,10 +202,10 @@ class HttpServer::Impl {
     // Back to a new exchange's state, keeping what the strings and vectors have allocated
     // (a keep-alive connection's next request reuses them).
     void Reset() {
-      std::string* s[] = {&method,       &target,     &key,      &range,
-                          &inm,          &ims,        &host,     &boundary,
-                          &content_type, &purge_mode, &body,     &content_type_in,
-                          &user_agent,   &referer,    &key_lines};
+      std::string* s[] = {&method,       &target,     &key,       &range,
+                          &inm,          &ims,        &host,      &boundary,
+                          &content_type, &purge_mode, &body,      &content_type_in,
+                          &user_agent,   &referer,    &key_lines, &reval_meta};
       std::string kept[std::size(s)];
       for (size_t i = 0; i < std::size(s); ++i) kept[i] = std::move(*s[i]);
       std::vector<http::ByteRange> kept_ranges = std::move(ranges);
@@ -320,6 +332,10 @@ class HttpServer::Impl {
   struct Fill {
     std::string key, target, host, key_lines;
     uint16_t shard = 0;  // the core shard of the key (set when the fill is made)
+    // A revalidation: the stale version and its stored headers (the origin is asked
+    // conditionally; a 304 refreshes that version instead of filling a new one).
+    uint64_t reval_generation = 0;
+    std::string reval_meta;
     Stage stage = Stage::kFetching;
     Origin* origin = nullptr;
     uint64_t leader = 0;            // the connection streaming straight from the origin
@@ -352,6 +368,27 @@ class HttpServer::Impl {
   void ProcessRequests(Conn& c);
   void BuildExchange(Conn& c, const http::Request& r);
   void Dispatch(Conn& c);
+  // Asks the core for the exchange's object (a plain GET: the body at once, following a
+  // fill; HEAD, ranges and conditionals: ObjectHead first).
+  void LookUp(Conn& c);
+  // http_revalidate.cpp: a stale hit goes to the origin conditionally (a miss carrying the
+  // stale version); a 304 refreshes that version in the core and everyone reading the key
+  // looks again; a fill that followers read as a miss (ended unstored) is looked up again.
+  void Revalidate(Conn& c, uint64_t generation, std::string_view meta);
+  void OnNotModified(Fill& f, const http::Response& r);
+  // A stale object in grace is served; its revalidation runs without a reader, unless one
+  // is already under way for the key here.
+  void RevalidateInBackground(Exchange& ex, uint64_t generation, std::string_view meta);
+  // The origin failed a revalidation: the reader looks the object up again and is served the
+  // stale copy (stale-if-error). False: its window does not allow it (answer the error).
+  bool ServeStaleOnError(Conn& c);
+  // Deletes the stale version a revalidation carries (if it is still the current one): the
+  // origin answered with something that is not stored (a 404, a no-store 200, ...).
+  void DropStale(const Fill& f);
+  void LookAgain(Conn& c);
+  // The stored head for a response (its end-to-end lines and the freshness end), and the
+  // core's time to live for it (fresh + keep).
+  static std::string StoredMeta(std::string_view passthrough, const policy::Storability& v);
   // A complete response of its own (status line, our headers, `body`), ending the exchange.
   void Respond(Conn& c, int status, std::string_view body = {}, std::string_view extra = {});
   // The exchange cannot go on: a 5xx (status, body saying the same) if no response head went

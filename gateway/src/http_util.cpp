@@ -67,7 +67,8 @@ bool EndToEnd(std::string_view name) {
                                               "age",
                                               "via",
                                               "x-cache",
-                                              "accept-ranges"};
+                                              "accept-ranges",
+                                              "x-goblin-fresh-until"};
   for (auto h : kHop) {
     if (http::IEquals(name, h)) return false;
   }

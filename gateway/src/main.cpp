@@ -98,6 +98,17 @@ static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::Http
   }
   counter("origin_probes", "Health probes sent to the origin (--origin-probe)", st.probes);
   counter("origin_probe_failures", "Health probes that failed", st.probe_failures);
+  counter("revalidations", "Stale objects revalidated with a conditional origin request",
+          st.revalidations);
+  counter("revalidations_not_modified",
+          "Revalidations answered 304: the stored object refreshed in place", st.not_modified);
+  counter("stale_served", "Stale objects served (in grace, or because the origin failed)",
+          st.stale_served);
+  counter("background_revalidations",
+          "Revalidations started in the background while a stale object was served",
+          st.background_revalidations);
+  counter("stale_if_error", "Stale objects served because the origin failed or was sick",
+          st.stale_if_error);
   t.Family("goblin_gateway_origin_healthy", "gauge",
            "1 unless the health probe marks the origin sick");
   t.Sample("goblin_gateway_origin_healthy", "", healthy ? 1 : 0);
@@ -158,6 +169,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   AddDurationOption(app, "--default-ttl", &default_ttl,
                     "TTL of cacheable responses without max-age/s-maxage/Expires");
+  std::chrono::nanoseconds keep = std::chrono::seconds(600);
+  AddDurationOption(app, "--keep", &keep,
+                    "How long an object with an ETag or Last-Modified is kept past its "
+                    "freshness, to be revalidated with a conditional request (0: not kept; "
+                    "no-cache responses are stored only with it)");
+  std::chrono::nanoseconds grace = std::chrono::seconds(0);
+  AddDurationOption(app, "--grace", &grace,
+                    "How long past its freshness an object is served stale while revalidated "
+                    "in the background, or when the origin fails or is sick (responses' "
+                    "stale-while-revalidate / stale-if-error set their own)");
   app.add_option("--purge-allow", purge_allow, "Comma-separated addresses allowed to PURGE")
       ->capture_default_str();
   app.add_option("--purge-token", h.purge_token, "PURGE also allowed with X-Purge-Token: TOKEN");
@@ -350,6 +371,8 @@ int main(int argc, char** argv) {
   const bool http_polls = busy_poll->count() > 0 || !r.yield_when_polling;
   h.busy_poll = http_polls ? r.busy_poll : std::chrono::nanoseconds(0);
   h.default_ttl = std::chrono::duration_cast<std::chrono::seconds>(default_ttl);
+  h.keep = std::chrono::duration_cast<std::chrono::seconds>(keep);
+  h.grace = std::chrono::duration_cast<std::chrono::seconds>(grace);
   h.probe_interval =
       std::max(std::chrono::milliseconds(10),
                std::chrono::duration_cast<std::chrono::milliseconds>(probe_interval));

@@ -406,27 +406,48 @@ Result<bool> Index::Touch(std::string_view key, uint64_t expires_unix_ns, uint64
   return true;
 }
 
-Result<uint64_t> Index::Invalidate(std::string_view key, bool set_expiry, uint64_t expires_unix_ns,
-                                   uint64_t* lsn_out) {
-  ObjectRecord* r = FindMutable(key);
-  if (r == nullptr) return uint64_t{0};
+Result<uint64_t> Index::Reissue(ObjectRecord* r, ObjectRecord& next, uint64_t* lsn_out) {
   // Journaled as a put of the whole record (its extents unchanged): replay replaces the
   // version before it with this one, as for any put.
-  ObjectRecord next = *r;
   next.generation = next_generation_;
-  next.marks |= kMarkStale;
-  if (set_expiry) next.expires_unix_ns = expires_unix_ns;
   GOBLIN_ASSIGN_OR_RETURN(uint64_t lsn, journal_.Append(kPut, EncodeRecord(next)));
   GOBLIN_RETURN_IF_ERROR(AfterAppend());
   ++next_generation_;
   applied_lsn_ = lsn;
   if (lsn_out) *lsn_out = lsn;
-  // In place: the extent list keeps its address (loans point into it).
   r->generation = next.generation;
+  return r->generation;
+}
+
+Result<uint64_t> Index::Invalidate(std::string_view key, bool set_expiry, uint64_t expires_unix_ns,
+                                   uint64_t* lsn_out) {
+  ObjectRecord* r = FindMutable(key);
+  if (r == nullptr) return uint64_t{0};
+  ObjectRecord next = *r;
+  next.marks |= kMarkStale;
+  if (set_expiry) next.expires_unix_ns = expires_unix_ns;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, Reissue(r, next, lsn_out));
+  // In place: the extent list keeps its address (loans point into it).
   r->marks = next.marks;
   r->read_marks &= kMarkFetched;
   if (set_expiry) SetExpiry(r, expires_unix_ns);
-  return r->generation;
+  return gen;
+}
+
+Result<uint64_t> Index::Refresh(std::string_view key, std::string metadata,
+                                uint64_t created_unix_ns, uint64_t expires_unix_ns,
+                                uint64_t* lsn_out) {
+  ObjectRecord* r = FindMutable(key);
+  if (r == nullptr) return uint64_t{0};
+  ObjectRecord next = *r;
+  next.metadata = std::move(metadata);
+  next.created_unix_ns = created_unix_ns;
+  next.expires_unix_ns = expires_unix_ns;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, Reissue(r, next, lsn_out));
+  r->metadata = std::move(next.metadata);
+  r->created_unix_ns = created_unix_ns;
+  SetExpiry(r, expires_unix_ns);
+  return gen;
 }
 
 void Index::ForEach(const std::function<void(const ObjectRecord&)>& fn) const {

@@ -1,5 +1,6 @@
 // Store: per-key operations besides fills and streams - Touch (a new expiry in place),
 // DeleteIfGeneration, Invalidate (memcache md I: stale under a new generation, in place),
+// Refresh (an HTTP 304: new metadata and expiry under a new generation, in place),
 // Scan (a page of keys), and the bookkeeping of reads for memcache's meta commands
 // (FindForRead: read marks, recache wins, Vivify on a miss). Same threading as store.cpp:
 // the owning shard's thread.
@@ -97,11 +98,35 @@ Result<uint64_t> Store::Invalidate(std::string_view key, uint64_t if_generation,
   const uint64_t old = r->generation;
   const uint64_t expires = set_ttl && ttl_ns != 0 ? now + ttl_ns : 0;
   GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, index_->Invalidate(key, set_ttl, expires));
-  r = index_->Find(key);
+  Reissued(index_->Find(key)->key, old, gen);
+  if (set_ttl && expires != 0) expiries_.emplace(expires, std::string(key));
+  ++stats_.invalidated;
+  return gen;
+}
+
+Result<std::optional<Store::Touched>> Store::Refresh(std::string_view key, uint64_t if_generation,
+                                                     std::string metadata, uint64_t ttl_ns) {
+  const ObjectRecord* r = index_->Find(key);
+  const uint64_t now = NowNs();
+  if (r == nullptr || Expired(*r, now)) return std::optional<Touched>();
+  if (if_generation != 0 && r->generation != if_generation) {
+    return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
+               r->generation, if_generation);
+  }
+  const uint64_t old = r->generation;
+  const uint64_t expires = ttl_ns != 0 ? now + ttl_ns : 0;
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, index_->Refresh(key, std::move(metadata), now, expires));
+  Reissued(index_->Find(key)->key, old, gen);
+  if (expires != 0) expiries_.emplace(expires, std::string(key));
+  ++stats_.refreshed;
+  return std::optional<Touched>(Touched{gen, expires});
+}
+
+void Store::Reissued(const std::string& key, uint64_t old, uint64_t gen) {
   // The same bytes under the new generation: the RAM head and the loans on the old one are
   // the new one's (their extents are the record's own list, which stayed where it was).
-  if (auto h = heads_.find(r->key); h != heads_.end() && h->second.generation == old) {
-    Withdraw(h->second);  // (local readers come back to the core and learn the new CAS)
+  if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == old) {
+    Withdraw(h->second);  // (local readers come back to the core and learn the new version)
     h->second.generation = gen;
   }
   if (auto l = loaned_.find(old); l != loaned_.end()) {
@@ -112,9 +137,6 @@ Result<uint64_t> Store::Invalidate(std::string_view key, uint64_t if_generation,
       if (g == old) g = gen;
     }
   }
-  if (set_ttl && expires != 0) expiries_.emplace(expires, r->key);
-  ++stats_.invalidated;
-  return gen;
 }
 
 Store::ScanPage Store::Scan(uint64_t cursor, size_t count, size_t max_key_bytes) const {

@@ -75,6 +75,103 @@ TEST(CachePolicy, WhatIsNeverStored) {
   EXPECT_TRUE(policy::Decide(Head(t), 120, kNow).store);
 }
 
+TEST(CachePolicy, ObjectsWithAValidatorAreKeptForRevalidation) {
+  // no-cache with an ETag: stored, fresh for 0 s (revalidated at every use), kept --keep.
+  std::string a = "HTTP/1.1 200 OK\r\nCache-Control: no-cache\r\nETag: \"x\"\r\n\r\n";
+  auto v = policy::Decide(Head(a), 120, kNow, 600);
+  EXPECT_TRUE(v.store);
+  EXPECT_EQ(v.ttl_seconds, 0);
+  EXPECT_EQ(v.keep_seconds, 600);
+  EXPECT_FALSE(policy::Decide(Head(a), 120, kNow, 0).store);  // (nothing to keep it for)
+  // max-age=0 with a Last-Modified: the same.
+  std::string b =
+      "HTTP/1.1 200 OK\r\nCache-Control: max-age=0\r\nLast-Modified: Tue, 14 Nov 2023 "
+      "00:00:00 GMT\r\n\r\n";
+  v = policy::Decide(Head(b), 120, kNow, 30);
+  EXPECT_TRUE(v.store);
+  EXPECT_EQ(v.ttl_seconds, 0);
+  EXPECT_EQ(v.keep_seconds, 30);
+  // Without a validator nothing is kept past freshness; stored only while fresh.
+  std::string c = "HTTP/1.1 200 OK\r\nCache-Control: max-age=5\r\n\r\n";
+  v = policy::Decide(Head(c), 120, kNow, 600);
+  EXPECT_TRUE(v.store);
+  EXPECT_EQ(v.ttl_seconds, 5);
+  EXPECT_EQ(v.keep_seconds, 0);
+  std::string d = "HTTP/1.1 200 OK\r\nCache-Control: no-cache\r\n\r\n";
+  EXPECT_FALSE(policy::Decide(Head(d), 120, kNow, 600).store);
+  // no-store and private still win.
+  std::string e = "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nETag: \"x\"\r\n\r\n";
+  EXPECT_FALSE(policy::Decide(Head(e), 120, kNow, 600).store);
+}
+
+TEST(CachePolicy, StaleMergeAndConditionalLines) {
+  const std::string meta =
+      "Content-Type: text/plain\r\nETag: \"v1\"\r\nLast-Modified: Tue, 14 Nov 2023 00:00:00 "
+      "GMT\r\nCache-Control: max-age=1\r\nX-Goblin-Fresh-Until: 1000\r\n";
+  EXPECT_FALSE(policy::Stale(meta, 999));
+  EXPECT_TRUE(policy::Stale(meta, 1000));
+  EXPECT_FALSE(policy::Stale("ETag: \"v1\"\r\n", UINT64_MAX));      // (no line: fresh)
+  EXPECT_TRUE(policy::Stale("x-goblin-fresh-until: junk\r\n", 1));  // (unreadable: stale)
+  EXPECT_EQ(policy::ConditionalLines(meta),
+            "If-None-Match: \"v1\"\r\nIf-Modified-Since: Tue, 14 Nov 2023 00:00:00 GMT\r\n");
+  EXPECT_EQ(policy::ConditionalLines("Content-Type: a\r\n"), "");
+  // A 304's fields replace the stored ones of the same name; the others stay; framing and
+  // our own line are neither kept nor taken.
+  std::string nm =
+      "HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\nX-New: "
+      "1\r\nContent-Length: 5\r\nX-Goblin-Fresh-Until: 99\r\n\r\n";
+  auto end_to_end = [](std::string_view n) {
+    return !http::IEquals(n, "content-length") && !http::IEquals(n, policy::kFreshUntil);
+  };
+  EXPECT_EQ(policy::MergeNotModified(meta, Head(nm), +end_to_end),
+            "Content-Type: text/plain\r\nLast-Modified: Tue, 14 Nov 2023 00:00:00 GMT\r\n"
+            "Cache-Control: max-age=60\r\nETag: \"v1\"\r\nX-New: 1\r\n");
+}
+
+TEST(CachePolicy, StaleWindowsFromDirectivesAndGrace) {
+  auto w = policy::Windows(http::ParseCacheControl("max-age=5"), 10);
+  EXPECT_EQ(w.grace_seconds, 10);
+  EXPECT_EQ(w.if_error_seconds, 10);
+  w = policy::Windows(http::ParseCacheControl("max-age=5, stale-while-revalidate=30"), 10);
+  EXPECT_EQ(w.grace_seconds, 30);
+  EXPECT_EQ(w.if_error_seconds, 10);
+  w = policy::Windows(http::ParseCacheControl("max-age=5, stale-if-error=600"), 0);
+  EXPECT_EQ(w.grace_seconds, 0);
+  EXPECT_EQ(w.if_error_seconds, 600);
+  w = policy::Windows(http::ParseCacheControl("max-age=5, must-revalidate, stale-if-error=9"), 10);
+  EXPECT_EQ(w.grace_seconds, 0);
+  EXPECT_EQ(w.if_error_seconds, 0);
+  w = policy::Windows(http::ParseCacheControl("proxy-revalidate"), 10);
+  EXPECT_EQ(w.grace_seconds + w.if_error_seconds, 0);
+  w = policy::Windows(http::ParseCacheControl("no-cache, stale-if-error=7"), 10);
+  EXPECT_EQ(w.grace_seconds, 0);  // (no-cache: only what it says)
+  EXPECT_EQ(w.if_error_seconds, 7);
+  // The core keeps an object for the longest of --keep (with a validator) and its windows.
+  std::string a = "HTTP/1.1 200 OK\r\nCache-Control: max-age=5, stale-if-error=900\r\n\r\n";
+  auto v = policy::Decide(Head(a), 120, kNow, 600, 10);
+  EXPECT_TRUE(v.store);
+  EXPECT_EQ(v.ttl_seconds, 5);
+  EXPECT_EQ(v.keep_seconds, 900);
+  std::string b = "HTTP/1.1 200 OK\r\nCache-Control: max-age=5\r\nETag: \"e\"\r\n\r\n";
+  EXPECT_EQ(policy::Decide(Head(b), 120, kNow, 600, 10).keep_seconds, 600);
+  EXPECT_EQ(policy::Decide(Head(b), 120, kNow, 0, 10).keep_seconds, 10);
+  // Judged from the stored lines: fresh, in grace, in stale-if-error, past both.
+  const std::string meta =
+      "Cache-Control: max-age=5, stale-while-revalidate=2, stale-if-error=4\r\n"
+      "x-goblin-fresh-until: 10000\r\n";
+  EXPECT_FALSE(policy::Judge(meta, 9999, 0).stale);
+  auto f = policy::Judge(meta, 11000, 0);
+  EXPECT_TRUE(f.stale && f.in_grace() && f.if_error());
+  EXPECT_EQ(f.stale_ms, 1000u);
+  EXPECT_EQ(f.if_error_until(11000), 14000u);
+  f = policy::Judge(meta, 13000, 0);
+  EXPECT_FALSE(f.in_grace());
+  EXPECT_TRUE(f.if_error());
+  f = policy::Judge(meta, 14000, 0);
+  EXPECT_FALSE(f.in_grace() || f.if_error());
+  EXPECT_EQ(f.if_error_until(14000), 0u);
+}
+
 TEST(CachePolicy, ConditionalRequests) {
   const std::string etag = "\"abc\"", lm = "Tue, 14 Nov 2023 22:00:00 GMT";
   EXPECT_TRUE(policy::NotModified("\"abc\"", "", etag, lm));

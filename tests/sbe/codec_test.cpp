@@ -266,6 +266,17 @@ void ObjectCases() {
     EXPECT_EQ(d.key(), "k/t");
   }
   {
+    ObjectRefreshEncoder e(b.data(), b.size());
+    e.set_correlation_id(34).set_if_generation(9).set_ttl_nanos(7).set_key("k/r").set_metadata(
+        "etag: \"x\"\r\n");
+    auto d = RoundTrip<ObjectRefreshDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 34u);
+    EXPECT_EQ(d.if_generation(), 9u);
+    EXPECT_EQ(d.ttl_nanos(), 7u);
+    EXPECT_EQ(d.key(), "k/r");
+    EXPECT_EQ(d.metadata(), "etag: \"x\"\r\n");
+  }
+  {
     TouchAckEncoder e(b.data(), b.size());
     e.set_correlation_id(32).set_found(1).set_generation(77).set_expires_nanos(1ull << 62);
     auto d = RoundTrip<TouchAckDecoder>(b, e.Finish());
@@ -525,7 +536,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x06, 0x00,  // blockLength 16, template 4, schema 7107, v6
+                               0x1b, 0x07, 0x00,  // blockLength 16, template 4, schema 7107, v7
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -543,7 +554,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x06, 0x00,  // blockLength 18, template 12, v6
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x07, 0x00,  // blockLength 18, template 12, v7
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId

@@ -793,6 +793,45 @@ TEST_F(StoreTest, ReadsWinRecachesOnceAndTheirMarksFollowTheVersion) {
   EXPECT_EQ(read("absent", plain).first, false);
 }
 
+TEST_F(StoreTest, RefreshGivesNewMetadataAndTtlToTheSameBytesAndSurvivesARestart) {
+  OpenStore();
+  constexpr uint64_t kSec = 1'000'000'000;
+  const auto a = Data(300'000, 5);  // (a head and a tail on disk)
+  auto g1 = Put("r", a, 2 * kSec);
+  ASSERT_TRUE(g1);
+  const uint64_t created = store_->Head("r").value()->created_unix_ns;
+  // A stream opened before the refresh reads to its end.
+  auto o = store_->OpenStream("r");
+  ASSERT_TRUE(o && o->stream);
+  auto t = store_->Refresh("r", *g1 + 1000, "etag: \"b\"\r\n", 60 * kSec);  // not its version
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code(), StatusCode::kFailedPrecondition);
+  t = store_->Refresh("r", *g1, "etag: \"b\"\r\n", 60 * kSec);
+  ASSERT_TRUE(t && t->has_value());
+  EXPECT_GT((*t)->generation, *g1);
+  EXPECT_EQ(*Drain(*o->stream), a);
+  o->stream.reset();
+  auto info = store_->Head("r");
+  ASSERT_TRUE(info && info->has_value());
+  EXPECT_EQ((*info)->generation, (*t)->generation);
+  EXPECT_EQ((*info)->metadata, "etag: \"b\"\r\n");
+  EXPECT_EQ((*info)->expires_unix_ns, (*t)->expires_unix_ns);
+  EXPECT_GE((*info)->created_unix_ns, created);
+  EXPECT_GT((*info)->expires_unix_ns, (*info)->created_unix_ns + 59 * kSec);
+  EXPECT_EQ(*GetAll("r"), a);
+  EXPECT_EQ(store_->stats().refreshed, 1u);
+  EXPECT_FALSE(store_->Refresh("absent", 0, "", kSec).value().has_value());
+  // Durable: after a restart the new head and expiry are there, the bytes the same.
+  ASSERT_TRUE(store_->SyncNow());
+  OpenStore();
+  info = store_->Head("r");
+  ASSERT_TRUE(info && info->has_value());
+  EXPECT_EQ((*info)->generation, (*t)->generation);
+  EXPECT_EQ((*info)->metadata, "etag: \"b\"\r\n");
+  EXPECT_EQ((*info)->expires_unix_ns, (*t)->expires_unix_ns);
+  EXPECT_EQ(*GetAll("r"), a);
+}
+
 TEST_F(StoreTest, InvalidationKeepsTheBytesUnderANewGenerationAndSurvivesARestart) {
   OpenStore();
   constexpr uint64_t kSec = 1'000'000'000;

@@ -27,10 +27,17 @@ Query parameters (any path):
   fail_if=<file>         answer 500 while <file> exists
   vary=<names>           a Vary header with <names>; the body and ETag differ for each value of
                          the named request headers
+  rev=<file>             the object's version is <file>'s content (none: ""): the body and ETag
+                         change with it, Last-Modified is its mtime, X-Origin-Rev names it
+  slow304=<ms>           wait this long before answering 304 (clients can pile up behind it)
+Conditional GETs: If-None-Match matching the ETag (else If-Modified-Since not before
+Last-Modified) is answered 304 with the validators, Cache-Control and X-Validated (how many
+304s this path got so far). The log line of a request carrying either ends in " cond".
 """
 import socket
 import struct
 import argparse
+import email.utils
 import hashlib
 import http.server
 import os
@@ -42,6 +49,7 @@ import urllib.parse
 
 LOG_LOCK = threading.Lock()
 FAULTED = set()  # paths whose once=1 fault has happened
+VALIDATED = {}  # path -> 304s answered
 ARGS = None
 BOOT = time.time()
 
@@ -73,8 +81,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _log(self):
         with LOG_LOCK:
             with open(ARGS.log, "a") as f:
+                cond = ("If-None-Match" in self.headers or
+                        "If-Modified-Since" in self.headers)
                 f.write(f"{self.command} {self.path} {self.headers.get('Range', '-')} "
-                        f"{self.client_address[1]}\n")
+                        f"{self.client_address[1]}{' cond' if cond else ''}\n")
 
     def do_HEAD(self):
         self._serve(head=True)
@@ -142,7 +152,38 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for name in q.get("vary", "").split(","):
             if name.strip() and name.strip() != "*":
                 seed += "|" + (self.headers.get(name.strip()) or "")
+        rev, modified = "", BOOT
+        if q.get("rev"):
+            try:
+                with open(q["rev"]) as f:
+                    rev = f.read().strip()
+                modified = int(os.path.getmtime(q["rev"]))
+            except OSError:
+                pass
+            seed += "|rev=" + rev
         etag = '"' + hashlib.sha1(seed.encode()).hexdigest()[:16] + '"'
+        inm = self.headers.get("If-None-Match")
+        ims = self.headers.get("If-Modified-Since")
+        since = None
+        if ims and not inm:
+            try:
+                since = email.utils.parsedate_to_datetime(ims).timestamp()
+            except (TypeError, ValueError):
+                since = None
+        if not fault and ((inm and etag in [t.strip() for t in inm.split(",")]) or
+                          (since is not None and int(modified) <= since)):
+            time.sleep(int(q.get("slow304", "0")) / 1000.0)
+            with LOG_LOCK:
+                VALIDATED[url.path] = VALIDATED.get(url.path, 0) + 1
+                validated = VALIDATED[url.path]
+            self.send_response(304)
+            self.send_header("X-Validated", str(validated))
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified", self.date_time_string(modified))
+            self.send_header("Cache-Control", q.get("cc", "max-age=3600"))
+            self.send_header("X-Origin-Rev", rev or "-")
+            self.end_headers()
+            return
         start, end, status = 0, size - 1, 200
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and "," not in rng:
@@ -163,7 +204,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("ETag", etag)
-        self.send_header("Last-Modified", self.date_time_string(BOOT))
+        self.send_header("Last-Modified", self.date_time_string(modified))
+        self.send_header("X-Origin-Rev", rev or "-")
         self.send_header("Cache-Control", q.get("cc", "max-age=3600"))
         if fault == "cookie":
             self.send_header("Set-Cookie", "session=1")

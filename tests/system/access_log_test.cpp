@@ -23,10 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-struct Mode {
-  std::string net;
-  bool h2;
-};
+using test::NetMode;
 
 struct Line {
   std::string host, time, request, referer, agent, cache;
@@ -67,7 +64,7 @@ std::vector<Line> ParseLog(const std::string& text, std::vector<std::string>* ba
   return lines;
 }
 
-class AccessLog : public testing::TestWithParam<Mode>, public test::MirrorHarness {
+class AccessLog : public testing::TestWithParam<NetMode>, public test::MirrorHarness {
  protected:
   void SetUp() override {
     if (!test::HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
@@ -77,7 +74,7 @@ class AccessLog : public testing::TestWithParam<Mode>, public test::MirrorHarnes
   }
   void TearDown() override { StopAll(); }
   std::vector<std::string> Proto(std::vector<std::string> args = {}) const {
-    args.push_back(GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1");
+    args.push_back(GetParam().curl_protocol());
     return args;
   }
   std::string Protocol() const { return GetParam().h2 ? "HTTP/2.0" : "HTTP/1.1"; }
@@ -248,12 +245,7 @@ TEST_P(AccessLog, WorkersWriteOneFile) {
   EXPECT_NE(log.find("600 lines, 0 dropped"), std::string::npos) << log;
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, AccessLog,
-                         testing::Values(Mode{"sync", false}, Mode{"async", false},
-                                         Mode{"sync", true}, Mode{"async", true}),
-                         [](const testing::TestParamInfo<Mode>& i) {
-                           return i.param.net + (i.param.h2 ? "_h2c" : "_h1");
-                         });
+INSTANTIATE_TEST_SUITE_P(Modes, AccessLog, test::AllNetModes(), test::NetModeName);
 
 }  // namespace
 }  // namespace goblin

@@ -19,10 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-struct Mode {
-  std::string net;
-  bool h2;
-};
+using test::NetMode;
 
 // `s` lower-cased but for the cache status words tests look for.
 std::string Lower(std::string s) {
@@ -37,7 +34,7 @@ std::string Lower(std::string s) {
   return s;
 }
 
-class CacheKey : public testing::TestWithParam<Mode>, public test::MirrorHarness {
+class CacheKey : public testing::TestWithParam<NetMode>, public test::MirrorHarness {
  protected:
   void SetUp() override {
     if (!test::HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
@@ -47,7 +44,7 @@ class CacheKey : public testing::TestWithParam<Mode>, public test::MirrorHarness
   void TearDown() override { StopAll(); }
   // X-Cache of `path` (and its status, which must be 200).
   std::string Cache(const std::string& path, std::vector<std::string> args = {}) {
-    args.push_back(GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1");
+    args.push_back(GetParam().curl_protocol());
     Reply r = Curl(path, args);
     EXPECT_EQ(r.code, 200) << path;
     std::smatch m;
@@ -114,8 +111,7 @@ TEST_P(CacheKey, VaryVariantsPerKeyedHeader) {
         .body;
   };
   auto get = [&](const std::string& ae, const std::string& want_cache) {
-    std::vector<std::string> args{GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1", "-H",
-                                  "Accept-Encoding: " + ae};
+    std::vector<std::string> args{GetParam().curl_protocol(), "-H", "Accept-Encoding: " + ae};
     Reply r = Curl(path, args);
     EXPECT_EQ(r.code, 200) << ae;
     EXPECT_NE(Lower(r.headers).find("x-cache: " + want_cache), std::string::npos) << ae << "\n"
@@ -137,8 +133,7 @@ TEST_P(CacheKey, VaryVariantsPerKeyedHeader) {
   for (const std::string vary : {"X-Other", "*", "Accept-Encoding,*"}) {
     const std::string p = "/gen/10K/w?vary=" + vary;
     for (const char* want : {"MISS", vary == "X-Other" ? "HIT" : "MISS"}) {
-      Reply r =
-          Curl(p, {GetParam().h2 ? "--http2-prior-knowledge" : "--http1.1", "-H", "X-Other: 1"});
+      Reply r = Curl(p, {GetParam().curl_protocol(), "-H", "X-Other: 1"});
       EXPECT_EQ(r.code, 200);
       EXPECT_NE(Lower(r.headers).find(std::string("x-cache: ") + want), std::string::npos)
           << vary << "\n"
@@ -147,12 +142,7 @@ TEST_P(CacheKey, VaryVariantsPerKeyedHeader) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CacheKey,
-                         testing::Values(Mode{"sync", false}, Mode{"async", false},
-                                         Mode{"sync", true}, Mode{"async", true}),
-                         [](const testing::TestParamInfo<Mode>& i) {
-                           return i.param.net + (i.param.h2 ? "_h2c" : "_h1");
-                         });
+INSTANTIATE_TEST_SUITE_P(Modes, CacheKey, test::AllNetModes(), test::NetModeName);
 
 }  // namespace
 }  // namespace goblin

@@ -218,6 +218,22 @@ class MirrorHarness {
   }
 };
 
+// The four ways a mirror test runs: --net sync or async, over HTTP/1.1 or h2c (prior
+// knowledge). INSTANTIATE_TEST_SUITE_P(Modes, Fixture, AllNetModes(), NetModeName).
+struct NetMode {
+  std::string net;
+  bool h2;
+  // curl's protocol flag for it
+  const char* curl_protocol() const { return h2 ? "--http2-prior-knowledge" : "--http1.1"; }
+};
+inline auto AllNetModes() {
+  return testing::Values(NetMode{"sync", false}, NetMode{"async", false}, NetMode{"sync", true},
+                         NetMode{"async", true});
+}
+inline std::string NetModeName(const testing::TestParamInfo<NetMode>& i) {
+  return i.param.net + (i.param.h2 ? "_h2c" : "_h1");
+}
+
 // curl and python3 (the test origin) are there: the mirror's system tests need both.
 inline bool HaveCurlAndPython() {
   return std::filesystem::exists("/usr/bin/curl") && std::filesystem::exists("/usr/bin/python3");

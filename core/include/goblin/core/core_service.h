@@ -188,6 +188,9 @@ class CoreService : public reactor::Handler {
   void HandleMapPools(reactor::Session& session, uint64_t correlation_id);
   void HandleRemotePools(reactor::Session& session, uint64_t correlation_id);
   void HandleLoanRelease(reactor::Session& session, uint64_t loan_id);
+  // TouchAck for a Touch or Refresh, once what it changed is durable.
+  void AckTouchWhenDurable(reactor::Session& session, uint64_t corr,
+                           std::optional<store::Store::Touched> t);
   // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
   std::optional<uint64_t> Hold(reactor::Session& session, Download& d);

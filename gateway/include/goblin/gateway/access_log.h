@@ -7,12 +7,13 @@
 // TIME is when the request was received (varnishncsa's %t), in UTC; BODY_BYTES the
 // response's body bytes written to the client, BYTES all its bytes (head and body; under TLS
 // before encryption, under HTTP/2 the HTTP/1.1 head the HEADERS frame was made of); CACHE
-// HIT, MISS, PASS (not cacheable: proxied), PURGE or SYNTH (answered by the gateway itself:
-// errors, limits); TTFB the seconds from the request to its response head, DURATION to its
-// last byte written (or the connection's end). A line is written when the response's last
-// byte has left the gateway (or the client went away: its bytes so far, status 499 if no
-// head went out). Quotes, backslashes and non-printable bytes in the request's fields are
-// written as \xHH (nginx's escape=default).
+// HIT, MISS, PASS (not cacheable: proxied), PURGE, SYNTH (answered by the gateway itself:
+// errors, limits), REVALIDATED (a stale object the origin answered 304 for, served from the
+// cache) or STALE (served past its freshness: grace, stale-if-error); TTFB the seconds from the
+// request to its response head, DURATION to its last byte written (or the connection's end). A line
+// is written when the response's last byte has left the gateway (or the client went away: its bytes
+// so far, status 499 if no head went out). Quotes, backslashes and non-printable bytes in the
+// request's fields are written as \xHH (nginx's escape=default).
 //
 // Off the hot path: each HTTP worker formats its lines into a ring of its own (no lock, no
 // system call; a line that does not fit is counted as dropped, never waited for), and one

@@ -17,17 +17,65 @@ namespace goblin::gateway::policy {
 
 struct Storability {
   bool store = false;
-  int64_t ttl_seconds = 0;
+  int64_t ttl_seconds = 0;  // fresh for this long (0: revalidated at every use)
+  // Then kept this long: for revalidation (--keep, with a validator) and to be served stale
+  // (its StaleWindows), whichever is longer.
+  int64_t keep_seconds = 0;
   std::string_view why_not;  // when !store: the rule that said no (for logs and tests)
 };
 
-// A response is stored when it is a 200 without no-store, private, no-cache, Set-Cookie or
-// "Vary: *", and its freshness lifetime is positive: s-maxage, else max-age, else Expires
-// minus Date (or minus `now` without a usable Date), else `default_ttl`. Other Vary fields
-// do not stop it: the origin is asked with only the request headers the cache key holds
-// (--cache-key-header), so a response varies only on those, and each of their values is
-// an object of its own.
-Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_unix_seconds);
+// How long past its freshness a response may be served stale: while it is revalidated in
+// the background (stale-while-revalidate, else `grace`) and when the origin fails or is
+// sick (stale-if-error, else `grace`). must-revalidate / proxy-revalidate: never; no-cache:
+// only what the response's own directives allow.
+struct StaleWindows {
+  int64_t grace_seconds = 0, if_error_seconds = 0;
+};
+StaleWindows Windows(const http::CacheControl& cc, int64_t grace);
+
+// A response is stored when it is a 200 without no-store, private, Set-Cookie or
+// "Vary: *", and it is fresh for a while or can be revalidated. Its freshness lifetime:
+// s-maxage, else max-age, else Expires minus Date (or minus `now` without a usable Date),
+// else `default_ttl`; no-cache makes it 0 (stored, but revalidated at every use). A
+// response with a validator (ETag or Last-Modified) is kept `keep_seconds` past its
+// freshness, to be revalidated with a conditional request (--keep) rather than fetched
+// again; one without is stored only while fresh. Other Vary fields do not stop it: the
+// origin is asked with only the request headers the cache key holds (--cache-key-header),
+// so a response varies only on those, and each of their values is an object of its own.
+Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_unix_seconds,
+                   int64_t keep_seconds = 0, int64_t grace_seconds = 0);
+
+// Revalidation. A stored object's metadata carries the end of its freshness as a line of
+// its own (kFreshUntil: unix milliseconds), never sent to clients nor taken from an origin.
+inline constexpr std::string_view kFreshUntil = "x-goblin-fresh-until";
+// What a stored object is at `now_unix_ms`: fresh, or stale for how long and what its
+// windows allow (read from its stored Cache-Control with `grace`). No freshness line: fresh.
+struct Freshness {
+  bool stale = false;
+  uint64_t stale_ms = 0;  // how long past its freshness
+  StaleWindows windows;
+  bool in_grace() const { return stale && stale_ms < ms(windows.grace_seconds); }
+  bool if_error() const { return stale && stale_ms < ms(windows.if_error_seconds); }
+  // Unix ms until which an origin error may be answered with it (0: not at all).
+  uint64_t if_error_until(uint64_t now_unix_ms) const {
+    return if_error() ? now_unix_ms + ms(windows.if_error_seconds) - stale_ms : 0;
+  }
+
+ private:
+  static uint64_t ms(int64_t s) { return static_cast<uint64_t>(s) * 1000; }
+};
+Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace);
+inline bool Stale(std::string_view meta, uint64_t now_unix_ms) {
+  return Judge(meta, now_unix_ms, 0).stale;
+}
+// The stored header lines ("Name: value\r\n") updated by a 304 (RFC 9111 4.3.4): each
+// field the 304 carries replaces the stored fields of that name, the others stay; fields
+// `end_to_end` rejects (hop-by-hop, framing, our own) are neither kept nor taken.
+std::string MergeNotModified(std::string_view stored, const http::Response& not_modified,
+                             bool (*end_to_end)(std::string_view name));
+// The conditional request lines for a stored object: If-None-Match with its ETag,
+// If-Modified-Since with its Last-Modified (each when stored).
+std::string ConditionalLines(std::string_view stored);
 
 // If-None-Match (weak comparison; "*" matches anything stored) against the stored ETag;
 // without If-None-Match, If-Modified-Since against the stored Last-Modified. True: 304.

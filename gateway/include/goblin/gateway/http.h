@@ -90,7 +90,9 @@ RangeResult ParseRange(std::string_view header, uint64_t size, std::vector<ByteR
 
 struct CacheControl {
   bool no_store = false, no_cache = false, is_private = false;
+  bool must_revalidate = false;  // must-revalidate or proxy-revalidate: never served stale
   std::optional<int64_t> max_age, s_maxage;
+  std::optional<int64_t> stale_while_revalidate, stale_if_error;  // RFC 5861
 };
 CacheControl ParseCacheControl(std::string_view value);
 

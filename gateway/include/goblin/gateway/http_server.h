@@ -54,6 +54,14 @@ struct HttpServerOptions {
   std::shared_ptr<const TlsContext> tls;
   std::string mirror;  // http://host:port[/prefix]
   std::chrono::seconds default_ttl{120};
+  // How long an object with a validator is kept past its freshness, to be revalidated
+  // (If-None-Match / If-Modified-Since) instead of fetched whole again; 0: not kept.
+  std::chrono::seconds keep{600};
+  // Grace (Varnish's): how long past its freshness an object is served stale while it is
+  // revalidated in the background, and when the origin fails or is sick. A response's
+  // stale-while-revalidate / stale-if-error (RFC 5861) set their own windows;
+  // must-revalidate, proxy-revalidate and no-cache allow none. 0: only what responses ask.
+  std::chrono::seconds grace{0};
   std::vector<std::string> purge_allow = {"127.0.0.1"};
   std::string purge_token;
   http::Limits limits;
@@ -142,6 +150,12 @@ struct HttpStats {
   }
   // The origin's health probe (--origin-probe; worker 0 sends it): probes, failed ones.
   uint64_t probes = 0, probe_failures = 0;
+  // Stale objects revalidated with a conditional request, and of those answered 304 (the
+  // stored object refreshed in place: new headers and TTL, the same bytes).
+  uint64_t revalidations = 0, not_modified = 0;
+  // Stale objects served: in grace while revalidated in the background (background counts
+  // those revalidations), and because the origin failed or was sick (stale-if-error).
+  uint64_t stale_served = 0, background_revalidations = 0, stale_if_error = 0;
   HttpStats& operator+=(const HttpStats& o);
 };
 

@@ -34,6 +34,11 @@ inline constexpr uint32_t kGetVivify = 1u << 5;
 // A meta read (mg): a stale version's first such reader wins its recache (kInfoWon); other
 // reads (a classic get, a read-modify-write) leave the won mark alone.
 inline constexpr uint32_t kGetMeta = 1u << 6;
+// With kGetFollowFill: wait for a reserved fill's head even when the key has a committed
+// version. A reservation over a committed version is a revalidation (kPutReserve with
+// kPutIfGeneration); other gets read the committed version meanwhile (an HTTP cache may
+// serve it stale), a reader whose stale copy may not be served waits with this flag.
+inline constexpr uint32_t kGetAwaitReserved = 1u << 7;
 
 // ObjectInfo.marks (schema version 6), on a hit.
 inline constexpr uint8_t kInfoFetched = 1u << 0;    // read before this lookup (mg h)
@@ -52,7 +57,9 @@ inline constexpr uint8_t kSegmentStable = 1u << 0;
 // one origin request serves every client of every gateway): expectedSize, ttlNanos and
 // metadata are ignored and come in PutHead; followers' ObjectGets wait in the core until it
 // does (or the fill ends). A key with a committed object is not reserved: the answer is
-// inProgress (read the object).
+// inProgress (read the object); unless kPutIfGeneration names that object's version (an
+// HTTP revalidation of a stale version: reserved, and a new version filled only replaces
+// that one); with nothing committed the reservation is granted as a plain one.
 inline constexpr uint32_t kPutReserve = 1u << 0;
 // Conditional puts (memcache add / replace / cas), checked when the fill begins and again
 // when it commits (an unexpired committed version is "present"); a put whose condition

@@ -123,6 +123,11 @@ class Index {
   // read marks are cleared but for kMarkFetched. Returns the new generation, 0 when absent.
   Result<uint64_t> Invalidate(std::string_view key, bool set_expiry, uint64_t expires_unix_ns,
                               uint64_t* lsn = nullptr);
+  // Gives `key`'s record the next generation with new metadata, creation time and expiry
+  // (0: never), its bytes, extents and marks unchanged, journaled as a put (an HTTP
+  // revalidation answered 304). Returns the new generation, 0 when absent.
+  Result<uint64_t> Refresh(std::string_view key, std::string metadata, uint64_t created_unix_ns,
+                           uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
   size_t size() const { return size_; }
   size_t expiring() const { return expiring_; }  // records with an expiry
@@ -170,6 +175,9 @@ class Index {
   bool Remove(std::string_view key, std::vector<Extent>* released);
   ObjectRecord* FindMutable(std::string_view key);
   void SetExpiry(ObjectRecord* r, uint64_t expires_unix_ns);
+  // Journals `next` (r's record under the next generation) as a put; r then takes its
+  // generation. The caller updates the rest of r in place (its extents keep their address).
+  Result<uint64_t> Reissue(ObjectRecord* r, ObjectRecord& next, uint64_t* lsn_out);
   void ScanAdd(const KeyDigest& d);
   void ScanRemove(const KeyDigest& d);
   std::vector<uint8_t> EncodeCheckpoint() const;

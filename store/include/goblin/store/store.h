@@ -85,6 +85,7 @@ struct StoreStats {
   uint64_t puts_refused_by_condition = 0;  // PutCondition failed (at begin or at commit)
   uint64_t vivified = 0;                   // empty versions a read created (memcache mg N)
   uint64_t invalidated = 0;                // versions marked stale (memcache md I)
+  uint64_t refreshed = 0;                  // versions given new metadata and TTL (HTTP 304)
   uint64_t touches = 0;                    // Touch calls that found the object
   uint64_t fills_timed_out = 0;
   uint64_t inline_syncs = 0;     // a fill needed space that only a sync could give back
@@ -232,9 +233,11 @@ class Store {
   // Any fill of `key` in progress (reserved, filling or committing).
   bool Filling(std::string_view key) const { return filling_.find(key) != filling_.end(); }
   // A committed, unexpired version of `key` (no lookup counted, nothing copied).
-  bool Committed(std::string_view key) const {
+  bool Committed(std::string_view key) const { return CommittedGeneration(key) != 0; }
+  // Its generation (0: none).
+  uint64_t CommittedGeneration(std::string_view key) const {
     const ObjectRecord* r = index_->Find(key);
-    return r != nullptr && !Expired(*r, NowNs());
+    return r != nullptr && !Expired(*r, NowNs()) ? r->generation : 0;
   }
   VoidResult Append(FillId fill, std::span<const uint8_t> data);
   // Memory where fill `fill`'s bytes [offset, offset + length) will lie in its disk write's
@@ -329,6 +332,13 @@ class Store {
   // version is deleted (Touched with expires_unix_ns 0).
   Result<std::optional<Touched>> Touch(std::string_view key, uint64_t ttl_ns,
                                        TouchCondition condition = {});
+  // Gives `key`'s committed version new metadata, a new time to live (ttl_ns from now; 0:
+  // none) and now as its creation time, under a new generation, without rewriting its
+  // bytes (an HTTP revalidation answered 304): loans and RAM copies carry over as for
+  // Invalidate, local readers are sent back to the core. `if_generation` (non-zero): only
+  // that version, else FailedPrecondition. nullopt: nothing unexpired stored.
+  Result<std::optional<Touched>> Refresh(std::string_view key, uint64_t if_generation,
+                                         std::string metadata, uint64_t ttl_ns);
   // A page of the keys (Index::Scan; expired keys are left out).
   struct ScanPage {
     std::vector<std::string> keys;
@@ -475,6 +485,8 @@ class Store {
   void FinishDurability();  // after Poll: waiters and frees up to the durable LSN
   // A resident head leaves RAM or its version leaves the index: readers of its descriptor
   // must see it stale from now on, before the slot can be freed and reused.
+  // `key`'s version `old` is now version `gen` with the same bytes (Invalidate, Refresh).
+  void Reissued(const std::string& key, uint64_t old, uint64_t gen);
   void Withdraw(Resident& r) {
     if (r.entry == sbe::kNoHeadEntry) return;
     head_table_->Withdraw(r.entry);
