@@ -493,9 +493,11 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       wire::ObjectPurgeDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectPurge", e);
-      auto r = store_->DeletePrefix(d.prefix());
+      const bool soft = version >= 7 && (d.flags() & wire::kPurgeSoft) != 0;
+      auto r = soft ? store_->InvalidatePrefix(d.prefix()) : store_->DeletePrefix(d.prefix());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
-      GOBLIN_LOG_INFO(kLog, "purged {} objects with prefix '{}'", *r, d.prefix());
+      GOBLIN_LOG_INFO(kLog, "{} {} objects with prefix '{}'", soft ? "soft-purged" : "purged", *r,
+                      d.prefix());
       store_->WhenDurable(
           [this, sid = session.id(), corr = d.correlation_id(), n = *r](const Status& st) {
             reactor::Session* s = SessionById(sid);

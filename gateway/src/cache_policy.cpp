@@ -80,7 +80,7 @@ Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_uni
   return s;
 }
 
-Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace) {
+Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace, bool soft_purged) {
   Freshness f;
   uint64_t until = 0;
   bool found = false;
@@ -97,9 +97,9 @@ Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace) {
       until = until * 10 + static_cast<uint64_t>(ch - '0');
     }
   });
-  if (!found || now_unix_ms < until) return f;
+  if (!soft_purged && (!found || now_unix_ms < until)) return f;
   f.stale = true;
-  f.stale_ms = now_unix_ms - until;
+  f.stale_ms = found && now_unix_ms >= until ? now_unix_ms - until : 0;
   f.windows = Windows(http::ParseCacheControl(cache_control), grace);
   return f;
 }

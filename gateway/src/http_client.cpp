@@ -200,6 +200,7 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
   ex->purge_token_ok =
       !options_.purge_token.empty() && r.Get("x-purge-token") == options_.purge_token;
   ex->purge_mode.assign(r.Get("x-purge"));
+  ex->purge_soft = r.Get("x-purge-soft") == "1";
   detail::LowerInPlace(&ex->purge_mode);
   ex->content_type_in.assign(r.Get("content-type"));
   if (log_ != nullptr || options_.timing) {

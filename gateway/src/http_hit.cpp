@@ -105,54 +105,6 @@ uint64_t HttpServer::Impl::CoreHead(Conn& c) {
   return corr;
 }
 
-void HttpServer::Impl::Purge(Conn& c) {
-  Exchange& e = *c.ex;
-  bool allowed = std::find(options_.purge_allow.begin(), options_.purge_allow.end(), c.peer) !=
-                 options_.purge_allow.end();
-  if (e.purge_token_ok) allowed = true;
-  if (!allowed) return Respond(c, 403, "403 Forbidden: PURGE is not allowed from here\n");
-  uint64_t corr = next_corr_++;
-  bool many = e.purge_mode == "prefix" || e.purge_mode == "all";
-  // A prefix purge takes the key up to the query and the headers in it (Host + path: every
-  // variant under it); "all" empties the cache.
-  std::string key = e.purge_mode == "all"      ? std::string()
-                    : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find_first_of("?#"))
-                                               : e.key;
-  if (many) {
-    // Every shard holds some of the keys: each purges its own, the answers add up.
-    e.acks_due = core_->shard_count();
-    e.purged = 0;
-    for (uint16_t shard = 0; shard < core_->shard_count(); ++shard) {
-      auto r = core_->Send(
-          [&](uint8_t* b, size_t cap) {
-            return wire::ObjectPurgeEncoder(b, cap)
-                .set_correlation_id(corr)
-                .set_prefix(key)
-                .Finish();
-          },
-          key.size() + 64, shard);
-      if (r != CoreLink::SendResult::kSent && r != CoreLink::SendResult::kQueued) {
-        ++stats_.core_unavailable;
-        // (shards already asked purge anyway; their late answers find no exchange)
-        return Fail(c, 503,
-                    r == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
-                                                     : "goblin-core is unavailable");
-      }
-    }
-  } else {
-    hot_.Erase(key);  // (the core withdraws its entry too; no need to look at it again)
-    bool sent = SendRequest(
-        c,
-        [&](uint8_t* b, size_t cap) {
-          return wire::ObjectDeleteEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
-        },
-        key.size() + 64);
-    if (!sent) return;
-  }
-  corr_[corr] = {CorrKind::kPurge, c.id, nullptr};
-  e.corr = corr;
-}
-
 std::string HttpServer::Impl::HitHead(Exchange& ex, int status, std::string_view meta,
                                       uint64_t created_ns, std::string_view extra,
                                       bool drop_content_type, size_t body_bytes) {
@@ -281,13 +233,16 @@ void HttpServer::Impl::OnExchangeReply(CorrTarget t, uint16_t shard, uint64_t co
       }
       corr_.erase(it);
       ++stats_.purges;
-      return Respond(*c, 200, fmt::format("200 Purged {} objects\n", c->ex->purged));
+      return Respond(*c, 200,
+                     fmt::format("200 {} {} objects\n",
+                                 c->ex->purge_soft ? "Soft-purged" : "Purged", c->ex->purged));
     }
     case wire::DeleteAckDecoder::kTemplateId: {
       auto a = wire::DeleteAckDecoder::Decode(m);
       corr_.erase(it);
       ++stats_.purges;
-      if (a && a->deleted()) return Respond(*c, 200, "200 Purged\n");
+      if (a && a->deleted())
+        return Respond(*c, 200, c->ex->purge_soft ? "200 Soft-purged\n" : "200 Purged\n");
       return Respond(*c, 404, "404 Not in cache\n");
     }
     case wire::ErrorDecoder::kTemplateId: {
@@ -337,7 +292,8 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   // what the core has is served).
   if (!filling && ex.revalidations == 0) {
     const uint64_t now_ms = detail::NowUnixNanos() / 1'000'000;
-    const policy::Freshness fr = policy::Judge(meta, now_ms, options_.grace.count());
+    const policy::Freshness fr =
+        policy::Judge(meta, now_ms, options_.grace.count(), (info.marks() & wire::kInfoStale) != 0);
     if (fr.stale) {
       if (fr.if_error() && OpenFault() == OriginFault::kSick) {
         ex.stale = true;
@@ -431,7 +387,7 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
   }
   // ObjectGet answered: the body follows.
   ex.size = size;
-  if (!filling) Learn(ex, info);
+  if (!filling && !ex.stale) Learn(ex, info);  // (a stale head is not served locally)
   if (ex.head) {
     Write(c,
           HitHead(ex, 200, meta, info.created_nanos(),

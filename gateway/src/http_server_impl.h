@@ -183,7 +183,8 @@ class HttpServer::Impl {
     // object (0: it is not).
     uint64_t if_error_until_ms = 0;
     bool purge_token_ok = false;
-    std::string purge_mode;  // X-Purge: "" (this URL), "prefix" or "all"
+    std::string purge_mode;   // X-Purge: "" (this URL), "prefix" or "all"
+    bool purge_soft = false;  // X-Purge-Soft: 1 (mark stale, keep for revalidation)
     std::string body, content_type_in;
     uint32_t acks_due = 0;  // a purge by prefix: PurgeAcks still to come (one per shard)
     uint64_t purged = 0;    // ... and the objects they deleted so far

@@ -443,7 +443,9 @@ Result<uint64_t> Index::Refresh(std::string_view key, std::string metadata,
   next.metadata = std::move(metadata);
   next.created_unix_ns = created_unix_ns;
   next.expires_unix_ns = expires_unix_ns;
+  next.marks &= static_cast<uint8_t>(~kMarkStale);  // (validated: no longer soft-purged)
   GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, Reissue(r, next, lsn_out));
+  r->marks = next.marks;
   r->metadata = std::move(next.metadata);
   r->created_unix_ns = created_unix_ns;
   SetExpiry(r, expires_unix_ns);

@@ -1164,6 +1164,22 @@ Result<uint64_t> Store::DeletePrefix(std::string_view prefix) {
   return n;
 }
 
+Result<uint64_t> Store::InvalidatePrefix(std::string_view prefix) {
+  std::vector<std::string> keys;
+  const uint64_t now = NowNs();
+  index_->ForEach([&](const ObjectRecord& r) {
+    if (std::string_view(r.key).starts_with(prefix) && (r.marks & kMarkStale) == 0 &&
+        !Expired(r, now))
+      keys.push_back(r.key);
+  });
+  uint64_t n = 0;
+  for (const std::string& k : keys) {
+    GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, Invalidate(k, 0, false, 0));
+    n += gen != 0 ? 1 : 0;
+  }
+  return n;
+}
+
 Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, uint64_t length,
                                         bool follow_fill, const AccessRequest* access,
                                         AccessMarks* marks) {

@@ -170,6 +170,11 @@ TEST(CachePolicy, StaleWindowsFromDirectivesAndGrace) {
   f = policy::Judge(meta, 14000, 0);
   EXPECT_FALSE(f.in_grace() || f.if_error());
   EXPECT_EQ(f.if_error_until(14000), 0u);
+  // Soft-purged: stale from now (with its windows), whatever its freshness says.
+  f = policy::Judge(meta, 5000, 0, /*soft_purged=*/true);
+  EXPECT_TRUE(f.stale && f.in_grace());
+  EXPECT_EQ(f.stale_ms, 0u);
+  EXPECT_TRUE(policy::Judge("Content-Type: a\r\n", 5000, 3, true).in_grace());
 }
 
 TEST(CachePolicy, ConditionalRequests) {

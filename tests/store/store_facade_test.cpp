@@ -821,6 +821,22 @@ TEST_F(StoreTest, RefreshGivesNewMetadataAndTtlToTheSameBytesAndSurvivesARestart
   EXPECT_EQ(*GetAll("r"), a);
   EXPECT_EQ(store_->stats().refreshed, 1u);
   EXPECT_FALSE(store_->Refresh("absent", 0, "", kSec).value().has_value());
+  // A soft purge (InvalidatePrefix) marks it stale; a refresh clears the mark.
+  ASSERT_TRUE(Put("r2", Data(10, 6)));
+  ASSERT_TRUE(Put("q", Data(10, 7)));
+  EXPECT_EQ(store_->InvalidatePrefix("r").value(), 2u);
+  EXPECT_EQ(store_->InvalidatePrefix("r").value(), 0u);  // (stale already)
+  AccessMarks m;
+  ASSERT_TRUE(store_->Head("r", nullptr, &m));
+  EXPECT_EQ(m.marks & kAccessStale, kAccessStale);
+  ASSERT_TRUE(store_->Head("q", nullptr, &m));
+  EXPECT_EQ(m.marks & kAccessStale, 0);
+  const uint64_t g = store_->Head("r").value()->generation;
+  ASSERT_TRUE(store_->Refresh("r", g, "etag: \"b\"\r\n", 60 * kSec).value());
+  t = store_->Refresh("r", 0, "etag: \"b\"\r\n", 60 * kSec);
+  ASSERT_TRUE(t && t->has_value());
+  ASSERT_TRUE(store_->Head("r", nullptr, &m));
+  EXPECT_EQ(m.marks & kAccessStale, 0);
   // Durable: after a restart the new head and expiry are there, the bytes the same.
   ASSERT_TRUE(store_->SyncNow());
   OpenStore();

@@ -7,7 +7,8 @@
 // next request after the origin heals is answered from the refreshed object. Grace: a stale
 // object is served at once while one revalidation runs behind (--grace,
 // stale-while-revalidate); stale-if-error (and --grace) answers origin errors and a sick
-// origin with the stale copy within its window, not after; must-revalidate never.
+// origin with the stale copy within its window, not after; must-revalidate never. Soft purge
+// (X-Purge-Soft: 1, of a URL or a prefix) keeps objects but makes them stale.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -307,6 +308,46 @@ TEST_P(Revalidation, ASickOriginIsNotAskedWhileStaleIfErrorAllows) {
   Reply r = UntilValidated(path);
   EXPECT_EQ(Header(r, "x-cache"), "HIT");
   EXPECT_TRUE(r.body == body);
+}
+
+TEST_P(Revalidation, SoftPurgeMarksStaleAndTheNextRequestRevalidates) {
+  StartGateway(GetParam().net, {"--keep", "60s"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  const std::string path = "/gen/50K/sp/one?cc=max-age=600&rev=" + rev_;
+  const std::string body = Origin(path);
+  ASSERT_EQ(Get(path).code, 200);
+  EXPECT_EQ(Header(Get(path), "x-cache"), "HIT");  // (a local hit next time, if it can)
+  Reply r = Get(path, {"-X", "PURGE", "-H", "X-Purge-Soft: 1"});
+  EXPECT_EQ(r.code, 200);
+  EXPECT_EQ(r.body, "200 Soft-purged\n");
+  // Kept, but stale: revalidated (304: the same bytes), then fresh again.
+  r = Get(path);
+  ASSERT_EQ(r.code, 200) << r.headers;
+  EXPECT_EQ(Header(r, "x-cache"), "HIT");
+  EXPECT_EQ(Header(r, "x-validated"), "1");
+  EXPECT_TRUE(r.body == body);
+  EXPECT_EQ(OriginConditionals(path), 1);
+  r = Get(path);
+  EXPECT_EQ(Header(r, "x-cache"), "HIT");
+  EXPECT_EQ(OriginConditionals(path), 1);
+  // By prefix: every object under it, counted once.
+  const std::string a = "/gen/50K/sp/pre/a?rev=" + rev_, b = "/gen/50K/sp/pre/b?rev=" + rev_;
+  ASSERT_EQ(Get(a).code, 200);
+  ASSERT_EQ(Get(b).code, 200);
+  r = Get("/gen/50K/sp/pre/", {"-X", "PURGE", "-H", "X-Purge: prefix", "-H", "X-Purge-Soft: 1"});
+  EXPECT_EQ(r.body, "200 Soft-purged 2 objects\n");
+  EXPECT_EQ(Header(Get(a), "x-validated"), "1");
+  EXPECT_EQ(Header(Get(b), "x-validated"), "1");
+  // A new version behind a soft purge: the conditional request gets it whole.
+  SetRev("2");
+  ASSERT_EQ(Get(path, {"-X", "PURGE", "-H", "X-Purge-Soft: 1"}).code, 200);
+  r = Get(path);
+  EXPECT_EQ(Header(r, "x-cache"), "MISS");
+  EXPECT_TRUE(r.body == Origin(path));
+  EXPECT_FALSE(r.body == body);
+  // A hard purge still deletes.
+  EXPECT_EQ(Get(path, {"-X", "PURGE"}).body, "200 Purged\n");
+  EXPECT_EQ(Header(Get(path), "x-cache"), "MISS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Revalidation, test::AllNetModes(), test::NetModeName);

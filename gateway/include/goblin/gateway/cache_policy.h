@@ -64,7 +64,9 @@ struct Freshness {
  private:
   static uint64_t ms(int64_t s) { return static_cast<uint64_t>(s) * 1000; }
 };
-Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace);
+// `soft_purged`: marked stale by a soft purge: stale from now if it is not already.
+Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace,
+                bool soft_purged = false);
 inline bool Stale(std::string_view meta, uint64_t now_unix_ms) {
   return Judge(meta, now_unix_ms, 0).stale;
 }

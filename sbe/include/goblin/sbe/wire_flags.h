@@ -40,6 +40,10 @@ inline constexpr uint32_t kGetMeta = 1u << 6;
 // serve it stale), a reader whose stale copy may not be served waits with this flag.
 inline constexpr uint32_t kGetAwaitReserved = 1u << 7;
 
+// ObjectPurge.flags (schema version 7): mark the objects stale (as ObjectDelete
+// kDeleteInvalidate does one) instead of deleting them: an HTTP soft purge.
+inline constexpr uint32_t kPurgeSoft = 1u << 0;
+
 // ObjectInfo.marks (schema version 6), on a hit.
 inline constexpr uint8_t kInfoFetched = 1u << 0;    // read before this lookup (mg h)
 inline constexpr uint8_t kInfoStale = 1u << 1;      // invalidated (md I, ms I): mg X

@@ -124,8 +124,8 @@ class Index {
   Result<uint64_t> Invalidate(std::string_view key, bool set_expiry, uint64_t expires_unix_ns,
                               uint64_t* lsn = nullptr);
   // Gives `key`'s record the next generation with new metadata, creation time and expiry
-  // (0: never), its bytes, extents and marks unchanged, journaled as a put (an HTTP
-  // revalidation answered 304). Returns the new generation, 0 when absent.
+  // (0: never), its bytes, extents and marks unchanged but kMarkStale (cleared), journaled
+  // as a put (an HTTP revalidation answered 304). Returns the new generation, 0 when absent.
   Result<uint64_t> Refresh(std::string_view key, std::string metadata, uint64_t created_unix_ns,
                            uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;

@@ -348,6 +348,10 @@ class Store {
   // Deletes every object whose key starts with `prefix` ("" = all); returns how many.
   // O(objects): an administrative operation, not for the request path.
   Result<uint64_t> DeletePrefix(std::string_view prefix);
+  // Marks every unexpired object whose key starts with `prefix` stale (Invalidate: an HTTP
+  // soft purge: kept, revalidated before it is served fresh again); returns how many were
+  // not stale yet. O(objects), as DeletePrefix.
+  Result<uint64_t> InvalidatePrefix(std::string_view prefix);
 
   enum class Lookup { kHit, kMiss, kFilling };
   struct Opened {
