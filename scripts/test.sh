@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is needed, builds Release, the ASan+UBSan build,
+# The README's test command: installs what is needed, builds Release, the ASan+UBSan build
+# (clang),
 # the ThreadSanitizer build and the libFuzzer build, and runs the test suite in each (the
 # TSan build runs the threaded parts: rings, server loop, system tests); then the rdma
 # tests for real in a Soft-RoCE qemu guest, with the release build's goblin-core (built for
@@ -93,7 +94,11 @@ for b in $builds; do
       start_background_ctest ansible build/release -L ansible
       released=1 ;;
     asan)
-      configure build/asan -DCMAKE_BUILD_TYPE=Asan -DGOBLIN_BUILD_BENCH=OFF
+      # clang: the ASan+UBSan build compiles in half the time it takes gcc (547 s cold on
+      # this 2-CPU VM, against gcc's 1,104 s), which keeps CI under 45 minutes; gcc still
+      # builds Release and TSan, so both compilers see every file.
+      CC=clang-16 CXX=clang++-16 configure build/asan -DCMAKE_BUILD_TYPE=Asan \
+        -DGOBLIN_BUILD_BENCH=OFF
       echo "== build (asan+ubsan)"; cmake --build build/asan -j"$jobs"
       phase_done "asan build"
       run_ctest asan build/asan -LE slow
@@ -102,15 +107,17 @@ for b in $builds; do
       configure build/tsan -DCMAKE_BUILD_TYPE=Tsan -DGOBLIN_BUILD_BENCH=OFF
       # Only what the TSan run below tests (the threaded parts), and the programs they start.
       echo "== build (tsan)"
+      # (The h2/TLS workers' tests, https_test and http2_test, were TSan-clean and are left
+      # out to keep CI under 45 minutes: the HTTP workers' threads are covered by
+      # http_mirror_test, access_log_test and metrics_test.)
       cmake --build build/tsan -j"$jobs" --target ring_test admin_unit_test store_test \
-        admin_test core_system_test http_mirror_test https_test http2_test access_log_test \
-        metrics_test \
+        admin_test core_system_test http_mirror_test access_log_test metrics_test \
         goblin-core goblin goblinctl goblin-gateway
       phase_done "tsan build"
       # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
       # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
       UCX_MEM_MMAP_HOOK_MODE=none \
-        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem|LoopExecutor|AdminTest|IndexTest|StoreTest.*(GroupCommit|Durable)|HttpMirrorShards|HttpMirror.ParallelMissesOnSeveralWorkers|WorkersCoalesceMisses|AccessLog.WorkersWriteOneFile|Metrics.CoreAndGateway'
+        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem|LoopExecutor|AdminTest|IndexTest|StoreTest.*(GroupCommit|Durable)|HttpMirrorShards|HttpMirror.ParallelMissesOnSeveralWorkers|AccessLog.WorkersWriteOneFile|Metrics.CoreAndGateway'
       phase_done "tsan tests" ;;
     fuzz)
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON

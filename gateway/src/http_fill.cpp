@@ -42,6 +42,7 @@ void HttpServer::Impl::Miss(Conn& c) {
     return PassToOrigin(c);
   }
   if (Reserve(ex, c.id) == nullptr && StartFill(ex, true, c.id) == nullptr) {
+    if (ServeStaleOnError(c)) return;  // (a revalidation whose stale-if-error allows it)
     const OriginFault why = OpenFault();
     return Fail(c, StatusFor(why), Describe(why));
   }

@@ -78,7 +78,7 @@ class Revalidation : public testing::TestWithParam<NetMode>, public test::Mirror
 TEST_P(Revalidation, A304RefreshesInPlaceAndA200Replaces) {
   StartGateway(GetParam().net, {"--keep", "60s"});
   ASSERT_FALSE(port_.empty()) << gateway_->Output();
-  const std::string path = "/gen/300K/a?cc=max-age=2&rev=" + rev_;
+  const std::string path = "/gen/300K/a?cc=max-age=1&rev=" + rev_;
   const std::string v1 = Origin(path);
   ASSERT_EQ(v1.size(), 300u * 1024);
   Reply r = Get(path);
@@ -90,7 +90,7 @@ TEST_P(Revalidation, A304RefreshesInPlaceAndA200Replaces) {
   EXPECT_EQ(Header(r, "x-validated"), "");
   EXPECT_EQ(Header(r, "x-goblin-fresh-until"), "");  // (ours, never sent)
   const int before = OriginHits(path);               // (the test's own fetch included)
-  std::this_thread::sleep_for(2200ms);
+  std::this_thread::sleep_for(1100ms);
   // Stale: asked conditionally, answered 304: the stored bytes with the 304's headers.
   r = Get(path);
   ASSERT_EQ(r.code, 200) << r.headers;
@@ -101,7 +101,7 @@ TEST_P(Revalidation, A304RefreshesInPlaceAndA200Replaces) {
   EXPECT_TRUE(r.body == v1);
   EXPECT_EQ(OriginHits(path), before + 1);
   EXPECT_EQ(OriginConditionals(path), 1);
-  // Fresh again for 2 s: a plain hit.
+  // Fresh again for 1 s: a plain hit.
   r = Get(path);
   EXPECT_EQ(Header(r, "x-cache"), "HIT");
   EXPECT_EQ(Header(r, "x-validated"), "1");
@@ -110,7 +110,7 @@ TEST_P(Revalidation, A304RefreshesInPlaceAndA200Replaces) {
   // A conditional client request on a stale object: revalidated, then its own 304.
   const std::string etag = Header(r, "etag");
   ASSERT_FALSE(etag.empty());
-  std::this_thread::sleep_for(2200ms);
+  std::this_thread::sleep_for(1100ms);
   r = Get(path, {"-H", "If-None-Match: " + etag});
   EXPECT_EQ(r.code, 304) << r.headers;
   EXPECT_EQ(Header(r, "x-validated"), "2");
@@ -120,7 +120,7 @@ TEST_P(Revalidation, A304RefreshesInPlaceAndA200Replaces) {
   const std::string v2 = Origin(path);
   ASSERT_EQ(v2.size(), v1.size());
   ASSERT_FALSE(v2 == v1);
-  std::this_thread::sleep_for(2200ms);
+  std::this_thread::sleep_for(1100ms);
   r = Get(path);
   ASSERT_EQ(r.code, 200);
   EXPECT_EQ(Header(r, "x-cache"), "MISS");
