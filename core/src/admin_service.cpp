@@ -559,6 +559,10 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
       m["tail_blocks_adopted"] += s.tail_blocks_adopted;
       m["tails_dropped"] += s.tails_dropped;
       m["tail_bytes_served"] += s.tail_bytes_served;
+      m["served_bytes_ram_head"] += s.head_bytes_served;  // (one labelled metric family)
+      m["served_bytes_ram_tail"] += s.tail_bytes_served;
+      m["served_bytes_disk"] += s.disk_bytes_served;
+      m["served_bytes_fill"] += s.fill_bytes_served;
       m["pool_blocks_punched"] += sh.store->pool().stats().blocks_punched;
       // The head pool's use: live slots' capacities, and the blocks their classes hold.
       m["pool_reserved_bytes"] += sh.store->pool().stats().bytes_reserved;

@@ -1,8 +1,9 @@
 // goblin-core's Prometheus text (--metrics-listen): the admin API's Stats (every shard's
 // counters summed, histograms merged: CollectStats) under Prometheus's names. A counter
 // `name` becomes goblin_core_name_total, a gauge goblin_core_name; per-tier figures
-// (tierN_x) become one family with a tier label; microseconds become seconds; the latency
-// histograms keep their buckets (in seconds).
+// (tierN_x) become one family with a tier label, bytes served by source (served_bytes_x)
+// one with a source label (ram_head, ram_tail, disk, fill); microseconds become seconds; the
+// latency histograms keep their buckets (in seconds).
 #include <map>
 #include <set>
 #include <vector>
@@ -63,6 +64,10 @@ std::string CoreAdmin::PrometheusText(std::string* error) {
         name = name.substr(us + 1);
         name.insert(0, "tier_");
       }
+    }
+    if (name.starts_with("served_bytes_")) {  // served_bytes_x: served_bytes{source="x"}
+      labels = PromText::Label("source", name.substr(13));
+      name = "served_bytes";
     }
     const std::string base = name.starts_with("tier_") ? name.substr(5) : name;
     Family f;

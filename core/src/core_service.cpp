@@ -267,6 +267,9 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       wire::FillLeaseEncoder f(out_.data(), out_.size());
       bool granted = r->first == store::Store::FillStart::kGranted;
+      if (granted && !reserve && version >= 7 && !d.tags().empty()) {
+        (void)store_->SetFillTags(r->second, d.tags());  // (the fill is ours: it is there)
+      }
       if (granted && reserve) ++counters_.reservations;
       f.set_correlation_id(d.correlation_id())
           .set_put_id(granted ? r->second : 0)
@@ -346,6 +349,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         FailUpload(up, r.error());
         return;
       }
+      if (version >= 7 && !d.tags().empty()) (void)store_->SetFillTags(d.put_id(), d.tags());
       ReplayParked();  // its followers now open it
       return;
     }
@@ -494,6 +498,17 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectPurge", e);
       const bool soft = version >= 7 && (d.flags() & wire::kPurgeSoft) != 0;
+      if (version >= 7 && (d.flags() & wire::kPurgeTag) != 0) {
+        // By tag: the keys now, purged in slices by OnPoll (a tag of 100,000 objects must
+        // not hold the shard's loop for the whole purge).
+        TagPurge& p = tag_purges_.emplace_back();
+        p.session = session.id();
+        p.corr = d.correlation_id();
+        p.tag = std::string(d.prefix());
+        p.soft = soft;
+        p.members = store_->TagMembers(d.prefix());
+        return;
+      }
       auto r = soft ? store_->InvalidatePrefix(d.prefix()) : store_->DeletePrefix(d.prefix());
       if (!r) return SendStatusError(session, d.correlation_id(), r.error());
       GOBLIN_LOG_INFO(kLog, "{} {} objects with prefix '{}'", soft ? "soft-purged" : "purged", *r,
@@ -835,7 +850,10 @@ void CoreService::OnPayloadSent(reactor::Session& session, uint64_t token) {
   HandleLoanRelease(session, token);
 }
 
-int CoreService::max_sleep_ms() const { return store_ ? store_->MillisUntilDue() : -1; }
+int CoreService::max_sleep_ms() const {
+  if (!tag_purges_.empty()) return 0;  // (a tag purge is under way: its next slice)
+  return store_ ? store_->MillisUntilDue() : -1;
+}
 
 std::vector<CoreService::SessionView> CoreService::Sessions() const {
   std::vector<SessionView> out;
@@ -1013,7 +1031,51 @@ size_t CoreService::OnPoll() {
                Status(StatusCode::kTimeout, "the fill received no data for too long: aborted"));
   }
   ReplayParked();
-  return 0;
+  return PumpTagPurges();
+}
+
+size_t CoreService::PumpTagPurges() {
+  if (tag_purges_.empty()) return 0;
+  TagPurge& p = tag_purges_.front();
+  const size_t n = std::min(kTagPurgeSlice, p.members.size() - p.next);
+  p.keys.clear();
+  store_->KeysWithTag(std::span<const store::KeyDigest>(p.members).subspan(p.next, n), p.tag,
+                      &p.keys);
+  p.next += n;
+  size_t done = 0;
+  for (const std::string& k : p.keys) {
+    ++done;
+    if (p.soft) {
+      auto g = store_->Invalidate(k, 0, false, 0);
+      if (!g) {
+        p.error = g.error();
+        break;
+      }
+      p.purged += *g != 0 ? 1 : 0;
+    } else {
+      auto d = store_->Delete(k);
+      if (!d) {
+        p.error = d.error();
+        break;
+      }
+      p.purged += *d ? 1 : 0;
+    }
+  }
+  if (p.error.ok() && p.next < p.members.size()) return done + 1;  // (more next round)
+  GOBLIN_LOG_INFO(kLog, "{} {} objects tagged '{}'", p.soft ? "soft-purged" : "purged", p.purged,
+                  p.tag);
+  store_->WhenDurable(
+      [this, sid = p.session, corr = p.corr, n = p.purged, err = p.error](const Status& st) {
+        reactor::Session* s = SessionById(sid);
+        if (s == nullptr) return;  // (the requester left: the purge was done all the same)
+        if (!err.ok()) return SendStatusError(*s, corr, err);
+        if (!st.ok()) return SendStatusError(*s, corr, st);
+        wire::PurgeAckEncoder a(out_.data(), out_.size());
+        a.set_correlation_id(corr).set_deleted(n);
+        Send(*s, a.Finish());
+      });
+  tag_purges_.pop_front();
+  return done + 1;
 }
 
 CoreService::Download& CoreService::NewDownload(Downloads& list) {

@@ -129,6 +129,50 @@ std::string MergeNotModified(std::string_view stored, const http::Response& not_
   return out;
 }
 
+namespace {
+// Calls fn(word) for each word of `v` (separated by spaces, tabs or commas).
+template <typename Fn>
+void ForEachWord(std::string_view v, Fn&& fn) {
+  while (!v.empty()) {
+    const size_t start = v.find_first_not_of(" \t,");
+    if (start == std::string_view::npos) break;
+    v.remove_prefix(start);
+    const size_t end = v.find_first_of(" \t,");
+    fn(v.substr(0, end));
+    if (end == std::string_view::npos) break;
+    v.remove_prefix(end);
+  }
+}
+}  // namespace
+
+std::string SurrogateKeys(const http::Response& r) {
+  std::vector<std::string_view> tags;
+  for (const http::Header& h : r.headers) {
+    if (!http::IEquals(h.name, "surrogate-key") && !http::IEquals(h.name, "xkey")) continue;
+    ForEachWord(h.value, [&](std::string_view w) {
+      if (tags.size() < kMaxTags && w.size() <= kMaxTagBytes &&
+          std::find(tags.begin(), tags.end(), w) == tags.end())
+        tags.push_back(w);
+    });
+  }
+  std::string out;
+  for (std::string_view t : tags) {
+    if (!out.empty()) out.push_back(' ');
+    out.append(t);
+  }
+  return out;
+}
+
+std::vector<std::string> PurgeTags(std::string_view value) {
+  std::vector<std::string> tags;
+  ForEachWord(value, [&](std::string_view w) {
+    if (tags.size() < kMaxTags && w.size() <= kMaxTagBytes &&
+        std::find(tags.begin(), tags.end(), w) == tags.end())
+      tags.emplace_back(w);
+  });
+  return tags;
+}
+
 std::string ConditionalLines(std::string_view stored) {
   std::string out;
   http::ForEachHeaderLine(stored, [&](std::string_view n, std::string_view v) {

@@ -188,6 +188,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
                      options_.keep.count(), options_.grace.count());
   const bool cacheable = verdict.store;
   if (f.reval_generation != 0 && !cacheable && r.status < 500) DropStale(f);
+  const std::string tags = cacheable ? policy::SurrogateKeys(r) : std::string();
   const uint64_t ttl_ns =
       static_cast<uint64_t>(verdict.ttl_seconds + verdict.keep_seconds) * 1'000'000'000ULL;
   if (Conn* leader = Find(f.leader); leader != nullptr && leader->ex) {
@@ -222,7 +223,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   if (f.reserved) {
     // The reservation's head: from now on the core lets followers in, at once.
     const uint64_t expected = r.framing.content_length.value_or(UINT64_MAX);
-    auto sent = SendPutHead(f, expected, ttl_ns, 0, StoredMeta(passthrough, verdict));
+    auto sent = SendPutHead(f, expected, ttl_ns, 0, StoredMeta(passthrough, verdict), tags);
     if (sent == CoreLink::SendResult::kDown) return;  // OnCoreDown has dealt with the fill
     f.reserved = false;
     return FillGranted(f);
@@ -239,9 +240,10 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
             .set_ttl_nanos(ttl_ns)
             .set_key(key)
             .set_metadata(meta)
+            .set_tags(tags)
             .Finish();
       },
-      key.size() + meta.size() + 96, f.shard);
+      key.size() + meta.size() + tags.size() + 96, f.shard);
   if (sent != CoreLink::SendResult::kSent && sent != CoreLink::SendResult::kQueued) {
     return Uncache(f, sent == CoreLink::SendResult::kDown   ? "goblin-core is unavailable"
                       : sent == CoreLink::SendResult::kBusy ? "goblin-core is overloaded"
@@ -298,7 +300,8 @@ void HttpServer::Impl::SendPutData(Fill& f, std::string_view bytes) {
 
 CoreLink::SendResult HttpServer::Impl::SendPutHead(const Fill& f, uint64_t expected_size,
                                                    uint64_t ttl_ns, uint32_t flags,
-                                                   std::string_view metadata) {
+                                                   std::string_view metadata,
+                                                   std::string_view tags) {
   // Always queued (bounded by pausing the origin): followers in the core wait for it.
   return core_->SendAlways(
       [&](uint8_t* b, size_t cap) {
@@ -308,9 +311,10 @@ CoreLink::SendResult HttpServer::Impl::SendPutHead(const Fill& f, uint64_t expec
             .set_ttl_nanos(ttl_ns)
             .set_flags(flags)
             .set_metadata(metadata)
+            .set_tags(tags)
             .Finish();
       },
-      metadata.size() + 64, f.shard);
+      metadata.size() + tags.size() + 64, f.shard);
 }
 
 void HttpServer::Impl::SendPutAbort(uint64_t put_id, uint16_t shard) {

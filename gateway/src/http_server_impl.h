@@ -183,8 +183,9 @@ class HttpServer::Impl {
     // object (0: it is not).
     uint64_t if_error_until_ms = 0;
     bool purge_token_ok = false;
-    std::string purge_mode;   // X-Purge: "" (this URL), "prefix" or "all"
-    bool purge_soft = false;  // X-Purge-Soft: 1 (mark stale, keep for revalidation)
+    std::string purge_mode;               // X-Purge: "" (this URL), "prefix" or "all"
+    bool purge_soft = false;              // X-Purge-Soft: 1 (mark stale, keep for revalidation)
+    std::vector<std::string> purge_tags;  // X-Purge-Tag / xkey-purge: by tag
     std::string body, content_type_in;
     uint32_t acks_due = 0;  // a purge by prefix: PurgeAcks still to come (one per shard)
     uint64_t purged = 0;    // ... and the objects they deleted so far
@@ -597,7 +598,8 @@ class HttpServer::Impl {
   void SendPutAbort(uint64_t put_id, uint16_t shard);
   // The head of a reserved fill (kHeadUncacheable in `flags`: the reservation ends).
   CoreLink::SendResult SendPutHead(const Fill& f, uint64_t expected_size, uint64_t ttl_ns,
-                                   uint32_t flags, std::string_view metadata);
+                                   uint32_t flags, std::string_view metadata,
+                                   std::string_view tags = {});
 
   // ---- the origin (http_origin.cpp) ----
   VoidResult ParseMirror();

@@ -68,7 +68,8 @@ bool EndToEnd(std::string_view name) {
                                               "via",
                                               "x-cache",
                                               "accept-ranges",
-                                              "x-goblin-fresh-until"};
+                                              "x-goblin-fresh-until",
+                                              "surrogate-key"};
   for (auto h : kHop) {
     if (http::IEquals(name, h)) return false;
   }

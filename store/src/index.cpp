@@ -122,8 +122,11 @@ std::vector<uint8_t> EncodeRecord(const ObjectRecord& r) {
     w.Put(e.checksum);
   }
   // The durable marks, when there are any, as one trailing byte (a record without them
-  // encodes as it did before marks existed).
-  if (const uint8_t marks = r.marks & kDurableMarks; marks != 0) w.Put(marks);
+  // encodes as it did before marks existed); tags after them (the marks byte then always
+  // there, 0 for none): a record without tags encodes as before tags existed.
+  const uint8_t marks = r.marks & kDurableMarks;
+  if (marks != 0 || !r.tags.empty()) w.Put(marks);
+  if (!r.tags.empty()) w.Bytes(r.tags);
   return std::move(w.out);
 }
 
@@ -150,10 +153,14 @@ Result<ObjectRecord> DecodeRecord(std::span<const uint8_t> bytes) {
     e.file %= kMaxDriveFiles;
     total += e.length;
   }
-  if (bytes.size() - r.pos() == 1) {
+  if (bytes.size() - r.pos() >= 1) {
     r.Get(&o.marks);
-    if ((o.marks & ~kDurableMarks) != 0 || o.marks == 0) {
+    const bool tagged = !r.done();
+    if ((o.marks & ~kDurableMarks) != 0 || (o.marks == 0 && !tagged)) {
       return Err(StatusCode::kCorruption, "object record has unknown marks {:#x}", o.marks);
+    }
+    if (tagged && (!r.Bytes(&o.tags) || o.tags.empty())) {
+      return Err(StatusCode::kCorruption, "object record has a damaged tag list");
     }
   }
   if (!r.done()) return Err(StatusCode::kCorruption, "trailing bytes after an object record");
@@ -270,17 +277,79 @@ void TakeExtents(std::vector<Extent>& from, std::vector<Extent>* to) {
 
 void Index::Apply(ObjectRecord r, std::vector<Extent>* released) {
   expiring_ += r.expires_unix_ns != 0 ? 1 : 0;
+  const KeyDigest d = KeyDigest::Of(r.key);
   if (ObjectRecord* old = FindMutable(r.key)) {
     if (released) TakeExtents(old->extents, released);
     expiring_ -= old->expires_unix_ns != 0 ? 1 : 0;
+    TagRemove(*old, d);
     *old = std::move(r);
+    TagAdd(*old, d);
     return;
   }
-  const KeyDigest d = KeyDigest::Of(r.key);
   auto& bucket = map_[d];
   if (bucket.empty()) ScanAdd(d);
   bucket.push_back(std::move(r));
+  TagAdd(bucket.back(), d);
   ++size_;
+}
+
+namespace {
+template <typename Fn>
+void ForEachTag(std::string_view tags, Fn&& fn) {
+  while (!tags.empty()) {
+    const size_t sp = tags.find(' ');
+    if (sp != 0) fn(tags.substr(0, sp));
+    if (sp == std::string_view::npos) break;
+    tags.remove_prefix(sp + 1);
+  }
+}
+}  // namespace
+
+void Index::TagAdd(const ObjectRecord& r, const KeyDigest& d) {
+  ForEachTag(r.tags, [&](std::string_view t) {
+    auto it = by_tag_.find(t);
+    if (it == by_tag_.end()) it = by_tag_.emplace(std::string(t), decltype(it->second)()).first;
+    it->second.insert(d);
+  });
+}
+
+void Index::TagRemove(const ObjectRecord& r, const KeyDigest& d) {
+  ForEachTag(r.tags, [&](std::string_view t) {
+    auto it = by_tag_.find(t);
+    if (it == by_tag_.end()) return;
+    it->second.erase(d);  // (a digest names one key: another key of it is a 2^-128 event)
+    if (it->second.empty()) by_tag_.erase(it);
+  });
+}
+
+std::vector<KeyDigest> Index::TagMembers(std::string_view tag) const {
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return {};
+  return std::vector<KeyDigest>(it->second.begin(), it->second.end());
+}
+
+void Index::KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
+                        std::vector<std::string>* keys) const {
+  for (const KeyDigest& d : digests) {
+    auto b = map_.find(d);
+    if (b == map_.end()) continue;
+    for (const ObjectRecord& r : b->second) {
+      bool has = false;
+      ForEachTag(r.tags, [&](std::string_view t) { has = has || t == tag; });
+      if (has) keys->push_back(r.key);
+    }
+  }
+}
+
+std::vector<std::string> Index::KeysWithTag(std::string_view tag, size_t max) const {
+  std::vector<std::string> keys;
+  auto it = by_tag_.find(tag);
+  if (it == by_tag_.end()) return keys;
+  for (const KeyDigest& d : it->second) {
+    if (keys.size() >= max) break;
+    KeysWithTag(std::span<const KeyDigest>(&d, 1), tag, &keys);
+  }
+  return keys;
 }
 
 void Index::SetExpiry(ObjectRecord* r, uint64_t expires_unix_ns) {
@@ -353,6 +422,7 @@ bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
     if (bucket[i].key != key) continue;
     if (released) TakeExtents(bucket[i].extents, released);
     expiring_ -= bucket[i].expires_unix_ns != 0 ? 1 : 0;
+    TagRemove(bucket[i], it->first);
     bucket.erase(bucket.begin() + static_cast<long>(i));
     if (bucket.empty()) {
       ScanRemove(it->first);

@@ -245,6 +245,13 @@ VoidResult Store::SetFillHead(FillId id, uint64_t expected_size, uint64_t ttl_ns
   return {};
 }
 
+VoidResult Store::SetFillTags(FillId id, std::string_view tags) {
+  auto it = fills_.find(id);
+  if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);
+  it->second.tags.assign(tags);
+  return {};
+}
+
 bool Store::FillAwaitingHead(std::string_view key) const {
   auto it = filling_.find(key);
   return it != filling_.end() && fills_.at(it->second).head_pending;
@@ -387,6 +394,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   rec.created_unix_ns = NowNs();
   rec.expires_unix_ns = f.ttl_ns ? rec.created_unix_ns + f.ttl_ns : 0;
   rec.metadata = std::move(f.metadata);
+  rec.tags = std::move(f.tags);
   rec.extents = *extents;
   rec.access_unix_s = static_cast<uint32_t>(rec.created_unix_ns / 1'000'000'000ULL);
   const ObjectRecord* old = index_->Find(f.key);
@@ -1448,8 +1456,13 @@ uint32_t Store::Stream::DetachChunk() {
 }
 
 void Store::Stream::Consume(uint64_t n) {
-  if (where_ == Where::kHeadPool && fill_ == 0 && pos_ >= loan_.head_bytes) {
-    store_->stats_.tail_bytes_served += n;
+  StoreStats& st = store_->stats_;
+  if (fill_ != 0) {
+    st.fill_bytes_served += n;
+  } else if (where_ == Where::kHeadPool) {
+    (pos_ >= loan_.head_bytes ? st.tail_bytes_served : st.head_bytes_served) += n;
+  } else if (where_ == Where::kIoBuffer) {
+    st.disk_bytes_served += n;
   }
   pos_ += n;
   if (chunk_ && pos_ >= chunk_->object_offset + chunk_->length) {

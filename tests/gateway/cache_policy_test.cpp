@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace goblin::gateway {
@@ -175,6 +176,21 @@ TEST(CachePolicy, StaleWindowsFromDirectivesAndGrace) {
   EXPECT_TRUE(f.stale && f.in_grace());
   EXPECT_EQ(f.stale_ms, 0u);
   EXPECT_TRUE(policy::Judge("Content-Type: a\r\n", 5000, 3, true).in_grace());
+}
+
+TEST(CachePolicy, SurrogateKeysAndPurgeTags) {
+  std::string a =
+      "HTTP/1.1 200 OK\r\nSurrogate-Key: red  blue,red\r\nxkey: green\r\nXKey: blue "
+      "white\r\n\r\n";
+  EXPECT_EQ(policy::SurrogateKeys(Head(a)), "red blue green white");
+  EXPECT_EQ(policy::SurrogateKeys(Head("HTTP/1.1 200 OK\r\n\r\n")), "");
+  std::string many = "HTTP/1.1 200 OK\r\nSurrogate-Key:";
+  for (int i = 0; i < 100; ++i) many += " t" + std::to_string(i);
+  many += " " + std::string(300, 'x') + "\r\n\r\n";
+  const std::string tags = policy::SurrogateKeys(Head(many));
+  EXPECT_EQ(std::count(tags.begin(), tags.end(), ' ') + 1, 64);  // (kMaxTags; too long: out)
+  EXPECT_EQ(policy::PurgeTags(" a,b  a\tc "), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(policy::PurgeTags(" , ").empty());
 }
 
 TEST(CachePolicy, ConditionalRequests) {

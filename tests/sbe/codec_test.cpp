@@ -440,8 +440,10 @@ void ObjectCases() {
         .set_flags(1)
         .set_if_generation(41)
         .set_key("obj")
-        .set_metadata("m");
+        .set_metadata("m")
+        .set_tags("red blue");
     auto d = RoundTrip<PutBeginDecoder>(b, e.Finish());
+    EXPECT_EQ(d.tags(), "red blue");
     EXPECT_EQ(d.if_generation(), 41u);
     EXPECT_EQ(d.expected_size(), UINT64_MAX);
     EXPECT_EQ(d.ttl_nanos(), 60u);
@@ -476,7 +478,9 @@ void ObjectCases() {
   {
     PutHeadEncoder e(b.data(), b.size());
     e.set_put_id(6).set_expected_size(5000).set_ttl_nanos(9).set_flags(1).set_metadata("etag: x");
+    e.set_tags("t");
     auto d = RoundTrip<PutHeadDecoder>(b, e.Finish());
+    EXPECT_EQ(d.tags(), "t");
     EXPECT_EQ(d.put_id(), 6u);
     EXPECT_EQ(d.expected_size(), 5000u);
     EXPECT_EQ(d.ttl_nanos(), 9u);
@@ -508,8 +512,10 @@ void ObjectCases() {
     a.set_correlation_id(1).set_deleted(1);
     EXPECT_EQ(RoundTrip<DeleteAckDecoder>(b, a.Finish()).deleted(), 1);
     ObjectPurgeEncoder pe(b.data(), b.size());
-    pe.set_correlation_id(2).set_prefix("host/videos/");
-    EXPECT_EQ(RoundTrip<ObjectPurgeDecoder>(b, pe.Finish()).prefix(), "host/videos/");
+    pe.set_correlation_id(2).set_flags(3).set_prefix("host/videos/");
+    auto pd = RoundTrip<ObjectPurgeDecoder>(b, pe.Finish());
+    EXPECT_EQ(pd.prefix(), "host/videos/");
+    EXPECT_EQ(pd.flags(), 3u);
     PurgeAckEncoder pa(b.data(), b.size());
     pa.set_correlation_id(2).set_deleted(17);
     EXPECT_EQ(RoundTrip<PurgeAckDecoder>(b, pa.Finish()).deleted(), 17u);

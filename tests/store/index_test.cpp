@@ -2,7 +2,9 @@
 #include "tests/support/scratch.h"
 
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include <algorithm>
 
 #include <filesystem>
 #include <fstream>
@@ -363,6 +365,57 @@ TEST(IndexRecord, RoundTripAndHostileInput) {
   EXPECT_EQ(*back, r);  // (equal as stored)
   stale.back() = 0x80;  // a mark this binary does not know
   EXPECT_FALSE(DecodeRecord(stale));
+}
+
+TEST_F(IndexTest, TagsAreIndexedReplacedDeletedAndReplayed) {
+  auto idx = OpenIndex();
+  auto tagged = [](const std::string& key, const std::string& tags) {
+    ObjectRecord r = Obj(key, 100);
+    r.tags = tags;
+    return r;
+  };
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  ASSERT_TRUE(idx->Commit(tagged("/a", "red blue"), nullptr));
+  ASSERT_TRUE(idx->Commit(tagged("/b", "red"), nullptr));
+  ASSERT_TRUE(idx->Commit(tagged("/c", ""), nullptr));
+  EXPECT_EQ(sorted(idx->KeysWithTag("red", 100)), (std::vector<std::string>{"/a", "/b"}));
+  EXPECT_EQ(idx->KeysWithTag("blue", 100), std::vector<std::string>{"/a"});
+  EXPECT_EQ(idx->KeysWithTag("red", 1).size(), 1u);
+  EXPECT_TRUE(idx->KeysWithTag("green", 100).empty());
+  // A new version replaces the old one's tags; a delete drops them.
+  ASSERT_TRUE(idx->Commit(tagged("/a", "green"), nullptr));
+  EXPECT_EQ(idx->KeysWithTag("red", 100), std::vector<std::string>{"/b"});
+  EXPECT_TRUE(idx->KeysWithTag("blue", 100).empty());
+  EXPECT_EQ(idx->KeysWithTag("green", 100), std::vector<std::string>{"/a"});
+  ASSERT_TRUE(idx->Delete("/b", nullptr));
+  EXPECT_TRUE(idx->KeysWithTag("red", 100).empty());
+  EXPECT_EQ(idx->tags(), 1u);
+  // A refresh and an invalidation keep them; the journal and a checkpoint bring them back.
+  ASSERT_TRUE(idx->Invalidate("/a", false, 0));
+  ASSERT_TRUE(idx->Refresh("/a", "etag: \"2\"", 2000, 0));
+  EXPECT_EQ(idx->Find("/a")->tags, "green");
+  idx.reset();
+  idx = OpenIndex();
+  EXPECT_EQ(idx->KeysWithTag("green", 100), std::vector<std::string>{"/a"});
+  EXPECT_EQ(idx->Find("/a")->marks, 0);  // (the refresh cleared the stale mark)
+  ASSERT_TRUE(idx->Checkpoint());
+  idx.reset();
+  idx = OpenIndex();
+  EXPECT_EQ(idx->KeysWithTag("green", 100), std::vector<std::string>{"/a"});
+  EXPECT_EQ(idx->Find("/c")->tags, "");
+  // The encoding: tags after the marks byte (0 when there are none), a damaged list refused.
+  ObjectRecord r = tagged("/t", "x y");
+  auto bytes = EncodeRecord(r);
+  auto back = DecodeRecord(bytes);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, r);
+  r.marks = kMarkStale;
+  EXPECT_EQ(*DecodeRecord(EncodeRecord(r)), r);
+  bytes.pop_back();
+  EXPECT_FALSE(DecodeRecord(bytes));
 }
 
 TEST_F(IndexTest, InvalidateGivesANewGenerationInPlaceAndIsReplayed) {

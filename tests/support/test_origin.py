@@ -30,6 +30,7 @@ Query parameters (any path):
   rev=<file>             the object's version is <file>'s content (none: ""): the body and ETag
                          change with it, Last-Modified is its mtime, X-Origin-Rev names it
   slow304=<ms>           wait this long before answering 304 (clients can pile up behind it)
+  tags=<words>           a Surrogate-Key header with them (xkey=<words>: an xkey header)
 Conditional GETs: If-None-Match matching the ETag (else If-Modified-Since not before
 Last-Modified) is answered 304 with the validators, Cache-Control and X-Validated (how many
 304s this path got so far). The log line of a request carrying either ends in " cond".
@@ -211,6 +212,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Set-Cookie", "session=1")
         if q.get("vary"):
             self.send_header("Vary", q["vary"])
+        if q.get("tags"):
+            self.send_header("Surrogate-Key", q["tags"])
+        if q.get("xkey"):
+            self.send_header("xkey", q["xkey"])
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         chunked = q.get("chunked") == "1" or fault == "chunkcut"

@@ -108,6 +108,14 @@ TEST_P(Metrics, CoreAndGatewayScrapedByPrometheus) {
   EXPECT_EQ(Value(core, "goblin_core_fills_committed_total "), 1);
   EXPECT_GE(Value(core, "goblin_core_tier_read_bytes_total{tier=\"0\"} "), 0);
   EXPECT_GE(Value(core, "goblin_core_uptime_seconds "), 0);
+  // Bytes served by source: the first hit's 20 KiB came from the object's RAM head (the
+  // second may have been a local hit: the gateway read the head itself).
+  EXPECT_GE(Value(core, "goblin_core_served_bytes_total{source=\"ram_head\"} "), 20 * 1024);
+  for (const char* source : {"ram_tail", "disk", "fill"}) {
+    EXPECT_GE(Value(core, fmt::format("goblin_core_served_bytes_total{{source=\"{}\"}} ", source)),
+              0)
+        << source;
+  }
   // promtool's lint: nothing to say about either.
   if (fs::exists("/usr/bin/promtool")) {
     for (const auto& [name, body] : {std::pair{"gateway", text}, std::pair{"core", core}}) {

@@ -8,7 +8,9 @@
 // object is served at once while one revalidation runs behind (--grace,
 // stale-while-revalidate); stale-if-error (and --grace) answers origin errors and a sick
 // origin with the stale copy within its window, not after; must-revalidate never. Soft purge
-// (X-Purge-Soft: 1, of a URL or a prefix) keeps objects but makes them stale.
+// (X-Purge-Soft: 1, of a URL or a prefix) keeps objects but makes them stale. Purge by tag
+// (Surrogate-Key / xkey from the origin; X-Purge-Tag or xkey-purge), hard and soft, and the
+// tags after a restart of the core.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -348,6 +350,49 @@ TEST_P(Revalidation, SoftPurgeMarksStaleAndTheNextRequestRevalidates) {
   // A hard purge still deletes.
   EXPECT_EQ(Get(path, {"-X", "PURGE"}).body, "200 Purged\n");
   EXPECT_EQ(Header(Get(path), "x-cache"), "MISS");
+}
+
+TEST_P(Revalidation, PurgeByTagHardAndSoft) {
+  StartGateway(GetParam().net, {"--keep", "60s"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  const std::string a = "/gen/20K/t/a?tags=red%20blue&rev=" + rev_;
+  const std::string b = "/gen/20K/t/b?tags=red,green&rev=" + rev_;
+  const std::string c = "/gen/20K/t/c?xkey=blue&rev=" + rev_;
+  const std::string d = "/gen/20K/t/d?rev=" + rev_;
+  for (const auto& p : {a, b, c, d}) {
+    Reply r = Get(p);
+    ASSERT_EQ(r.code, 200) << p;
+    EXPECT_EQ(Header(r, "surrogate-key"), "");  // (for the cache, not for clients)
+  }
+  for (const auto& p : {a, b, c, d}) EXPECT_EQ(Header(Get(p), "x-cache"), "HIT") << p;
+  EXPECT_EQ(Header(Get(c), "xkey"), "blue");  // (Varnish's field is passed on)
+  // Hard, by one tag (Varnish's xkey-purge as well as X-Purge-Tag).
+  Reply r = Get("/", {"-X", "PURGE", "-H", "X-Purge-Tag: red"});
+  EXPECT_EQ(r.body, "200 Purged 2 objects\n");
+  EXPECT_EQ(Header(Get(a), "x-cache"), "MISS");
+  EXPECT_EQ(Header(Get(b), "x-cache"), "MISS");
+  EXPECT_EQ(Header(Get(c), "x-cache"), "HIT");
+  EXPECT_EQ(Header(Get(d), "x-cache"), "HIT");
+  // Soft, by two tags (an object carrying both counts once per tag it was found by).
+  r = Get("/", {"-X", "PURGE", "-H", "xkey-purge: green", "-H", "X-Purge-Soft: 1"});
+  EXPECT_EQ(r.body, "200 Soft-purged 1 objects\n");
+  r = Get(b);
+  EXPECT_EQ(Header(r, "x-cache"), "HIT");
+  EXPECT_EQ(Header(r, "x-validated"), "1");  // (kept, revalidated: 304)
+  r = Get("/", {"-X", "PURGE", "-H", "X-Purge-Tag: blue", "-H", "X-Purge-Soft: 1"});
+  EXPECT_EQ(r.body, "200 Soft-purged 2 objects\n");
+  EXPECT_EQ(Header(Get(a), "x-validated"), "1");
+  EXPECT_EQ(Header(Get(c), "x-validated"), "1");
+  EXPECT_EQ(Header(Get(d), "x-validated"), "");
+  // A tag nobody carries; tags survive a restart of the core (journaled with the records).
+  EXPECT_EQ(Get("/", {"-X", "PURGE", "-H", "X-Purge-Tag: none"}).body, "200 Purged 0 objects\n");
+  core_.reset();
+  ASSERT_TRUE(StartCore());
+  for (int i = 0; i < 100 && Get(d).code != 200; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(Header(Get(c), "x-cache"), "HIT");
+  EXPECT_EQ(Get("/", {"-X", "PURGE", "-H", "X-Purge-Tag: blue"}).body, "200 Purged 2 objects\n");
+  EXPECT_EQ(Header(Get(c), "x-cache"), "MISS");
+  EXPECT_EQ(Header(Get(d), "x-cache"), "HIT");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Revalidation, test::AllNetModes(), test::NetModeName);

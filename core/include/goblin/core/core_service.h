@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
@@ -188,6 +189,22 @@ class CoreService : public reactor::Handler {
   void HandleMapPools(reactor::Session& session, uint64_t correlation_id);
   void HandleRemotePools(reactor::Session& session, uint64_t correlation_id);
   void HandleLoanRelease(reactor::Session& session, uint64_t loan_id);
+  // Purges by tag (ObjectPurge kPurgeTag): the objects carrying it when it came (their
+  // digests), deleted (or marked stale) kTagPurgeSlice per loop round; answered once all
+  // are done and durable.
+  struct TagPurge {
+    uint64_t session = 0, corr = 0;
+    std::string tag;
+    bool soft = false;
+    std::vector<store::KeyDigest> members;
+    size_t next = 0;                // members done
+    std::vector<std::string> keys;  // (the slice's; capacity kept)
+    uint64_t purged = 0;
+    Status error;
+  };
+  static constexpr size_t kTagPurgeSlice = 1000;
+  std::deque<TagPurge> tag_purges_;
+  size_t PumpTagPurges();
   // TouchAck for a Touch or Refresh, once what it changed is durable.
   void AckTouchWhenDurable(reactor::Session& session, uint64_t corr,
                            std::optional<store::Store::Touched> t);

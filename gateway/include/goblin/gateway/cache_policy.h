@@ -75,6 +75,14 @@ inline bool Stale(std::string_view meta, uint64_t now_unix_ms) {
 // `end_to_end` rejects (hop-by-hop, framing, our own) are neither kept nor taken.
 std::string MergeNotModified(std::string_view stored, const http::Response& not_modified,
                              bool (*end_to_end)(std::string_view name));
+// Tags of a response (surrogate keys, for purge by tag): the words of its Surrogate-Key
+// (Fastly) and xkey (Varnish) fields, separated by spaces or commas, each once, joined by
+// single spaces; at most kMaxTags of at most kMaxTagBytes each (the rest ignored).
+inline constexpr size_t kMaxTags = 64, kMaxTagBytes = 256;
+std::string SurrogateKeys(const http::Response& r);
+// The tags a purge request names (X-Purge-Tag or xkey-purge: words as above), one each.
+std::vector<std::string> PurgeTags(std::string_view value);
+
 // The conditional request lines for a stored object: If-None-Match with its ETag,
 // If-Modified-Since with its Last-Modified (each when stored).
 std::string ConditionalLines(std::string_view stored);

@@ -43,6 +43,9 @@ inline constexpr uint32_t kGetAwaitReserved = 1u << 7;
 // ObjectPurge.flags (schema version 7): mark the objects stale (as ObjectDelete
 // kDeleteInvalidate does one) instead of deleting them: an HTTP soft purge.
 inline constexpr uint32_t kPurgeSoft = 1u << 0;
+// ObjectPurge.flags (schema version 7): `prefix` is a tag; the objects whose version
+// carries it (PutBegin/PutHead tags) are purged (or, with kPurgeSoft, marked stale).
+inline constexpr uint32_t kPurgeTag = 1u << 1;
 
 // ObjectInfo.marks (schema version 6), on a hit.
 inline constexpr uint8_t kInfoFetched = 1u << 0;    // read before this lookup (mg h)

@@ -22,9 +22,11 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "goblin/common/status.h"
+#include "goblin/common/string_hash.h"
 #include "goblin/store/journal.h"
 #include "goblin/store/sync_worker.h"
 
@@ -68,12 +70,16 @@ struct ObjectRecord {
   // (unix seconds), are bookkeeping of reads, updated through a const record (mutable).
   uint8_t marks = 0;
   mutable uint8_t read_marks = 0;  // kMarkTokenSent | kMarkFetched
+  // Tags (an HTTP response's surrogate keys), space-separated: purge by tag finds the
+  // objects carrying one (Index::KeysWithTag). Journaled with the record.
+  std::string tags;
   mutable uint32_t access_unix_s = 0;
   // Equal as stored: read bookkeeping aside.
   friend bool operator==(const ObjectRecord& a, const ObjectRecord& b) {
     return a.key == b.key && a.size == b.size && a.generation == b.generation &&
            a.created_unix_ns == b.created_unix_ns && a.expires_unix_ns == b.expires_unix_ns &&
-           a.metadata == b.metadata && a.extents == b.extents && a.marks == b.marks;
+           a.metadata == b.metadata && a.extents == b.extents && a.marks == b.marks &&
+           a.tags == b.tags;
   }
 };
 
@@ -129,6 +135,16 @@ class Index {
   Result<uint64_t> Refresh(std::string_view key, std::string metadata, uint64_t created_unix_ns,
                            uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
+  // Up to `max` keys of the records carrying `tag` (each record's tags are indexed when it
+  // is recorded and dropped when it leaves): a tag purge costs what it finds.
+  std::vector<std::string> KeysWithTag(std::string_view tag, size_t max) const;
+  // The digests of the records carrying `tag` (16 bytes each: a snapshot of 100,000 is a
+  // copy of 1.6 MB), and the keys of those of `digests` that still carry it: a purge takes
+  // the snapshot at once and resolves it slice by slice.
+  std::vector<KeyDigest> TagMembers(std::string_view tag) const;
+  void KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
+                   std::vector<std::string>* keys) const;
+  size_t tags() const { return by_tag_.size(); }  // distinct tags
   size_t size() const { return size_; }
   size_t expiring() const { return expiring_; }  // records with an expiry
   void ForEach(const std::function<void(const ObjectRecord&)>& fn) const;
@@ -192,6 +208,12 @@ class Index {
   Journal journal_;
   // Buckets by digest; a bucket holds more than one record only on a digest collision.
   std::unordered_map<KeyDigest, std::vector<ObjectRecord>, DigestHash> map_;
+  // Tag -> the digests of map_'s records carrying it.
+  std::unordered_map<std::string, std::unordered_set<KeyDigest, DigestHash>, StringHash,
+                     std::equal_to<>>
+      by_tag_;
+  void TagAdd(const ObjectRecord& r, const KeyDigest& d);
+  void TagRemove(const ObjectRecord& r, const KeyDigest& d);
   size_t size_ = 0;
   size_t expiring_ = 0;
   // The digests of map_ by (hi & mask): Scan's table (doubles past 4 digests a bucket).

@@ -103,6 +103,9 @@ struct StoreStats {
   // disk, tails given back for heads (or lost with their head), bytes streams served from them.
   uint64_t tail_bytes_in_ram = 0, tail_blocks_filled = 0, tail_blocks_adopted = 0;
   uint64_t tails_dropped = 0, tail_bytes_served = 0;
+  // Bytes streams handed out, by where they came from: RAM heads (the pool), RAM tails
+  // (tail_bytes_served), disk (I/O buffers), fills in progress (followers).
+  uint64_t head_bytes_served = 0, disk_bytes_served = 0, fill_bytes_served = 0;
 };
 
 // What a lookup returns: enough to answer HEAD and to plan a read.
@@ -228,6 +231,18 @@ class Store {
   // as it is; the caller aborts it) when `expected_size` could never be stored.
   VoidResult SetFillHead(FillId fill, uint64_t expected_size, uint64_t ttl_ns,
                          std::string_view metadata);
+  // The tags the fill's version will carry (space-separated; ObjectRecord::tags).
+  VoidResult SetFillTags(FillId fill, std::string_view tags);
+  // Up to `max` keys of committed versions carrying `tag` (Index::KeysWithTag).
+  std::vector<std::string> KeysWithTag(std::string_view tag, size_t max) const {
+    return index_->KeysWithTag(tag, max);
+  }
+  // A purge's snapshot of a tag, and its keys slice by slice (Index::TagMembers).
+  std::vector<KeyDigest> TagMembers(std::string_view tag) const { return index_->TagMembers(tag); }
+  void KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
+                   std::vector<std::string>* keys) const {
+    index_->KeysWithTag(digests, tag, keys);
+  }
   // A reserved fill of `key` whose head has not come yet.
   bool FillAwaitingHead(std::string_view key) const;
   // Any fill of `key` in progress (reserved, filling or committing).
@@ -416,6 +431,7 @@ class Store {
     uint64_t ttl_ns = 0;
     uint64_t expected_size = UINT64_MAX;
     std::string metadata;
+    std::string tags;
     std::unique_ptr<ObjectWriter> writer;
     std::optional<PoolSlot> head;
     uint64_t head_len = 0;  // bytes copied into the head slot so far
