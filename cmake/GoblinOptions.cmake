@@ -2,7 +2,7 @@
 #   Release  -O2 -march=${GOBLIN_ARCH}, assertions off
 #   Debug    -O0 -g
 #   Asan     -O1 -g1, AddressSanitizer + UndefinedBehaviorSanitizer, every UB report fatal
-#            (scripts/test.sh builds it with clang 16: half gcc's compile time)
+#            (scripts/test.sh builds it with clang 16: it compiles faster than gcc there)
 #   Tsan     -O1 -g1, ThreadSanitizer (the threaded parts: rings, server loop)
 # Sanitizer builds keep line tables only (-g1: every report still names file:line, and
 # compiles take a fifth less), and code off the data path (command lines, the admin service)

@@ -80,26 +80,40 @@ Storability Decide(const http::Response& r, int64_t default_ttl, int64_t now_uni
   return s;
 }
 
+namespace {
+uint64_t ParseMs(std::string_view v) {
+  uint64_t until = 0;
+  for (char ch : v) {
+    if (ch < '0' || ch > '9' || until > UINT64_MAX / 10 - 10) return 0;  // (unreadable: stale)
+    until = until * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return until;
+}
+}  // namespace
+
+uint64_t FreshUntilMs(std::string_view meta) {
+  uint64_t until = UINT64_MAX;
+  http::ForEachHeaderLine(meta, [&](std::string_view n, std::string_view v) {
+    if (until == UINT64_MAX && http::IEquals(n, kFreshUntil)) until = ParseMs(v);
+  });
+  return until;
+}
+
 Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace, bool soft_purged) {
   Freshness f;
-  uint64_t until = 0;
-  bool found = false;
+  uint64_t until = UINT64_MAX;
   std::string_view cache_control;
   http::ForEachHeaderLine(meta, [&](std::string_view n, std::string_view v) {
-    if (http::IEquals(n, "cache-control")) {
-      if (cache_control.empty()) cache_control = v;
-      return;
-    }
-    if (found || !http::IEquals(n, kFreshUntil)) return;
-    found = true;
-    for (char ch : v) {
-      if (ch < '0' || ch > '9' || until > UINT64_MAX / 10 - 10) return;
-      until = until * 10 + static_cast<uint64_t>(ch - '0');
+    if (cache_control.empty() && http::IEquals(n, "cache-control")) {
+      cache_control = v;
+    } else if (until == UINT64_MAX && http::IEquals(n, kFreshUntil)) {
+      until = ParseMs(v);
     }
   });
-  if (!soft_purged && (!found || now_unix_ms < until)) return f;
+  const bool expired = now_unix_ms >= until;
+  if (!soft_purged && !expired) return f;
   f.stale = true;
-  f.stale_ms = found && now_unix_ms >= until ? now_unix_ms - until : 0;
+  f.stale_ms = expired ? now_unix_ms - until : 0;
   f.windows = Windows(http::ParseCacheControl(cache_control), grace);
   return f;
 }

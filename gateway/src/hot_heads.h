@@ -28,7 +28,8 @@ struct HotHead {
   uint64_t stamp = 0;               // ...and the stamp it carries while it describes this head
   uint64_t offset = 0, length = 0;  // of the head in the shard's head pool
   uint64_t size = 0, generation = 0, created_ns = 0, expires_ns = 0;
-  bool referenced = false;  // CLOCK bit (this table's own replacement)
+  uint64_t fresh_until_ms = UINT64_MAX;  // its freshness end (policy::FreshUntilMs), read once
+  bool referenced = false;               // CLOCK bit (this table's own replacement)
 };
 
 class HotHeads {

@@ -197,18 +197,17 @@ void HttpServer::Impl::BuildExchange(Conn& c, const http::Request& r) {
   ex->minor0 = r.minor == 0;
   ex->head = r.method == "HEAD";
   if (!ex->keep_alive) c.close_after = true;
-  ex->purge_token_ok =
-      !options_.purge_token.empty() && r.Get("x-purge-token") == options_.purge_token;
-  ex->purge_mode.assign(r.Get("x-purge"));
-  ex->purge_soft = r.Get("x-purge-soft") == "1";
-  ex->purge_tags.clear();
-  if (ex->method == "PURGE") {
+  if (ex->method == "PURGE") {  // (its headers are looked for in PURGEs only)
+    ex->purge_token_ok =
+        !options_.purge_token.empty() && r.Get("x-purge-token") == options_.purge_token;
+    ex->purge_mode.assign(r.Get("x-purge"));
+    detail::LowerInPlace(&ex->purge_mode);
+    ex->purge_soft = r.Get("x-purge-soft") == "1";
     for (const http::Header& h : r.headers) {
       if (!http::IEquals(h.name, "x-purge-tag") && !http::IEquals(h.name, "xkey-purge")) continue;
       for (std::string& t : policy::PurgeTags(h.value)) ex->purge_tags.push_back(std::move(t));
     }
   }
-  detail::LowerInPlace(&ex->purge_mode);
   ex->content_type_in.assign(r.Get("content-type"));
   if (log_ != nullptr || options_.timing) {
     ex->start_ns = MonotonicNanos();

@@ -97,10 +97,8 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
     // Ours: now ask the origin (the id stays: the core names it in errors about the fill).
     f.put_id = lease->put_id();
     f.reserved = true;
-    Origin* o =
-        OpenOrigin("GET", f.target, "",
-                   f.reval_generation != 0 ? f.key_lines + policy::ConditionalLines(f.reval_meta)
-                                           : f.key_lines);
+    Origin* o = OpenOrigin("GET", f.target, "",
+                           OriginLines(f.key_lines, f.reval_generation != 0 ? f.reval_meta : ""));
     if (o == nullptr) {
       SendPutAbort(f.put_id, f.shard);
       f.put_id = 0;
@@ -143,10 +141,8 @@ void HttpServer::Impl::OnReservation(Fill& f, uint64_t corr, uint16_t template_i
 
 HttpServer::Impl::Fill* HttpServer::Impl::StartFill(Exchange& ex, bool leader_is_client,
                                                     uint64_t leader) {
-  Origin* o =
-      OpenOrigin("GET", ex.target, "",
-                 ex.reval_generation != 0 ? ex.key_lines + policy::ConditionalLines(ex.reval_meta)
-                                          : ex.key_lines);
+  Origin* o = OpenOrigin("GET", ex.target, "",
+                         OriginLines(ex.key_lines, ex.reval_generation != 0 ? ex.reval_meta : ""));
   if (o == nullptr) return nullptr;
   auto f = std::make_unique<Fill>();
   f->reval_generation = ex.reval_generation;
@@ -405,6 +401,12 @@ void HttpServer::Impl::CommitFill(Fill& f) {
 
 void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
   if (!why.empty()) GOBLIN_LOG_INFO(kLog, "'{}' is served uncached: {}", f.key, why);
+  Unstore(f);
+  ReleaseWaiters(f, /*follow=*/false);                         // each fetches for itself
+  if (f.origin_done || Find(f.leader) == nullptr) EndFill(f);  // (no one reads the origin)
+}
+
+void HttpServer::Impl::Unstore(Fill& f) {
   if (f.stage == Stage::kReserving) {
     // Nobody has asked the origin yet: the leader, too, fetches for itself.
     if (f.begin_corr != 0) corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
@@ -413,8 +415,9 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
   } else if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
     corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
   } else if (f.reserved && f.put_id != 0) {
-    // Not stored: those waiting for the reservation in the core read a miss and fetch for
-    // themselves, like our waiters (a no-op when the link is down).
+    // Not stored: those waiting for the reservation in the core read a miss (or, for a
+    // revalidation, the committed version) and fetch for themselves, like our waiters (a
+    // no-op when the link is down).
     SendPutHead(f, 0, 0, wire::kHeadUncacheable, {});
     if (f.begin_corr != 0) corr_.erase(f.begin_corr);
   } else if (f.stage == Stage::kFilling && f.put_id != 0) {
@@ -428,8 +431,6 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
   f.stage = Stage::kUncached;
   f.pending.clear();
   if (auto it = fills_.find(f.key); it != fills_.end() && it->second == &f) fills_.erase(it);
-  ReleaseWaiters(f, /*follow=*/false);                         // each fetches for itself
-  if (f.origin_done || Find(f.leader) == nullptr) EndFill(f);  // (no one reads the origin)
 }
 
 void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {

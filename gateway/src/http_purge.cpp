@@ -2,7 +2,7 @@
 // prefix) or everything (X-Purge: all; ObjectPurge to every shard, the answers added up).
 // X-Purge-Tag: T1 T2 (or Varnish's xkey-purge) purges every object tagged with any of them
 // (tags come from the origin's Surrogate-Key and xkey fields; the core keeps an index of
-// them and purges in slices, so a tag of 100,000 objects does not hold a shard's loop).
+// them and purges in slices of 1,000 per loop round: docs/benchmarks/cdn.md).
 // X-Purge-Soft: 1 makes any of them a soft purge (Fastly's, Varnish's purge with grace):
 // the objects are marked stale instead of deleted (kDeleteInvalidate, kPurgeSoft), so the
 // next request revalidates them (a 304 keeps the bytes) or, in grace, is served the stale

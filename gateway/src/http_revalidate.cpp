@@ -18,6 +18,11 @@ namespace {
 constexpr std::string_view kLog = "http";
 }  // namespace
 
+std::string HttpServer::Impl::OriginLines(const std::string& key_lines,
+                                          std::string_view reval_meta) {
+  return reval_meta.empty() ? key_lines : key_lines + policy::ConditionalLines(reval_meta);
+}
+
 std::string HttpServer::Impl::StoredMeta(std::string_view passthrough,
                                          const policy::Storability& v) {
   const uint64_t fresh_until_ms =
@@ -36,9 +41,8 @@ void HttpServer::Impl::Revalidate(Conn& c, uint64_t generation, std::string_view
   ex.reval_meta.assign(meta);  // (the core's message goes away)
   // A plain GET asked for the body too: the core stops sending it, and loans already on
   // their way find no exchange and go straight back (OnCoreMessage).
+  // (an ObjectHead's id was forgotten when its answer came: OnExchangeReply)
   CancelCoreGet(c);
-  if (auto it = corr_.find(ex.corr); ex.corr != 0 && it != corr_.end() && it->second.conn == c.id)
-    corr_.erase(it);  // (an ObjectHead's)
   ex.corr = 0;
   ex.follow = false;
   ++stats_.revalidations;
@@ -133,13 +137,7 @@ void HttpServer::Impl::OnNotModified(Fill& f, const http::Response& r) {
   f.waiters.clear();
   if (f.leader != 0) readers.insert(readers.begin(), f.leader);
   f.leader = 0;
-  if (f.reserved && f.put_id != 0) SendPutHead(f, 0, 0, wire::kHeadUncacheable, {});
-  if (f.begin_corr != 0) corr_.erase(f.begin_corr);
-  f.begin_corr = 0;
-  f.put_id = 0;
-  f.reserved = false;
-  f.stage = Stage::kUncached;
-  if (auto it = fills_.find(f.key); it != fills_.end() && it->second == &f) fills_.erase(it);
+  Unstore(f);
   for (uint64_t id : readers) {
     Conn* c = Find(id);
     if (c == nullptr || !c->ex) continue;

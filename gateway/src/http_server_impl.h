@@ -391,6 +391,9 @@ class HttpServer::Impl {
   // The stored head for a response (its end-to-end lines and the freshness end), and the
   // core's time to live for it (fresh + keep).
   static std::string StoredMeta(std::string_view passthrough, const policy::Storability& v);
+  // The request lines an origin fetch carries: the cache key's headers, and the stale
+  // version's validators when it revalidates (`reval_meta` non-empty).
+  static std::string OriginLines(const std::string& key_lines, std::string_view reval_meta);
   // A complete response of its own (status line, our headers, `body`), ending the exchange.
   void Respond(Conn& c, int status, std::string_view body = {}, std::string_view extra = {});
   // The exchange cannot go on: a 5xx (status, body saying the same) if no response head went
@@ -587,6 +590,9 @@ class HttpServer::Impl {
   // The core will not keep this fill (refused, aborted it, or the link went down): the leader
   // keeps streaming from the origin, waiters fetch for themselves, nothing is stored.
   void Uncache(Fill& f, std::string_view why);
+  // The core's side of Uncache: the reservation or lease given back, nothing stored, the
+  // key free in fills_ (readers and the origin side are the caller's).
+  void Unstore(Fill& f);
   // The origin failed: the core's fill (if any) is aborted, the leader and every waiter are
   // failed, the key is free at once.
   void AbortFill(Fill& f, OriginFault fault);

@@ -341,17 +341,6 @@ void Index::KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag
   }
 }
 
-std::vector<std::string> Index::KeysWithTag(std::string_view tag, size_t max) const {
-  std::vector<std::string> keys;
-  auto it = by_tag_.find(tag);
-  if (it == by_tag_.end()) return keys;
-  for (const KeyDigest& d : it->second) {
-    if (keys.size() >= max) break;
-    KeysWithTag(std::span<const KeyDigest>(&d, 1), tag, &keys);
-  }
-  return keys;
-}
-
 void Index::SetExpiry(ObjectRecord* r, uint64_t expires_unix_ns) {
   if (r->expires_unix_ns != 0) --expiring_;
   if (expires_unix_ns != 0) ++expiring_;

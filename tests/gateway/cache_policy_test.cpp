@@ -109,10 +109,13 @@ TEST(CachePolicy, StaleMergeAndConditionalLines) {
   const std::string meta =
       "Content-Type: text/plain\r\nETag: \"v1\"\r\nLast-Modified: Tue, 14 Nov 2023 00:00:00 "
       "GMT\r\nCache-Control: max-age=1\r\nX-Goblin-Fresh-Until: 1000\r\n";
-  EXPECT_FALSE(policy::Stale(meta, 999));
-  EXPECT_TRUE(policy::Stale(meta, 1000));
-  EXPECT_FALSE(policy::Stale("ETag: \"v1\"\r\n", UINT64_MAX));      // (no line: fresh)
-  EXPECT_TRUE(policy::Stale("x-goblin-fresh-until: junk\r\n", 1));  // (unreadable: stale)
+  EXPECT_FALSE(policy::Judge(meta, 999, 0).stale);
+  EXPECT_TRUE(policy::Judge(meta, 1000, 0).stale);
+  EXPECT_EQ(policy::FreshUntilMs(meta), 1000u);
+  EXPECT_FALSE(policy::Judge("ETag: \"v1\"\r\n", UINT64_MAX - 1, 0).stale);  // (no line)
+  EXPECT_EQ(policy::FreshUntilMs("ETag: \"v1\"\r\n"), UINT64_MAX);
+  EXPECT_TRUE(policy::Judge("x-goblin-fresh-until: junk\r\n", 1, 0).stale);  // (unreadable)
+  EXPECT_EQ(policy::FreshUntilMs("x-goblin-fresh-until: 12x\r\n"), 0u);
   EXPECT_EQ(policy::ConditionalLines(meta),
             "If-None-Match: \"v1\"\r\nIf-Modified-Since: Tue, 14 Nov 2023 00:00:00 GMT\r\n");
   EXPECT_EQ(policy::ConditionalLines("Content-Type: a\r\n"), "");

@@ -67,9 +67,9 @@ struct Freshness {
 // `soft_purged`: marked stale by a soft purge: stale from now if it is not already.
 Freshness Judge(std::string_view meta, uint64_t now_unix_ms, int64_t grace,
                 bool soft_purged = false);
-inline bool Stale(std::string_view meta, uint64_t now_unix_ms) {
-  return Judge(meta, now_unix_ms, 0).stale;
-}
+// The freshness end a stored head names (unix ms; UINT64_MAX: no such line, always fresh; 0:
+// unreadable, stale). Local hits read it once per head they learn.
+uint64_t FreshUntilMs(std::string_view meta);
 // The stored header lines ("Name: value\r\n") updated by a 304 (RFC 9111 4.3.4): each
 // field the 304 carries replaces the stored fields of that name, the others stay; fields
 // `end_to_end` rejects (hop-by-hop, framing, our own) are neither kept nor taken.

@@ -135,12 +135,10 @@ class Index {
   Result<uint64_t> Refresh(std::string_view key, std::string metadata, uint64_t created_unix_ns,
                            uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
-  // Up to `max` keys of the records carrying `tag` (each record's tags are indexed when it
-  // is recorded and dropped when it leaves): a tag purge costs what it finds.
-  std::vector<std::string> KeysWithTag(std::string_view tag, size_t max) const;
-  // The digests of the records carrying `tag` (16 bytes each: a snapshot of 100,000 is a
-  // copy of 1.6 MB), and the keys of those of `digests` that still carry it: a purge takes
-  // the snapshot at once and resolves it slice by slice.
+  // The digests of the records carrying `tag` (each record's tags are indexed when it is
+  // recorded and dropped when it leaves; 16 bytes each: a snapshot of 100,000 is a copy of
+  // 1.6 MB), and the keys of those of `digests` that still carry it: a purge takes the
+  // snapshot at once and resolves it slice by slice, costing what it finds.
   std::vector<KeyDigest> TagMembers(std::string_view tag) const;
   void KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
                    std::vector<std::string>* keys) const;

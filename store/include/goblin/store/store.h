@@ -233,10 +233,6 @@ class Store {
                          std::string_view metadata);
   // The tags the fill's version will carry (space-separated; ObjectRecord::tags).
   VoidResult SetFillTags(FillId fill, std::string_view tags);
-  // Up to `max` keys of committed versions carrying `tag` (Index::KeysWithTag).
-  std::vector<std::string> KeysWithTag(std::string_view tag, size_t max) const {
-    return index_->KeysWithTag(tag, max);
-  }
   // A purge's snapshot of a tag, and its keys slice by slice (Index::TagMembers).
   std::vector<KeyDigest> TagMembers(std::string_view tag) const { return index_->TagMembers(tag); }
   void KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
