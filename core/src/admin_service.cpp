@@ -535,6 +535,7 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
       m["misses"] += s.misses;
       m["expired"] += s.expired;
       m["evicted"] += s.evicted;
+      m["variants_evicted"] += s.variants_evicted;
       m["fills_committed"] += s.fills_committed;
       m["fills_aborted"] += s.fills_aborted;
       m["fills_refused"] += s.fills_refused;

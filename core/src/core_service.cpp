@@ -270,6 +270,12 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (granted && !reserve && version >= 7 && !d.tags().empty()) {
         (void)store_->SetFillTags(r->second, d.tags());  // (the fill is ours: it is there)
       }
+      if (granted && (d.flags() & wire::kPutVariant) != 0) {
+        if (auto v = store_->SetFillVariant(r->second); !v) {  // (a key without its NUL)
+          store_->Abort(r->second);
+          return SendStatusError(session, d.correlation_id(), v.error());
+        }
+      }
       if (granted && reserve) ++counters_.reservations;
       f.set_correlation_id(d.correlation_id())
           .set_put_id(granted ? r->second : 0)

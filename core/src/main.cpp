@@ -202,6 +202,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-objects", so.max_objects,
                  "Evict beyond this many objects (0: only when a tier is full)")
       ->capture_default_str();
+  so.max_variants = 8;
+  app.add_option("--max-variants", so.max_variants,
+                 "Variants kept per HTTP object (Vary; the least recently used goes; 0: no "
+                 "limit)")
+      ->capture_default_str();
   uint64_t checkpoint_bytes = 64ull << 20, checkpoint_records = 100000;
   AddSizeOption(app, "--checkpoint-journal-size", &checkpoint_bytes,
                 "Write an index checkpoint (in the background) once the journal is this large");
@@ -504,6 +509,7 @@ int main(int argc, char** argv) {
       o.io_buffers = std::max<uint32_t>(4, so.io_buffers / n_shards);
       o.fill_staging_bytes = so.fill_staging_bytes / n_shards;
       o.max_objects = so.max_objects == 0 ? 0 : std::max<uint64_t>(1, so.max_objects / n_shards);
+      o.max_variants = so.max_variants;  // (an object's variants are on its shard: ShardOf)
       // (a table too small for the heads RAM holds leaves the rest to the core: a small
       // object's head takes one 4 KiB class slot, so the default covers heads of 16 KiB)
       uint64_t descriptors =

@@ -287,6 +287,9 @@ void BuildCacheKey(std::string* key, std::string_view host, std::string_view tar
       }
     }
   }
+  // The headers after a NUL: the part before it names the object (its shard, and the
+  // group of variants the core bounds: ShardOf, kPutVariant).
+  if (!o.headers.empty()) key->push_back('\0');
   for (const std::string& h : o.headers) {
     key->push_back('#');
     key->append(h);

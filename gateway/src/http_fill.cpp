@@ -49,6 +49,14 @@ void HttpServer::Impl::Miss(Conn& c) {
   ex.state = ExState::kOrigin;
 }
 
+namespace {
+// A key with the request headers of --cache-key-header is one variant of its URL's object
+// (policy::BuildCacheKey puts a NUL between them): the core bounds their number.
+uint32_t VariantFlag(std::string_view key) {
+  return key.find('\0') != std::string_view::npos ? wire::kPutVariant : 0;
+}
+}  // namespace
+
 HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader) {
   const uint64_t corr = next_corr_++;
   const std::string& key = ex.key;
@@ -59,8 +67,9 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
             .set_correlation_id(corr)
             .set_expected_size(UINT64_MAX)
             .set_ttl_nanos(0)
-            .set_flags(ex.reval_generation != 0 ? wire::kPutReserve | wire::kPutIfGeneration
-                                                : wire::kPutReserve)
+            .set_flags((ex.reval_generation != 0 ? wire::kPutReserve | wire::kPutIfGeneration
+                                                 : wire::kPutReserve) |
+                       VariantFlag(key))
             .set_if_generation(ex.reval_generation)
             .set_key(key)
             .set_metadata(std::string_view())
@@ -234,6 +243,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
             .set_correlation_id(corr)
             .set_expected_size(expected)
             .set_ttl_nanos(ttl_ns)
+            .set_flags(VariantFlag(key))
             .set_key(key)
             .set_metadata(meta)
             .set_tags(tags)

@@ -25,9 +25,10 @@ void HttpServer::Impl::Purge(Conn& c) {
   const bool many = by_tag || e.purge_mode == "prefix" || e.purge_mode == "all";
   // A prefix purge takes the key up to the query and the headers in it (Host + path: every
   // variant under it); "all" empties the cache.
-  std::string key = e.purge_mode == "all"      ? std::string()
-                    : e.purge_mode == "prefix" ? e.key.substr(0, e.key.find_first_of("?#"))
-                                               : e.key;
+  std::string key = e.purge_mode == "all" ? std::string()
+                    : e.purge_mode == "prefix"
+                        ? e.key.substr(0, e.key.find_first_of(std::string_view("?\0", 2)))
+                        : e.key;
   if (many) {
     // Every shard holds some of the keys: each purges its own (for each tag), the answers
     // add up.

@@ -281,15 +281,15 @@ void Index::Apply(ObjectRecord r, std::vector<Extent>* released) {
   if (ObjectRecord* old = FindMutable(r.key)) {
     if (released) TakeExtents(old->extents, released);
     expiring_ -= old->expires_unix_ns != 0 ? 1 : 0;
-    TagRemove(*old, d);
+    Detach(*old, d);
     *old = std::move(r);
-    TagAdd(*old, d);
+    Attach(*old, d);
     return;
   }
   auto& bucket = map_[d];
   if (bucket.empty()) ScanAdd(d);
   bucket.push_back(std::move(r));
-  TagAdd(bucket.back(), d);
+  Attach(bucket.back(), d);
   ++size_;
 }
 
@@ -305,21 +305,50 @@ void ForEachTag(std::string_view tags, Fn&& fn) {
 }
 }  // namespace
 
-void Index::TagAdd(const ObjectRecord& r, const KeyDigest& d) {
-  ForEachTag(r.tags, [&](std::string_view t) {
-    auto it = by_tag_.find(t);
-    if (it == by_tag_.end()) it = by_tag_.emplace(std::string(t), decltype(it->second)()).first;
-    it->second.insert(d);
-  });
+namespace {
+template <typename Map>
+void SetAdd(Map* m, std::string_view name, const KeyDigest& d) {
+  auto it = m->find(name);
+  if (it == m->end()) it = m->emplace(std::string(name), typename Map::mapped_type()).first;
+  it->second.insert(d);
+}
+template <typename Map>
+void SetRemove(Map* m, std::string_view name, const KeyDigest& d) {
+  auto it = m->find(name);
+  if (it == m->end()) return;
+  it->second.erase(d);  // (a digest names one key: another key of it is a 2^-128 event)
+  if (it->second.empty()) m->erase(it);
+}
+std::string_view VariantObject(const ObjectRecord& r) {
+  const size_t nul = r.key.find('\0');
+  return (r.marks & kMarkVariant) != 0 && nul != std::string::npos
+             ? std::string_view(r.key).substr(0, nul)
+             : std::string_view();
+}
+}  // namespace
+
+void Index::Attach(const ObjectRecord& r, const KeyDigest& d) {
+  ForEachTag(r.tags, [&](std::string_view t) { SetAdd(&by_tag_, t, d); });
+  if (std::string_view o = VariantObject(r); o.data() != nullptr) SetAdd(&by_object_, o, d);
 }
 
-void Index::TagRemove(const ObjectRecord& r, const KeyDigest& d) {
-  ForEachTag(r.tags, [&](std::string_view t) {
-    auto it = by_tag_.find(t);
-    if (it == by_tag_.end()) return;
-    it->second.erase(d);  // (a digest names one key: another key of it is a 2^-128 event)
-    if (it->second.empty()) by_tag_.erase(it);
-  });
+void Index::Detach(const ObjectRecord& r, const KeyDigest& d) {
+  ForEachTag(r.tags, [&](std::string_view t) { SetRemove(&by_tag_, t, d); });
+  if (std::string_view o = VariantObject(r); o.data() != nullptr) SetRemove(&by_object_, o, d);
+}
+
+std::vector<const ObjectRecord*> Index::Variants(std::string_view object) const {
+  std::vector<const ObjectRecord*> out;
+  auto it = by_object_.find(object);
+  if (it == by_object_.end()) return out;
+  for (const KeyDigest& d : it->second) {
+    auto b = map_.find(d);
+    if (b == map_.end()) continue;
+    for (const ObjectRecord& r : b->second) {
+      if (VariantObject(r) == object) out.push_back(&r);
+    }
+  }
+  return out;
 }
 
 std::vector<KeyDigest> Index::TagMembers(std::string_view tag) const {
@@ -411,7 +440,7 @@ bool Index::Remove(std::string_view key, std::vector<Extent>* released) {
     if (bucket[i].key != key) continue;
     if (released) TakeExtents(bucket[i].extents, released);
     expiring_ -= bucket[i].expires_unix_ns != 0 ? 1 : 0;
-    TagRemove(bucket[i], it->first);
+    Detach(bucket[i], it->first);
     bucket.erase(bucket.begin() + static_cast<long>(i));
     if (bucket.empty()) {
       ScanRemove(it->first);

@@ -252,6 +252,16 @@ VoidResult Store::SetFillTags(FillId id, std::string_view tags) {
   return {};
 }
 
+VoidResult Store::SetFillVariant(FillId id) {
+  auto it = fills_.find(id);
+  if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);
+  if (it->second.key.find('\0') == std::string::npos) {
+    return Err(StatusCode::kInvalidArgument, "a variant's key names its object before a NUL");
+  }
+  it->second.variant = true;
+  return {};
+}
+
 bool Store::FillAwaitingHead(std::string_view key) const {
   auto it = filling_.find(key);
   return it != filling_.end() && fills_.at(it->second).head_pending;
@@ -395,6 +405,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   rec.expires_unix_ns = f.ttl_ns ? rec.created_unix_ns + f.ttl_ns : 0;
   rec.metadata = std::move(f.metadata);
   rec.tags = std::move(f.tags);
+  rec.marks = f.variant ? kMarkVariant : 0;
   rec.extents = *extents;
   rec.access_unix_s = static_cast<uint32_t>(rec.created_unix_ns / 1'000'000'000ULL);
   const ObjectRecord* old = index_->Find(f.key);
@@ -411,7 +422,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
     rec.read_marks = old->read_marks & kMarkTokenSent;
   }
   if (f.condition.keep_marks && old != nullptr) {
-    rec.marks = old->marks;
+    rec.marks = old->marks | (rec.marks & kMarkVariant);
     rec.read_marks = old->read_marks;
     rec.access_unix_s = old->access_unix_s;
   }
@@ -479,11 +490,49 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
       Event(ObjectEvent::kExpire, key);
     }
   }
+  if (!purged && options_.max_variants != 0) TrimVariants(key);
   while (options_.max_objects != 0 && index_->size() > options_.max_objects) {
     if (!EvictOne(-1)) break;
   }
   stats_.objects = index_->size();
   return generation;
+}
+
+void Store::TrimVariants(const std::string& key) {
+  const ObjectRecord* r = index_->Find(key);
+  if (r == nullptr || (r->marks & kMarkVariant) == 0) return;
+  std::vector<const ObjectRecord*> v =
+      index_->Variants(std::string_view(key).substr(0, key.find('\0')));
+  if (v.size() <= options_.max_variants) return;
+  // The least recently used first (last access to the second, then creation); never the
+  // one just stored. A head read by a gateway's local hits counts as read now (its touch is
+  // handed on to eviction as DemoteOneHead would).
+  std::erase(v, r);
+  const auto now_s = static_cast<uint32_t>(NowNs() / 1'000'000'000ULL);
+  for (const ObjectRecord* x : v) {
+    if (auto h = heads_.find(x->key); h != heads_.end() && TakeTouch(h->second)) {
+      policy_.Touch(x->key);
+      h->second.referenced = true;
+      x->access_unix_s = now_s;
+    }
+  }
+  std::sort(v.begin(), v.end(), [](const ObjectRecord* a, const ObjectRecord* b) {
+    return std::tie(a->access_unix_s, a->created_unix_ns) <
+           std::tie(b->access_unix_s, b->created_unix_ns);
+  });
+  std::vector<std::string> drop;
+  for (size_t i = 0; i + options_.max_variants <= v.size(); ++i) drop.push_back(v[i]->key);
+  for (const std::string& k : drop) {
+    auto d = DeleteCommitted(k);
+    if (!d) {
+      GOBLIN_LOG_ERROR(kLog, "dropping variant '{}': {}", k, d.error());
+      return;
+    }
+    if (*d) {
+      ++stats_.variants_evicted;
+      Event(ObjectEvent::kEvicted, k);
+    }
+  }
 }
 
 void Store::Abort(FillId id) {

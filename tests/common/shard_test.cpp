@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "goblin/common/shard.h"
@@ -28,6 +29,24 @@ TEST(ShardOf, ValuesArePinned) {
   }
   EXPECT_EQ(ShardOf("anything", 1), 0);
   EXPECT_EQ(ShardOf("anything", 0), 0);
+}
+
+// An HTTP object's variants are "URL\0#header=value...": the part before the NUL decides.
+TEST(ShardOf, KeysThatShareTheirPartBeforeANulShareAShard) {
+  using namespace std::string_view_literals;
+  for (uint16_t n : {2, 3, 12, 48}) {
+    EXPECT_EQ(ShardOf("site.example/index.html\0#accept-encoding=gzip"sv, n),
+              ShardOf("site.example/index.html", n));
+    EXPECT_EQ(ShardOf("key/42\0"sv, n), ShardOf("key/42", n));
+  }
+  EXPECT_EQ(ShardOf("site.example/index.html\0#x"sv, 48), 2);  // (the pinned value above)
+  EXPECT_EQ(ShardOf("\0a"sv, 48), 8);                          // (the empty key's)
+  int differ = 0;                                              // and the part after it does not
+  for (int i = 0; i < 64; ++i) {
+    differ += ShardOf("k" + std::to_string(i) + std::string(1, '\0') + "v", 48) !=
+              ShardOf("k0" + std::string(1, '\0') + "v", 48);
+  }
+  EXPECT_GT(differ, 48);
 }
 
 TEST(ShardOf, SpreadsKeysEvenly) {

@@ -419,6 +419,49 @@ TEST_F(IndexTest, TagsAreIndexedReplacedDeletedAndReplayed) {
   EXPECT_FALSE(DecodeRecord(bytes));
 }
 
+// Records marked kMarkVariant are grouped by their key's part before the first NUL (an
+// HTTP object's variants); unmarked ones, and marked keys without a NUL, are not.
+TEST_F(IndexTest, VariantsAreGroupedByTheirObjectAndReplayed) {
+  using namespace std::string_literals;
+  auto idx = OpenIndex();
+  auto variant = [](const std::string& key) {
+    ObjectRecord r = Obj(key, 100);
+    r.marks = kMarkVariant;
+    return r;
+  };
+  auto keys = [&](const std::string& object) {
+    std::vector<std::string> v;
+    for (const ObjectRecord* r : idx->Variants(object)) v.push_back(r->key);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  ASSERT_TRUE(idx->Commit(variant("h/a\0#ae=gzip"s), nullptr));
+  ASSERT_TRUE(idx->Commit(variant("h/a\0#ae=br"s), nullptr));
+  ASSERT_TRUE(idx->Commit(variant("h/ab\0#ae=br"s), nullptr));
+  ASSERT_TRUE(idx->Commit(Obj("h/a\0#ae="s, 100), nullptr));  // (not marked)
+  ASSERT_TRUE(idx->Commit(variant("h/a"), nullptr));          // (marked, no NUL)
+  EXPECT_EQ(keys("h/a"), (std::vector<std::string>{"h/a\0#ae=br"s, "h/a\0#ae=gzip"s}));
+  EXPECT_EQ(keys("h/ab"), (std::vector<std::string>{"h/ab\0#ae=br"s}));
+  EXPECT_TRUE(keys("h/").empty());
+  EXPECT_EQ(idx->variant_objects(), 2u);
+  // A new version of one keeps it in the group, an invalidation too; a delete drops it.
+  ASSERT_TRUE(idx->Commit(variant("h/a\0#ae=br"s), nullptr));
+  ASSERT_TRUE(idx->Invalidate("h/a\0#ae=br"s, false, 0));
+  ASSERT_TRUE(idx->Delete("h/ab\0#ae=br"s, nullptr));
+  EXPECT_EQ(keys("h/a").size(), 2u);
+  EXPECT_EQ(idx->variant_objects(), 1u);
+  // The mark is durable: the journal and a checkpoint group them again.
+  idx.reset();
+  idx = OpenIndex();
+  EXPECT_EQ(keys("h/a"), (std::vector<std::string>{"h/a\0#ae=br"s, "h/a\0#ae=gzip"s}));
+  EXPECT_EQ(idx->Find("h/a\0#ae=br"s)->marks, kMarkVariant | kMarkStale);
+  ASSERT_TRUE(idx->Checkpoint());
+  idx.reset();
+  idx = OpenIndex();
+  EXPECT_EQ(keys("h/a").size(), 2u);
+  EXPECT_EQ(idx->variant_objects(), 1u);
+}
+
 TEST_F(IndexTest, InvalidateGivesANewGenerationInPlaceAndIsReplayed) {
   auto idx = OpenIndex();
   auto g1 = idx->Commit(Obj("/s", 100), nullptr);

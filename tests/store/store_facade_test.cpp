@@ -1292,6 +1292,52 @@ TEST_F(StoreTest, MaxObjectsEvictsInFifoOrderForObjectsReadOnce) {
   EXPECT_EQ(store_->eviction().stats().ghost_hits, 1u);
 }
 
+// --max-variants: a variant that commits beyond the bound drops the least recently used of
+// its object's others (last read, then creation); other objects and plain keys are not
+// counted; the bound holds after a restart (the mark is journaled).
+TEST_F(StoreTest, MaxVariantsDropsTheLeastRecentlyUsedVariantOfTheObject) {
+  using namespace std::string_literals;
+  opts_.max_variants = 2;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto put_variant = [&](const std::string& key, uint32_t seed) -> Result<uint64_t> {
+    GOBLIN_ASSIGN_OR_RETURN(auto start, store_->BeginFill(key, 0, ""));
+    GOBLIN_RETURN_IF_ERROR(store_->SetFillVariant(start.second));
+    auto data = Data(100, seed);
+    GOBLIN_RETURN_IF_ERROR(store_->Append(start.second, data));
+    return store_->Commit(start.second, data.size());
+  };
+  auto has = [&](const std::string& key) { return store_->Head(key).value().has_value(); };
+  const std::string a = "h/x\0#d=a"s, b = "h/x\0#d=b"s, c = "h/x\0#d=c"s, d = "h/x\0#d=d"s;
+  ASSERT_TRUE(put_variant(a, 1));
+  ASSERT_TRUE(put_variant(b, 2));
+  ASSERT_TRUE(put_variant("h/y\0#d=a"s, 3));     // another object
+  ASSERT_TRUE(Put("h/x", Data(100, 4)));         // the plain key: no variant
+  ASSERT_TRUE(Put("h/x\0#d=z"s, Data(100, 5)));  // not filled as one
+  // A read of `a` a second later makes `b` the least recently used.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(GetAll(a));
+  ASSERT_TRUE(put_variant(c, 6));
+  EXPECT_TRUE(has(a));
+  EXPECT_FALSE(has(b));
+  EXPECT_TRUE(has(c));
+  EXPECT_EQ(store_->stats().variants_evicted, 1u);
+  // A new version of a kept variant is no new variant.
+  ASSERT_TRUE(put_variant(c, 7));
+  EXPECT_TRUE(has(a) && has(c));
+  // After a restart the bound still holds (reads are forgotten: `a`, the oldest, goes).
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  ASSERT_TRUE(put_variant(d, 8));
+  EXPECT_FALSE(has(a));
+  EXPECT_TRUE(has(c) && has(d));
+  EXPECT_TRUE(has("h/y\0#d=a"s) && has("h/x") && has("h/x\0#d=z"s));
+  EXPECT_EQ(store_->stats().variants_evicted, 1u);  // (this store's own count)
+  // A key without a NUL cannot be one.
+  auto start = store_->BeginFill("h/plain", 0, "");
+  ASSERT_TRUE(start);
+  EXPECT_FALSE(store_->SetFillVariant(start->second));
+  store_->Abort(start->second);
+}
+
 TEST_F(StoreTest, RamPressureDemotesColdHeadsAndKeepsTheObjects) {
   opts_.pool.memory = 1 << 20;  // 16 heads of 64 KiB
   ASSERT_NO_FATAL_FAILURE(OpenStore());

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -38,7 +39,12 @@ class CacheKey : public testing::TestWithParam<NetMode>, public test::MirrorHarn
  protected:
   void SetUp() override {
     if (!test::HaveCurlAndPython()) GTEST_SKIP() << "curl and python3 are needed";
-    ASSERT_TRUE(StartCoreAndOrigin("ck-" + test::CurrentTestName()))
+    // (Three shards: an object's variants must still meet on one to be counted.)
+    const bool bounded = test::CurrentTestName().find("Bounded") != std::string::npos;
+    ASSERT_TRUE(
+        StartCoreAndOrigin("ck-" + test::CurrentTestName(),
+                           bounded ? std::vector<std::string>{"--max-variants", "2", "--cores", "3"}
+                                   : std::vector<std::string>{}))
         << (core_ ? core_->Output() : std::string());
   }
   void TearDown() override { StopAll(); }
@@ -140,6 +146,35 @@ TEST_P(CacheKey, VaryVariantsPerKeyedHeader) {
           << r.headers;
     }
   }
+}
+
+// --max-variants (the core's, 2 here, over three shards): a third variant of an object drops
+// the least recently used of the other two (a hit counts as a use, a local one too), which
+// is fetched again when it is asked for; other objects are not counted against it.
+TEST_P(CacheKey, VariantsAreBoundedPerObject) {
+  StartGateway(GetParam().net, {"--cache-key-header", "X-Device"});
+  ASSERT_FALSE(port_.empty()) << gateway_->Output();
+  const std::string path = "/gen/10K/bounded";
+  auto as = [&](const std::string& device) { return Cache(path, {"-H", "X-Device: " + device}); };
+  EXPECT_EQ(as("a"), "MISS");
+  EXPECT_EQ(as("b"), "MISS");
+  EXPECT_EQ(as("b"), "HIT");
+  std::this_thread::sleep_for(1100ms);  // (uses are counted to the second)
+  EXPECT_EQ(as("a"), "HIT");            // a is now the most recently used...
+  EXPECT_EQ(as("c"), "MISS");           // ...so b goes
+  EXPECT_EQ(as("a"), "HIT");
+  EXPECT_EQ(as("c"), "HIT");
+  EXPECT_EQ(as("b"), "MISS");
+  EXPECT_EQ(as("b"), "HIT");
+  EXPECT_EQ(OriginHits(path), 4);
+  for (const char* other : {"/gen/10K/other1", "/gen/10K/other2"}) {
+    EXPECT_EQ(Cache(other, {"-H", "X-Device: a"}), "MISS");
+    EXPECT_EQ(Cache(other, {"-H", "X-Device: a"}), "HIT");
+  }
+  // Without the header: a variant too (the empty value).
+  EXPECT_EQ(Cache("/gen/10K/other1"), "MISS");
+  EXPECT_EQ(Cache("/gen/10K/other1"), "HIT");
+  EXPECT_EQ(Cache("/gen/10K/other2", {"-H", "X-Device: a"}), "HIT");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CacheKey, test::AllNetModes(), test::NetModeName);

@@ -11,7 +11,10 @@
 
 namespace goblin {
 
-// XXH3-64 (seed 0) of the key, reduced to [0, shard_count) by multiply-shift.
+// XXH3-64 (seed 0) of the key up to its first NUL byte (all of it without one), reduced to
+// [0, shard_count) by multiply-shift. Keys that share the part before a NUL share a shard,
+// as Redis Cluster's {hash tags}: an HTTP object's variants ("URL\0#header=value") are on
+// their URL's shard, which bounds their number (the core's --max-variants).
 uint16_t ShardOf(std::string_view key, uint16_t shard_count);
 
 }  // namespace goblin

@@ -105,8 +105,10 @@ struct CacheKeyOptions {
 // `host` is lower-cased by the caller, `target` the request-target. With kSort or strip,
 // empty parameters ("a&&b") are dropped; a query left empty drops its '?'. Each header
 // adds "#name=value" ('#' never appears in a request-target; an absent header adds
-// "#name="); accept-encoding's value is normalized (AppendAcceptEncoding). `scratch`
-// keeps its capacity between calls.
+// "#name="), all of them after one NUL byte: "host/path?q\0#accept-encoding=gzip". The part
+// before the NUL names the object, whose variants share its shard and are bounded in
+// number by the core (ShardOf, kPutVariant). accept-encoding's value is normalized
+// (AppendAcceptEncoding). `scratch` keeps its capacity between calls.
 // Appends to `out` the content codings an Accept-Encoding accepts, of br, deflate, gzip and
 // zstd (q > 0), in that order, comma-separated (nothing for none): "gzip, deflate, br" and
 // "br;q=1,gzip, deflate" are one variant.

@@ -86,6 +86,11 @@ inline constexpr uint32_t kPutStaleIfOlder = 1u << 5;
 // The new version keeps the replaced one's marks (stale, won, fetched, last access): a
 // read-modify-write in place, as memcached's incr of a number that keeps its length.
 inline constexpr uint32_t kPutKeepMarks = 1u << 6;
+// The key is a variant of an HTTP object (its part before the first NUL byte names the
+// object: ShardOf): the core keeps at most --max-variants of them, dropping the least
+// recently used when another commits (the version carries kMarkVariant). On a reservation
+// it applies to the version the reservation fills.
+inline constexpr uint32_t kPutVariant = 1u << 7;
 
 // ObjectTouch.flags (schema version 5): conditions on the current version's expiry, as
 // Redis's EXPIRE options (a version without one counts as expiring never), and what to do

@@ -56,7 +56,10 @@ struct Extent {
 inline constexpr uint8_t kMarkStale = 1u << 0;      // invalidated (memcache md I / ms I): kept
 inline constexpr uint8_t kMarkTokenSent = 1u << 1;  // a reader won the recache (RAM only)
 inline constexpr uint8_t kMarkFetched = 1u << 2;    // read since it was written (RAM only)
-inline constexpr uint8_t kDurableMarks = kMarkStale;
+// A variant of an HTTP object (kPutVariant): its key's part before the first NUL names the
+// object; the index groups such records by it (Index::Variants).
+inline constexpr uint8_t kMarkVariant = 1u << 3;
+inline constexpr uint8_t kDurableMarks = kMarkStale | kMarkVariant;
 
 struct ObjectRecord {
   std::string key;
@@ -143,6 +146,10 @@ class Index {
   void KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
                    std::vector<std::string>* keys) const;
   size_t tags() const { return by_tag_.size(); }  // distinct tags
+  // The records carrying kMarkVariant whose key starts with `object` + NUL (the variants
+  // of one HTTP object), and how many objects have any.
+  std::vector<const ObjectRecord*> Variants(std::string_view object) const;
+  size_t variant_objects() const { return by_object_.size(); }
   size_t size() const { return size_; }
   size_t expiring() const { return expiring_; }  // records with an expiry
   void ForEach(const std::function<void(const ObjectRecord&)>& fn) const;
@@ -210,8 +217,13 @@ class Index {
   std::unordered_map<std::string, std::unordered_set<KeyDigest, DigestHash>, StringHash,
                      std::equal_to<>>
       by_tag_;
-  void TagAdd(const ObjectRecord& r, const KeyDigest& d);
-  void TagRemove(const ObjectRecord& r, const KeyDigest& d);
+  // An object (a variant key's part before its NUL) -> the digests of its variants.
+  std::unordered_map<std::string, std::unordered_set<KeyDigest, DigestHash>, StringHash,
+                     std::equal_to<>>
+      by_object_;
+  // Index a record's tags and variant object (Attach) and forget them (Detach).
+  void Attach(const ObjectRecord& r, const KeyDigest& d);
+  void Detach(const ObjectRecord& r, const KeyDigest& d);
   size_t size_ = 0;
   size_t expiring_ = 0;
   // The digests of map_ by (hi & mask): Scan's table (doubles past 4 digests a bucket).

@@ -59,9 +59,12 @@ struct StoreOptions {
   TierOptions tier;
   IoChoice io = IoChoice::kAuto;
   uint32_t io_depth = 32;
-  uint32_t io_buffers = 32;           // each tier.extent_bytes large
-  uint32_t read_ahead = 4;            // extents in flight per stream
-  uint64_t max_objects = 0;           // 0: no limit but space
+  uint32_t io_buffers = 32;  // each tier.extent_bytes large
+  uint32_t read_ahead = 4;   // extents in flight per stream
+  uint64_t max_objects = 0;  // 0: no limit but space
+  // Variants kept per HTTP object (versions filled as variants: SetFillVariant); when one
+  // more commits, the least recently used of the others goes (ATS's max_alts). 0: no limit.
+  uint32_t max_variants = 0;
   uint32_t head_descriptors = 65536;  // head table entries (heads describable at once)
   // Keep bytes past the head in RAM while the pool has room (see the header).
   bool ram_tails = true;
@@ -93,6 +96,7 @@ struct StoreStats {
   uint64_t hits = 0, misses = 0, expired = 0;
   uint64_t heads_in_ram = 0, head_refills = 0, heads_not_cached = 0, heads_demoted = 0;
   uint64_t evicted = 0, eviction_failures = 0;
+  uint64_t variants_evicted = 0;  // variants dropped for a newer one (max_variants)
   uint64_t corrupt_dropped = 0;
   uint64_t drives_lost = 0, lost_drive_objects = 0;  // at open: drives gone, objects dropped
   uint64_t loans_out = 0;
@@ -233,6 +237,9 @@ class Store {
                          std::string_view metadata);
   // The tags the fill's version will carry (space-separated; ObjectRecord::tags).
   VoidResult SetFillTags(FillId fill, std::string_view tags);
+  // The fill's version is a variant of the HTTP object its key names before its first NUL
+  // (kMarkVariant; InvalidArgument without a NUL): at most max_variants of them are kept.
+  VoidResult SetFillVariant(FillId fill);
   // A purge's snapshot of a tag, and its keys slice by slice (Index::TagMembers).
   std::vector<KeyDigest> TagMembers(std::string_view tag) const { return index_->TagMembers(tag); }
   void KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,
@@ -428,6 +435,7 @@ class Store {
     uint64_t expected_size = UINT64_MAX;
     std::string metadata;
     std::string tags;
+    bool variant = false;  // SetFillVariant
     std::unique_ptr<ObjectWriter> writer;
     std::optional<PoolSlot> head;
     uint64_t head_len = 0;  // bytes copied into the head slot so far
@@ -548,6 +556,9 @@ class Store {
   // Evicts one object (S3-FIFO order; not one with readers; with `tier` >= 0 one that has
   // bytes on that tier); false if none could go.
   bool EvictOne(int tier);
+  // After `key` committed as a variant: drops the least recently used others of its object
+  // past max_variants.
+  void TrimVariants(const std::string& key);
   Result<Resident> RefillHead(const ObjectRecord& rec);
   // Brings `rec`'s head into RAM if it is not (a full pool is not an error: the head is then
   // read from disk); Corruption drops the object.
