@@ -122,6 +122,10 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   bool stop = false;
   uint64_t last_work = MonotonicNanos(), last_sweep = 0;
   const auto busy_poll_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  auto publish = [this](Copy* c) {
+    c->stats = stats_;
+    c->ttfb = ttfb_;
+  };
   while (!stop) {
     size_t work = core_->Poll(
         [&](uint16_t shard, std::span<const uint8_t> m) { OnCoreMessage(shard, m); }, 512);
@@ -147,10 +151,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     uint64_t now = MonotonicNanos();
     core_->Tick(now);
     if (options_.prober && !probe_inflight_ && now >= next_probe_) StartProbe(now);
-    if (now - last_publish_ > 200'000'000ULL) {  // (the metrics endpoint's copy)
-      last_publish_ = now;
-      Publish();
-    }
+    published_.Offer(now, 0, false, publish);   // (the metrics endpoint's copy)
     if (now - last_sweep > 1'000'000'000ULL) {  // idle connections and origin timeouts
       last_sweep = now;
       uint64_t idle = static_cast<uint64_t>(options_.idle_timeout.count()) * 1'000'000'000ULL;
@@ -210,10 +211,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
         if (ms < timeout) timeout = static_cast<int>(ms);
       }
     }
-    if (timeout > 0 && last_publish_ < last_work) {  // (going to sleep: what it did is seen)
-      last_publish_ = now;
-      Publish();
-    }
+    published_.Offer(now, last_work, timeout > 0, publish);  // (sleeping: what it did is seen)
     if (timeout == 0 && work == 0 && options_.yield_when_polling) sched_yield();
 #if GOBLIN_HAVE_URING
     if (async_) net_.Submit();
@@ -261,7 +259,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   origins_.clear();
   fills_.clear();
   all_fills_.clear();
-  Publish();
+  published_.Force(publish);
   return {};
 }
 
@@ -277,15 +275,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
 VoidResult HttpServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const HttpStats& HttpServer::stats() const { return impl_->stats_; }
 HttpStats HttpServer::Published(LatencyHistogram* ttfb) const {
-  std::lock_guard<std::mutex> lock(impl_->pub_mu_);
-  if (ttfb != nullptr) *ttfb = impl_->published_ttfb_;
-  return impl_->published_;
-}
-
-void HttpServer::Impl::Publish() {
-  std::lock_guard<std::mutex> lock(pub_mu_);
-  published_ = stats_;
-  published_ttfb_ = ttfb_;
+  Impl::Copy c = impl_->published_.Get();
+  if (ttfb != nullptr) *ttfb = c.ttfb;
+  return c.stats;
 }
 int HttpServer::port() const { return impl_->port_; }
 int HttpServer::https_port() const { return impl_->tls_port_; }

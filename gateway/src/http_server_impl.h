@@ -47,6 +47,7 @@
 #include "hot_heads.h"
 #include "http_util.h"
 #include "net_ring.h"
+#include "published_stats.h"
 #include "stable_queue.h"
 
 namespace goblin::gateway {
@@ -444,12 +445,13 @@ class HttpServer::Impl {
   void NoteResponseHead(Exchange& e, std::string_view head);
   std::string_view LogTime(int64_t unix_seconds);
   std::vector<std::string_view> key_scratch_;  // (BuildCacheKey's)
-  // The metrics endpoint's copy of the stats (Publish: every 200 ms, under pub_mu_).
-  void Publish();
-  mutable std::mutex pub_mu_;
-  HttpStats published_;
-  LatencyHistogram ttfb_, published_ttfb_;  // (ttfb_: options_.timing)
-  uint64_t last_publish_ = 0;
+  // The metrics endpoint's copy of the stats.
+  LatencyHistogram ttfb_;  // (options_.timing)
+  struct Copy {
+    HttpStats stats;
+    LatencyHistogram ttfb;
+  };
+  PublishedStats<Copy> published_;
   AccessLog::Ring* log_ = nullptr;
   std::string log_line_;  // (the line being formatted: its capacity is kept)
   std::string log_time_;

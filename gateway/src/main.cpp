@@ -39,9 +39,35 @@ int Fail(const Status& s) {
 }
 }  // namespace
 
+// What the metrics endpoint reports on: the fronts this gateway runs.
+struct Fronts {
+  const std::vector<std::unique_ptr<gateway::HttpServer>>& http;
+  const std::unique_ptr<gateway::AccessLog>& access_log;
+  const std::shared_ptr<std::atomic<bool>>& origin_healthy;
+  const std::vector<std::unique_ptr<gateway::MemcacheServer>>& memcache;
+  const std::unique_ptr<gateway::RespServer>& resp;
+};
+
+// Single-sample families named `prefix` + name (counters end in _total).
+struct Families {
+  PromText& t;
+  std::string_view prefix;
+  void Counter(std::string_view name, std::string_view help, uint64_t v) const {
+    One(fmt::format("{}{}_total", prefix, name), "counter", help, v);
+  }
+  void Gauge(std::string_view name, std::string_view help, uint64_t v) const {
+    One(fmt::format("{}{}", prefix, name), "gauge", help, v);
+  }
+  void One(const std::string& full, std::string_view type, std::string_view help,
+           uint64_t v) const {
+    t.Family(full, type, help);
+    t.Sample(full, "", v);
+  }
+};
+
 // The HTTP front's Prometheus text: every worker's published stats summed.
-static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::HttpServer>>& workers,
-                                 const gateway::AccessLog* log, bool healthy) {
+static void RenderHttpMetrics(const std::vector<std::unique_ptr<gateway::HttpServer>>& workers,
+                              const gateway::AccessLog* log, bool healthy, PromText& t) {
   gateway::HttpStats st;
   LatencyHistogram ttfb;
   for (const auto& w : workers) {
@@ -49,11 +75,9 @@ static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::Http
     st += w->Published(&h);
     ttfb += h;
   }
-  PromText t;
-  auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
-    const std::string full = fmt::format("goblin_gateway_http_{}_total", name);
-    t.Family(full, "counter", help);
-    t.Sample(full, "", v);
+  const Families f{t, "goblin_gateway_http_"};
+  auto counter = [&f](std::string_view name, std::string_view help, uint64_t v) {
+    f.Counter(name, help, v);
   };
   counter("requests", "Requests parsed (HTTP/1.1 and HTTP/2 streams)", st.requests);
   counter("hits", "Requests answered from the cache", st.hits);
@@ -109,11 +133,90 @@ static std::string RenderMetrics(const std::vector<std::unique_ptr<gateway::Http
           st.background_revalidations);
   counter("stale_if_error", "Stale objects served because the origin failed or was sick",
           st.stale_if_error);
-  t.Family("goblin_gateway_origin_healthy", "gauge",
-           "1 unless the health probe marks the origin sick");
-  t.Sample("goblin_gateway_origin_healthy", "", healthy ? 1 : 0);
-  t.Family("goblin_gateway_http_workers", "gauge", "HTTP worker threads");
-  t.Sample("goblin_gateway_http_workers", "", workers.size());
+  f.One("goblin_gateway_origin_healthy", "gauge", "1 unless the health probe marks the origin sick",
+        healthy ? 1 : 0);
+  f.Gauge("workers", "HTTP worker threads", workers.size());
+}
+
+// The memcache front's: every loop's published stats summed (names after memcached's
+// `stats` and the memcached exporter's commands_total{command,status}).
+static void RenderMemcacheMetrics(
+    const std::vector<std::unique_ptr<gateway::MemcacheServer>>& loops, PromText& t) {
+  gateway::MemcacheStats st;
+  for (const auto& l : loops) st += l->Published();
+  const Families f{t, "goblin_gateway_memcache_"};
+  auto counter = [&f](std::string_view name, std::string_view help, uint64_t v) {
+    f.Counter(name, help, v);
+  };
+  counter("connections", "Client connections accepted", st.accepted);
+  f.Gauge("current_connections", "Client connections open",
+          st.accepted >= st.closed ? st.accepted - st.closed : 0);
+  counter("requests", "Commands parsed", st.commands);
+  counter("protocol_errors", "Malformed commands (ERROR / CLIENT_ERROR)", st.protocol_errors);
+  const std::string cmds = "goblin_gateway_memcache_commands_total";
+  t.Family(cmds, "counter", "Commands by command and outcome");
+  const struct {
+    const char* command;
+    const char* status;
+    uint64_t v;
+  } by[] = {{"get", "hit", st.get_hits},          {"get", "miss", st.get_misses},
+            {"set", "all", st.cmd_set},           {"delete", "hit", st.delete_hits},
+            {"delete", "miss", st.delete_misses}, {"incr", "hit", st.incr_hits},
+            {"incr", "miss", st.incr_misses},     {"decr", "hit", st.decr_hits},
+            {"decr", "miss", st.decr_misses},     {"cas", "hit", st.cas_hits},
+            {"cas", "miss", st.cas_misses},       {"cas", "badval", st.cas_badval},
+            {"touch", "hit", st.touch_hits},      {"touch", "miss", st.touch_misses},
+            {"flush", "all", st.cmd_flush}};
+  for (const auto& b : by) {
+    t.Sample(cmds,
+             fmt::format("{},{}", PromText::Label("command", b.command),
+                         PromText::Label("status", b.status)),
+             b.v);
+  }
+  counter("read_bytes", "Bytes read from clients", st.bytes_read);
+  counter("written_bytes", "Bytes written to clients", st.bytes_written);
+  counter("lent_bytes", "Value bytes written from the core's pools (not copied)", st.bytes_lent);
+  counter("values_cut_off", "Values cut off mid-send (the core went away, the object changed)",
+          st.cut_off);
+  counter("write_retries", "Read-modify-writes and key-busy waits tried again", st.write_retries);
+}
+
+// The RESP front's (names after Redis's INFO and the redis exporter's).
+static void RenderRespMetrics(const gateway::RespServer& rs, PromText& t) {
+  const gateway::RespStats st = rs.Published();
+  const Families f{t, "goblin_gateway_resp_"};
+  auto counter = [&f](std::string_view name, std::string_view help, uint64_t v) {
+    f.Counter(name, help, v);
+  };
+  auto gauge = [&f](std::string_view name, std::string_view help, uint64_t v) {
+    f.Gauge(name, help, v);
+  };
+  counter("connections", "Client connections accepted", st.accepted);
+  counter("rejected_connections", "Connections refused past --maxclients", st.rejected);
+  gauge("connected_clients", "Clients connected", st.connected);
+  gauge("pubsub_clients", "Clients subscribed to a channel or pattern", st.pubsub_clients);
+  counter("commands_processed", "Commands processed", st.commands);
+  counter("error_replies", "Error replies (malformed or refused commands)", st.protocol_errors);
+  counter("keyspace_hits", "Key lookups that found the key (reset by CONFIG RESETSTAT)",
+          st.keyspace_hits);
+  counter("keyspace_misses", "Key lookups that did not (reset by CONFIG RESETSTAT)",
+          st.keyspace_misses);
+  counter("net_input_bytes", "Bytes read from clients", st.bytes_read);
+  counter("net_output_bytes", "Bytes written to clients", st.bytes_written);
+  counter("pubsub_messages_out", "Pub/sub messages delivered to subscribers", st.messages_out);
+  counter("output_limit_disconnections", "Clients closed past their output buffer limit",
+          st.dropped_for_output_limit);
+  counter("stalled_for_core", "Times clients were not read while the core was behind",
+          st.stalled_for_core);
+}
+
+static std::string RenderMetrics(const Fronts& f) {
+  PromText t;
+  if (!f.http.empty()) {
+    RenderHttpMetrics(f.http, f.access_log.get(), f.origin_healthy->load(), t);
+  }
+  if (!f.memcache.empty()) RenderMemcacheMetrics(f.memcache, t);
+  if (f.resp) RenderRespMetrics(*f.resp, t);
   return t.Take();
 }
 
@@ -157,8 +260,8 @@ int main(int argc, char** argv) {
                  "Request header whose value is part of the cache key (repeatable)");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
-                 "Serve Prometheus metrics of the HTTP front on HOST:PORT (GET /metrics; port 0: "
-                 "any free one)");
+                 "Serve Prometheus metrics of the fronts (HTTP, memcache, RESP) on HOST:PORT "
+                 "(GET /metrics; port 0: any free one)");
   std::string access_log_path = "none";
   app.add_option("--access-log", access_log_path,
                  "HTTP access log: FILE (appended; reopened on SIGUSR1), - (standard output) or "
@@ -492,13 +595,9 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<MetricsServer> metrics;  // (reads the workers: stopped before them)
   if (!metrics_listen.empty()) {
-    if (workers.empty()) {
-      return Fail(Status(StatusCode::kInvalidArgument,
-                         "--metrics-listen reports the HTTP front: give --mirror"));
-    }
-    auto m =
-        MetricsServer::Start(metrics_listen, [&workers, &access_log, healthy = h.origin_healthy] {
-          return RenderMetrics(workers, access_log.get(), healthy->load());
+    auto m = MetricsServer::Start(
+        metrics_listen, [fronts = Fronts{workers, access_log, h.origin_healthy, mcs, rs}] {
+          return RenderMetrics(fronts);
         });
     if (!m) return Fail(m.error());
     metrics = std::move(*m);

@@ -103,6 +103,7 @@ VoidResult MemcacheServer::Impl::Run(int stop_fd) {
   if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, EPOLLIN, kTagStop));
   uint64_t last_work = MonotonicNanos();
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  auto publish = [this](MemcacheStats* c) { *c = stats_; };
   bool stop = false;
   while (!stop) {
     size_t work = core_->Poll(
@@ -144,6 +145,7 @@ VoidResult MemcacheServer::Impl::Run(int stop_fd) {
     } else {
       _mm_pause();
     }
+    published_.Offer(now, last_work, timeout != 0, publish);
     epoll_event events[64];
     int n = epoll_wait(epoll_.get(), events, 64, timeout);
     int wait_errno = errno;
@@ -170,6 +172,7 @@ VoidResult MemcacheServer::Impl::Run(int stop_fd) {
   for (auto& [id, c] : clients_) c->fd.Reset();
   clients_.clear();
   if (!options_.unix_path.empty()) unlink(options_.unix_path.c_str());
+  published_.Force(publish);
   return {};
 }
 
@@ -791,6 +794,7 @@ Result<std::unique_ptr<MemcacheServer>> MemcacheServer::Start(const MemcacheServ
 
 VoidResult MemcacheServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const MemcacheStats& MemcacheServer::stats() const { return impl_->stats_; }
+MemcacheStats MemcacheServer::Published() const { return impl_->published_.Get(); }
 int MemcacheServer::port() const { return impl_->port_; }
 
 }  // namespace goblin::gateway

@@ -20,6 +20,7 @@
 #include "goblin/common/fd.h"
 #include "goblin/gateway/memcache.h"
 #include "goblin/gateway/memcache_server.h"
+#include "published_stats.h"
 
 namespace goblin::gateway {
 
@@ -29,6 +30,7 @@ class MemcacheServer::Impl {
   VoidResult Init();
   VoidResult Run(int stop_fd);
   MemcacheStats stats_;
+  PublishedStats<MemcacheStats> published_;  // (the metrics endpoint's copy)
   int port_ = 0;
 
  private:

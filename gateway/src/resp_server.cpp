@@ -59,6 +59,19 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
   if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, EPOLLIN, kTagStop));
   uint64_t last_work = MonotonicNanos();
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  auto publish = [this](RespStats* c) {
+    *c = stats_;
+    c->keyspace_hits = keyspace_hits_;
+    c->keyspace_misses = keyspace_misses_;
+    c->bytes_read = total_net_in_;
+    c->bytes_written = total_net_out_;
+    c->connected = c->pubsub_clients = 0;
+    for (const auto& [id, cl] : clients_) {
+      if (cl->closed) continue;
+      ++c->connected;
+      c->pubsub_clients += cl->subscribed() ? 1 : 0;
+    }
+  };
   bool stop = false;
   while (!stop) {
     size_t work = core_->Poll(
@@ -105,6 +118,7 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
     } else {
       _mm_pause();
     }
+    published_.Offer(now, last_work, timeout != 0, publish);
     epoll_event events[64];
     int n = epoll_wait(epoll_.get(), events, 64, timeout);
     int wait_errno = errno;  // (FinishSleep reads an eventfd: keep epoll_wait's errno)
@@ -133,6 +147,7 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
   for (auto& [id, c] : clients_) c->fd.Reset();
   clients_.clear();
   if (!options_.unix_path.empty()) unlink(options_.unix_path.c_str());
+  published_.Force(publish);
   return {};
 }
 
@@ -682,6 +697,7 @@ Result<std::unique_ptr<RespServer>> RespServer::Start(const RespServerOptions& o
 
 VoidResult RespServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const RespStats& RespServer::stats() const { return impl_->stats_; }
+RespStats RespServer::Published() const { return impl_->published_.Get(); }
 int RespServer::port() const { return impl_->port_; }
 
 }  // namespace goblin::gateway

@@ -28,6 +28,7 @@
 #include "goblin/gateway/resp.h"
 #include "goblin/gateway/resp_server.h"
 #include "goblin/wire/goblin_wire.h"
+#include "published_stats.h"
 
 namespace goblin::gateway {
 namespace resp_detail {
@@ -75,6 +76,7 @@ class RespServer::Impl {
   VoidResult Init();
   VoidResult Run(int stop_fd);
   RespStats stats_;
+  PublishedStats<RespStats> published_;  // (the metrics endpoint's copy)
   int port_ = 0;
 
  private:

@@ -3,12 +3,15 @@
 // with a known outcome (a miss, hits, an origin fault), then both endpoints scraped by
 // curl (values checked, promtool's lint clean, 404/405 for anything but GET /metrics) and
 // by a real Prometheus (Debian's package) whose query API must see the same values and
-// both targets up.
+// both targets up; and the memcache and RESP fronts' counters on the gateway's endpoint.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -175,6 +178,116 @@ TEST_P(Metrics, CoreAndGatewayScrapedByPrometheus) {
   EXPECT_EQ(scalar("goblin_core_objects"), "1");
   EXPECT_EQ(scalar("sum(goblin_gateway_http_origin_errors_total{kind=\"malformed\"})"), "1");
   EXPECT_EQ(scalar("sum(goblin_gateway_http_ttfb_seconds_count)"), "4");
+}
+
+// A raw exchange on a unix socket: sends `request`, reads until the reply ends with `end`
+// (at most 5 s).
+std::string Exchange(int fd, const std::string& request, std::string_view end) {
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size()))
+    return "(send failed)";
+  std::string out;
+  for (int i = 0; i < 50 && !out.ends_with(end); ++i) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+int ConnectUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  for (int i = 0; i < 500; ++i) {  // (the socket appears once its front listens)
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    std::this_thread::sleep_for(10ms);
+  }
+  close(fd);
+  return -1;
+}
+
+// The memcache and RESP fronts' counters on the same endpoint: commands with a known
+// outcome on each, then the values, the client levels and promtool's lint.
+TEST_P(Metrics, MemcacheAndRespFrontsAreCounted) {
+  const std::string mc_sock = test::SocketPath("mmc"), resp_sock = test::SocketPath("mrs");
+  StartGateway(GetParam(), {"--metrics-listen", "127.0.0.1:0", "--memcache-unix", mc_sock,
+                            "--memcache-threads", "1", "--resp-unix", resp_sock});
+  const std::string gw_port = PortFromLog("Prometheus metrics on http://127.0.0.1:");
+  ASSERT_FALSE(gw_port.empty()) << gateway_->Output();
+  const std::string gw = gw_port.substr(0, gw_port.find('/'));
+  const int mc = ConnectUnix(mc_sock), r1 = ConnectUnix(resp_sock), r2 = ConnectUnix(resp_sock);
+  ASSERT_GE(mc, 0) << gateway_->Output();
+  ASSERT_GE(r1, 0);
+  ASSERT_GE(r2, 0);
+  EXPECT_EQ(Exchange(mc, "set a 0 0 1\r\nx\r\n", "\r\n"), "STORED\r\n");
+  EXPECT_EQ(Exchange(mc, "get a\r\n", "END\r\n"), "VALUE a 0 1\r\nx\r\nEND\r\n");
+  EXPECT_EQ(Exchange(mc, "get b\r\n", "END\r\n"), "END\r\n");
+  EXPECT_EQ(Exchange(mc, "delete b\r\n", "\r\n"), "NOT_FOUND\r\n");
+  EXPECT_EQ(Exchange(mc, "bogus\r\n", "\r\n"), "ERROR\r\n");
+  EXPECT_EQ(Exchange(r1, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n", "\r\n"), "+OK\r\n");
+  EXPECT_EQ(Exchange(r1, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", "v\r\n"), "$1\r\nv\r\n");
+  EXPECT_EQ(Exchange(r1, "*2\r\n$3\r\nGET\r\n$4\r\nnope\r\n", "\r\n"), "$-1\r\n");
+  EXPECT_NE(Exchange(r2, "*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n", ":1\r\n"), "");
+  EXPECT_EQ(Exchange(r1, "*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$2\r\nhi\r\n", "\r\n"), ":1\r\n");
+  EXPECT_NE(Exchange(r2, "", "hi\r\n"), "");
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text = Scrape(gw, "g");
+    if (Value(text, "goblin_gateway_resp_pubsub_messages_out_total ") >= 1 &&
+        Value(text, "goblin_gateway_memcache_protocol_errors_total ") >= 1)
+      break;
+    std::this_thread::sleep_for(50ms);
+  }
+  auto cmd = [&](const char* command, const char* status) {
+    return Value(
+        text, fmt::format("goblin_gateway_memcache_commands_total{{command=\"{}\",status=\"{}\"}} ",
+                          command, status));
+  };
+  EXPECT_EQ(cmd("get", "hit"), 1) << text;
+  EXPECT_EQ(cmd("get", "miss"), 1);
+  EXPECT_EQ(cmd("set", "all"), 1);
+  EXPECT_EQ(cmd("delete", "miss"), 1);
+  EXPECT_EQ(cmd("delete", "hit"), 0);
+  EXPECT_EQ(Value(text, "goblin_gateway_memcache_protocol_errors_total "), 1);
+  EXPECT_EQ(Value(text, "goblin_gateway_memcache_connections_total "), 1);
+  EXPECT_EQ(Value(text, "goblin_gateway_memcache_current_connections "), 1);
+  EXPECT_GT(Value(text, "goblin_gateway_memcache_read_bytes_total "), 30);
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_connections_total "), 2);
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_connected_clients "), 2);
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_pubsub_clients "), 1);
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_keyspace_hits_total "), 1);
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_keyspace_misses_total "), 1);
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_pubsub_messages_out_total "), 1);
+  EXPECT_GE(Value(text, "goblin_gateway_resp_commands_processed_total "), 5);
+  EXPECT_GT(Value(text, "goblin_gateway_resp_net_output_bytes_total "), 20);
+  EXPECT_EQ(Value(text, "goblin_gateway_http_requests_total "), 0);  // (the HTTP front too)
+  // A client that leaves is no longer counted.
+  close(mc);
+  close(r2);
+  for (int i = 0; i < 100; ++i) {
+    text = Scrape(gw, "g");
+    if (Value(text, "goblin_gateway_resp_pubsub_clients ") == 0 &&
+        Value(text, "goblin_gateway_memcache_current_connections ") == 0)
+      break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_pubsub_clients "), 0) << text;
+  EXPECT_EQ(Value(text, "goblin_gateway_resp_connected_clients "), 1);
+  EXPECT_EQ(Value(text, "goblin_gateway_memcache_current_connections "), 0);
+  close(r1);
+  if (fs::exists("/usr/bin/promtool")) {
+    std::ofstream(dir_ + "/fronts.prom") << text;
+    auto [rc, out] = test::RunCommand(
+        {"/bin/sh", "-c", fmt::format("/usr/bin/promtool check metrics < {}/fronts.prom", dir_)},
+        dir_ + "/promtool.log", 30s);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out, "");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Net, Metrics, testing::Values("sync", "async"));

@@ -66,7 +66,10 @@ class MemcacheServer {
   static Result<std::unique_ptr<MemcacheServer>> Start(const MemcacheServerOptions& options);
   ~MemcacheServer();
   VoidResult Run(int stop_fd);
-  const MemcacheStats& stats() const;
+  const MemcacheStats& stats() const;  // (the loop's thread, or once Run returned)
+  // The stats as the loop last handed them over (every 200 ms and before it sleeps): for
+  // any thread (the metrics endpoint).
+  MemcacheStats Published() const;
   int port() const;
 
  private:

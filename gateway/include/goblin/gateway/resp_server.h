@@ -53,6 +53,10 @@ struct RespStats {
   uint64_t dropped_for_output_limit = 0, messages_out = 0;
   uint64_t stalled_for_core = 0;  // times a client was not read because the core was behind
   uint64_t rejected = 0;          // connections refused past max_clients
+  // Filled in Published()'s copy only (the loop keeps them apart: CONFIG RESETSTAT resets
+  // the keyspace counts, as Redis's).
+  uint64_t keyspace_hits = 0, keyspace_misses = 0, bytes_read = 0, bytes_written = 0;
+  uint64_t connected = 0, pubsub_clients = 0;  // (levels)
 };
 
 class RespServer {
@@ -62,7 +66,10 @@ class RespServer {
   ~RespServer();
   // Serves until `stop_fd` becomes readable (the core may come and go meanwhile).
   VoidResult Run(int stop_fd);
-  const RespStats& stats() const;
+  const RespStats& stats() const;  // (the loop's thread, or once Run returned)
+  // The stats as the loop last handed them over (every 200 ms and before it sleeps), the
+  // keyspace and byte counts and client levels included: for any thread (metrics).
+  RespStats Published() const;
   int port() const;  // the TCP port bound (useful with port 0... which disables TCP: use -1
                      // for "any free port")
 
