@@ -581,6 +581,8 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
       m["last_checkpoint_objects"] += is.last_checkpoint_objects;
       m["last_checkpoint_encode_us"] =
           std::max<uint64_t>(m["last_checkpoint_encode_us"], is.last_checkpoint_encode_ns / 1000);
+      m["last_checkpoint_slice_us"] =
+          std::max<uint64_t>(m["last_checkpoint_slice_us"], is.last_checkpoint_slice_ns / 1000);
       for (size_t i = 0; i < sh.store->tier_count(); ++i) {  // --watch turns these into rates
         const store::TierStats& t = sh.store->tier(i).stats();
         m[fmt::format("tier{}_read_bytes", i)] += t.read_bytes;

@@ -602,6 +602,7 @@ VoidResult Index::Checkpoint() {
   GOBLIN_RETURN_IF_ERROR(SyncNow());
   if (checkpoint_stage_ != CheckpointStage::kNone) {
     // A background checkpoint is half done: let it finish, then write a fresh one.
+    while (checkpoint_stage_ == CheckpointStage::kEncoding) EncodeSlice();
     while (!jobs_.empty()) {
       worker_->WaitFor(jobs_.back().first);
       GOBLIN_RETURN_IF_ERROR(Poll());
@@ -668,12 +669,55 @@ void Index::MaybeStartCheckpoint() {
   if (!due || MonotonicNanos() < next_checkpoint_try_) return;
   // The map as of the last appended record, encoded here (the map is this thread's); the
   // worker writes it. Records appended from now on are kept aside for the new journal.
-  const uint64_t t0 = MonotonicNanos();
-  auto bytes = std::make_shared<std::vector<uint8_t>>(EncodeCheckpoint());
-  stats_.last_checkpoint_encode_ns = MonotonicNanos() - t0;
-  checkpoint_objects_ = size_;
-  checkpoint_bytes_ = bytes->size();
+  // The map as of the last appended record is the starting point; records appended from now
+  // on are kept aside for the new journal. Encoded a slice per Poll (see encoding_).
+  Writer w;
+  uint64_t magic;
+  std::memcpy(&magic, kCheckpointMagic, 8);
+  w.Put<uint64_t>(magic);
+  w.Put<uint64_t>(applied_lsn_);
+  w.Put<uint64_t>(0);  // next generation and count: when the last slice is done
+  w.Put<uint64_t>(0);
+  encoding_ = std::move(w.out);
+  encode_cursor_ = encode_count_ = encode_ns_ = encode_slice_max_ns_ = 0;
   journal_.Mark(applied_lsn_);
+  checkpoint_stage_ = CheckpointStage::kEncoding;
+  EncodeSlice();
+}
+
+void Index::EncodeSlice() {
+  const uint64_t t0 = MonotonicNanos();
+  Writer w;
+  w.out = std::move(encoding_);
+  size_t taken = 0;
+  encode_cursor_ = Scan(encode_cursor_, kEncodeSlice, [&](std::span<const ObjectRecord* const> rs) {
+    for (const ObjectRecord* r : rs) {
+      auto rec = EncodeRecord(*r);
+      w.Bytes(std::string_view(reinterpret_cast<const char*>(rec.data()), rec.size()));
+    }
+    taken += rs.size();
+    return true;
+  });
+  encode_count_ += taken;
+  const bool done = encode_cursor_ == 0 || size_ == 0;
+  if (done) {
+    std::memcpy(w.out.data() + 16, &next_generation_, 8);
+    std::memcpy(w.out.data() + 24, &encode_count_, 8);
+    w.Put<uint64_t>(XXH3_64bits(w.out.data(), w.out.size()));
+  }
+  const uint64_t ns = MonotonicNanos() - t0;
+  encode_ns_ += ns;
+  encode_slice_max_ns_ = std::max(encode_slice_max_ns_, ns);
+  if (!done) {
+    encoding_ = std::move(w.out);
+    return;
+  }
+  stats_.last_checkpoint_encode_ns = encode_ns_;
+  stats_.last_checkpoint_slice_ns = encode_slice_max_ns_;
+  checkpoint_objects_ = encode_count_;
+  checkpoint_bytes_ = w.out.size();
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(w.out));
+  encoding_ = {};
   checkpoint_stage_ = CheckpointStage::kWritingFile;
   Submit(JobKind::kCheckpointFile, [bytes, path = dir_ + "/index.checkpoint"]() -> Status {
     auto r = WriteFileAtomically(path, *bytes);
@@ -703,7 +747,11 @@ VoidResult Index::Poll() {
       Submit(JobKind::kSync, std::move(job));
     }
   }
-  MaybeStartCheckpoint();
+  if (checkpoint_stage_ == CheckpointStage::kEncoding) {
+    EncodeSlice();
+  } else {
+    MaybeStartCheckpoint();
+  }
   return {};
 }
 

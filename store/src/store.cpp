@@ -1314,6 +1314,7 @@ void Store::ForEachObject(
 }
 
 int Store::MillisUntilDue() const {
+  if (index_->checkpoint_encoding()) return 0;  // (its next slice: Poll at once)
   int ms = -1;
   if (!expiries_.empty()) {
     uint64_t due = expiries_.top().first, now = NowNs();

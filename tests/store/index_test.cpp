@@ -271,6 +271,59 @@ TEST_F(IndexTest, ABackgroundCheckpointKeepsTheJournalBounded) {
   EXPECT_LT(again->recovery().journal_records, 2000u);  // (most came from the checkpoint)
 }
 
+// A background checkpoint is encoded a slice per Poll while the map changes between the
+// slices (replaced, deleted, touched and new keys, the scan table growing): the file is
+// fuzzy, and the index reopened from it and the journal after its LSN is exactly the map.
+TEST_F(IndexTest, ACheckpointEncodedInSlicesWhileTheMapChangesReopensExact) {
+  auto idx = OpenIndex();
+  ASSERT_TRUE(idx->StartWorker());
+  idx->set_checkpoint_policy({.journal_bytes = 1ull << 30, .journal_records = 12000});
+  for (int i = 0; i < 11999; ++i) {
+    ASSERT_TRUE(idx->Commit(Obj("/k" + std::to_string(i), 100 + i), nullptr));
+  }
+  ASSERT_FALSE(idx->checkpoint_running());
+  ASSERT_TRUE(idx->Commit(Obj("/k11999", 7), nullptr));
+  ASSERT_TRUE(idx->Poll());
+  ASSERT_TRUE(idx->checkpoint_encoding());
+  std::mt19937 rng(11);
+  int slices = 0, next_new = 0;
+  while (idx->checkpoint_encoding()) {
+    for (int j = 0; j < 600; ++j) {
+      const std::string key = "/k" + std::to_string(rng() % 12000);
+      switch (rng() % 4) {
+        case 0:
+          ASSERT_TRUE(idx->Commit(Obj(key, 5000 + j), nullptr));
+          break;
+        case 1:
+          ASSERT_TRUE(idx->Delete(key, nullptr));
+          break;
+        case 2:
+          ASSERT_TRUE(idx->Touch(key, 1'000'000'000ULL * (1 + rng() % 1000)));
+          break;
+        default:
+          ASSERT_TRUE(idx->Commit(Obj("/new" + std::to_string(next_new++), 9), nullptr));
+      }
+    }
+    ASSERT_TRUE(idx->Poll());
+    ++slices;
+  }
+  EXPECT_GE(slices, 2);  // (12,000 records in slices of 4,096: the first one began it)
+  for (int w = 0; w < 5000 && idx->checkpoint_running(); ++w) {
+    ASSERT_TRUE(idx->Poll());
+    usleep(100);
+  }
+  ASSERT_FALSE(idx->checkpoint_running());
+  EXPECT_EQ(idx->stats().checkpoints, 1u);
+  EXPECT_GT(idx->stats().last_checkpoint_slice_ns, 0u);
+  ASSERT_NO_FATAL_FAILURE(PollUntilDurable(*idx));
+  auto snap = Snapshot(*idx);
+  idx.reset();
+  auto again = OpenIndex();
+  EXPECT_GT(again->recovery().from_checkpoint, 10000u);
+  EXPECT_GT(again->recovery().journal_records, 0u);
+  EXPECT_TRUE(Snapshot(*again) == snap);
+}
+
 TEST_F(IndexTest, ACrashBetweenTheBackgroundCheckpointAndTheJournalRestartLosesNothing) {
   auto idx = OpenIndex();
   ASSERT_TRUE(idx->StartWorker());

@@ -6,8 +6,9 @@
 // every record appended since the previous one, and durable_lsn() says how far the disk
 // has them (the store acknowledges a commit only then). Checkpoint() writes the whole map
 // atomically and restarts the journal; with a worker Poll() does it in the background when
-// the journal passes the checkpoint policy (the map is encoded on the owner's thread, the
-// file written on the worker, then the journal restarted holding only what came after).
+// the journal passes the checkpoint policy (the map is encoded on the owner's thread a
+// slice per Poll, the file written on the worker, then the journal restarted holding only
+// what came after the LSN the encoding began at).
 // Keys are looked up by their XXH3-128 digest and compared in full, so digest collisions
 // cost a probe, never a wrong object.
 // Threading: one owner thread (a core shard); the worker touches only the jobs it is given.
@@ -105,7 +106,8 @@ struct IndexStats {
   uint64_t group_syncs = 0, synced_records = 0;  // group-commit jobs and the records they carried
   uint64_t checkpoints = 0, checkpoint_failures = 0;
   uint64_t last_checkpoint_objects = 0, last_checkpoint_bytes = 0;
-  uint64_t last_checkpoint_encode_ns = 0;  // on the owner's thread
+  uint64_t last_checkpoint_encode_ns = 0;  // on the owner's thread, all its slices
+  uint64_t last_checkpoint_slice_ns = 0;   // the longest of those slices
 };
 
 class Index {
@@ -179,6 +181,8 @@ class Index {
   uint64_t durable_lsn() const { return journal_.durable_lsn(); }
   int event_fd() const { return worker_ ? worker_->event_fd() : -1; }
   bool checkpoint_running() const { return checkpoint_stage_ != CheckpointStage::kNone; }
+  // A background checkpoint is being encoded: Poll again at once (its next slice).
+  bool checkpoint_encoding() const { return checkpoint_stage_ == CheckpointStage::kEncoding; }
   const IndexStats& stats() const { return stats_; }
 
   const IndexRecovery& recovery() const { return recovery_; }
@@ -247,10 +251,19 @@ class Index {
   std::unique_ptr<SyncWorker> worker_;
   std::deque<std::pair<uint64_t, JobKind>> jobs_;  // submitted, not reaped (in order)
   CheckpointPolicy policy_;
-  enum class CheckpointStage : uint8_t { kNone, kWritingFile, kRestartingJournal };
+  // A background checkpoint: encoded on the owner's thread a slice per Poll (kEncoding),
+  // written by the worker, then the journal restarted after the LSN it began at.
+  enum class CheckpointStage : uint8_t { kNone, kEncoding, kWritingFile, kRestartingJournal };
   CheckpointStage checkpoint_stage_ = CheckpointStage::kNone;
   uint64_t checkpoint_objects_ = 0, checkpoint_bytes_ = 0;
   uint64_t next_checkpoint_try_ = 0;  // MonotonicNanos: after a failure, wait before retrying
+  // kEncoding: the file so far and the Scan cursor of the next slice (the map changes
+  // between slices: the file is fuzzy, and exact once the journal from its LSN is replayed
+  // over it, as Open does: every journal record sets its key's state).
+  std::vector<uint8_t> encoding_;
+  uint64_t encode_cursor_ = 0, encode_count_ = 0, encode_ns_ = 0, encode_slice_max_ns_ = 0;
+  static constexpr size_t kEncodeSlice = 4096;  // records per slice
+  void EncodeSlice();
   IndexStats stats_;
 };
 

@@ -388,7 +388,8 @@ class Store {
   VoidResult Poll();
   // Milliseconds until Poll() has background work due (-1: none scheduled), so the owner's
   // loop wakes for it (an expired object must leave even when no request comes, a stalled
-  // fill must be aborted even when nothing else happens).
+  // fill must be aborted even when nothing else happens; 0 while a background checkpoint
+  // is encoded a slice per Poll).
   int MillisUntilDue() const;
   // Fills Poll() aborted since the last call because they received nothing for
   // fill_timeout_ns (their owner still thinks they run: tell it).
