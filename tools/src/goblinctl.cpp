@@ -284,7 +284,7 @@ class Ctl {
     if (o_.json) return Print(merged);
     Table t({"KEY", "SIZE", "GENERATION", "HEAD IN RAM", "EXPIRES"});
     for (const auto& x : merged.objects()) {
-      t.Add({x.key(), std::to_string(x.size()), std::to_string(x.generation()),
+      t.Add({Printable(x.key()), std::to_string(x.size()), std::to_string(x.generation()),
              x.head_in_ram() ? "yes" : "no",
              x.expires_unix_ns() == 0 ? "never" : FormatUnixNs(x.expires_unix_ns())});
     }
@@ -302,7 +302,7 @@ class Ctl {
     if (!Call("objects show", GOBLIN_RPC(GetObject), req, &d)) return kExitUnreachable;
     if (o_.json) return Print(d);
     const auto& s = d.summary();
-    KeyValues({{"key", s.key()},
+    KeyValues({{"key", Printable(s.key())},
                {"size", fmt::format("{} ({})", s.size(), Size(s.size()))},
                {"generation", std::to_string(s.generation())},
                {"created", FormatUnixNs(s.created_unix_ns())},
@@ -532,6 +532,24 @@ class Ctl {
   int Print(const google::protobuf::Message& m) const {
     std::printf("%s\n", Json(m).c_str());
     return 0;
+  }
+  // A key as a terminal shows it: control bytes escaped (\0 is the NUL before an HTTP
+  // object's variant headers, \xHH the others), a backslash doubled.
+  static std::string Printable(std::string_view key) {
+    std::string out;
+    out.reserve(key.size());
+    for (char ch : key) {
+      const auto b = static_cast<unsigned char>(ch);
+      if (b == 0) {
+        out += "\\0";
+      } else if (b < 0x20 || b == 0x7f) {
+        out += fmt::format("\\x{:02x}", b);
+      } else {
+        if (ch == '\\') out.push_back('\\');
+        out.push_back(ch);
+      }
+    }
+    return out;
   }
   static std::string FormatUnixNs(uint64_t ns) {
     time_t t = static_cast<time_t>(ns / 1'000'000'000);
