@@ -101,7 +101,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::vector<std::string_view> scratch;
       std::string key;
       goblin::gateway::policy::BuildCacheKey(&key, "h", in, o, none, &scratch);
-      if (key.size() > 1 + in.size() + 3 || key.compare(key.size() - 3, 3, "#x=") != 0)
+      // (the header part after one NUL: the object's name before it, the first NUL unless
+      // the target had one of its own)
+      if (key.size() > 1 + in.size() + 4 || !key.ends_with(std::string_view("\0#x=", 4)) ||
+          (in.find('\0') == std::string_view::npos && key.find('\0') != key.size() - 4))
         std::abort();
       [[fallthrough]];
     }
