@@ -505,7 +505,8 @@ TEST_F(IndexTest, ATagOfManyMembersStaysExactThroughGrowthAndShrinking) {
     if (step % 50 == 0) check(step);
   }
   check(600);
-  for (const std::string k : std::set<std::string>(want)) {  // (down to none)
+  const std::set<std::string> left = want;
+  for (const std::string& k : left) {  // (down to none)
     ASSERT_TRUE(idx->Delete(k, nullptr));
     want.erase(k);
     check(-1);
