@@ -64,16 +64,11 @@ if [ "$BUILD" = 1 ]; then
 fi
 CLIENT=$BUILD_DIR/bench/http_load
 [ -x "$CLIENT" ] || die "$CLIENT is missing (build it or drop --no-build)"
-for c in $CACHES; do
-  case $c in
-    goblin) ;;
-    varnish)
-      command -v varnishd >/dev/null || die "varnishd not found (apt-get install varnish)"
-      ls /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_xkey.so >/dev/null 2>&1 ||
-        die "the xkey vmod is missing (apt-get install varnish-modules)" ;;
-    *) die "unknown cache $c" ;;
-  esac
-done
+# shellcheck disable=SC2086
+require_caches $CACHES
+if [[ " $CACHES " == *" varnish "* ]] && ! ls /usr/lib/x86_64-linux-gnu/varnish/vmods/libvmod_xkey.so >/dev/null 2>&1; then
+  die "the xkey vmod is missing (apt-get install varnish-modules)"
+fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

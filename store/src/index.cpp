@@ -582,20 +582,11 @@ void Index::ForEach(const std::function<void(const ObjectRecord&)>& fn) const {
   }
 }
 
-std::vector<uint8_t> Index::EncodeCheckpoint() const {
-  Writer w;
-  uint64_t magic;  // through an integer: GCC 12 misreports a vector insert of 8 chars here
-  std::memcpy(&magic, kCheckpointMagic, 8);
-  w.Put<uint64_t>(magic);
-  w.Put<uint64_t>(applied_lsn_);
-  w.Put<uint64_t>(next_generation_);
-  w.Put<uint64_t>(size_);
-  ForEach([&](const ObjectRecord& r) {
-    auto rec = EncodeRecord(r);
-    w.Bytes(std::string_view(reinterpret_cast<const char*>(rec.data()), rec.size()));
-  });
-  w.Put<uint64_t>(XXH3_64bits(w.out.data(), w.out.size()));
-  return std::move(w.out);
+std::vector<uint8_t> Index::EncodeCheckpoint() {
+  BeginEncoding();
+  while (!EncodeSome()) {
+  }
+  return std::exchange(encoding_, {});
 }
 
 VoidResult Index::Checkpoint() {
@@ -671,8 +662,15 @@ void Index::MaybeStartCheckpoint() {
   // worker writes it. Records appended from now on are kept aside for the new journal.
   // The map as of the last appended record is the starting point; records appended from now
   // on are kept aside for the new journal. Encoded a slice per Poll (see encoding_).
+  BeginEncoding();
+  journal_.Mark(applied_lsn_);
+  checkpoint_stage_ = CheckpointStage::kEncoding;
+  EncodeSlice();
+}
+
+void Index::BeginEncoding() {
   Writer w;
-  uint64_t magic;
+  uint64_t magic;  // through an integer: GCC 12 misreports a vector insert of 8 chars here
   std::memcpy(&magic, kCheckpointMagic, 8);
   w.Put<uint64_t>(magic);
   w.Put<uint64_t>(applied_lsn_);
@@ -680,12 +678,9 @@ void Index::MaybeStartCheckpoint() {
   w.Put<uint64_t>(0);
   encoding_ = std::move(w.out);
   encode_cursor_ = encode_count_ = encode_ns_ = encode_slice_max_ns_ = 0;
-  journal_.Mark(applied_lsn_);
-  checkpoint_stage_ = CheckpointStage::kEncoding;
-  EncodeSlice();
 }
 
-void Index::EncodeSlice() {
+bool Index::EncodeSome() {
   const uint64_t t0 = MonotonicNanos();
   Writer w;
   w.out = std::move(encoding_);
@@ -705,19 +700,20 @@ void Index::EncodeSlice() {
     std::memcpy(w.out.data() + 24, &encode_count_, 8);
     w.Put<uint64_t>(XXH3_64bits(w.out.data(), w.out.size()));
   }
+  encoding_ = std::move(w.out);
   const uint64_t ns = MonotonicNanos() - t0;
   encode_ns_ += ns;
   encode_slice_max_ns_ = std::max(encode_slice_max_ns_, ns);
-  if (!done) {
-    encoding_ = std::move(w.out);
-    return;
-  }
+  return done;
+}
+
+void Index::EncodeSlice() {
+  if (!EncodeSome()) return;
   stats_.last_checkpoint_encode_ns = encode_ns_;
   stats_.last_checkpoint_slice_ns = encode_slice_max_ns_;
   checkpoint_objects_ = encode_count_;
-  checkpoint_bytes_ = w.out.size();
-  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(w.out));
-  encoding_ = {};
+  checkpoint_bytes_ = encoding_.size();
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::exchange(encoding_, {}));
   checkpoint_stage_ = CheckpointStage::kWritingFile;
   Submit(JobKind::kCheckpointFile, [bytes, path = dir_ + "/index.checkpoint"]() -> Status {
     auto r = WriteFileAtomically(path, *bytes);

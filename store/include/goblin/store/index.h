@@ -205,7 +205,7 @@ class Index {
   Result<uint64_t> Reissue(ObjectRecord* r, ObjectRecord& next, uint64_t* lsn_out);
   void ScanAdd(const KeyDigest& d);
   void ScanRemove(const KeyDigest& d);
-  std::vector<uint8_t> EncodeCheckpoint() const;
+  std::vector<uint8_t> EncodeCheckpoint();  // (all slices at once: the blocking Checkpoint)
   // Durable before visible without a worker; with one the record waits for a group sync.
   VoidResult AfterAppend();
   enum class JobKind : uint8_t { kSync, kCheckpointFile, kJournalRestart };
@@ -263,7 +263,9 @@ class Index {
   std::vector<uint8_t> encoding_;
   uint64_t encode_cursor_ = 0, encode_count_ = 0, encode_ns_ = 0, encode_slice_max_ns_ = 0;
   static constexpr size_t kEncodeSlice = 4096;  // records per slice
-  void EncodeSlice();
+  void BeginEncoding();                         // the header; the cursor at 0
+  bool EncodeSome();   // one slice; true once the file is complete (in encoding_)
+  void EncodeSlice();  // one slice; once complete, the worker writes it
   IndexStats stats_;
 };
 
