@@ -17,10 +17,12 @@ PKGS=(
   libnghttp2-dev nghttp2-client goaccess libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   # libraries we choose
   libfmt-dev libspdlog-dev libcli11-dev libssl-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
+  nlohmann-json3-dev  # (the membership records cores keep in etcd)
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools varnish varnish-modules nginx curl wrk procps iproute2 python3-redis
   memcached libmemcached-tools python3-pymemcache prometheus  # (prometheus, promtool: the metrics tests)
+  etcd-server etcd-client  # (membership: the cluster tests start their own etcd)
   # the Soft-RoCE guest of the rdma tests (tests/rdma/rxe_vm.sh); the kernel comes from the
   # archive with apt-get download when the tests run
   qemu-system-x86 busybox-static cpio kmod e2fsprogs file

@@ -1,0 +1,218 @@
+// The etcd client, a core's registration under a lease and the directory routers watch,
+// against a real etcd started by the test (Debian's etcd-server, one member on loopback).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "goblin/cluster/directory.h"
+#include "goblin/cluster/etcd_client.h"
+#include "goblin/cluster/registration.h"
+#include "tests/system/etcd_server.h"
+
+namespace goblin::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class Etcd : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(test::EtcdServer::Installed()) << "etcd-server is not installed";
+    dir_ = fmt::format("{}/etcdtest-{}", test::TmpDir(), getpid());
+    fs::remove_all(dir_);
+    etcd_ = std::make_unique<test::EtcdServer>(dir_);
+    std::string log;
+    ASSERT_TRUE(etcd_->Start(&log)) << log;
+    auto c = EtcdClient::Open(etcd_->options());
+    ASSERT_TRUE(c) << c.error().ToString();
+    client_ = std::move(*c);
+  }
+  void TearDown() override {
+    client_.reset();
+    etcd_.reset();
+    fs::remove_all(dir_);
+  }
+  Member Core(const std::string& name, uint16_t port) {
+    Member m;
+    m.name = name;
+    m.address = fmt::format("ucx://127.0.0.1:{}", port);
+    m.shards = 2;
+    m.capacity = 8ull << 30;
+    m.zone = "z1";
+    return m;
+  }
+  RegistrationOptions Options(const Member& m, std::chrono::seconds ttl = 2s) {
+    RegistrationOptions o;
+    o.etcd = etcd_->options();
+    o.prefix = "/t";
+    o.member = m;
+    o.ttl = ttl;
+    return o;
+  }
+  // Polls until `key` is present (or absent), bounded.
+  bool WaitKey(const std::string& key, bool present, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto kv = client_->Get(key);
+      if (kv && kv->has_value() == present) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  std::string dir_;
+  std::unique_ptr<test::EtcdServer> etcd_;
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST(EtcdEndpoints, ParsesListsAndRejectsWhatItCannotUse) {
+  auto e = ParseEtcdEndpoints("http://127.0.0.1:2379,10.0.0.2:2379/,[::1]:2379");
+  ASSERT_TRUE(e) << e.error().ToString();
+  EXPECT_EQ(*e, (std::vector<std::string>{"127.0.0.1:2379", "10.0.0.2:2379", "[::1]:2379"}));
+  EXPECT_FALSE(ParseEtcdEndpoints(""));
+  EXPECT_FALSE(ParseEtcdEndpoints("https://a:2379"));
+  EXPECT_FALSE(ParseEtcdEndpoints("http://a"));
+  EXPECT_FALSE(ParseEtcdEndpoints("a:b"));
+  EXPECT_EQ(PrefixRangeEnd("/goblin/cores/"), "/goblin/cores0");
+  EXPECT_EQ(PrefixRangeEnd("a\xff"), "b");
+}
+
+TEST_F(Etcd, KeysLeasesAndTheirExpiry) {
+  auto rev = client_->Put("/t/a", "1");
+  ASSERT_TRUE(rev) << rev.error().ToString();
+  ASSERT_TRUE(client_->Put("/t/b", "2"));
+  ASSERT_TRUE(client_->Put("/u/c", "3"));
+  auto got = client_->Get("/t/a");
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->value, "1");
+  EXPECT_EQ((*got)->mod_revision, *rev);
+  auto list = client_->GetPrefix("/t/");
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->kvs.size(), 2u);
+  EXPECT_EQ(list->kvs[1].key, "/t/b");
+  EXPECT_GE(list->revision, *rev);
+  EXPECT_EQ(*client_->Delete("/t/a"), 1);
+  EXPECT_EQ(*client_->Delete("/t/a"), 0);
+  EXPECT_FALSE(client_->Get("/t/a")->has_value());
+
+  auto lease = client_->GrantLease(2s);
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  ASSERT_TRUE(client_->Put("/t/leased", "x", *lease));
+  EXPECT_EQ(client_->Get("/t/leased")->value().lease, *lease);
+  auto left = client_->KeepAlive(*lease);
+  ASSERT_TRUE(left) << left.error().ToString();
+  EXPECT_GE(*left, 1);
+  // Not kept alive: gone within its TTL (etcd checks expiry every 500 ms).
+  EXPECT_TRUE(WaitKey("/t/leased", false, 5s));
+  EXPECT_EQ(*client_->KeepAlive(*lease), 0);  // an expired lease says TTL 0
+
+  auto lease2 = client_->GrantLease(30s);
+  ASSERT_TRUE(client_->Put("/t/revoked", "y", *lease2));
+  ASSERT_TRUE(client_->RevokeLease(*lease2));
+  EXPECT_FALSE(client_->Get("/t/revoked")->has_value());  // at once
+  auto again = client_->RevokeLease(*lease2);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code(), StatusCode::kNotFound) << again.error().ToString();
+}
+
+TEST_F(Etcd, AnUnreachableEtcdIsAnErrorWithinTheTimeout) {
+  etcd_->Kill();
+  auto start = std::chrono::steady_clock::now();
+  auto r = client_->Put("/t/x", "1");
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().code() == StatusCode::kUnavailable ||
+              r.error().code() == StatusCode::kTimeout)
+      << r.error().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST_F(Etcd, ARegistrationIsKeptAliveAndRevokedAtStop) {
+  auto reg = Registration::Start(Options(Core("core-1", 7100)));
+  ASSERT_TRUE(reg) << reg.error().ToString();
+  EXPECT_TRUE((*reg)->registered());
+  EXPECT_EQ((*reg)->key(), "/t/cores/core-1");
+  auto kv = client_->Get("/t/cores/core-1");
+  ASSERT_TRUE(kv && kv->has_value());
+  auto m = DecodeMember("core-1", (*kv)->value);
+  ASSERT_TRUE(m) << m.error().ToString();
+  EXPECT_EQ(m->address, "ucx://127.0.0.1:7100");
+  EXPECT_EQ(m->shards, 2u);
+  EXPECT_EQ(m->zone, "z1");
+  // Outlives its 2 s TTL several times over: kept alive.
+  std::this_thread::sleep_for(5s);
+  EXPECT_TRUE(client_->Get("/t/cores/core-1")->has_value());
+  EXPECT_EQ((*reg)->registrations(), 1u);
+  (*reg)->Stop();
+  EXPECT_FALSE(client_->Get("/t/cores/core-1")->has_value());  // revoked, not left to expire
+}
+
+TEST_F(Etcd, ALostLeaseIsReplacedAndTheRecordPutAgain) {
+  auto reg = Registration::Start(Options(Core("core-2", 7200)));
+  ASSERT_TRUE(reg) << reg.error().ToString();
+  int64_t first = (*reg)->lease();
+  ASSERT_NE(first, 0);
+  // Another party (an operator, etcd losing it) revokes the lease: the record goes with it.
+  ASSERT_TRUE(client_->RevokeLease(first));
+  EXPECT_FALSE(client_->Get("/t/cores/core-2")->has_value());
+  // The next keep-alive (within TTL/3) finds TTL 0 and registers again under a new lease.
+  ASSERT_TRUE(WaitKey("/t/cores/core-2", true, 5s));
+  EXPECT_NE(client_->Get("/t/cores/core-2")->value().lease, first);
+  EXPECT_EQ((*reg)->registrations(), 2u);
+}
+
+TEST_F(Etcd, ACoreStartedBeforeEtcdRegistersWhenEtcdComesUp) {
+  etcd_->Kill();
+  auto reg = Registration::Start(Options(Core("core-3", 7300)));
+  ASSERT_TRUE(reg) << reg.error().ToString();  // not an error: it keeps trying
+  EXPECT_FALSE((*reg)->registered());
+  std::string log;
+  ASSERT_TRUE(etcd_->Start(&log)) << log;
+  EXPECT_TRUE(WaitKey("/t/cores/core-3", true, 10s));
+  EXPECT_TRUE((*reg)->registered());
+}
+
+TEST_F(Etcd, TheDirectorySeesMembersComeAndGoAndRidesOutAnEtcdRestart) {
+  auto a = Registration::Start(Options(Core("a", 1)));
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(client_->Put("/t/cores/broken", "not json"));  // skipped, not fatal
+  ASSERT_TRUE(client_->Put("/t/other", "{}"));               // outside the members prefix
+  auto dir = Directory::Open(etcd_->options(), "/t");
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  auto names = [](const std::vector<Member>& ms) {
+    std::string s;
+    for (const auto& m : ms) s += m.name + ",";
+    return s;
+  };
+  EXPECT_EQ(names((*dir)->snapshot()->members), "a,");
+  uint64_t gen = (*dir)->generation();
+
+  auto b = Registration::Start(Options(Core("b", 2)));
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*dir)->WaitUntil([&](const auto& ms) { return names(ms) == "a,b,"; }, 5s))
+      << names((*dir)->snapshot()->members);
+  EXPECT_GT((*dir)->generation(), gen);
+  EXPECT_EQ((*dir)->snapshot()->members[1].address, "ucx://127.0.0.1:2");
+
+  (*a)->Stop();
+  ASSERT_TRUE((*dir)->WaitUntil([&](const auto& ms) { return names(ms) == "b,"; }, 5s))
+      << names((*dir)->snapshot()->members);
+
+  // etcd goes away and comes back with its data: the watch is set up again, and a change
+  // made after the restart is seen.
+  etcd_->Kill();
+  std::this_thread::sleep_for(300ms);
+  std::string log;
+  ASSERT_TRUE(etcd_->Start(&log)) << log;
+  auto c = Registration::Start(Options(Core("c", 3)));
+  ASSERT_TRUE(c);
+  EXPECT_TRUE((*dir)->WaitUntil([&](const auto& ms) { return names(ms) == "b,c,"; }, 10s))
+      << names((*dir)->snapshot()->members);
+  EXPECT_GE((*dir)->watch_restarts(), 1u);
+}
+
+}  // namespace
+}  // namespace goblin::cluster

@@ -1,0 +1,94 @@
+// Test helper: a one-member etcd (Debian's etcd-server) of the test's own, on loopback ports
+// chosen free at start, with its data in a scratch directory; killed with the test. Stop and
+// Start again keep the data and the ports (an etcd outage and recovery).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "goblin/cluster/etcd_client.h"
+#include "tests/system/process.h"
+
+namespace goblin::test {
+
+inline constexpr char kEtcdBin[] = "/usr/bin/etcd";
+
+// A loopback TCP port nobody listens on right now.
+inline uint16_t FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+class EtcdServer {
+ public:
+  explicit EtcdServer(std::string dir)
+      : dir_(std::move(dir)), client_port_(FreeLoopbackPort()), peer_port_(FreeLoopbackPort()) {
+    std::filesystem::create_directories(dir_);
+  }
+  ~EtcdServer() { Kill(); }
+
+  static bool Installed() { return std::filesystem::exists(kEtcdBin); }
+  std::string endpoint() const { return fmt::format("http://127.0.0.1:{}", client_port_); }
+  cluster::EtcdOptions options() const {
+    cluster::EtcdOptions o;
+    o.endpoints = {fmt::format("127.0.0.1:{}", client_port_)};
+    o.timeout = std::chrono::milliseconds(2000);
+    return o;
+  }
+
+  // Starts etcd and waits (bounded) until it answers a read; false with its log otherwise.
+  bool Start(std::string* log = nullptr) {
+    std::string peer = fmt::format("http://127.0.0.1:{}", peer_port_);
+    proc_ = std::make_unique<Process>(
+        std::vector<std::string>{kEtcdBin, "--name", "t", "--data-dir", dir_ + "/data",
+                                 "--listen-client-urls", endpoint(), "--advertise-client-urls",
+                                 endpoint(), "--listen-peer-urls", peer,
+                                 "--initial-advertise-peer-urls", peer, "--initial-cluster",
+                                 "t=" + peer, "--log-level", "warn"},
+        dir_ + fmt::format("/etcd-{}.log", starts_++));
+    auto client = cluster::EtcdClient::Open(options());
+    if (!client) return false;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if ((*client)->Get("/probe")) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (log != nullptr) *log = proc_->Output();
+    return false;
+  }
+  void Kill() {
+    if (proc_) {
+      proc_->Signal(SIGKILL);
+      proc_->Wait(std::chrono::seconds(10));
+      proc_.reset();
+    }
+  }
+  std::string Output() const { return proc_ ? proc_->Output() : std::string(); }
+
+ private:
+  std::string dir_;
+  uint16_t client_port_, peer_port_;
+  int starts_ = 0;
+  std::unique_ptr<Process> proc_;
+};
+
+}  // namespace goblin::test
