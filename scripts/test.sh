@@ -115,13 +115,13 @@ for b in $builds; do
       # out to keep CI under 45 minutes: the HTTP workers' threads are covered by
       # http_mirror_test, access_log_test and metrics_test.)
       cmake --build build/tsan -j"$jobs" --target ring_test admin_unit_test store_test \
-        admin_test core_system_test http_mirror_test access_log_test metrics_test \
+        admin_test core_system_test http_mirror_test access_log_test metrics_test etcd_test \
         goblin-core goblin goblinctl goblin-gateway
       phase_done "tsan build"
       # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
       # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
       UCX_MEM_MMAP_HOOK_MODE=none \
-        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem|LoopExecutor|AdminTest|IndexTest|StoreTest.*(GroupCommit|Durable)|HttpMirrorShards|HttpMirror.ParallelMissesOnSeveralWorkers|AccessLog.WorkersWriteOneFile|Metrics.CoreAndGateway|Metrics.MemcacheAndResp'
+        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem|LoopExecutor|AdminTest|IndexTest|StoreTest.*(GroupCommit|Durable)|HttpMirrorShards|HttpMirror.ParallelMissesOnSeveralWorkers|AccessLog.WorkersWriteOneFile|Metrics.CoreAndGateway|Metrics.MemcacheAndResp|Etcd'
       phase_done "tsan tests" ;;
     fuzz)
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON

@@ -15,6 +15,7 @@
 #include "admin_service.h"
 #include "goblin/admin/admin_server.h"
 #include "goblin/admin/loop_executor.h"
+#include "goblin/cluster/registration.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
@@ -112,6 +113,32 @@ std::string ShardListenAddress(const std::string& listen, uint16_t shard, int bo
       colon == std::string::npos ? 0 : std::strtoul(listen.c_str() + colon + 1, nullptr, 10);
   if (bound_port >= 0) return fmt::format("{}:{}", host, bound_port);
   return fmt::format("{}:{}", host, port == 0 ? 0 : port + shard);
+}
+
+// The etcd record's address: --advertise, else --rdma-listen's host with shard 0's port.
+goblin::Result<goblin::cluster::Member> MemberRecord(const std::string& listen,
+                                                     const std::string& advertise,
+                                                     uint16_t bound_port) {
+  goblin::cluster::Member m;
+  if (!advertise.empty()) {
+    m.address = advertise;
+    return m;
+  }
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" || host == "*") {
+    return goblin::Err(goblin::StatusCode::kInvalidArgument,
+                       "--rdma-listen {} names no address routers could use: give --advertise",
+                       listen);
+  }
+  m.address = fmt::format("ucx://{}:{}", host, bound_port);
+  return m;
+}
+
+// "HOSTNAME:PORT" of the advertised address (unique per host and port).
+std::string MemberNameFor(const goblin::cluster::Member& m) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "core");
+  return fmt::format("{}:{}", host, m.address.substr(m.address.rfind(':') + 1));
 }
 
 }  // namespace
@@ -286,6 +313,26 @@ int main(int argc, char** argv) {
   std::chrono::nanoseconds rdma_hello_timeout = std::chrono::seconds(5);
   AddDurationOption(app, "--rdma-hello-timeout", &rdma_hello_timeout,
                     "Drop a UCX client that sends no Hello this long after connecting");
+  // Membership (issue #26): the core registers its UCX address in etcd under a lease.
+  std::string etcd_endpoints, advertise, zone, member_name, etcd_prefix = "/goblin";
+  std::chrono::nanoseconds etcd_ttl = std::chrono::seconds(10);
+  app.add_option(
+      "--etcd", etcd_endpoints,
+      "Register in etcd (v3 API) at these endpoints (http://HOST:PORT, comma-separated): "
+      "routers (goblin-gateway, libgoblin's etcd:// targets) find the core there. "
+      "Needs --rdma-listen");
+  app.add_option("--advertise", advertise,
+                 "The address routers connect to, ucx://HOST:PORT (default: --rdma-listen's, "
+                 "with the port bound; its host must then be a concrete address)");
+  app.add_option("--zone", zone, "Failure domain written into the etcd record (free text)");
+  app.add_option("--member-name", member_name,
+                 "Name of the etcd record (unique per deployment; default: the hostname and the "
+                 "advertised port)");
+  app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix (records at PREFIX/cores/NAME)")
+      ->capture_default_str();
+  AddDurationOption(app, "--etcd-ttl", &etcd_ttl,
+                    "Lease of the etcd record: a core that dies leaves the membership this long "
+                    "after (a clean stop at once); renewed every third of it");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve Prometheus metrics on HOST:PORT (GET /metrics; port 0: any free one)");
@@ -347,6 +394,26 @@ int main(int argc, char** argv) {
     return Fail(Status(StatusCode::kInvalidArgument,
                        fmt::format("--ram-head {} is larger than --block {}", FormatSize(ram_head),
                                    FormatSize(pool_opts.block))));
+  }
+  cluster::EtcdOptions etcd_options;
+  if (!etcd_endpoints.empty()) {
+    auto endpoints = cluster::ParseEtcdEndpoints(etcd_endpoints);
+    if (!endpoints) return Fail(endpoints.error().WithContext("--etcd"));
+    etcd_options.endpoints = std::move(*endpoints);
+    if (rdma_listen.empty()) {
+      return Fail(Status(StatusCode::kInvalidArgument,
+                         "--etcd registers the UCX plane's address: give --rdma-listen"));
+    }
+    if (!advertise.empty() && !advertise.starts_with("ucx://")) {
+      return Fail(Status(StatusCode::kInvalidArgument,
+                         fmt::format("--advertise '{}': want ucx://HOST:PORT", advertise)));
+    }
+    if (etcd_ttl < std::chrono::seconds(1)) {
+      return Fail(Status(StatusCode::kInvalidArgument, "--etcd-ttl: at least 1s"));
+    }
+  } else if (!advertise.empty() || !zone.empty() || !member_name.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       "--advertise, --zone and --member-name are for --etcd"));
   }
   if (!hdd_dir.empty() && ssd_dir.empty()) {
     return Fail(Status(StatusCode::kInvalidArgument, "--hdd-dir needs --ssd-dir (the first tier)"));
@@ -665,6 +732,39 @@ int main(int argc, char** argv) {
                     ports);
   }
 #endif
+  // Membership last: routers that find the core in etcd find it serving.
+  std::unique_ptr<cluster::Registration> registration;
+#if GOBLIN_HAVE_UCX
+  if (!etcd_options.endpoints.empty()) {
+    auto member = MemberRecord(rdma_listen, advertise, shards.front()->ucx()->port());
+    if (!member) return Fail(member.error());
+    member->name = member_name.empty() ? MemberNameFor(*member) : member_name;
+    member->zone = zone;
+    member->shards = n_shards;
+    member->capacity = pool.size() * n_shards;
+    if (first.store() != nullptr) {
+      for (auto& sh : shards) {
+        for (size_t i = 0; i < sh->store()->tier_count(); ++i) {
+          member->capacity += sh->store()->tier(i).capacity_bytes();
+        }
+      }
+    }
+    member->pid = static_cast<uint32_t>(getpid());
+    member->version = GOBLIN_VERSION;
+    member->started_unix_ms =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+    cluster::RegistrationOptions ro;
+    ro.etcd = etcd_options;
+    ro.prefix = etcd_prefix;
+    ro.member = std::move(*member);
+    ro.ttl = std::chrono::duration_cast<std::chrono::seconds>(etcd_ttl);
+    auto r = cluster::Registration::Start(ro);
+    if (!r) return Fail(r.error().WithContext("--etcd"));
+    registration = std::move(*r);
+  }
+#endif
   GOBLIN_LOG_INFO(kLog, "topology: {}; loop CPUs: {}", topo->Describe(),
                   pin.empty() ? std::string("any") : FormatCpuList(pin));
   GOBLIN_LOG_INFO(kLog, "features: ucx={} io_uring={} numa={} verbs={}", GOBLIN_HAVE_UCX,
@@ -678,6 +778,7 @@ int main(int argc, char** argv) {
     }
     if (quit.load()) return;
     if (admin_server) admin_server->SetServing(false);
+    if (registration) registration->Stop();  // routers stop sending here first
     if (preloader) preloader->RequestStop();
     GOBLIN_LOG_INFO(kLog, "shutdown requested: health NOT_SERVING; closing sessions in {}",
                     FormatDuration(shutdown_grace));
@@ -696,6 +797,7 @@ int main(int argc, char** argv) {
   }
   quit.store(true);
   watcher.join();
+  registration.reset();
   metrics.reset();  // (its scrapes read the shards' loops)
   if (admin_server) admin_server->Shutdown(std::chrono::seconds(1));
   for (auto& sh : shards) sh->CloseStore();

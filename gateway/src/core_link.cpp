@@ -30,7 +30,11 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
 CoreLink::~CoreLink() { CloseShards(); }
 
 VoidResult CoreLink::WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
-  if (options_.map_pools) GOBLIN_RETURN_IF_ERROR(MapPools(sh, index, timeout));
+  // Over the UCX plane the core is on another host (or acts as if): no pools to map; hits
+  // come as ObjectData, local hits are off.
+  if (options_.map_pools && sh.client->local()) {
+    GOBLIN_RETURN_IF_ERROR(MapPools(sh, index, timeout));
+  }
   GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_, sh.client->wake_fd(), EPOLLIN, bell_tag_));
   if (int live = sh.client->liveness_fd(); live >= 0) {
     if (auto r = EpollAdd(epoll_, live, EPOLLIN | EPOLLRDHUP, socket_tag_); !r) {
@@ -49,8 +53,10 @@ VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
   to.ring_bytes = options_.ring_bytes;
   to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
   to.timeout = timeout;
-  GOBLIN_ASSIGN_OR_RETURN(auto transports,
-                          client::ConnectShards(/*ucx=*/false, options_.socket_path, to));
+  const bool ucx = options_.target.starts_with("ucx://");
+  GOBLIN_ASSIGN_OR_RETURN(
+      auto transports,
+      client::ConnectShards(ucx, ucx ? options_.target.substr(6) : options_.target, to));
   auto fail = [&](Status s) {
     CloseShards();
     return goblin::Err(std::move(s));

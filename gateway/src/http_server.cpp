@@ -76,7 +76,7 @@ VoidResult HttpServer::Impl::Init() {
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   CoreLinkOptions lo;
-  lo.socket_path = options_.core_socket;
+  lo.target = options_.core;
   lo.name = options_.worker == 0 ? std::string("goblin-gateway-http")
                                  : fmt::format("goblin-gateway-http-{}", options_.worker);
   lo.ring_bytes = options_.core_ring_bytes;

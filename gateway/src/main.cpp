@@ -225,7 +225,11 @@ int main(int argc, char** argv) {
                "goblin-gateway");
   std::string core = "unix:/run/goblin/core.sock";
   std::string listen_address = "127.0.0.1";
-  app.add_option("--core", core, "goblin-core's ring socket (unix:PATH)")->capture_default_str();
+  app.add_option("--core", core,
+                 "goblin-core: its ring socket (unix:PATH, this host: hits read its pools in "
+                 "place) or its UCX plane (ucx://HOST:PORT, goblin-core --rdma-listen: bytes "
+                 "travel in messages)")
+      ->capture_default_str();
   app.add_option("--listen-address", listen_address, "Address of the TCP listeners")
       ->capture_default_str();
   // HTTP
@@ -418,7 +422,8 @@ int main(int argc, char** argv) {
   const size_t loops = static_cast<size_t>(threads) + 1;
   r.yield_when_polling = polling.Yield(!cpus.empty() && cpu_list.size() >= loops);
 
-  std::string core_socket = core.starts_with("unix:") ? core.substr(5) : core;
+  // The core: its ring socket on this host, or its UCX plane (another host, or this one).
+  std::string core_target = core.starts_with("unix:") ? core.substr(5) : core;
   bool http = !h.mirror.empty();
   bool resp = r.port != 0 || !r.unix_path.empty();
   bool memcache = mc.port != 0 || !mc.unix_path.empty();
@@ -462,7 +467,7 @@ int main(int argc, char** argv) {
   h.timing = !metrics_listen.empty();
   h.net_async = net == "async";
   h.http2 = !no_http2;
-  h.core_socket = r.core_socket = core_socket;
+  h.core = r.core = core_target;
   h.listen_address = r.listen_address = listen_address;
   h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);
   h.max_clients = r.max_clients;
@@ -497,7 +502,7 @@ int main(int argc, char** argv) {
   for (std::string a; std::getline(ss, a, ',');) {
     if (!a.empty()) h.purge_allow.push_back(a);
   }
-  mc.core_socket = core_socket;
+  mc.core = core_target;
   mc.listen_address = listen_address;
   mc.core_ring_bytes = static_cast<uint32_t>(ring);
   mc.max_clients = r.max_clients;
@@ -603,7 +608,11 @@ int main(int argc, char** argv) {
     metrics = std::move(*m);
     GOBLIN_LOG_INFO(kLog, "Prometheus metrics on http://{}/metrics", metrics->address());
   }
-  GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core unix:{}", getpid(), core_socket);
+  GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core {}{}{}", getpid(),
+                  core_target.starts_with("ucx://") ? "" : "unix:", core_target,
+                  core_target.starts_with("ucx://")
+                      ? " (UCX plane: object bytes in messages, no local hits)"
+                      : "");
   std::vector<Status> http_results(workers.size());
   std::vector<std::thread> http_threads;
   for (size_t i = 0; i < workers.size(); ++i) {

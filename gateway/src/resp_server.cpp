@@ -28,7 +28,7 @@ VoidResult RespServer::Impl::Init() {
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   CoreLinkOptions lo;
-  lo.socket_path = options_.core_socket;
+  lo.target = options_.core;
   lo.name = "goblin-gateway";
   lo.ring_bytes = options_.core_ring_bytes;
   lo.queue_limit = options_.core_queue_limit;

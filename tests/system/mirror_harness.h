@@ -88,7 +88,7 @@ class MirrorHarness {
                     const std::string& log = "gateway.log") {
     std::vector<std::string> argv{GOBLIN_GATEWAY_BIN,
                                   "--core",
-                                  "unix:" + core_sock_,
+                                  core_target_.empty() ? "unix:" + core_sock_ : core_target_,
                                   "--mirror",
                                   "http://127.0.0.1:" + origin_port_,
                                   "--origin-timeout",
@@ -195,6 +195,7 @@ class MirrorHarness {
   }
 
   std::string dir_, tier_, core_sock_, origin_port_, port_, base_;
+  std::string core_target_;  // the gateway's --core when not the ring socket (ucx://...)
   std::vector<std::string> core_args_;
   // More environment for goblin-core and goblin-gateway ("NAME=value" each).
   std::vector<std::string> core_env_, gateway_env_;

@@ -6,7 +6,10 @@
 //   goblin --target unix:PATH del KEY
 //   goblin --target unix:PATH pub CHANNEL MESSAGE            (prints the receivers)
 //   goblin --target unix:PATH sub [--pattern] [-c N] CHANNEL...  (prints "channel: message")
-// --target ucx://HOST:PORT speaks to goblin-core --rdma-listen instead (the UCX plane).
+//   goblin --target etcd://HOST:PORT[/prefix] members               (the live cores in etcd)
+// --target ucx://HOST:PORT speaks to goblin-core --rdma-listen instead (the UCX plane);
+// --target etcd://HOST:PORT[,HOST:PORT][/prefix] routes put/get/head/del to the key's core
+// among those registered in etcd (goblin-core --etcd; rendezvous hashing, libgoblin's Cluster).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include "goblin/client/cluster.h"
 #include "goblin/client/connection.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/clock.h"
@@ -87,7 +91,9 @@ int main(int argc, char** argv) {
   CLI::App app("goblin: command-line client of goblin-core", "goblin");
   app.set_version_flag("--version", GOBLIN_VERSION);
   std::string target = "unix:/run/goblin/core.sock";
-  app.add_option("--target", target, "unix:PATH (ring plane) or ucx://HOST:PORT")
+  app.add_option("--target", target,
+                 "unix:PATH (ring plane), ucx://HOST:PORT, or etcd://HOST:PORT[/prefix] (the "
+                 "cores registered there, each key at its owner)")
       ->capture_default_str();
   app.require_subcommand(1);
   auto* ping = app.add_subcommand("ping", "Round trips to the core over the chosen plane");
@@ -128,23 +134,64 @@ int main(int argc, char** argv) {
   sub->add_flag("--pattern", pattern, "PSUBSCRIBE: the names are glob patterns");
   sub->add_option("-c,--count", sub_count, "Exit after this many messages (0: never)")
       ->capture_default_str();
+  auto* members = app.add_subcommand("members", "List the cores registered in etcd (etcd://)");
+  std::string owner_key;
+  members->add_option("--key", owner_key, "Also say which core owns this key");
   AddLogLevelOption(app);
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
-  auto conn = client::Connection::Open(target, {.name = "goblin-cli"});
-  if (!conn) {
-    std::fprintf(stderr, "goblin: cannot connect to %s: %s\n", target.c_str(),
-                 conn.error().ToString().c_str());
+  const bool fabric = target.starts_with("etcd://");
+  if (fabric && (ping->parsed() || pub->parsed() || sub->parsed())) {
+    std::fprintf(stderr, "goblin: ping, pub and sub need one core (unix: or ucx://), not %s\n",
+                 target.c_str());
     return 1;
   }
-  client::Connection& c = **conn;
+  if (!fabric && members->parsed()) {
+    std::fprintf(stderr, "goblin: members needs an etcd:// target\n");
+    return 1;
+  }
+  std::unique_ptr<client::Connection> conn;
+  std::unique_ptr<client::Cluster> cluster;
+  {
+    Status failed;
+    if (fabric) {
+      auto cl = client::Cluster::Open(target, {.name = "goblin-cli"});
+      if (cl)
+        cluster = std::move(*cl);
+      else
+        failed = cl.error();
+    } else {
+      auto cn = client::Connection::Open(target, {.name = "goblin-cli"});
+      if (cn)
+        conn = std::move(*cn);
+      else
+        failed = cn.error();
+    }
+    if (!failed.ok()) {
+      std::fprintf(stderr, "goblin: cannot connect to %s: %s\n", target.c_str(),
+                   failed.ToString().c_str());
+      return 1;
+    }
+  }
+  // Object requests go to the one core, or through the cluster to the key's owner.
+  auto objects = [&](auto&& fn) { return fabric ? fn(*cluster) : fn(*conn); };
+  if (members->parsed()) {
+    for (const auto& m : cluster->members()) {
+      std::printf("%s %s shards=%u capacity=%s%s%s\n", m.name.c_str(), m.address.c_str(), m.shards,
+                  FormatSize(m.capacity).c_str(), m.zone.empty() ? "" : " zone=", m.zone.c_str());
+    }
+    if (!owner_key.empty())
+      std::printf("owner of %s: %s\n", owner_key.c_str(), cluster->OwnerOf(owner_key).c_str());
+    return 0;
+  }
   if (ping->parsed()) {
     std::string payload(size, 'g');
     std::printf("PING %s: %zu-byte payload, client %llu of core pid %u\n", target.c_str(),
-                payload.size(), static_cast<unsigned long long>(c.client_id()), c.server_pid());
+                payload.size(), static_cast<unsigned long long>(conn->client_id()),
+                conn->server_pid());
     double min = 1e300, max = 0, sum = 0;
     for (int i = 0; i < count; ++i) {
-      auto rtt = c.Ping(payload);
+      auto rtt = conn->Ping(payload);
       if (!rtt) {
         std::fprintf(stderr, "goblin: ping %d: %s\n", i + 1, rtt.error().ToString().c_str());
         return 1;
@@ -168,19 +215,19 @@ int main(int argc, char** argv) {
     if (fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode)) total = static_cast<uint64_t>(st.st_size);
     Progress progress("put", total == UINT64_MAX ? 0 : total);
     uint64_t sent = 0;
-    auto gen = c.Put(
-        key,
-        [&](std::span<uint8_t> buf) -> Result<size_t> {
-          for (;;) {
-            ssize_t n = read(fd.get(), buf.data(), buf.size());
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) return ErrnoErr(fmt::format("read({})", file), errno);
-            sent += static_cast<uint64_t>(n);
-            progress.Update(sent);
-            return static_cast<size_t>(n);
-          }
-        },
-        total, static_cast<uint64_t>(ttl.count()), meta);
+    client::Connection::Source source = [&](std::span<uint8_t> buf) -> Result<size_t> {
+      for (;;) {
+        ssize_t n = read(fd.get(), buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoErr(fmt::format("read({})", file), errno);
+        sent += static_cast<uint64_t>(n);
+        progress.Update(sent);
+        return static_cast<size_t>(n);
+      }
+    };
+    auto gen = objects([&](auto& c) {
+      return c.Put(key, source, total, static_cast<uint64_t>(ttl.count()), meta);
+    });
     progress.Done();
     if (!gen) return Fail(fmt::format("put {}", key).c_str(), gen.error());
     std::printf("stored %s: %llu bytes, generation %llu\n", key.c_str(),
@@ -193,22 +240,21 @@ int main(int argc, char** argv) {
     if (!fd) return Fail(out.c_str(), ErrnoStatus("open", errno));
     uint64_t total = 0;
     if (Progress::Wanted()) {  // the size, for the progress line (one more round trip)
-      if (auto h = c.Head(key); h && h->found && h->size != UINT64_MAX) total = h->size;
+      auto h = objects([&](auto& c) { return c.Head(key); });
+      if (h && h->found && h->size != UINT64_MAX) total = h->size;
     }
     std::optional<Progress> progress;
     uint64_t expect = 0;
-    auto meta_r = c.Get(
-        key,
-        [&](uint64_t offset, std::span<const uint8_t> data) -> VoidResult {
-          if (offset != expect)
-            return Err(StatusCode::kCorruption, "data out of order at {}", offset);
-          GOBLIN_RETURN_IF_ERROR(WriteAll(fd.get(), data));
-          expect += data.size();
-          if (!progress) progress.emplace("get", total);
-          progress->Update(expect);
-          return {};
-        },
-        0, UINT64_MAX, follow);
+    client::Connection::Sink sink = [&](uint64_t offset,
+                                        std::span<const uint8_t> data) -> VoidResult {
+      if (offset != expect) return Err(StatusCode::kCorruption, "data out of order at {}", offset);
+      GOBLIN_RETURN_IF_ERROR(WriteAll(fd.get(), data));
+      expect += data.size();
+      if (!progress) progress.emplace("get", total);
+      progress->Update(expect);
+      return {};
+    };
+    auto meta_r = objects([&](auto& c) { return c.Get(key, sink, 0, UINT64_MAX, follow); });
     if (progress) progress->Done();
     if (!meta_r) {
       if (out != "-") unlink(out.c_str());
@@ -230,7 +276,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (head->parsed()) {
-    auto m = c.Head(key);
+    auto m = objects([&](auto& c) { return c.Head(key); });
     if (!m) return Fail(fmt::format("head {}", key).c_str(), m.error());
     if (!m->found) {
       std::fprintf(stderr, "goblin: %s: not found\n", key.c_str());
@@ -246,7 +292,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (pub->parsed()) {
-    auto n = c.Publish(channel, message);
+    auto n = conn->Publish(channel, message);
     if (!n) return Fail(fmt::format("pub {}", channel).c_str(), n.error());
     std::printf("%llu\n", static_cast<unsigned long long>(*n));
     return 0;
@@ -254,14 +300,14 @@ int main(int argc, char** argv) {
   if (sub->parsed()) {
     auto kind =
         pattern ? client::Connection::SubKind::kPattern : client::Connection::SubKind::kChannel;
-    auto ok = c.Subscribe(kind, channels);
+    auto ok = conn->Subscribe(kind, channels);
     if (!ok) return Fail("sub", ok.error());
     std::fprintf(stderr, "goblin: subscribed to %zu %s; waiting\n", channels.size(),
                  pattern ? "pattern(s)" : "channel(s)");
     auto signals = ShutdownSignal::Install();
     for (int got = 0; sub_count == 0 || got < sub_count;) {
       if (signals && (*signals)->Wait(std::chrono::milliseconds(0))) break;
-      auto m = c.NextMessage(std::chrono::milliseconds(200));
+      auto m = conn->NextMessage(std::chrono::milliseconds(200));
       if (!m) return Fail("sub", m.error());
       if (!*m) continue;
       if (pattern) {
@@ -276,7 +322,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (del->parsed()) {
-    auto d = c.Delete(key);
+    auto d = objects([&](auto& c) { return c.Delete(key); });
     if (!d) return Fail(fmt::format("del {}", key).c_str(), d.error());
     std::printf("%s %s\n", *d ? "deleted" : "not found:", key.c_str());
     return *d ? 0 : 2;

@@ -46,7 +46,7 @@
 namespace goblin::gateway {
 
 struct HttpServerOptions {
-  std::string core_socket;
+  std::string core;  // goblin-core: its ring socket (a path), or ucx://HOST:PORT
   std::string listen_address = "127.0.0.1";
   int port = 8080;  // plain HTTP; -1: any free port (see port()); 0: none
   // HTTPS (TLS, see tls.h): -1 any free port (see https_port()), 0 none; needs `tls`.

@@ -28,7 +28,7 @@
 namespace goblin::gateway {
 
 struct MemcacheServerOptions {
-  std::string core_socket;
+  std::string core;  // goblin-core: its ring socket (a path), or ucx://HOST:PORT
   std::string listen_address = "127.0.0.1";
   int port = 11211;       // TCP (0: none; -1: any free port)
   std::string unix_path;  // also listen here (empty: no)

@@ -26,7 +26,7 @@
 namespace goblin::gateway {
 
 struct RespServerOptions {
-  std::string core_socket;  // goblin-core's ring socket
+  std::string core;  // goblin-core: its ring socket (a path), or ucx://HOST:PORT
   std::string listen_address = "127.0.0.1";
   int port = 6379;          // TCP (0: no TCP listener)
   std::string unix_path;    // also listen here (empty: no)

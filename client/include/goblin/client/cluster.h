@@ -1,0 +1,103 @@
+// libgoblin over a fabric of cores: a Cluster finds the live goblin-cores in etcd (each core
+// registers itself with --etcd; goblin/cluster/member.h) and sends each keyed request to the
+// key's owner by weighted rendezvous hashing over them (goblin/cluster/rendezvous.h: weights
+// from the cores' capacities; a key's variants after a NUL byte go with it). Target:
+// "etcd://HOST:PORT[,HOST:PORT...][/prefix]" (default prefix /goblin). Membership is kept
+// by a watch (goblin/cluster/directory.h): a core that leaves is dropped when its record goes
+// (at once on a clean stop, within its lease on a crash) and its keys go to their next
+// owner, where they are misses until stored again; a core that joins takes its share (~1/N).
+// A request that meets a connection failure (the core died and etcd does not know yet) is
+// sent once more, to the key's next owner, and that core is passed over for 2 s or until it
+// registers again. Streamed puts (a Source) are not retried: their bytes are consumed.
+// One Connection per core, opened at its first request (the UCX plane: ucx://).
+// Threading: one thread uses a Cluster at a time (as Connection); the membership watch runs
+// on a thread of its own.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "goblin/client/connection.h"
+#include "goblin/common/status.h"
+
+namespace goblin::cluster {
+class Directory;
+}  // namespace goblin::cluster
+
+namespace goblin::client {
+
+struct ClusterTarget {
+  std::vector<std::string> endpoints;  // etcd's, HOST:PORT
+  std::string prefix = "/goblin";
+};
+// "etcd://127.0.0.1:2379", "etcd://a:2379,b:2379/site-1".
+Result<ClusterTarget> ParseClusterTarget(std::string_view text);
+
+class Cluster {
+ public:
+  using ObjectMeta = Connection::ObjectMeta;
+  static Result<std::unique_ptr<Cluster>> Open(std::string_view target,
+                                               const ConnectOptions& options = {});
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  Result<uint64_t> Put(std::string_view key, std::span<const uint8_t> data, uint64_t ttl_ns = 0,
+                       std::string_view metadata = {});
+  Result<uint64_t> Put(std::string_view key, const Connection::Source& source,
+                       uint64_t size = UINT64_MAX, uint64_t ttl_ns = 0,
+                       std::string_view metadata = {});
+  Result<uint64_t> PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns = 0,
+                           std::string_view metadata = {});
+  Result<ObjectMeta> Head(std::string_view key);
+  // Retried on the next owner only if the sink has seen no byte yet.
+  Result<ObjectMeta> Get(std::string_view key, const Connection::Sink& sink, uint64_t offset = 0,
+                         uint64_t length = UINT64_MAX, bool follow_fill = false);
+  Result<bool> Delete(std::string_view key);
+
+  // The live members (sorted by name) and the one that owns `key` now (empty: none).
+  struct MemberInfo {
+    std::string name, address, zone;
+    uint32_t shards = 1;
+    uint64_t capacity = 0;
+  };
+  std::vector<MemberInfo> members() const;
+  std::string OwnerOf(std::string_view key);
+  // Waits (bounded) until `n` members are live; false on timeout. For tools and tests.
+  bool WaitForMembers(size_t n, std::chrono::milliseconds timeout) const;
+
+  struct Stats {
+    uint64_t requests = 0;
+    uint64_t failovers = 0;  // requests sent again to the next owner
+    uint64_t connections_opened = 0;
+    uint64_t membership_changes = 0;  // directory snapshots taken in
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Core;
+  Cluster();
+  void Refresh();
+  // The cores in `key`'s rendezvous order, those passed over last.
+  void Rank(std::string_view key, std::vector<Core*>& out);
+  Result<Connection*> ConnectionOf(Core& core);
+  void PassOver(Core& core);
+  // Runs `op` on the key's owner; on a connection failure once more on the next owner, unless
+  // !retry_allowed or *consumed (the request's input or output was partly used).
+  template <typename T, typename F>
+  Result<T> Route(std::string_view key, F&& op, bool retry_allowed = true,
+                  const bool* consumed = nullptr);
+
+  ConnectOptions options_;
+  std::unique_ptr<cluster::Directory> directory_;
+  uint64_t generation_ = 0;
+  std::vector<std::unique_ptr<Core>> cores_;
+  Stats stats_;
+};
+
+}  // namespace goblin::client

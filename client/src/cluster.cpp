@@ -1,0 +1,214 @@
+// Cluster: rendezvous routing over the cores etcd lists (client/include/goblin/client/cluster.h).
+#include "goblin/client/cluster.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "goblin/cluster/directory.h"
+#include "goblin/cluster/etcd_client.h"
+#include "goblin/cluster/member.h"
+#include "goblin/cluster/rendezvous.h"
+
+namespace goblin::client {
+namespace {
+
+constexpr auto kPassOver = std::chrono::seconds(2);
+
+// Errors that mean "this core could not be reached or went away", as opposed to an answer.
+bool IsConnectionFailure(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kTimeout:
+    case StatusCode::kIoError:
+    case StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+struct Cluster::Core {
+  cluster::Member member;
+  cluster::RendezvousNode node;
+  std::unique_ptr<Connection> conn;
+  std::chrono::steady_clock::time_point passed_over_until{};
+};
+
+Result<ClusterTarget> ParseClusterTarget(std::string_view text) {
+  if (!text.starts_with("etcd://")) {
+    return Err(StatusCode::kInvalidArgument, "target '{}': want etcd://HOST:PORT[/prefix]", text);
+  }
+  text.remove_prefix(7);
+  ClusterTarget t;
+  if (size_t slash = text.find('/'); slash != std::string_view::npos) {
+    t.prefix = cluster::NormalizePrefix(text.substr(slash));
+    text = text.substr(0, slash);
+  }
+  GOBLIN_ASSIGN_OR_RETURN(t.endpoints, cluster::ParseEtcdEndpoints(text));
+  return t;
+}
+
+Cluster::Cluster() = default;
+Cluster::~Cluster() = default;
+
+Result<std::unique_ptr<Cluster>> Cluster::Open(std::string_view target,
+                                               const ConnectOptions& options) {
+  GOBLIN_ASSIGN_OR_RETURN(ClusterTarget t, ParseClusterTarget(target));
+  cluster::EtcdOptions eo;
+  eo.endpoints = t.endpoints;
+  eo.timeout = options.timeout;
+  std::unique_ptr<Cluster> c(new Cluster());
+  c->options_ = options;
+  GOBLIN_ASSIGN_OR_RETURN(c->directory_, cluster::Directory::Open(eo, t.prefix));
+  c->Refresh();
+  return c;
+}
+
+void Cluster::Refresh() {
+  if (directory_->generation() == generation_) return;  // one atomic load per request
+  auto snap = directory_->snapshot();
+  generation_ = snap->generation;
+  ++stats_.membership_changes;
+  std::vector<std::unique_ptr<Core>> next;
+  next.reserve(snap->members.size());
+  for (const cluster::Member& m : snap->members) {
+    // The same registration (name and revision) keeps its connection and its pass-over.
+    auto it = std::find_if(cores_.begin(), cores_.end(), [&](const auto& c) {
+      return c && c->member.name == m.name && c->member.mod_revision == m.mod_revision;
+    });
+    if (it != cores_.end()) {
+      next.push_back(std::move(*it));
+      continue;
+    }
+    auto core = std::make_unique<Core>();
+    core->member = m;
+    core->node = {cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)};
+    next.push_back(std::move(core));
+  }
+  cores_ = std::move(next);
+}
+
+void Cluster::Rank(std::string_view key, std::vector<Core*>& out) {
+  Refresh();
+  out.clear();
+  std::vector<cluster::RendezvousNode> nodes;
+  nodes.reserve(cores_.size());
+  for (const auto& c : cores_) nodes.push_back(c->node);
+  std::vector<size_t> order;
+  cluster::RendezvousRank(nodes, key, order);
+  auto now = std::chrono::steady_clock::now();
+  for (size_t i : order) {
+    if (cores_[i]->passed_over_until <= now) out.push_back(cores_[i].get());
+  }
+  for (size_t i : order) {
+    if (cores_[i]->passed_over_until > now) out.push_back(cores_[i].get());
+  }
+}
+
+Result<Connection*> Cluster::ConnectionOf(Core& core) {
+  if (!core.conn) {
+    auto c = Connection::Open(core.member.address, options_);
+    if (!c) {
+      return Err(c.error().WithContext(
+          fmt::format("core {} ({})", core.member.name, core.member.address)));
+    }
+    core.conn = std::move(*c);
+    ++stats_.connections_opened;
+  }
+  return core.conn.get();
+}
+
+void Cluster::PassOver(Core& core) {
+  core.conn.reset();
+  core.passed_over_until = std::chrono::steady_clock::now() + kPassOver;
+}
+
+template <typename T, typename F>
+Result<T> Cluster::Route(std::string_view key, F&& op, bool retry_allowed, const bool* consumed) {
+  ++stats_.requests;
+  std::vector<Core*> ranked;
+  Rank(key, ranked);
+  if (ranked.empty()) {
+    return Err(StatusCode::kUnavailable, "no goblin-core is registered under {}",
+               directory_->prefix());
+  }
+  const size_t tries = retry_allowed ? std::min<size_t>(2, ranked.size()) : 1;
+  Status last;
+  for (size_t i = 0; i < tries; ++i) {
+    Core& core = *ranked[i];
+    if (i > 0) ++stats_.failovers;
+    auto conn = ConnectionOf(core);
+    if (!conn) {
+      last = conn.error();
+      PassOver(core);
+      continue;
+    }
+    Result<T> r = op(**conn);
+    if (r || !IsConnectionFailure(r.error())) return r;
+    last = r.error().WithContext(fmt::format("core {}", core.member.name));
+    PassOver(core);
+    if (!retry_allowed || (consumed != nullptr && *consumed)) break;  // cannot be sent again
+  }
+  return Err(last);
+}
+
+Result<uint64_t> Cluster::Put(std::string_view key, std::span<const uint8_t> data, uint64_t ttl_ns,
+                              std::string_view metadata) {
+  return Route<uint64_t>(key, [&](Connection& c) { return c.Put(key, data, ttl_ns, metadata); });
+}
+
+Result<uint64_t> Cluster::Put(std::string_view key, const Connection::Source& source, uint64_t size,
+                              uint64_t ttl_ns, std::string_view metadata) {
+  return Route<uint64_t>(
+      key, [&](Connection& c) { return c.Put(key, source, size, ttl_ns, metadata); },
+      /*retry_allowed=*/false);
+}
+
+Result<uint64_t> Cluster::PutFile(std::string_view key, const std::string& path, uint64_t ttl_ns,
+                                  std::string_view metadata) {
+  return Route<uint64_t>(key,
+                         [&](Connection& c) { return c.PutFile(key, path, ttl_ns, metadata); });
+}
+
+Result<Cluster::ObjectMeta> Cluster::Head(std::string_view key) {
+  return Route<ObjectMeta>(key, [&](Connection& c) { return c.Head(key); });
+}
+
+Result<Cluster::ObjectMeta> Cluster::Get(std::string_view key, const Connection::Sink& sink,
+                                         uint64_t offset, uint64_t length, bool follow_fill) {
+  bool delivered = false;
+  Connection::Sink counted = [&](uint64_t off, std::span<const uint8_t> bytes) {
+    delivered = true;
+    return sink(off, bytes);
+  };
+  return Route<ObjectMeta>(
+      key, [&](Connection& c) { return c.Get(key, counted, offset, length, follow_fill); }, true,
+      &delivered);
+}
+
+Result<bool> Cluster::Delete(std::string_view key) {
+  return Route<bool>(key, [&](Connection& c) { return c.Delete(key); });
+}
+
+std::vector<Cluster::MemberInfo> Cluster::members() const {
+  std::vector<MemberInfo> out;
+  for (const cluster::Member& m : directory_->snapshot()->members) {
+    out.push_back({m.name, m.address, m.zone, m.shards, m.capacity});
+  }
+  return out;
+}
+
+std::string Cluster::OwnerOf(std::string_view key) {
+  std::vector<Core*> ranked;
+  Rank(key, ranked);
+  return ranked.empty() ? std::string() : ranked.front()->member.name;
+}
+
+bool Cluster::WaitForMembers(size_t n, std::chrono::milliseconds timeout) const {
+  return directory_->WaitUntil([n](const auto& ms) { return ms.size() == n; }, timeout);
+}
+
+}  // namespace goblin::client
