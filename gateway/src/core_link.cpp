@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "epoll_ctl.h"
+#include "goblin/client/cluster.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
 #include "goblin/wire/goblin_wire.h"
@@ -16,9 +17,17 @@ constexpr std::string_view kLog = "core-link";
 
 }  // namespace
 
+CoreLink::CoreLink(const CoreLinkOptions& o) : options_(o) {}
+
 Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& options, int epoll_fd,
                                                     uint64_t bell_tag, uint64_t socket_tag) {
   std::unique_ptr<CoreLink> l(new CoreLink(options));
+  if (options.target.starts_with("etcd://")) {
+    GOBLIN_ASSIGN_OR_RETURN(client::ClusterTarget t, client::ParseClusterTarget(options.target));
+    cluster::EtcdOptions eo;
+    eo.endpoints = t.endpoints;
+    GOBLIN_ASSIGN_OR_RETURN(l->directory_, cluster::Directory::Open(eo, t.prefix));
+  }
   l->epoll_ = epoll_fd;
   l->bell_tag_ = bell_tag;
   l->socket_tag_ = socket_tag;
@@ -54,9 +63,14 @@ VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
   to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
   to.timeout = timeout;
   const bool ucx = options_.target.starts_with("ucx://");
-  GOBLIN_ASSIGN_OR_RETURN(
-      auto transports,
-      client::ConnectShards(ucx, ucx ? options_.target.substr(6) : options_.target, to));
+  std::vector<std::unique_ptr<client::Transport>> transports;
+  if (directory_) {
+    GOBLIN_ASSIGN_OR_RETURN(transports, ConnectMembers(to));
+  } else {
+    GOBLIN_ASSIGN_OR_RETURN(
+        transports,
+        client::ConnectShards(ucx, ucx ? options_.target.substr(6) : options_.target, to));
+  }
   auto fail = [&](Status s) {
     CloseShards();
     return goblin::Err(std::move(s));
@@ -149,6 +163,54 @@ void CoreLink::CloseShards() {
   up_ = false;
 }
 
+Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers(
+    const client::TransportOptions& to) {
+  auto snap = directory_->snapshot();
+  membership_generation_ = snap->generation;
+  cores_.clear();
+  nodes_.clear();
+  std::vector<std::unique_ptr<client::Transport>> out;
+  const uint64_t now = MonotonicNanos();
+  size_t skipped = 0;
+  for (const cluster::Member& m : snap->members) {  // (sorted by name: shard 0 is the first's)
+    auto po = passed_over_.find(m.name);
+    if (po != passed_over_.end() && po->second.mod_revision == m.mod_revision &&
+        now < po->second.until_ns) {
+      ++skipped;
+      continue;
+    }
+    std::string_view addr = m.address;
+    if (!addr.starts_with("ucx://")) {
+      ++skipped;
+      continue;
+    }
+    auto t = client::ConnectShards(true, std::string(addr.substr(6)), to);
+    if (!t || t->empty() || out.size() + t->size() > UINT16_MAX) {
+      GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name,
+                      m.address,
+                      t ? Status(StatusCode::kResourceExhausted, "no shards") : t.error());
+      passed_over_[m.name] = {m.mod_revision, now + 5'000'000'000ull};
+      ++skipped;
+      continue;
+    }
+    passed_over_.erase(m.name);
+    cores_.push_back({m.name, static_cast<uint16_t>(out.size()), static_cast<uint16_t>(t->size())});
+    nodes_.push_back({cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)});
+    for (auto& tr : *t) out.push_back(std::move(tr));
+  }
+  if (out.empty()) {
+    cores_.clear();
+    nodes_.clear();
+    return goblin::Err(StatusCode::kUnavailable,
+                       "no goblin-core reachable under {} ({} registered)", directory_->prefix(),
+                       snap->members.size());
+  }
+  GOBLIN_LOG_INFO(kLog, "{}: {} core{} ({} shards){}", options_.name, cores_.size(),
+                  cores_.size() == 1 ? "" : "s", out.size(),
+                  skipped == 0 ? std::string() : fmt::format(", {} left out", skipped));
+  return out;
+}
+
 void CoreLink::GoDown(const Status& why) {
   if (!up_) return;
   GOBLIN_LOG_ERROR(kLog, "{}: goblin-core went away ({}); reconnecting", options_.name, why);
@@ -161,6 +223,16 @@ void CoreLink::GoDown(const Status& why) {
 }
 
 void CoreLink::Tick(uint64_t now) {
+  if (up_ && directory_ && directory_->generation() != membership_generation_) {
+    // Cores came or went: connect again to the new set (one atomic load per tick otherwise).
+    GOBLIN_LOG_INFO(kLog, "{}: the cores in etcd changed; connecting to the new set",
+                    options_.name);
+    ++stats_.membership_changes;
+    CloseShards();
+    up_ = false;
+    if (on_down_) on_down_();
+    reconnect_at_ = now;
+  }
   if (up_ || now < reconnect_at_) return;
   if (auto r = Open(std::chrono::seconds(1)); !r) {
     if (stats_.reconnect_failures++ % 20 == 0) {

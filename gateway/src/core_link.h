@@ -13,6 +13,14 @@
 // reconnects with exponential back-off (min_backoff doubling to max_backoff) and runs on_up
 // once the core answers again (with fresh pool mappings). Each connection is an epoch:
 // loans of an older epoch are never released to the new core.
+// Several cores (target etcd://): the link watches the membership (cluster::Directory) and
+// connects to every registered core over UCX; their shards are numbered one after another
+// (cores by name), and ShardFor(key) picks the key's core by weighted rendezvous hashing
+// (goblin/cluster/rendezvous.h, as libgoblin's Cluster does) and its shard in that core.
+// Shard 0 (pub/sub) is the first core's: every gateway of the prefix uses the same one. A
+// core that cannot be reached is left out (passed over for 5 s or until it registers again:
+// its keys go to their next owner); a membership change, or any core going away, takes the
+// link down and up again on the new membership (a new epoch: in-flight requests fail).
 // Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
 #pragma once
 
@@ -22,6 +30,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +38,8 @@
 #include <vector>
 
 #include "goblin/client/transport.h"
+#include "goblin/cluster/directory.h"
+#include "goblin/cluster/rendezvous.h"
 #include "goblin/common/buffer.h"
 #include "goblin/common/function_ref.h"
 #include "goblin/common/mapping.h"
@@ -78,7 +89,13 @@ class CoreLink {
   uint16_t shard_count() const {
     return static_cast<uint16_t>(std::max<size_t>(shards_.size(), 1));
   }
-  uint16_t ShardFor(std::string_view key) const { return ShardOf(key, shard_count()); }
+  uint16_t ShardFor(std::string_view key) const {
+    if (cores_.empty()) return ShardOf(key, shard_count());
+    const CoreSpan& c = cores_[cluster::RendezvousOwner(nodes_, key)];
+    return static_cast<uint16_t>(c.first_shard + ShardOf(key, c.shards));
+  }
+  // Several cores: how many are connected now (0: one core, not etcd).
+  size_t core_count() const { return cores_.size(); }
 
   enum class SendResult { kSent, kQueued, kTooLarge, kBusy, kDown };
   // Encodes with `encode(buf, cap)` (0: does not fit) into a scratch buffer of at most
@@ -133,6 +150,7 @@ class CoreLink {
 
   struct Stats {
     uint64_t connects = 0, disconnects = 0, reconnect_failures = 0, refused_busy = 0;
+    uint64_t membership_changes = 0;  // etcd:// only
   };
   const Stats& stats() const { return stats_; }
 
@@ -143,8 +161,20 @@ class CoreLink {
     size_t queued_bytes = 0;
     std::unique_ptr<Pools> pools;
   };
-  explicit CoreLink(const CoreLinkOptions& o) : options_(o) {}
+  // One connected core of an etcd:// link: its shards are [first_shard, first_shard + shards).
+  struct CoreSpan {
+    std::string name;
+    uint16_t first_shard = 0, shards = 1;
+  };
+  struct PassedOver {
+    int64_t mod_revision = 0;
+    uint64_t until_ns = 0;
+  };
+  explicit CoreLink(const CoreLinkOptions& o);
   VoidResult Open(std::chrono::milliseconds timeout);
+  // etcd://: connects to every registered core that answers (transports in shard order).
+  Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMembers(
+      const client::TransportOptions& to);
   VoidResult WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   VoidResult MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   void CloseShards();  // leaves the epoll set, drops queues, retires mappings
@@ -168,6 +198,12 @@ class CoreLink {
   std::chrono::milliseconds backoff_{0};
   Stats stats_;
   std::function<void()> on_down_, on_up_;
+  // etcd:// only
+  std::unique_ptr<cluster::Directory> directory_;
+  uint64_t membership_generation_ = 0;
+  std::vector<CoreSpan> cores_;
+  std::vector<cluster::RendezvousNode> nodes_;  // cores_'s, same order
+  std::map<std::string, PassedOver> passed_over_;
 };
 
 }  // namespace goblin::gateway

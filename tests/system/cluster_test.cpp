@@ -21,6 +21,7 @@
 #include "goblin/client/connection.h"
 #include "tests/system/core_process.h"
 #include "tests/system/etcd_server.h"
+#include "tests/system/resp_test_client.h"
 
 namespace goblin {
 namespace {
@@ -314,6 +315,126 @@ TEST_F(ClusterTest, TheCliPutsAndGetsThroughEtcd) {
       test::RunCommand({GOBLIN_CLI_BIN, "--target", target_, "ping"}, dir_ + "/cli4.log");
   EXPECT_NE(rc4, 0);
   EXPECT_NE(o4.find("need one core"), std::string::npos) << o4;
+}
+
+// Two gateways in front of three cores, both routing by etcd (--core etcd://): each object
+// is fetched from the origin once whichever gateway is asked (both send its key to the same
+// core), the objects spread over all cores, PUBLISH through one gateway reaches a subscriber
+// on the other, and after a core is killed every object is served again (its keys refilled
+// at their next owner) without a restart of either gateway.
+TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
+  ASSERT_TRUE(fs::exists("/usr/bin/curl") && fs::exists("/usr/bin/python3"));
+  StartCore("core-a");
+  StartCore("core-b");
+  StartCore("core-c");
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  test::Process origin(
+      {"/usr/bin/python3", std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
+       "--port-file", dir_ + "/origin.port", "--log", dir_ + "/access.log"},
+      dir_ + "/origin.log");
+  ASSERT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s));
+  const std::string origin_port = test::ReadAll(dir_ + "/origin.port");
+  std::vector<std::unique_ptr<test::Process>> gateways;
+  std::vector<std::string> ports, resp;
+  for (int g = 0; g < 2; ++g) {
+    resp.push_back(test::SocketPath(fmt::format("cresp{}", g)));
+    gateways.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", target_, "--mirror",
+                                 "http://127.0.0.1:" + origin_port, "--http-port=-1", "--threads",
+                                 "2", "--resp-unix", resp.back()},
+        fmt::format("{}/gateway{}.log", dir_, g)));
+    std::string port;
+    for (int i = 0; i < 500 && port.empty(); ++i) {
+      std::smatch m;
+      std::string log = gateways.back()->Output();
+      static const std::regex re(R"(on 127\.0\.0\.1:(\d+))");
+      if (std::regex_search(log, m, re))
+        port = m[1].str();
+      else
+        std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_FALSE(port.empty()) << gateways.back()->Output();
+    ports.push_back(port);
+  }
+  auto curl = [&](int g, const std::string& path, std::string* headers = nullptr) {
+    std::string body = dir_ + fmt::format("/body{}", g), head = dir_ + fmt::format("/head{}", g);
+    // (One Host for both gateways: the mirror's key is Host + URL, as clients of one site.)
+    auto [rc, out] =
+        test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "20", "-H", "Host: fabric.test",
+                          "-D", head, "-o", body, "http://127.0.0.1:" + ports[g] + path},
+                         dir_ + "/curl.log", 30s);
+    EXPECT_EQ(rc, 0) << out;
+    if (headers != nullptr) *headers = test::ReadAll(head);
+    return test::ReadAll(body);
+  };
+  auto origin_hits = [&](const std::string& path) {
+    std::string log = test::ReadAll(dir_ + "/access.log");
+    size_t n = 0;
+    for (size_t at = 0; (at = log.find(" " + path + " ", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  auto path_of = [](int i) { return fmt::format("/gen/{}/fab-{}", SizeOf(i) + 1, i); };
+  std::vector<std::string> want;
+  for (int i = 0; i < 30; ++i) {
+    std::string h;
+    want.push_back(curl(0, path_of(i), &h));  // through gateway 0: a miss
+    ASSERT_EQ(want.back().size(), SizeOf(i) + 1) << h;
+  }
+  for (int i = 0; i < 30; ++i) {
+    std::string h;
+    EXPECT_TRUE(curl(1, path_of(i), &h) == want[static_cast<size_t>(i)]) << path_of(i);
+    EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << path_of(i) << "\n" << h;
+    EXPECT_EQ(origin_hits(path_of(i)), 1u) << path_of(i);
+  }
+  // Every core holds some of them.
+  for (const auto& name : {"core-a", "core-b", "core-c"}) {
+    auto [rc, out] = test::RunCommand(
+        {GOBLIN_CTL_BIN, "--target", "unix:" + cores_[name]->sock + ".admin", "stats"},
+        dir_ + "/ctl.log");
+    ASSERT_EQ(rc, 0) << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\nobjects\s+(\d+))"))) << out;
+    EXPECT_GE(std::stoi(m[1].str()), 3) << name << "\n" << out;
+  }
+  // Pub/sub: one gateway's PUBLISH reaches the other's subscriber.
+  {
+    test::Conn sub(resp[1]), pub(resp[0]);
+    ASSERT_TRUE(sub.ok() && pub.ok());
+    auto next = [](test::Conn& k) {
+      test::Value got;
+      k.ReadUntil([&](const test::Value& v) {
+        got = v;
+        return true;
+      });
+      return got;
+    };
+    sub.Send(test::Encode({"SUBSCRIBE", "fab"}));
+    EXPECT_EQ(next(sub).items.size(), 3u);
+    pub.Send(test::Encode({"PUBLISH", "fab", "across"}));
+    EXPECT_EQ(next(pub).str, "1");
+    auto msg = next(sub);
+    ASSERT_EQ(msg.items.size(), 3u) << msg.Dump();
+    EXPECT_EQ(msg.items[2].str, "across");
+  }
+  // core-c dies: once etcd drops it, every object is served again by both gateways (core-c's
+  // keys fetched once more from the origin), with no restart of the gateways.
+  cores_["core-c"]->proc.Signal(SIGKILL);
+  cores_["core-c"]->proc.Wait(5s);
+  ASSERT_TRUE(c->WaitForMembers(2, 8s));
+  for (int g = 0; g < 2; ++g) {
+    for (int i = 0; i < 30; ++i) {
+      std::string got;
+      for (int attempt = 0; attempt < 50; ++attempt) {  // the gateway follows within a tick
+        std::string h;
+        got = curl(g, path_of(i), &h);
+        if (h.find(" 200 ") != std::string::npos) break;
+        std::this_thread::sleep_for(100ms);
+      }
+      EXPECT_TRUE(got == want[static_cast<size_t>(i)]) << g << " " << path_of(i);
+    }
+  }
+  for (int i = 0; i < 30; ++i) EXPECT_LE(origin_hits(path_of(i)), 2u) << path_of(i);
 }
 
 }  // namespace
