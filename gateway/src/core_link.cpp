@@ -54,14 +54,19 @@ VoidResult CoreLink::WatchShard(Shard& sh, uint16_t index, std::chrono::millisec
   return {};
 }
 
-VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
-  // Every shard's transport (shard 0's Welcome says how many), then each one watched.
-  shards_.clear();
+client::TransportOptions CoreLink::TransportOptionsFor(std::chrono::milliseconds timeout) const {
   client::TransportOptions to;
   to.name = options_.name;
   to.ring_bytes = options_.ring_bytes;
   to.peer_kind = static_cast<uint8_t>(wire::PeerKind::kGateway);
   to.timeout = timeout;
+  return to;
+}
+
+VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
+  // Every shard's transport (shard 0's Welcome says how many), then each one watched.
+  shards_.clear();
+  const client::TransportOptions to = TransportOptionsFor(timeout);
   const bool ucx = options_.target.starts_with("ucx://");
   std::vector<std::unique_ptr<client::Transport>> transports;
   if (directory_) {
@@ -85,6 +90,7 @@ VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
     }
   }
   max_message_ = shards_[0].client->max_message();
+  for (const Shard& sh : shards_) max_message_ = std::min(max_message_, sh.client->max_message());
   if (encode_buf_.size() < max_message_) encode_buf_ = ByteBuffer(max_message_);
   ++epoch_;
   for (Shard& sh : shards_) {
@@ -163,6 +169,28 @@ void CoreLink::CloseShards() {
   up_ = false;
 }
 
+Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMember(
+    const cluster::Member& m, const client::TransportOptions& to, uint64_t now) {
+  auto po = passed_over_.find(m.name);
+  if (po != passed_over_.end() && po->second.mod_revision == m.mod_revision &&
+      now < po->second.until_ns) {
+    return goblin::Err(StatusCode::kUnavailable, "passed over");
+  }
+  if (!m.address.starts_with("ucx://")) {
+    return goblin::Err(StatusCode::kInvalidArgument, "address {} is not ucx://", m.address);
+  }
+  auto t = client::ConnectShards(true, m.address.substr(6), to);
+  if (!t || t->empty() || shards_.size() + t->size() > UINT16_MAX) {
+    Status why = t ? Status(StatusCode::kResourceExhausted, "no shards, or too many") : t.error();
+    GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name, m.address,
+                    why);
+    passed_over_[m.name] = {m.mod_revision, now + 5'000'000'000ull};
+    return goblin::Err(std::move(why));
+  }
+  passed_over_.erase(m.name);
+  return t;
+}
+
 Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers(
     const client::TransportOptions& to) {
   auto snap = directory_->snapshot();
@@ -173,28 +201,13 @@ Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers
   const uint64_t now = MonotonicNanos();
   size_t skipped = 0;
   for (const cluster::Member& m : snap->members) {  // (sorted by name: shard 0 is the first's)
-    auto po = passed_over_.find(m.name);
-    if (po != passed_over_.end() && po->second.mod_revision == m.mod_revision &&
-        now < po->second.until_ns) {
+    auto t = ConnectMember(m, to, now);
+    if (!t || out.size() + t->size() > UINT16_MAX) {
       ++skipped;
       continue;
     }
-    std::string_view addr = m.address;
-    if (!addr.starts_with("ucx://")) {
-      ++skipped;
-      continue;
-    }
-    auto t = client::ConnectShards(true, std::string(addr.substr(6)), to);
-    if (!t || t->empty() || out.size() + t->size() > UINT16_MAX) {
-      GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name,
-                      m.address,
-                      t ? Status(StatusCode::kResourceExhausted, "no shards") : t.error());
-      passed_over_[m.name] = {m.mod_revision, now + 5'000'000'000ull};
-      ++skipped;
-      continue;
-    }
-    passed_over_.erase(m.name);
-    cores_.push_back({m.name, static_cast<uint16_t>(out.size()), static_cast<uint16_t>(t->size())});
+    cores_.push_back({m.name, m.mod_revision, static_cast<uint16_t>(out.size()),
+                      static_cast<uint16_t>(t->size())});
     nodes_.push_back({cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)});
     for (auto& tr : *t) out.push_back(std::move(tr));
   }
@@ -211,6 +224,52 @@ Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers
   return out;
 }
 
+bool CoreLink::AddJoinedCores(uint64_t now) {
+  auto snap = directory_->snapshot();
+  // Only joins are taken in place: a core that left or registered again (a restart: its
+  // transports are dead) needs the link rebuilt, and so does a newcomer whose name sorts
+  // first (it would be the pub/sub core of gateways that connect from now on).
+  for (const CoreSpan& c : cores_) {
+    auto it = std::find_if(snap->members.begin(), snap->members.end(),
+                           [&](const cluster::Member& m) { return m.name == c.name; });
+    if (it == snap->members.end() || it->mod_revision != c.mod_revision) return false;
+  }
+  std::vector<const cluster::Member*> fresh;
+  for (const cluster::Member& m : snap->members) {
+    bool known = std::any_of(cores_.begin(), cores_.end(),
+                             [&](const CoreSpan& c) { return c.name == m.name; });
+    if (known) continue;
+    if (cores_.empty() || m.name < cores_.front().name) return false;
+    fresh.push_back(&m);
+  }
+  membership_generation_ = snap->generation;
+  const client::TransportOptions to = TransportOptionsFor(std::chrono::seconds(1));
+  for (const cluster::Member* m : fresh) {
+    auto t = ConnectMember(*m, to, now);
+    if (!t) continue;
+    const auto first = static_cast<uint16_t>(shards_.size());
+    bool watched = true;
+    for (auto& tr : *t) {
+      shards_.emplace_back();
+      shards_.back().client = std::move(tr);
+      if (auto r = WatchShard(shards_.back(), static_cast<uint16_t>(shards_.size() - 1),
+                              std::chrono::seconds(1));
+          !r) {
+        GOBLIN_LOG_WARN(kLog, "{}: core {}: {}", options_.name, m->name, r.error());
+        watched = false;
+      }
+      max_message_ = std::min(max_message_, shards_.back().client->max_message());
+    }
+    if (!watched) return false;  // (the caller rebuilds the link)
+    cores_.push_back(
+        {m->name, m->mod_revision, first, static_cast<uint16_t>(shards_.size() - first)});
+    nodes_.push_back({cluster::RendezvousSeed(m->name), cluster::MemberWeight(*m)});
+    GOBLIN_LOG_INFO(kLog, "{}: core {} joined ({} shards); {} cores", options_.name, m->name,
+                    shards_.size() - first, cores_.size());
+  }
+  return true;
+}
+
 void CoreLink::GoDown(const Status& why) {
   if (!up_) return;
   GOBLIN_LOG_ERROR(kLog, "{}: goblin-core went away ({}); reconnecting", options_.name, why);
@@ -224,10 +283,12 @@ void CoreLink::GoDown(const Status& why) {
 
 void CoreLink::Tick(uint64_t now) {
   if (up_ && directory_ && directory_->generation() != membership_generation_) {
-    // Cores came or went: connect again to the new set (one atomic load per tick otherwise).
+    // Cores came or went (one atomic load per tick otherwise). Joins are added in place;
+    // anything else: connect again to the new set.
+    ++stats_.membership_changes;
+    if (AddJoinedCores(now)) return;
     GOBLIN_LOG_INFO(kLog, "{}: the cores in etcd changed; connecting to the new set",
                     options_.name);
-    ++stats_.membership_changes;
     CloseShards();
     up_ = false;
     if (on_down_) on_down_();

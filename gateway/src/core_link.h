@@ -19,8 +19,10 @@
 // (goblin/cluster/rendezvous.h, as libgoblin's Cluster does) and its shard in that core.
 // Shard 0 (pub/sub) is the first core's: every gateway of the prefix uses the same one. A
 // core that cannot be reached is left out (passed over for 5 s or until it registers again:
-// its keys go to their next owner); a membership change, or any core going away, takes the
-// link down and up again on the new membership (a new epoch: in-flight requests fail).
+// its keys go to their next owner). A core that joins is added in place (its shards are
+// appended: requests in flight go on; the keys it now owns are misses there); a core that
+// leaves or registers again, or any core's link failing, takes the link down and up on the
+// new membership (a new epoch: requests in flight fail as at a core restart).
 // Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
 #pragma once
 
@@ -164,6 +166,7 @@ class CoreLink {
   // One connected core of an etcd:// link: its shards are [first_shard, first_shard + shards).
   struct CoreSpan {
     std::string name;
+    int64_t mod_revision = 0;  // of its etcd record: another one means it registered again
     uint16_t first_shard = 0, shards = 1;
   };
   struct PassedOver {
@@ -172,9 +175,16 @@ class CoreLink {
   };
   explicit CoreLink(const CoreLinkOptions& o);
   VoidResult Open(std::chrono::milliseconds timeout);
+  client::TransportOptions TransportOptionsFor(std::chrono::milliseconds timeout) const;
   // etcd://: connects to every registered core that answers (transports in shard order).
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMembers(
       const client::TransportOptions& to);
+  // One core's transports; a core that fails is passed over for 5 s.
+  Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMember(
+      const cluster::Member& m, const client::TransportOptions& to, uint64_t now);
+  // A membership change that only adds cores (sorting after the first): their shards are
+  // appended and watched, the link stays up. False: the link must be rebuilt.
+  bool AddJoinedCores(uint64_t now);
   VoidResult WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   VoidResult MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   void CloseShards();  // leaves the epoll set, drops queues, retires mappings

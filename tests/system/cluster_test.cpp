@@ -435,6 +435,39 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
     }
   }
   for (int i = 0; i < 30; ++i) EXPECT_LE(origin_hits(path_of(i)), 2u) << path_of(i);
+
+  // core-d joins while a response is streaming: the gateways add it in place (the response
+  // completes whole), and every object is served after, those core-d now owns from it.
+  const std::string big = "/gen/20000000/fab-big?pace=4";
+  std::vector<std::string> big_curl{"/usr/bin/curl",
+                                    "-s",
+                                    "--max-time",
+                                    "30",
+                                    "-H",
+                                    "Host: fabric.test",
+                                    "-o",
+                                    dir_ + "/big.out",
+                                    "-w",
+                                    "%{http_code}",
+                                    "http://127.0.0.1:" + ports[0] + big};
+  test::Process streaming(big_curl, dir_ + "/big.log");
+  std::this_thread::sleep_for(300ms);
+  StartCore("core-d");
+  ASSERT_TRUE(c->WaitForMembers(3, 10s));
+  EXPECT_EQ(streaming.Wait(40s), 0);
+  EXPECT_EQ(streaming.Output(), "200");
+  std::string got_big = test::ReadAll(dir_ + "/big.out");
+  EXPECT_EQ(got_big.size(), 20000000u);
+  for (int g = 0; g < 2; ++g) {
+    for (int i = 0; i < 30; ++i) {
+      std::string h;
+      EXPECT_TRUE(curl(g, path_of(i), &h) == want[static_cast<size_t>(i)]) << g << path_of(i);
+      EXPECT_NE(h.find(" 200 "), std::string::npos) << h;
+    }
+    EXPECT_NE(gateways[g]->Output().find("core core-d joined"), std::string::npos)
+        << gateways[g]->Output();
+  }
+  for (int i = 0; i < 30; ++i) EXPECT_LE(origin_hits(path_of(i)), 3u) << path_of(i);
 }
 
 }  // namespace

@@ -22,26 +22,35 @@ namespace goblin::test {
 
 inline constexpr char kEtcdBin[] = "/usr/bin/etcd";
 
-// A loopback TCP port nobody listens on right now.
-inline uint16_t FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+// `n` consecutive loopback TCP ports nobody listens on, below the kernel's ephemeral range
+// (32768 and up by default), so no outgoing connection takes one before the test binds it
+// (a core's --rdma-listen HOST:PORT puts shard i on PORT + i). 0 if none found.
+inline uint16_t FreeLoopbackPortRange(int n) {
+  static uint32_t seed = static_cast<uint32_t>(getpid()) * 2654435761u;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    seed = seed * 1664525u + 1013904223u;
+    const uint16_t base = static_cast<uint16_t>(20000 + (seed >> 8) % 12000);
+    bool all = true;
+    for (int i = 0; i < n && all; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(base + i));
+      all = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      close(fd);
+    }
+    if (all) return base;
   }
-  close(fd);
-  return port;
+  return 0;
 }
 
 class EtcdServer {
  public:
   explicit EtcdServer(std::string dir)
-      : dir_(std::move(dir)), client_port_(FreeLoopbackPort()), peer_port_(FreeLoopbackPort()) {
+      : dir_(std::move(dir)),
+        client_port_(FreeLoopbackPortRange(2)),
+        peer_port_(static_cast<uint16_t>(client_port_ + 1)) {
     std::filesystem::create_directories(dir_);
   }
   ~EtcdServer() { Kill(); }

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "tests/system/etcd_server.h"  // FreeLoopbackPort
+#include "tests/system/etcd_server.h"  // FreeLoopbackPortRange
 #include "tests/system/mirror_harness.h"
 #include "tests/system/resp_test_client.h"
 
@@ -28,7 +28,8 @@ class GatewayOverUcx : public testing::TestWithParam<NetMode>, public test::Mirr
   void SetUp() override {
     ASSERT_TRUE(test::HaveCurlAndPython());
     // A fixed port (shard i listens on port + i), so a restarted core is found again.
-    ucx_port_ = test::FreeLoopbackPort();
+    ucx_port_ = test::FreeLoopbackPortRange(2);
+    ASSERT_NE(ucx_port_, 0);
     core_env_ = gateway_env_ = kUcxEnv;
     core_target_ = fmt::format("ucx://127.0.0.1:{}", ucx_port_);
     ASSERT_TRUE(StartCoreAndOrigin(
@@ -114,7 +115,8 @@ class FrontsOverUcx : public testing::Test, public test::MirrorHarness {
   void SetUp() override {
     ASSERT_TRUE(test::HaveCurlAndPython());
     core_env_ = gateway_env_ = kUcxEnv;
-    uint16_t port = test::FreeLoopbackPort();
+    uint16_t port = test::FreeLoopbackPortRange(2);
+    ASSERT_NE(port, 0);
     core_target_ = fmt::format("ucx://127.0.0.1:{}", port);
     ASSERT_TRUE(StartCoreAndOrigin(
         "ucx-fronts", {"--cores", "2", "--rdma-listen", fmt::format("127.0.0.1:{}", port)}));
