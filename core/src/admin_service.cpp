@@ -603,6 +603,13 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
   });
   if (!st.ok()) return st;
   m["shards"] = ctx_.shards.size();
+  {
+    std::lock_guard lock(membership_mu_);
+    if (membership_.registered) {  // --etcd: in the membership now, and how often it joined
+      m["etcd_registered"] = membership_.registered() ? 1 : 0;
+      m["etcd_registrations"] = membership_.registrations();
+    }
+  }
   if (const PreloadProgress* p = ctx_.preload) {  // --source: how far the preload is
     m["preload_files_total"] = p->files_total;
     m["preload_bytes_total"] = p->bytes_total;

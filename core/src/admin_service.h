@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,9 +53,21 @@ struct CoreAdminContext {
   const PreloadProgress* preload = nullptr;   // --source (null: none)
 };
 
+// The etcd membership's state as stats read it (goblin-core --etcd; set once registered).
+struct MembershipView {
+  std::function<bool()> registered;
+  std::function<uint64_t()> registrations;
+};
+
 class CoreAdmin final : public goblin::admin::v1::Admin::Service {
  public:
   explicit CoreAdmin(CoreAdminContext ctx) : ctx_(std::move(ctx)) {}
+  // --etcd: the registration, which outlives the admin server (set before clients can see
+  // the core in etcd; read by stats from gRPC threads).
+  void SetMembership(MembershipView view) {
+    std::lock_guard lock(membership_mu_);
+    membership_ = std::move(view);
+  }
   using Ctx = grpc::ServerContext;
   grpc::Status GetPool(Ctx*, const admin::v1::GetPoolRequest*, admin::v1::PoolInfo*) override;
   grpc::Status GetNuma(Ctx*, const admin::v1::GetNumaRequest*, admin::v1::NumaInfo*) override;
@@ -87,6 +101,8 @@ class CoreAdmin final : public goblin::admin::v1::Admin::Service {
   grpc::Status NeedStore() const;
   const CoreAdminShard& ShardFor(std::string_view key) const;
   CoreAdminContext ctx_;
+  std::mutex membership_mu_;
+  MembershipView membership_;
 };
 
 }  // namespace goblin::core

@@ -40,7 +40,8 @@ const std::set<std::string, std::less<>> kGauges = {"objects",
                                                     "preload_files_skipped",
                                                     "preload_errors",
                                                     "preload_listed",
-                                                    "preload_finished"};
+                                                    "preload_finished",
+                                                    "etcd_registered"};
 
 struct Family {
   bool gauge = false;

@@ -733,7 +733,7 @@ int main(int argc, char** argv) {
   }
 #endif
   // Membership last: routers that find the core in etcd find it serving.
-  std::unique_ptr<cluster::Registration> registration;
+  std::shared_ptr<cluster::Registration> registration;  // (shared with the admin stats)
 #if GOBLIN_HAVE_UCX
   if (!etcd_options.endpoints.empty()) {
     auto member = MemberRecord(rdma_listen, advertise, shards.front()->ucx()->port());
@@ -763,6 +763,10 @@ int main(int argc, char** argv) {
     auto r = cluster::Registration::Start(ro);
     if (!r) return Fail(r.error().WithContext("--etcd"));
     registration = std::move(*r);
+    if (admin_service) {
+      admin_service->SetMembership({[reg = registration] { return reg->registered(); },
+                                    [reg = registration] { return reg->registrations(); }});
+    }
   }
 #endif
   GOBLIN_LOG_INFO(kLog, "topology: {}; loop CPUs: {}", topo->Describe(),
@@ -797,7 +801,7 @@ int main(int argc, char** argv) {
   }
   quit.store(true);
   watcher.join();
-  registration.reset();
+  if (registration) registration->Stop();
   metrics.reset();  // (its scrapes read the shards' loops)
   if (admin_server) admin_server->Shutdown(std::chrono::seconds(1));
   for (auto& sh : shards) sh->CloseStore();

@@ -396,6 +396,8 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\nobjects\s+(\d+))"))) << out;
     EXPECT_GE(std::stoi(m[1].str()), 3) << name << "\n" << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(R"(\netcd_registered\s+1\n)"))) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(R"(\netcd_registrations\s+1\n)"))) << out;
   }
   // Pub/sub: one gateway's PUBLISH reaches the other's subscriber.
   {
