@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "goblin/cluster/directory.h"
 #include "goblin/cluster/etcd_client.h"
@@ -191,6 +192,60 @@ Result<Cluster::ObjectMeta> Cluster::Get(std::string_view key, const Connection:
 
 Result<bool> Cluster::Delete(std::string_view key) {
   return Route<bool>(key, [&](Connection& c) { return c.Delete(key); });
+}
+
+Result<Cluster::Core*> Cluster::PubsubCore() {
+  Refresh();
+  if (cores_.empty()) {
+    return Err(StatusCode::kUnavailable, "no goblin-core is registered under {}",
+               directory_->prefix());
+  }
+  Core& core = *cores_.front();  // (sorted by name, as the directory lists them)
+  GOBLIN_RETURN_IF_ERROR(ConnectionOf(core));
+  return &core;
+}
+
+Result<uint64_t> Cluster::Publish(std::string_view channel, std::string_view payload,
+                                  bool sharded) {
+  GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
+  auto r = core->conn->Publish(channel, payload, sharded);
+  if (!r && IsConnectionFailure(r.error())) PassOver(*core);
+  return r;
+}
+
+Result<std::vector<Connection::Confirmation>> Cluster::Subscribe(Connection::SubKind kind,
+                                                                 std::span<const std::string> names,
+                                                                 bool unsubscribe) {
+  GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
+  const std::string here = fmt::format("{}@{}", core->member.name, core->member.mod_revision);
+  if (!subscribed_at_.empty() && subscribed_at_ != here) {
+    return Err(StatusCode::kUnavailable,
+               "the pub/sub core changed from {} to {}: NextMessage first, then subscribe again",
+               subscribed_at_, here);
+  }
+  auto r = core->conn->Subscribe(kind, names, unsubscribe);
+  if (r) {
+    subscribed_at_ = here;
+  } else if (IsConnectionFailure(r.error())) {
+    PassOver(*core);
+  }
+  return r;
+}
+
+Result<std::optional<Connection::Message>> Cluster::NextMessage(std::chrono::nanoseconds timeout) {
+  GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
+  const std::string here = fmt::format("{}@{}", core->member.name, core->member.mod_revision);
+  if (!subscribed_at_.empty() && subscribed_at_ != here) {
+    std::string was = std::exchange(subscribed_at_, std::string());
+    return Err(StatusCode::kUnavailable, "the pub/sub core changed from {} to {}: subscribe again",
+               was, here);
+  }
+  auto r = core->conn->NextMessage(timeout);
+  if (!r && IsConnectionFailure(r.error())) {
+    PassOver(*core);
+    subscribed_at_.clear();
+  }
+  return r;
 }
 
 std::vector<Cluster::MemberInfo> Cluster::members() const {

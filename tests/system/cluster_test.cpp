@@ -314,7 +314,22 @@ TEST_F(ClusterTest, TheCliPutsAndGetsThroughEtcd) {
   auto [rc4, o4] =
       test::RunCommand({GOBLIN_CLI_BIN, "--target", target_, "ping"}, dir_ + "/cli4.log");
   EXPECT_NE(rc4, 0);
-  EXPECT_NE(o4.find("need one core"), std::string::npos) << o4;
+  EXPECT_NE(o4.find("ping needs one core"), std::string::npos) << o4;
+  // pub/sub over etcd://: both ends on the prefix's pub/sub core.
+  test::Process sub({GOBLIN_CLI_BIN, "--target", target_, "sub", "-c", "1", "cli-ch"},
+                    dir_ + "/sub.log");
+  std::string pub_out;
+  for (int i = 0; i < 100; ++i) {  // until the subscriber is there (bounded)
+    auto [rc5, o5] = test::RunCommand({GOBLIN_CLI_BIN, "--target", target_, "pub", "cli-ch", "hi"},
+                                      dir_ + "/cli5.log");
+    ASSERT_EQ(rc5, 0) << o5;
+    pub_out = o5;
+    if (o5 == "1\n") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(pub_out, "1\n");
+  EXPECT_EQ(sub.Wait(10s), 0) << sub.Output();
+  EXPECT_NE(sub.Output().find("cli-ch: hi"), std::string::npos) << sub.Output();
 }
 
 // Two gateways in front of three cores, both routing by etcd (--core etcd://): each object
@@ -418,6 +433,14 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
     auto msg = next(sub);
     ASSERT_EQ(msg.items.size(), 3u) << msg.Dump();
     EXPECT_EQ(msg.items[2].str, "across");
+    // A native client over etcd:// subscribes where the gateways publish.
+    std::vector<std::string> chans{"fab"};
+    ASSERT_TRUE(c->Subscribe(Connection::SubKind::kChannel, chans));
+    pub.Send(test::Encode({"PUBLISH", "fab", "to-native"}));
+    EXPECT_EQ(next(pub).str, "2");
+    auto m2 = c->NextMessage(5s);
+    ASSERT_TRUE(m2 && m2->has_value());
+    EXPECT_EQ((*m2)->payload, "to-native");
   }
   // core-c dies: once etcd drops it, every object is served again by both gateways (core-c's
   // keys fetched once more from the origin), with no restart of the gateways.

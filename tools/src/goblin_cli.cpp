@@ -141,9 +141,8 @@ int main(int argc, char** argv) {
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
   const bool fabric = target.starts_with("etcd://");
-  if (fabric && (ping->parsed() || pub->parsed() || sub->parsed())) {
-    std::fprintf(stderr, "goblin: ping, pub and sub need one core (unix: or ucx://), not %s\n",
-                 target.c_str());
+  if (fabric && ping->parsed()) {
+    std::fprintf(stderr, "goblin: ping needs one core (unix: or ucx://), not %s\n", target.c_str());
     return 1;
   }
   if (!fabric && members->parsed()) {
@@ -292,7 +291,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (pub->parsed()) {
-    auto n = conn->Publish(channel, message);
+    auto n = objects([&](auto& c) { return c.Publish(channel, message); });
     if (!n) return Fail(fmt::format("pub {}", channel).c_str(), n.error());
     std::printf("%llu\n", static_cast<unsigned long long>(*n));
     return 0;
@@ -300,14 +299,14 @@ int main(int argc, char** argv) {
   if (sub->parsed()) {
     auto kind =
         pattern ? client::Connection::SubKind::kPattern : client::Connection::SubKind::kChannel;
-    auto ok = conn->Subscribe(kind, channels);
+    auto ok = objects([&](auto& c) { return c.Subscribe(kind, channels); });
     if (!ok) return Fail("sub", ok.error());
     std::fprintf(stderr, "goblin: subscribed to %zu %s; waiting\n", channels.size(),
                  pattern ? "pattern(s)" : "channel(s)");
     auto signals = ShutdownSignal::Install();
     for (int got = 0; sub_count == 0 || got < sub_count;) {
       if (signals && (*signals)->Wait(std::chrono::milliseconds(0))) break;
-      auto m = conn->NextMessage(std::chrono::milliseconds(200));
+      auto m = objects([&](auto& c) { return c.NextMessage(std::chrono::milliseconds(200)); });
       if (!m) return Fail("sub", m.error());
       if (!*m) continue;
       if (pattern) {

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,17 @@ class Cluster {
                          uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
 
+  // ---- Pub/sub: one core carries it for the whole prefix, the first live member by name
+  // (as goblin-gateway --core etcd:// does), so PUBLISH here reaches subscribers of every
+  // gateway and client of the prefix. When that core changes (it left, or one sorting
+  // before it joined) NextMessage says kUnavailable once: subscribe again.
+  Result<uint64_t> Publish(std::string_view channel, std::string_view payload,
+                           bool sharded = false);
+  Result<std::vector<Connection::Confirmation>> Subscribe(Connection::SubKind kind,
+                                                          std::span<const std::string> names,
+                                                          bool unsubscribe = false);
+  Result<std::optional<Connection::Message>> NextMessage(std::chrono::nanoseconds timeout);
+
   // The live members (sorted by name) and the one that owns `key` now (empty: none).
   struct MemberInfo {
     std::string name, address, zone;
@@ -92,11 +104,14 @@ class Cluster {
   template <typename T, typename F>
   Result<T> Route(std::string_view key, F&& op, bool retry_allowed = true,
                   const bool* consumed = nullptr);
+  // The pub/sub core (the first member by name) and its connection.
+  Result<Core*> PubsubCore();
 
   ConnectOptions options_;
   std::unique_ptr<cluster::Directory> directory_;
   uint64_t generation_ = 0;
   std::vector<std::unique_ptr<Core>> cores_;
+  std::string subscribed_at_;  // the pub/sub core this client's subscriptions are on (name@rev)
   Stats stats_;
 };
 
