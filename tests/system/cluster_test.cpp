@@ -495,5 +495,151 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
   for (int i = 0; i < 30; ++i) EXPECT_LE(origin_hits(path_of(i)), 3u) << path_of(i);
 }
 
+// A core cut off by the network behaves like a dead one: core-p runs in a network namespace
+// of its own behind a veth pair; the link goes down; its lease expires (it cannot reach
+// etcd), the router drops it and its keys are misses at their next owner, while a request
+// that meets the dead link fails over instead of erring; when the link comes back the core
+// registers again by itself and its keys are served from it again (its objects kept).
+class ClusterPartition : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (getuid() != 0) GTEST_SKIP() << "needs root (network namespaces)";
+    ASSERT_TRUE(test::EtcdServer::Installed());
+    const int id = getpid() % 200 + 20;
+    ns_ = fmt::format("gbpart{}", getpid());
+    host_if_ = fmt::format("gbph{}", getpid() % 100000);
+    host_ip_ = fmt::format("10.77.{}.1", id);
+    ns_ip_ = fmt::format("10.77.{}.2", id);
+    ASSERT_EQ(Ip({"netns", "add", ns_}), 0);
+    made_ns_ = true;
+    ASSERT_EQ(Ip({"link", "add", host_if_, "type", "veth", "peer", "name", "gbpn", "netns", ns_}),
+              0);
+    ASSERT_EQ(Ip({"addr", "add", host_ip_ + "/24", "dev", host_if_}), 0);
+    ASSERT_EQ(Ip({"link", "set", host_if_, "up"}), 0);
+    ASSERT_EQ(Ip({"-n", ns_, "addr", "add", ns_ip_ + "/24", "dev", "gbpn"}), 0);
+    ASSERT_EQ(Ip({"-n", ns_, "link", "set", "gbpn", "up"}), 0);
+    ASSERT_EQ(Ip({"-n", ns_, "link", "set", "lo", "up"}), 0);
+    // UCX over every interface here (loopback and the veth), tcp only.
+    unsetenv("UCX_NET_DEVICES");
+    dir_ = fmt::format("{}/cluster-part-{}", test::TmpDir(), getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    etcd_ = std::make_unique<test::EtcdServer>(dir_ + "/etcd");
+    etcd_->AlsoListenOn(host_ip_);
+    std::string log;
+    ASSERT_TRUE(etcd_->Start(&log)) << log;
+    target_ = fmt::format("etcd://127.0.0.1:{}/gp", etcd_->client_port());
+  }
+  void TearDown() override {
+    procs_.clear();
+    etcd_.reset();
+    if (made_ns_) {
+      Ip({"link", "del", host_if_});
+      Ip({"netns", "del", ns_});
+    }
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    fs::remove_all(dir_);
+  }
+  int Ip(std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/sbin/ip");
+    return test::RunCommand(args, dir_.empty() ? "/dev/null" : dir_ + "/ip.log", 10s).first;
+  }
+  // A core (in the namespace when `in_ns`); its ring socket shows it is up.
+  void StartCore(const std::string& name, bool in_ns) {
+    std::string tier = dir_ + "/" + name, sock = test::SocketPath("p" + name);
+    auto [rc, out] = test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".prep.log");
+    ASSERT_EQ(rc, 0) << out;
+    std::vector<std::string> argv;
+    if (in_ns) argv = {"/usr/sbin/ip", "netns", "exec", ns_};
+    std::vector<std::string> core{
+        GOBLIN_CORE_BIN,
+        "--listen-unix",
+        sock,
+        "--memory",
+        "16M",
+        "--block",
+        "64K",
+        "--ram-head",
+        "64K",
+        "--cores",
+        "1",
+        "--ssd-dir",
+        tier,
+        "--extent-size",
+        "1M",
+        "--tier-file-size",
+        "64M",
+        "--rdma-listen",
+        (in_ns ? ns_ip_ : "127.0.0.1") + ":0",
+        "--etcd",
+        fmt::format("http://{}:{}", in_ns ? host_ip_ : "127.0.0.1", etcd_->client_port()),
+        "--etcd-prefix",
+        "/gp",
+        "--etcd-ttl",
+        "2s",
+        "--member-name",
+        name};
+    argv.insert(argv.end(), core.begin(), core.end());
+    procs_.push_back(std::make_unique<test::Process>(argv, dir_ + "/" + name + ".log"));
+    ASSERT_TRUE(test::WaitForPath(sock, 10s)) << procs_.back()->Output();
+  }
+
+  std::string ns_, host_if_, host_ip_, ns_ip_, dir_, target_;
+  bool made_ns_ = false;
+  std::unique_ptr<test::EtcdServer> etcd_;
+  std::vector<std::unique_ptr<test::Process>> procs_;
+};
+
+TEST_F(ClusterPartition, ACoreCutOffByTheNetworkLeavesLikeADeadOneAndComesBackByItself) {
+  StartCore("core-a", false);
+  StartCore("core-b", false);
+  StartCore("core-p", true);
+  auto c = Cluster::Open(target_, {.name = "partition-test", .timeout = 3s});
+  ASSERT_TRUE(c) << c.error().ToString();
+  ASSERT_TRUE((*c)->WaitForMembers(3, 10s));
+  std::vector<std::string> keys, of_p;
+  for (int i = 0; i < 40; ++i) {
+    std::string k = fmt::format("part/{}", i);
+    auto g = (*c)->Put(k, Bytes(k, 2000));
+    ASSERT_TRUE(g) << k << ": " << g.error().ToString();
+    keys.push_back(k);
+    if ((*c)->OwnerOf(k) == "core-p") of_p.push_back(k);
+  }
+  ASSERT_FALSE(of_p.empty());
+  auto h = (*c)->Head(of_p[0]);  // across the veth
+  ASSERT_TRUE(h && h->found);
+
+  ASSERT_EQ(Ip({"link", "set", host_if_, "down"}), 0);  // the partition
+  // A request that meets the dead link: a miss at the next owner, not an error (its timeout,
+  // then the failover; or etcd has dropped core-p already).
+  auto during = (*c)->Head(of_p[0]);
+  ASSERT_TRUE(during) << during.error().ToString();
+  EXPECT_FALSE(during->found);
+  // core-p cannot renew its 2 s lease: etcd drops it.
+  ASSERT_TRUE((*c)->WaitForMembers(2, 10s));
+  for (const auto& k : keys) {
+    auto r = (*c)->Head(k);
+    ASSERT_TRUE(r) << k << ": " << r.error().ToString();
+    const bool moved = std::find(of_p.begin(), of_p.end(), k) != of_p.end();
+    EXPECT_EQ(r->found, !moved) << k;
+  }
+
+  ASSERT_EQ(Ip({"link", "set", host_if_, "up"}), 0);  // healed: core-p registers again
+  ASSERT_TRUE((*c)->WaitForMembers(3, 15s)) << procs_.back()->Output();
+  EXPECT_NE(procs_.back()->Output().find("registered again"), std::string::npos)
+      << procs_.back()->Output();
+  for (const auto& k : of_p) {
+    EXPECT_EQ((*c)->OwnerOf(k), "core-p");
+    std::vector<uint8_t> got;
+    auto r = (*c)->Get(k, [&](uint64_t, std::span<const uint8_t> b) -> VoidResult {
+      got.insert(got.end(), b.begin(), b.end());
+      return {};
+    });
+    ASSERT_TRUE(r) << k << ": " << r.error().ToString();
+    EXPECT_TRUE(r->found) << k;
+    EXPECT_TRUE(got == Bytes(k, 2000)) << k;
+  }
+}
+
 }  // namespace
 }  // namespace goblin

@@ -68,11 +68,14 @@ class EtcdServer {
   bool Start(std::string* log = nullptr) {
     std::string peer = fmt::format("http://127.0.0.1:{}", peer_port_);
     proc_ = std::make_unique<Process>(
-        std::vector<std::string>{kEtcdBin, "--name", "t", "--data-dir", dir_ + "/data",
-                                 "--listen-client-urls", endpoint(), "--advertise-client-urls",
-                                 endpoint(), "--listen-peer-urls", peer,
-                                 "--initial-advertise-peer-urls", peer, "--initial-cluster",
-                                 "t=" + peer, "--log-level", "warn"},
+        std::vector<std::string>{
+            kEtcdBin, "--name", "t", "--data-dir", dir_ + "/data", "--listen-client-urls",
+            also_listen_.empty()
+                ? endpoint()
+                : fmt::format("{},http://{}:{}", endpoint(), also_listen_, client_port_),
+            "--advertise-client-urls", endpoint(), "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer, "--initial-cluster", "t=" + peer, "--log-level",
+            "warn"},
         dir_ + fmt::format("/etcd-{}.log", starts_++));
     auto client = cluster::EtcdClient::Open(options());
     if (!client) return false;
@@ -92,11 +95,15 @@ class EtcdServer {
     }
   }
   std::string Output() const { return proc_ ? proc_->Output() : std::string(); }
+  // Also serve clients on this address (before Start): hosts in other network namespaces.
+  void AlsoListenOn(std::string ip) { also_listen_ = std::move(ip); }
+  uint16_t client_port() const { return client_port_; }
 
  private:
   std::string dir_;
   uint16_t client_port_, peer_port_;
   int starts_ = 0;
+  std::string also_listen_;
   std::unique_ptr<Process> proc_;
 };
 
