@@ -44,6 +44,16 @@ Result<ClusterTarget> ParseClusterTarget(std::string_view text) {
   }
   text.remove_prefix(7);
   ClusterTarget t;
+  if (size_t q = text.find('?'); q != std::string_view::npos) {
+    std::string_view query = text.substr(q + 1);
+    text = text.substr(0, q);
+    if (query == "ring=off") {
+      t.local_ring = false;
+    } else if (query != "ring=local") {
+      return Err(StatusCode::kInvalidArgument, "target option '{}': want ring=off or ring=local",
+                 query);
+    }
+  }
   if (size_t slash = text.find('/'); slash != std::string_view::npos) {
     t.prefix = cluster::NormalizePrefix(text.substr(slash));
     text = text.substr(0, slash);
@@ -63,6 +73,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Open(std::string_view target,
   eo.timeout = options.timeout;
   std::unique_ptr<Cluster> c(new Cluster());
   c->options_ = options;
+  c->local_ring_ = t.local_ring;
   GOBLIN_ASSIGN_OR_RETURN(c->directory_, cluster::Directory::Open(eo, t.prefix));
   c->Refresh();
   return c;
@@ -111,7 +122,8 @@ void Cluster::Rank(std::string_view key, std::vector<Core*>& out) {
 
 Result<Connection*> Cluster::ConnectionOf(Core& core) {
   if (!core.conn) {
-    auto c = Connection::Open(core.member.address, options_);
+    const std::string ring = local_ring_ ? cluster::LocalRingPath(core.member) : std::string();
+    auto c = Connection::Open(ring.empty() ? core.member.address : "unix:" + ring, options_);
     if (!c) {
       return Err(c.error().WithContext(
           fmt::format("core {} ({})", core.member.name, core.member.address)));

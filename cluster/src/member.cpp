@@ -1,6 +1,8 @@
 #include "goblin/cluster/member.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,8 @@ std::string EncodeMember(const Member& m) {
   j["pid"] = m.pid;
   j["version"] = m.version;
   j["started_unix_ms"] = m.started_unix_ms;
+  if (!m.host.empty()) j["host"] = m.host;
+  if (!m.ring.empty()) j["ring"] = m.ring;
   return j.dump();
 }
 
@@ -49,12 +53,27 @@ Result<Member> DecodeMember(std::string_view name, std::string_view json) {
   m.address = str("address");
   m.zone = str("zone");
   m.version = str("version");
+  m.host = str("host");
+  m.ring = str("ring");
   m.shards = static_cast<uint32_t>(std::clamp<uint64_t>(num("shards"), 1, 65535));
   m.capacity = num("capacity");
   m.pid = static_cast<uint32_t>(num("pid"));
   m.started_unix_ms = num("started_unix_ms");
   if (m.address.empty()) return Err(StatusCode::kCorruption, "member '{}': no address", name);
   return m;
+}
+
+std::string ThisHostName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return {};
+  return host;
+}
+
+std::string LocalRingPath(const Member& m) {
+  if (m.ring.empty() || m.host.empty() || m.host != ThisHostName()) return {};
+  struct stat st {};
+  if (stat(m.ring.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return {};
+  return m.ring;
 }
 
 double MemberWeight(const Member& m) {

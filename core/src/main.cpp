@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <sys/eventfd.h>
@@ -136,9 +137,9 @@ goblin::Result<goblin::cluster::Member> MemberRecord(const std::string& listen,
 
 // "HOSTNAME:PORT" of the advertised address (unique per host and port).
 std::string MemberNameFor(const goblin::cluster::Member& m) {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "core");
-  return fmt::format("{}:{}", host, m.address.substr(m.address.rfind(':') + 1));
+  std::string host = goblin::cluster::ThisHostName();
+  return fmt::format("{}:{}", host.empty() ? "core" : host,
+                     m.address.substr(m.address.rfind(':') + 1));
 }
 
 }  // namespace
@@ -750,6 +751,8 @@ int main(int argc, char** argv) {
       }
     }
     member->pid = static_cast<uint32_t>(getpid());
+    member->host = cluster::ThisHostName();
+    member->ring = std::filesystem::absolute(opts.socket_path).string();  // (for routers here)
     member->version = GOBLIN_VERSION;
     member->started_unix_ms =
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -27,6 +27,7 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
     cluster::EtcdOptions eo;
     eo.endpoints = t.endpoints;
     GOBLIN_ASSIGN_OR_RETURN(l->directory_, cluster::Directory::Open(eo, t.prefix));
+    l->local_ring_ = t.local_ring;
   }
   l->epoll_ = epoll_fd;
   l->bell_tag_ = bell_tag;
@@ -176,10 +177,13 @@ Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMember(
       now < po->second.until_ns) {
     return goblin::Err(StatusCode::kUnavailable, "passed over");
   }
-  if (!m.address.starts_with("ucx://")) {
+  // A core on this host: its ring socket (hits read its pools in place, local hits on).
+  const std::string ring = local_ring_ ? cluster::LocalRingPath(m) : std::string();
+  if (ring.empty() && !m.address.starts_with("ucx://")) {
     return goblin::Err(StatusCode::kInvalidArgument, "address {} is not ucx://", m.address);
   }
-  auto t = client::ConnectShards(true, m.address.substr(6), to);
+  auto t = ring.empty() ? client::ConnectShards(true, m.address.substr(6), to)
+                        : client::ConnectShards(false, ring, to);
   if (!t || t->empty() || shards_.size() + t->size() > UINT16_MAX) {
     Status why = t ? Status(StatusCode::kResourceExhausted, "no shards, or too many") : t.error();
     GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name, m.address,

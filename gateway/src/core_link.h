@@ -14,9 +14,10 @@
 // once the core answers again (with fresh pool mappings). Each connection is an epoch:
 // loans of an older epoch are never released to the new core.
 // Several cores (target etcd://): the link watches the membership (cluster::Directory) and
-// connects to every registered core over UCX; their shards are numbered one after another
-// (cores by name), and ShardFor(key) picks the key's core by weighted rendezvous hashing
-// (goblin/cluster/rendezvous.h, as libgoblin's Cluster does) and its shard in that core.
+// connects to every registered core, over UCX or, for a core on this host, its ring socket
+// (pools mapped: local hits; "?ring=off" in the target: UCX for all); their shards are numbered one
+// after another (cores by name), and ShardFor(key) picks the key's core by weighted rendezvous
+// hashing (goblin/cluster/rendezvous.h, as libgoblin's Cluster does) and its shard in that core.
 // Shard 0 (pub/sub) is the first core's: every gateway of the prefix uses the same one. A
 // core that cannot be reached is left out (passed over for 5 s or until it registers again:
 // its keys go to their next owner). A core that joins is added in place (its shards are
@@ -210,6 +211,7 @@ class CoreLink {
   std::function<void()> on_down_, on_up_;
   // etcd:// only
   std::unique_ptr<cluster::Directory> directory_;
+  bool local_ring_ = true;  // cores on this host through their ring socket (?ring=off: UCX)
   uint64_t membership_generation_ = 0;
   std::vector<CoreSpan> cores_;
   std::vector<cluster::RendezvousNode> nodes_;  // cores_'s, same order

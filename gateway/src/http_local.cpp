@@ -90,6 +90,9 @@ bool HttpServer::Impl::ServeLocal(Conn& c) {
     return false;
   };
   if (p == nullptr || !p->table) return stale();
+  // The key moved to another core (one joined an etcd:// link): its owner answers now, and a
+  // tail asked of it would not match this head.
+  if (h->shard != core_->ShardFor(ex.key)) return stale();
   const uint64_t now = detail::NowUnixNanos();
   if (h->expires_ns != 0 && now >= h->expires_ns) return stale();
   if (now / 1'000'000 >= h->fresh_until_ms) return stale();  // (the core revalidates it)

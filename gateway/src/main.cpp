@@ -229,8 +229,9 @@ int main(int argc, char** argv) {
                  "goblin-core: its ring socket (unix:PATH, this host: hits read its pools in "
                  "place), its UCX plane (ucx://HOST:PORT, goblin-core --rdma-listen: bytes "
                  "travel in messages), or every core registered in etcd "
-                 "(etcd://HOST:PORT[,HOST:PORT][/prefix], goblin-core --etcd: each key at its "
-                 "core by rendezvous hashing, over UCX)")
+                 "(etcd://HOST:PORT[,HOST:PORT][/prefix][?ring=off], goblin-core --etcd: each "
+                 "key at its core by rendezvous hashing, over UCX or, for a core on this host, "
+                 "its ring socket)")
       ->capture_default_str();
   app.add_option("--listen-address", listen_address, "Address of the TCP listeners")
       ->capture_default_str();
@@ -610,10 +611,13 @@ int main(int argc, char** argv) {
     metrics = std::move(*m);
     GOBLIN_LOG_INFO(kLog, "Prometheus metrics on http://{}/metrics", metrics->address());
   }
-  GOBLIN_LOG_INFO(
-      kLog, "goblin-gateway pid {}; core {}{}{}", getpid(),
-      core_target.starts_with("/") ? "unix:" : "", core_target,
-      core_target.starts_with("/") ? "" : " (UCX plane: object bytes in messages, no local hits)");
+  GOBLIN_LOG_INFO(kLog, "goblin-gateway pid {}; core {}{}{}", getpid(),
+                  core_target.starts_with("/") ? "unix:" : "", core_target,
+                  core_target.starts_with("/") ? ""
+                  : core_target.starts_with("etcd://")
+                      ? " (cores on this host through their ring socket "
+                        "unless ?ring=off, others over UCX)"
+                      : " (UCX plane: object bytes in messages, no local hits)");
   std::vector<Status> http_results(workers.size());
   std::vector<std::thread> http_threads;
   for (size_t i = 0; i < workers.size(); ++i) {

@@ -79,8 +79,10 @@ class ClusterTest : public testing::Test {
     args.insert(args.end(), more.begin(), more.end());
     cores_[name].emplace(name, args);
   }
-  std::unique_ptr<Cluster> Open(size_t members) {
-    auto c = Cluster::Open(target_, {.name = "cluster-test", .timeout = 5s});
+  // `options`: "" (cores on this host through their ring sockets: all of them here) or
+  // "?ring=off" (every core over UCX, as from another host).
+  std::unique_ptr<Cluster> Open(size_t members, const std::string& options = "") {
+    auto c = Cluster::Open(target_ + options, {.name = "cluster-test", .timeout = 5s});
     EXPECT_TRUE(c) << c.error().ToString();
     if (!c) return nullptr;
     EXPECT_TRUE((*c)->WaitForMembers(members, 10s)) << (*c)->members().size();
@@ -165,7 +167,7 @@ TEST_F(ClusterTest, AKilledCoreLeavesWithinItsLeaseAndOnlyItsKeysMove) {
   StartCore("core-a");
   StartCore("core-b");
   StartCore("core-c");
-  auto c = Open(3);
+  auto c = Open(3, "?ring=off");  // (over UCX; the other tests reach these cores by ring)
   ASSERT_TRUE(c);
   std::vector<std::string> keys;
   std::map<std::string, std::string> owner;
@@ -265,6 +267,10 @@ TEST_F(ClusterTest, NoMembersIsAClearErrorAndMembershipFlagsAreChecked) {
   EXPECT_NE(r.error().ToString().find("no goblin-core is registered under /gt"), std::string::npos)
       << r.error().ToString();
   EXPECT_FALSE(Cluster::Open("etcd://"));
+  auto bad_option = Cluster::Open(target_ + "?ring=maybe");
+  ASSERT_FALSE(bad_option);
+  EXPECT_NE(bad_option.error().ToString().find("want ring=off or ring=local"), std::string::npos);
+  EXPECT_TRUE(Cluster::Open(target_ + "?ring=local"));
   EXPECT_FALSE(Cluster::Open("http://127.0.0.1:1"));
 
   auto run = [&](std::vector<std::string> extra) {
@@ -355,7 +361,10 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
   for (int g = 0; g < 2; ++g) {
     resp.push_back(test::SocketPath(fmt::format("cresp{}", g)));
     gateways.push_back(std::make_unique<test::Process>(
-        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", target_, "--mirror",
+        // Gateway 0 reaches these cores (all on this host) through their ring sockets,
+        // gateway 1 over UCX (?ring=off): both paths route every key the same way.
+        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
+                                 g == 0 ? target_ : target_ + "?ring=off", "--mirror",
                                  "http://127.0.0.1:" + origin_port, "--http-port=-1", "--threads",
                                  "2", "--resp-unix", resp.back()},
         fmt::format("{}/gateway{}.log", dir_, g)));
@@ -528,7 +537,9 @@ class ClusterPartition : public testing::Test {
     etcd_->AlsoListenOn(host_ip_);
     std::string log;
     ASSERT_TRUE(etcd_->Start(&log)) << log;
-    target_ = fmt::format("etcd://127.0.0.1:{}/gp", etcd_->client_port());
+    // (?ring=off: core-p shares this host's name and file system, so its ring socket would
+    // reach it around the partition; a core on another host has no such path.)
+    target_ = fmt::format("etcd://127.0.0.1:{}/gp?ring=off", etcd_->client_port());
   }
   void TearDown() override {
     procs_.clear();

@@ -2,7 +2,8 @@
 // registers itself with --etcd; goblin/cluster/member.h) and sends each keyed request to the
 // key's owner by weighted rendezvous hashing over them (goblin/cluster/rendezvous.h: weights
 // from the cores' capacities; a key's variants after a NUL byte go with it). Target:
-// "etcd://HOST:PORT[,HOST:PORT...][/prefix]" (default prefix /goblin). Membership is kept
+// "etcd://HOST:PORT[,HOST:PORT...][/prefix][?ring=off]" (default prefix /goblin; a core on
+// this host is reached through its ring socket unless ?ring=off). Membership is kept
 // by a watch (goblin/cluster/directory.h): a core that leaves is dropped when its record goes
 // (at once on a clean stop, within its lease on a crash) and its keys go to their next
 // owner, where they are misses until stored again; a core that joins takes its share (~1/N).
@@ -35,8 +36,11 @@ namespace goblin::client {
 struct ClusterTarget {
   std::vector<std::string> endpoints;  // etcd's, HOST:PORT
   std::string prefix = "/goblin";
+  // A core on this host (its record's hostname, its ring socket present) is reached through
+  // its ring socket, zero-copy, instead of UCX; "?ring=off" uses UCX for every core.
+  bool local_ring = true;
 };
-// "etcd://127.0.0.1:2379", "etcd://a:2379,b:2379/site-1".
+// "etcd://127.0.0.1:2379", "etcd://a:2379,b:2379/site-1", "etcd://a:2379/site-1?ring=off".
 Result<ClusterTarget> ParseClusterTarget(std::string_view text);
 
 class Cluster {
@@ -108,6 +112,7 @@ class Cluster {
   Result<Core*> PubsubCore();
 
   ConnectOptions options_;
+  bool local_ring_ = true;
   std::unique_ptr<cluster::Directory> directory_;
   uint64_t generation_ = 0;
   std::vector<std::unique_ptr<Core>> cores_;

@@ -23,6 +23,8 @@ struct Member {
   uint32_t pid = 0;
   std::string version;
   uint64_t started_unix_ms = 0;
+  std::string host;          // its hostname, and its ring socket there: a router on the same host
+  std::string ring;          // reaches it through the ring plane instead (LocalRingPath)
   int64_t mod_revision = 0;  // etcd's, set by readers: a core that registers again gets a new one
 };
 
@@ -33,6 +35,12 @@ std::string MemberKey(std::string_view prefix, std::string_view name);
 std::string EncodeMember(const Member& m);
 // `name` comes from the key. A record without an address, or not JSON, is an error.
 Result<Member> DecodeMember(std::string_view name, std::string_view json);
+
+// The member's ring socket when it runs on this host (same hostname, the socket there);
+// "" otherwise. Routers on a core host use it: hits read the core's memory in place.
+std::string LocalRingPath(const Member& m);
+// This host's name (gethostname), as cores write it into their records.
+std::string ThisHostName();
 
 // The member's routing weight: its capacity in GiB, at least 1 (a core with no disk tier and
 // a small pool is not starved to nothing).
