@@ -101,6 +101,8 @@ TEST(Member, EncodesAndDecodesEveryField) {
   m.pid = 4242;
   m.version = "0.9.0";
   m.started_unix_ms = 1796400000000;
+  m.host = "store7";
+  m.ring = "/run/goblin/core.sock";
   auto d = DecodeMember("core-1", EncodeMember(m));
   ASSERT_TRUE(d) << d.error().ToString();
   EXPECT_EQ(d->name, m.name);
@@ -111,6 +113,12 @@ TEST(Member, EncodesAndDecodesEveryField) {
   EXPECT_EQ(d->pid, 4242u);
   EXPECT_EQ(d->version, "0.9.0");
   EXPECT_EQ(d->started_unix_ms, m.started_unix_ms);
+  EXPECT_EQ(d->host, "store7");
+  EXPECT_EQ(d->ring, "/run/goblin/core.sock");
+  EXPECT_EQ(LocalRingPath(*d), "");  // another host's (or no such socket here)
+  m.host = ThisHostName();
+  m.ring = "/nonexistent/core.sock";
+  EXPECT_EQ(LocalRingPath(m), "");  // this host, but no socket there
   EXPECT_DOUBLE_EQ(MemberWeight(*d), 3072.0);
 }
 
