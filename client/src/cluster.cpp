@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "goblin/cluster/directory.h"
@@ -103,21 +104,30 @@ void Cluster::Refresh() {
   cores_ = std::move(next);
 }
 
-void Cluster::Rank(std::string_view key, std::vector<Core*>& out) {
+size_t Cluster::Choose(std::string_view key, std::array<Core*, 2>& out) {
   Refresh();
-  out.clear();
-  std::vector<cluster::RendezvousNode> nodes;
-  nodes.reserve(cores_.size());
-  for (const auto& c : cores_) nodes.push_back(c->node);
-  std::vector<size_t> order;
-  cluster::RendezvousRank(nodes, key, order);
-  auto now = std::chrono::steady_clock::now();
-  for (size_t i : order) {
-    if (cores_[i]->passed_over_until <= now) out.push_back(cores_[i].get());
+  // Live cores before those passed over, then by score: one pass, nothing allocated.
+  struct Pick {
+    Core* core = nullptr;
+    bool live = false;
+    double score = -1;
+  };
+  auto better = [](const Pick& a, const Pick& b) {
+    return a.live != b.live ? a.live : a.score > b.score;
+  };
+  const auto now = std::chrono::steady_clock::now();
+  Pick best, next;
+  for (const auto& c : cores_) {
+    Pick p{c.get(), c->passed_over_until <= now, cluster::RendezvousScore(c->node, key)};
+    if (best.core == nullptr || better(p, best)) {
+      next = best;
+      best = p;
+    } else if (next.core == nullptr || better(p, next)) {
+      next = p;
+    }
   }
-  for (size_t i : order) {
-    if (cores_[i]->passed_over_until > now) out.push_back(cores_[i].get());
-  }
+  out = {best.core, next.core};
+  return static_cast<size_t>(best.core != nullptr) + static_cast<size_t>(next.core != nullptr);
 }
 
 Result<Connection*> Cluster::ConnectionOf(Core& core) {
@@ -142,13 +152,13 @@ void Cluster::PassOver(Core& core) {
 template <typename T, typename F>
 Result<T> Cluster::Route(std::string_view key, F&& op, bool retry_allowed, const bool* consumed) {
   ++stats_.requests;
-  std::vector<Core*> ranked;
-  Rank(key, ranked);
-  if (ranked.empty()) {
+  std::array<Core*, 2> ranked;
+  const size_t n = Choose(key, ranked);
+  if (n == 0) {
     return Err(StatusCode::kUnavailable, "no goblin-core is registered under {}",
                directory_->prefix());
   }
-  const size_t tries = retry_allowed ? std::min<size_t>(2, ranked.size()) : 1;
+  const size_t tries = retry_allowed ? n : 1;
   Status last;
   for (size_t i = 0; i < tries; ++i) {
     Core& core = *ranked[i];
@@ -269,9 +279,8 @@ std::vector<Cluster::MemberInfo> Cluster::members() const {
 }
 
 std::string Cluster::OwnerOf(std::string_view key) {
-  std::vector<Core*> ranked;
-  Rank(key, ranked);
-  return ranked.empty() ? std::string() : ranked.front()->member.name;
+  std::array<Core*, 2> ranked;
+  return Choose(key, ranked) == 0 ? std::string() : ranked[0]->member.name;
 }
 
 bool Cluster::WaitForMembers(size_t n, std::chrono::milliseconds timeout) const {

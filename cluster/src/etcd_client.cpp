@@ -80,6 +80,11 @@ Result<std::string> ChannelTarget(const std::vector<std::string>& endpoints) {
   return fmt::format("{}:{}", v4.empty() ? "ipv6" : "ipv4", fmt::join(list, ","));
 }
 
+// A stream that ended early: its status, or "unavailable" when the stream says OK.
+grpc::Status StreamEnded(const grpc::Status& s) {
+  return s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : s;
+}
+
 void SetDeadline(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) {
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
 }
@@ -282,7 +287,7 @@ Result<int64_t> EtcdClient::KeepAlive(int64_t lease) {
   stream->WritesDone();
   grpc::Status s = stream->Finish();
   if (!ok) {
-    if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended");
+    s = StreamEnded(s);
     impl_->Failed(ch);
     return Err(FromGrpc("lease keep-alive", s));
   }
@@ -336,7 +341,7 @@ Result<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(std::string_view pref
   if (!impl->stream->Write(req)) {
     grpc::Status s = impl->stream->Finish();
     impl->ended = true;
-    if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended");
+    s = StreamEnded(s);
     impl_->Failed(ch);
     return Err(FromGrpc("watch", s));
   }
@@ -372,8 +377,7 @@ Result<std::vector<EtcdEvent>> EtcdWatch::Next() {
   }
   grpc::Status s = impl_->stream->Finish();
   impl_->ended = true;
-  return Err(
-      FromGrpc("watch", s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended") : s));
+  return Err(FromGrpc("watch", StreamEnded(s)));
 }
 
 }  // namespace goblin::cluster

@@ -15,6 +15,7 @@
 // on a thread of its own.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -99,8 +100,9 @@ class Cluster {
   struct Core;
   Cluster();
   void Refresh();
-  // The cores in `key`'s rendezvous order, those passed over last.
-  void Rank(std::string_view key, std::vector<Core*>& out);
+  // The key's owner and its next owner (rendezvous order, cores passed over last); how many
+  // there are (0-2). One pass over the cores, no allocation: it runs for every request.
+  size_t Choose(std::string_view key, std::array<Core*, 2>& out);
   Result<Connection*> ConnectionOf(Core& core);
   void PassOver(Core& core);
   // Runs `op` on the key's owner; on a connection failure once more on the next owner, unless
