@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fabric benchmark (issue #26): one goblin-gateway routing by etcd (--core etcd://) in
 # front of 1, 2 and 3 goblin-cores (each --cores 1 with its own tier, registered with --etcd,
-# reached over UCX tcp on loopback), and as the one-host reference the same gateway on one
-# core through its ring socket (local hits on). The concurrency benchmark's small mix
+# reached over UCX tcp on loopback: ?ring=off, as from another host), and as the one-host
+# references the same gateway on one core through its ring socket, named (--core unix:) and
+# found in etcd (a core on the gateway's host is reached by its ring socket). The concurrency benchmark's small mix
 # (bench/cache_bench_lib.sh mix_manifest, /gen objects of the test origin), prewarmed once
 # per configuration (the origin's log must show one request per object, and none after),
 # then bench/http_load at each connection count for ROUNDS turns of TURN_SECONDS.
@@ -71,7 +72,7 @@ origin_gets() { grep -c '^GET /gen/' "$1" 2>/dev/null || true; }
 echo "| configuration | connections | Gbit/s | requests/s | <=64K done p50 ms | p99 ms | server CPU s/GB |" > "$OUT/results.md"
 echo "|---|---:|---:|---:|---:|---:|---:|" >> "$OUT/results.md"
 
-for config in ring $CORES_LIST; do
+for config in ring local $CORES_LIST; do
   stop_pids_keep_etcd() {
     local keep=${PIDS[0]}
     PIDS=("${PIDS[@]:1}")
@@ -83,7 +84,7 @@ for config in ring $CORES_LIST; do
   $PY "$ROOT/tests/support/test_origin.py" --port "$ORIGIN_PORT" --log "$LOG" > "$OUT/origin-$config.out" 2>&1 &
   PIDS+=($!)
   wait_port "$ORIGIN_PORT" || die "the origin did not start"
-  n=$([ "$config" = ring ] && echo 1 || echo "$config")
+  case $config in ring | local) n=1 ;; *) n=$config ;; esac
   server_pids=()
   for i in $(seq 0 $((n - 1))); do
     tier=$RUN/tier-$config-$i
@@ -102,7 +103,13 @@ for config in ring $CORES_LIST; do
     for _ in $(seq 100); do [ -S "$RUN/core-$config-$i.sock" ] && break; sleep 0.1; done
   done
   sleep 1  # (registration follows the socket)
-  core=$([ "$config" = ring ] && echo "unix:$RUN/core-ring-0.sock" || echo "etcd://127.0.0.1:$EPORT/bench-$config")
+  # ring: the socket named; local: found in etcd, reached through its ring socket (same host);
+  # N cores: found in etcd, over UCX (?ring=off: as from a gateway on another host).
+  case $config in
+    ring) core="unix:$RUN/core-ring-0.sock" ;;
+    local) core="etcd://127.0.0.1:$EPORT/bench-$config" ;;
+    *) core="etcd://127.0.0.1:$EPORT/bench-$config?ring=off" ;;
+  esac
   "$BUILD_DIR/gateway/goblin-gateway" --core "$core" --mirror "http://127.0.0.1:$ORIGIN_PORT" \
     --listen-address 127.0.0.1 --http-port "$PORT" --threads 1 > "$OUT/gateway-$config.log" 2>&1 &
   PIDS+=($!)
@@ -143,7 +150,7 @@ reqs = sum(r["requests"] for r in runs)
 cpu = sum(r["server_cpu_s"] for r in runs)
 p50 = statistics.median(r["classes"]["<=64K"]["done_p50_ms"] for r in runs)
 p99 = statistics.median(r["classes"]["<=64K"]["done_p99_ms"] for r in runs)
-name = "1 core, ring socket (local hits)" if config == "ring" else f"{config} core{'s' if config != '1' else ''} via etcd, UCX tcp"
+name = {"ring": "1 core, ring socket named (local hits)", "local": "1 core via etcd, its ring socket (same host)"}.get(config, f"{config} core{'s' if config != '1' else ''} via etcd, UCX tcp")
 print(f"| {name} | {conns} | {byts * 8 / secs / 1e9:.2f} | {reqs / secs:,.0f} | {p50:.2f} | {p99:.2f} | {cpu / (byts / 1e9):.2f} |")
 PY
   done
