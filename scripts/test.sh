@@ -36,7 +36,7 @@ configure() {  # dir, extra cmake args...
     cat "$dir.configure.log"; echo "test: cmake configure of $dir failed" >&2; exit 1; }
 }
 
-total_pass=0 total_fail=0 failed_builds=()
+total_pass=0 total_fail=0 failed_builds=() failed_logs=()
 count_results() {  # name, ctest log, ctest exit status: adds the log's counts to the totals
   local name=$1 log=$2 rc=$3 line pass=0 fail=0 total=0
   line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
@@ -46,7 +46,19 @@ count_results() {  # name, ctest log, ctest exit status: adds the log's counts t
     pass=$((total - fail))
   fi
   total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
-  if [[ $rc -ne 0 || -z $line ]]; then failed_builds+=("$name"); fi
+  if [[ $rc -ne 0 || -z $line ]]; then failed_builds+=("$name"); failed_logs+=("$log"); fi
+}
+# At the very end (CI shows the tail of the output): which tests failed, and the last lines of
+# each one's own output.
+report_failures() {  # ctest log
+  local log=$1
+  echo "== failed in $log:"
+  sed -n '/The following tests FAILED/,/^$/p' "$log" | head -40
+  awk '/^ *Start +[0-9]+:|^[0-9]+\/[0-9]+ Test +#/ { if (keep) print_block(); keep = 0; n = 0 }
+       /^[0-9]+\/[0-9]+ Test +#.*(\*\*\*|Failed|Timeout|Exception)/ { keep = 1 }
+       keep { buf[n++] = $0 }
+       function print_block(  i) { for (i = (n > 40 ? n - 40 : 0); i < n; i++) print buf[i] }
+       END { if (keep) print_block() }' "$log" | tail -n 120
 }
 # The ansible tests of the release build, in the background (see the header).
 bg_pid=0 bg_log="" bg_name=""
@@ -147,6 +159,7 @@ done
 wait_background_ctest  # (when nothing came after the release build)
 echo
 if ((${#failed_builds[@]})); then
+  for log in "${failed_logs[@]}"; do report_failures "$log"; done
   echo "test: FAILED in: ${failed_builds[*]}"
 fi
 echo "goblin: $total_pass passed, $total_fail failed"
