@@ -2,6 +2,7 @@
 #include "goblin/client/cluster.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <array>
@@ -227,9 +228,30 @@ Result<Cluster::Core*> Cluster::PubsubCore() {
   return &core;
 }
 
+std::string Cluster::CoreId(const Core& core) {
+  return fmt::format("{}@{}", core.member.name, core.member.mod_revision);
+}
+
+Cluster::Core* Cluster::FindCore(std::string_view id) {
+  for (const auto& c : cores_) {
+    if (CoreId(*c) == id) return c.get();
+  }
+  return nullptr;
+}
+
+Result<Cluster::Core*> Cluster::ChannelOwner(std::string_view channel) {
+  std::array<Core*, 2> ranked;
+  if (Choose(channel, ranked) == 0) {
+    return Err(StatusCode::kUnavailable, "no goblin-core is registered under {}",
+               directory_->prefix());
+  }
+  GOBLIN_RETURN_IF_ERROR(ConnectionOf(*ranked[0]));
+  return ranked[0];
+}
+
 Result<uint64_t> Cluster::Publish(std::string_view channel, std::string_view payload,
                                   bool sharded) {
-  GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
+  GOBLIN_ASSIGN_OR_RETURN(Core * core, sharded ? ChannelOwner(channel) : PubsubCore());
   auto r = core->conn->Publish(channel, payload, sharded);
   if (!r && IsConnectionFailure(r.error())) PassOver(*core);
   return r;
@@ -238,8 +260,9 @@ Result<uint64_t> Cluster::Publish(std::string_view channel, std::string_view pay
 Result<std::vector<Connection::Confirmation>> Cluster::Subscribe(Connection::SubKind kind,
                                                                  std::span<const std::string> names,
                                                                  bool unsubscribe) {
+  if (kind == Connection::SubKind::kShard) return SubscribeShard(names, unsubscribe);
   GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
-  const std::string here = fmt::format("{}@{}", core->member.name, core->member.mod_revision);
+  const std::string here = CoreId(*core);
   if (!subscribed_at_.empty() && subscribed_at_ != here) {
     return Err(StatusCode::kUnavailable,
                "the pub/sub core changed from {} to {}: NextMessage first, then subscribe again",
@@ -254,20 +277,156 @@ Result<std::vector<Connection::Confirmation>> Cluster::Subscribe(Connection::Sub
   return r;
 }
 
+Result<std::vector<Connection::Confirmation>> Cluster::SubscribeShard(
+    std::span<const std::string> names, bool unsubscribe) {
+  std::vector<Connection::Confirmation> out;
+  // One core's (un)subscription; the counts are over every core (this client's channels).
+  auto apply = [&](Core& core, std::span<const std::string> part) -> VoidResult {
+    auto r = core.conn->Subscribe(Connection::SubKind::kShard, part, unsubscribe);
+    if (!r) {
+      if (IsConnectionFailure(r.error())) PassOver(core);
+      return Err(r.error());
+    }
+    const std::string id = CoreId(core);
+    for (Connection::Confirmation& conf : *r) {
+      if (conf.name && !unsubscribe) {
+        shard_channels_[*conf.name] = id;
+      } else if (conf.name) {
+        if (auto it = shard_channels_.find(*conf.name);
+            it != shard_channels_.end() && it->second == id) {
+          shard_channels_.erase(it);
+        }
+      }
+      conf.count = static_cast<uint32_t>(shard_channels_.size());
+      out.push_back(std::move(conf));
+    }
+    return {};
+  };
+  if (names.empty()) {
+    if (!unsubscribe) return Err(StatusCode::kInvalidArgument, "SSUBSCRIBE needs a channel");
+    std::vector<std::string> ids;  // every core this client has shard channels at
+    for (const auto& [name, id] : shard_channels_) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    if (ids.empty()) {  // (none: the answer is one confirmation with no name)
+      GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
+      GOBLIN_RETURN_IF_ERROR(apply(*core, {}));
+    }
+    for (const std::string& id : ids) {
+      Core* core = FindCore(id);
+      if (core == nullptr || !ConnectionOf(*core)) {  // gone, and its subscriptions with it
+        std::erase_if(shard_channels_, [&](const auto& e) { return e.second == id; });
+        continue;
+      }
+      GOBLIN_RETURN_IF_ERROR(apply(*core, {}));
+    }
+    return out;
+  }
+  // As Redis Cluster: one command's shard channels have one owner.
+  GOBLIN_ASSIGN_OR_RETURN(Core * owner, ChannelOwner(names[0]));
+  for (const std::string& n : names.subspan(1)) {
+    std::array<Core*, 2> ranked;
+    if (Choose(n, ranked) == 0 || ranked[0] != owner) {
+      return Err(StatusCode::kInvalidArgument,
+                 "CROSSSLOT shard channels {} and {} are owned by different cores", names[0], n);
+    }
+  }
+  GOBLIN_RETURN_IF_ERROR(apply(*owner, names));
+  return out;
+}
+
+Status Cluster::CheckShardChannels() {
+  // Channels at a core that left, or whose owner is now another core (one joined): they
+  // would receive nothing more. Left at their core; the caller is told once to subscribe again.
+  std::vector<std::string> lost;
+  for (auto it = shard_channels_.begin(); it != shard_channels_.end();) {
+    Core* at = FindCore(it->second);
+    std::array<Core*, 2> ranked;
+    if (at != nullptr && Choose(it->first, ranked) > 0 && ranked[0] == at) {
+      ++it;
+      continue;
+    }
+    if (at != nullptr && at->conn) {
+      std::vector<std::string> one{it->first};
+      (void)at->conn->Subscribe(Connection::SubKind::kShard, one, true);
+    }
+    lost.push_back(it->first);
+    it = shard_channels_.erase(it);
+  }
+  if (lost.empty()) return Status();
+  return Status(
+      StatusCode::kUnavailable,
+      fmt::format("shard channel{} {}{} moved to another core: subscribe again",
+                  lost.size() == 1 ? "" : "s", lost.front(),
+                  lost.size() == 1 ? "" : fmt::format(" (and {} more)", lost.size() - 1)));
+}
+
 Result<std::optional<Connection::Message>> Cluster::NextMessage(std::chrono::nanoseconds timeout) {
+  std::vector<Core*> from;
   GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
-  const std::string here = fmt::format("{}@{}", core->member.name, core->member.mod_revision);
+  const std::string here = CoreId(*core);
   if (!subscribed_at_.empty() && subscribed_at_ != here) {
     std::string was = std::exchange(subscribed_at_, std::string());
     return Err(StatusCode::kUnavailable, "the pub/sub core changed from {} to {}: subscribe again",
                was, here);
   }
-  auto r = core->conn->NextMessage(timeout);
-  if (!r && IsConnectionFailure(r.error())) {
-    PassOver(*core);
-    subscribed_at_.clear();
+  if (shard_generation_ != generation_) {
+    shard_generation_ = generation_;
+    if (Status s = CheckShardChannels(); !s.ok()) return Err(std::move(s));
   }
-  return r;
+  if (!subscribed_at_.empty() || shard_channels_.empty()) from.push_back(core);
+  for (const auto& [name, id] : shard_channels_) {
+    Core* at = FindCore(id);
+    if (at != nullptr && std::find(from.begin(), from.end(), at) == from.end()) {
+      GOBLIN_RETURN_IF_ERROR(ConnectionOf(*at));
+      from.push_back(at);
+    }
+  }
+  auto failed = [&](Core* c, const Status& s) {
+    if (!IsConnectionFailure(s)) return;
+    PassOver(*c);
+    if (c == core) subscribed_at_.clear();
+    std::erase_if(shard_channels_, [&](const auto& e) { return e.second == CoreId(*c); });
+  };
+  if (from.size() == 1) {
+    auto r = from[0]->conn->NextMessage(timeout);
+    if (!r) failed(from[0], r.error());
+    return r;
+  }
+  // Several cores carry this client's subscriptions: take what has come from each (in turn,
+  // starting one further each call), then sleep on all of them.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    ++next_from_;
+    for (size_t i = 0; i < from.size(); ++i) {
+      Core* c = from[(next_from_ + i) % from.size()];
+      auto r = c->conn->NextMessage(std::chrono::nanoseconds(0));
+      if (!r) {
+        failed(c, r.error());
+        return r;
+      }
+      if (r->has_value()) return r;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::optional<Connection::Message>();
+    std::vector<pollfd> fds;
+    size_t prepared = 0;
+    bool sleep = true;
+    for (Core* c : from) {
+      if (!c->conn->PrepareSleep()) {
+        sleep = false;
+        break;
+      }
+      ++prepared;
+      fds.push_back({c->conn->wake_fd(), POLLIN, 0});
+      if (c->conn->liveness_fd() >= 0) fds.push_back({c->conn->liveness_fd(), POLLIN, 0});
+    }
+    if (sleep) {
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+      (void)poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(ms, 1000)));
+    }
+    for (size_t i = 0; i < prepared; ++i) from[i]->conn->FinishSleep();
+  }
 }
 
 std::vector<Cluster::MemberInfo> Cluster::members() const {

@@ -1,6 +1,10 @@
 #include "goblin/cluster/directory.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "goblin/common/log.h"
 
@@ -10,12 +14,20 @@ constexpr char kLog[] = "etcd";
 }
 
 Directory::Directory(std::unique_ptr<EtcdClient> etcd, std::string prefix)
-    : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {}
+    : etcd_(std::move(etcd)),
+      change_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      prefix_(std::move(prefix)) {}
+
+void Directory::DrainChange() const {
+  uint64_t v;
+  (void)!read(change_.get(), &v, sizeof v);
+}
 
 Result<std::unique_ptr<Directory>> Directory::Open(const EtcdOptions& etcd,
                                                    std::string_view prefix) {
   GOBLIN_ASSIGN_OR_RETURN(auto client, EtcdClient::Open(etcd));
   std::unique_ptr<Directory> d(new Directory(std::move(client), MembersPrefix(prefix)));
+  if (!d->change_) return ErrnoErr("eventfd", errno);
   GOBLIN_RETURN_IF_ERROR(d->List());
   d->thread_ = std::thread([p = d.get()] { p->Run(); });
   return d;
@@ -52,6 +64,8 @@ void Directory::Publish() {
     generation_.store(snapshot_->generation, std::memory_order_release);
   }
   cv_.notify_all();
+  const uint64_t one = 1;
+  (void)!write(change_.get(), &one, sizeof one);
 }
 
 VoidResult Directory::List() {

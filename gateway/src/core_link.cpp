@@ -32,12 +32,18 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
   l->epoll_ = epoll_fd;
   l->bell_tag_ = bell_tag;
   l->socket_tag_ = socket_tag;
+  if (l->directory_) {  // (a sleeping loop wakes for a membership change: Tick takes it in)
+    GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->directory_->change_fd(), EPOLLIN, socket_tag));
+  }
   GOBLIN_RETURN_IF_ERROR(l->Open(std::chrono::seconds(5)));
   l->backoff_ = options.min_backoff;
   return l;
 }
 
-CoreLink::~CoreLink() { CloseShards(); }
+CoreLink::~CoreLink() {
+  CloseShards();
+  if (directory_) epoll_ctl(epoll_, EPOLL_CTL_DEL, directory_->change_fd(), nullptr);
+}
 
 VoidResult CoreLink::WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
   // Over the UCX plane the core is on another host (or acts as if): no pools to map; hits
@@ -290,7 +296,10 @@ void CoreLink::Tick(uint64_t now) {
     // Cores came or went (one atomic load per tick otherwise). Joins are added in place;
     // anything else: connect again to the new set.
     ++stats_.membership_changes;
-    if (AddJoinedCores(now)) return;
+    if (AddJoinedCores(now)) {
+      if (on_joined_) on_joined_();
+      return;
+    }
     GOBLIN_LOG_INFO(kLog, "{}: the cores in etcd changed; connecting to the new set",
                     options_.name);
     CloseShards();
@@ -407,6 +416,7 @@ void CoreLink::FinishSleep() {
 }
 
 void CoreLink::OnSocketEvent() {
+  if (directory_) directory_->DrainChange();
   for (Shard& sh : shards_) {
     if (auto r = sh.client->CheckAlive(); !r) return GoDown(r.error());
   }

@@ -84,6 +84,9 @@ class CoreLink {
 
   void set_on_down(std::function<void()> fn) { on_down_ = std::move(fn); }
   void set_on_up(std::function<void()> fn) { on_up_ = std::move(fn); }
+  // etcd://: cores joined in place (the link stayed up; some keys and shard channels now
+  // belong to them).
+  void set_on_joined(std::function<void()> fn) { on_joined_ = std::move(fn); }
 
   bool up() const { return up_; }
   uint64_t epoch() const { return epoch_; }
@@ -96,6 +99,18 @@ class CoreLink {
     if (cores_.empty()) return ShardOf(key, shard_count());
     const CoreSpan& c = cores_[cluster::RendezvousOwner(nodes_, key)];
     return static_cast<uint16_t>(c.first_shard + ShardOf(key, c.shards));
+  }
+  // A shard channel's pub/sub shard (SSUBSCRIBE, SPUBLISH): the first shard of the channel's
+  // owner core, by the same rendezvous hashing as keys (0 with one core).
+  uint16_t PubsubShardFor(std::string_view channel) const {
+    return cores_.empty() ? 0 : cores_[cluster::RendezvousOwner(nodes_, channel)].first_shard;
+  }
+  // Every core's pub/sub shard (PUBSUB SHARDCHANNELS asks them all); {0} with one core.
+  std::vector<uint16_t> PubsubShards() const {
+    std::vector<uint16_t> out;
+    for (const CoreSpan& c : cores_) out.push_back(c.first_shard);
+    if (out.empty()) out.push_back(0);
+    return out;
   }
   // Several cores: how many are connected now (0: one core, not etcd).
   size_t core_count() const { return cores_.size(); }
@@ -208,7 +223,7 @@ class CoreLink {
   uint64_t reconnect_at_ = 0;
   std::chrono::milliseconds backoff_{0};
   Stats stats_;
-  std::function<void()> on_down_, on_up_;
+  std::function<void()> on_down_, on_up_, on_joined_;
   // etcd:// only
   std::unique_ptr<cluster::Directory> directory_;
   bool local_ring_ = true;  // cores on this host through their ring socket (?ring=off: UCX)

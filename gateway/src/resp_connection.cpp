@@ -157,7 +157,7 @@ std::string RespServer::Impl::ClientInfoLine(const Client& x) const {
       "tot-mem={} "
       "events=r{} cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
       x.id, x.addr, x.laddr, x.fd.get(), x.name, (now - x.created_ns) / 1'000'000'000,
-      (now - x.last_ns) / 1'000'000'000, flags, sub, x.psub_count, x.shard_count,
+      (now - x.last_ns) / 1'000'000'000, flags, sub, x.psub_count, x.shard_count(),
       x.in.size() - x.in_pos, x.in.capacity() - x.in.size(), x.in.capacity(), x.in.capacity(),
       x.out_size(), x.slots.size(), pending, x.in.capacity() + x.out.capacity() + pending,
       x.epollout ? "w" : "", x.last_cmd, x.proto == Proto::kResp3 ? 3 : 2, x.lib_name, x.lib_ver);
@@ -456,10 +456,17 @@ void RespServer::Impl::CmdReset(Client& c, Argv& /*argv*/) {
   }
   // Leave every family at the core; the last confirmation sends +RESET.
   uint64_t seq = PendingSlot(c);
-  SendSubscribe(&c, c.id, wire::SubKind::kChannel, false, {}, seq, true);
-  SendSubscribe(&c, c.id, wire::SubKind::kPattern, false, {}, seq, true);
-  uint64_t corr = SendSubscribe(&c, c.id, wire::SubKind::kShard, false, {}, seq, true);
-  if (auto it = pending_.find(corr); it != pending_.end()) it->second.reset_after = true;
+  SendSubscribe(&c, c.id, wire::SubKind::kChannel, false, {}, seq, true, 0);
+  SendSubscribe(&c, c.id, wire::SubKind::kPattern, false, {}, seq, true, 0);
+  for (uint16_t s : ShardChannelShards(c))
+    SendSubscribe(&c, c.id, wire::SubKind::kShard, false, {}, seq, true, s);
+  if (auto it = partial_.find({c.id, seq}); it != partial_.end()) {
+    it->second.reset_after = true;
+  } else {  // (nothing could be sent: the core is away, and with it the subscriptions)
+    std::string r;
+    RespWriter(&r).Simple("RESET");
+    CompleteSlot(c.id, seq, std::move(r));
+  }
 }
 
 }  // namespace goblin::gateway

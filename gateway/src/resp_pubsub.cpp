@@ -1,7 +1,11 @@
-// RespServer: pub/sub. (P|S)(UN)SUBSCRIBE, (S)PUBLISH and PUBSUB are requests to the core's
-// pub/sub engine (shard 0), each client a core session; a client's commands after a
-// (un)subscribe wait for its confirmations, so subscribed-mode checks are exact. One
-// Delivery from the core carries every receiver behind this gateway; its RESP2 and RESP3
+// RespServer: pub/sub. (P|S)(UN)SUBSCRIBE, (S)PUBLISH and PUBSUB are requests to a core's
+// pub/sub engine, each client a core session; a client's commands after a (un)subscribe wait
+// for its confirmations, so subscribed-mode checks are exact. Channels and patterns are on
+// shard 0 (with several cores, the first core's: every gateway of the fabric uses it, so
+// PUBLISH reaches every subscriber); shard channels on their owner core's first shard
+// (Redis Cluster's SSUBSCRIBE/SPUBLISH: one command's channels must have one owner, else
+// CROSSSLOT; when a core joins and takes a channel, its subscribers get "sunsubscribe").
+// One Delivery from a core carries every receiver behind this gateway; its RESP2 and RESP3
 // forms are built once.
 #include <fmt/format.h>
 
@@ -32,39 +36,67 @@ void RespServer::Impl::CmdSubscribe(Client& c, Argv& argv) {
                              : name == "ssubscribe" || name == "sunsubscribe"
                                  ? wire::SubKind::kShard
                                  : wire::SubKind::kChannel;
-  uint64_t seq = PendingSlot(c);
   std::span<const std::string_view> names(argv.data() + 1, argv.size() - 1);
-  SendSubscribe(&c, c.id, kind, subscribe, names, seq, false);
+  if (kind != wire::SubKind::kShard) {
+    SendSubscribe(&c, c.id, kind, subscribe, names, PendingSlot(c), false, 0);
+    return;
+  }
+  // Shard channels live on their owner core; as in Redis Cluster, one command's channels
+  // must have one owner.
+  if (names.empty()) {  // SUNSUBSCRIBE: from every core that has some
+    std::vector<uint16_t> shards = ShardChannelShards(c);
+    if (shards.empty()) shards.push_back(0);  // (its answer: nil, 0)
+    uint64_t seq = PendingSlot(c);
+    for (uint16_t s : shards) SendSubscribe(&c, c.id, kind, subscribe, names, seq, false, s);
+    return;
+  }
+  const uint16_t shard = core_->PubsubShardFor(names[0]);
+  for (std::string_view n : names.subspan(1)) {
+    if (core_->PubsubShardFor(n) != shard) {
+      return Reply(c, Err("CROSSSLOT Keys in request don't hash to the same slot"));
+    }
+  }
+  SendSubscribe(&c, c.id, kind, subscribe, names, PendingSlot(c), false, shard);
 }
 
-uint64_t RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubKind kind,
-                                         bool subscribe, std::span<const std::string_view> names,
-                                         uint64_t seq, bool silent) {
+std::vector<uint16_t> RespServer::Impl::ShardChannelShards(const Client& c) {
+  std::vector<uint16_t> out;
+  for (const auto& [name, shard] : c.shard_channels) {
+    if (std::find(out.begin(), out.end(), shard) == out.end()) out.push_back(shard);
+  }
+  return out;
+}
+
+void RespServer::Impl::AddPart(Pending& p, uint64_t client, uint64_t seq) {
+  p.has_slot = true;
+  p.client = client;
+  p.seq = seq;
+  ++partial_[{client, seq}].open;
+}
+
+void RespServer::Impl::FailSlot(uint64_t client, uint64_t seq, std::string error) {
+  partial_.erase({client, seq});
+  CompleteSlot(client, seq, std::move(error));
+}
+
+void RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubKind kind,
+                                     bool subscribe, std::span<const std::string_view> names,
+                                     uint64_t seq, bool silent, uint16_t shard, bool notify) {
   // As many Subscribe messages as the ring's message size needs; the client's reply is the
   // confirmations of all of them, in order.
   const size_t max = core_->max_message() - 64;
   if (!core_->up()) {
-    if (c != nullptr && !silent) CompleteSlot(session, seq, Err("ERR goblin-core is unavailable"));
-    return 0;
+    if (c != nullptr && !silent) FailSlot(session, seq, Err("ERR goblin-core is unavailable"));
+    return;
   }
   size_t i = 0;
-  uint64_t corr = 0;
   do {
     size_t first = i, bytes = 0;
     while (i < names.size() && (i == first || bytes + 4 + names[i].size() <= max)) {
       bytes += 4 + names[i].size();
       ++i;
     }
-    corr = next_corr_++;
-    Pending p;
-    p.client = session;
-    p.seq = seq;
-    p.kind = silent ? ReqKind::kSilent : ReqKind::kSubscribe;
-    p.sub_kind = kind;
-    p.subscribe = subscribe;
-    p.all = names.empty();
-    p.expect = i - first;
-    p.final_part = i == names.size();
+    const uint64_t corr = next_corr_++;
     std::span<const std::string_view> part = names.subspan(first, i - first);
     Sent sent = SendToCore(
         [&](uint8_t* b, size_t cap) {
@@ -77,27 +109,39 @@ uint64_t RespServer::Impl::SendSubscribe(Client* c, uint64_t session, wire::SubK
           for (std::string_view n : part) g.Next().set_name(n);
           return e.Finish();
         },
-        bytes + 64);
+        bytes + 64, shard);
     if (sent != Sent::kOk) {
       if (c != nullptr && !silent) {
-        CompleteSlot(
+        FailSlot(
             session, seq,
             Err(sent == Sent::kDown ? "ERR goblin-core is unavailable"
                                     : "ERR a channel name is too large for goblin-core's ring"));
       }
-      return 0;
+      return;
     }
-    if (c != nullptr) ++c->blocked;
+    Pending p;
+    p.client = session;
+    p.shard = shard;
+    p.notify = notify;
+    p.kind = silent ? ReqKind::kSilent : ReqKind::kSubscribe;
+    p.sub_kind = kind;
+    p.subscribe = subscribe;
+    p.all = names.empty();
+    p.expect = i - first;
+    if (c != nullptr) {
+      AddPart(p, session, seq);
+      p.blocks = true;
+      ++c->blocked;
+    }
     pending_.emplace(corr, std::move(p));
   } while (i < names.size());
-  return corr;
 }
 
 RespServer::Impl::Sent RespServer::Impl::SendToCore(FunctionRef<size_t(uint8_t*, size_t)> encode,
-                                                    size_t max_bytes) {
+                                                    size_t max_bytes, uint16_t shard) {
   // Never dropped once parsed: ProcessInput stops reading clients while the queue is over its
   // limit, so it exceeds the limit by at most the commands already in hand.
-  switch (core_->SendAlways(encode, max_bytes)) {
+  switch (core_->SendAlways(encode, max_bytes, shard)) {
     case CoreLink::SendResult::kSent:
     case CoreLink::SendResult::kQueued:
     case CoreLink::SendResult::kBusy:
@@ -111,10 +155,13 @@ RespServer::Impl::Sent RespServer::Impl::SendToCore(FunctionRef<size_t(uint8_t*,
 }
 
 void RespServer::Impl::CmdPublish(Client& c, Argv& argv) {
+  // PUBLISH: the pub/sub core every gateway uses (shard 0) reaches every subscriber;
+  // SPUBLISH: the channel's owner.
   const bool sharded = IEquals(argv[0], "spublish");
+  std::string_view channel = argv[1], payload = argv[2];
+  const uint16_t shard = sharded ? core_->PubsubShardFor(channel) : 0;
   uint64_t seq = PendingSlot(c);
   uint64_t corr = next_corr_++;
-  std::string_view channel = argv[1], payload = argv[2];
   Sent sent = SendToCore(
       [&](uint8_t* b, size_t cap) {
         return wire::PublishEncoder(b, cap)
@@ -124,7 +171,7 @@ void RespServer::Impl::CmdPublish(Client& c, Argv& argv) {
             .set_payload(payload)
             .Finish();
       },
-      channel.size() + payload.size() + 64);
+      channel.size() + payload.size() + 64, shard);
   if (sent == Sent::kDown) return CompleteSlot(c.id, seq, Err("ERR goblin-core is unavailable"));
   if (sent != Sent::kOk) {
     return CompleteSlot(c.id, seq,
@@ -133,9 +180,9 @@ void RespServer::Impl::CmdPublish(Client& c, Argv& argv) {
                                         payload.size(), core_->max_message() - 64)));
   }
   Pending p;
-  p.client = c.id;
-  p.seq = seq;
   p.kind = ReqKind::kPublish;
+  p.shard = shard;
+  AddPart(p, c.id, seq);
   pending_.emplace(corr, std::move(p));
 }
 
@@ -178,27 +225,111 @@ void RespServer::Impl::CmdPubsub(Client& c, Argv& argv) {
   } else {
     q = wire::PubsubQueryKind::kNumpat;
   }
+  // Shard channels: every core's (each has its own channels), merged; the others: the
+  // pub/sub core's.
+  const bool shard_query =
+      q == wire::PubsubQueryKind::kShardchannels || q == wire::PubsubQueryKind::kShardnumsub;
+  const std::vector<uint16_t> shards =
+      shard_query ? core_->PubsubShards() : std::vector<uint16_t>{0};
   uint64_t seq = PendingSlot(c);
-  uint64_t corr = next_corr_++;
   size_t bytes = 64;
   for (size_t i = 2; i < argv.size(); ++i) bytes += argv[i].size() + 4;
-  Sent sent = SendToCore(
-      [&](uint8_t* b, size_t cap) {
-        wire::PubsubQueryEncoder e(b, cap);
-        e.set_correlation_id(corr).set_query(q);
-        auto g = e.BeginArgs();
-        for (size_t i = 2; i < argv.size(); ++i) g.Next().set_arg(argv[i]);
-        return e.Finish();
-      },
-      bytes);
-  if (sent == Sent::kDown) return CompleteSlot(c.id, seq, Err("ERR goblin-core is unavailable"));
-  if (sent != Sent::kOk) return CompleteSlot(c.id, seq, Err("ERR PUBSUB arguments too large"));
-  Pending p;
-  p.client = c.id;
-  p.seq = seq;
-  p.kind = ReqKind::kQuery;
-  p.query = q;
-  pending_.emplace(corr, std::move(p));
+  for (uint16_t shard : shards) {
+    const uint64_t corr = next_corr_++;
+    Sent sent = SendToCore(
+        [&](uint8_t* b, size_t cap) {
+          wire::PubsubQueryEncoder e(b, cap);
+          e.set_correlation_id(corr).set_query(q);
+          auto g = e.BeginArgs();
+          for (size_t i = 2; i < argv.size(); ++i) g.Next().set_arg(argv[i]);
+          return e.Finish();
+        },
+        bytes, shard);
+    if (sent != Sent::kOk) {
+      return FailSlot(c.id, seq,
+                      Err(sent == Sent::kDown ? "ERR goblin-core is unavailable"
+                                              : "ERR PUBSUB arguments too large"));
+    }
+    Pending p;
+    p.kind = ReqKind::kQuery;
+    p.query = q;
+    p.shard = shard;
+    AddPart(p, c.id, seq);
+    pending_.emplace(corr, std::move(p));
+  }
+}
+
+namespace {
+// A PUBSUB answer of one core into the slot's: channel lists are joined (a channel that moved
+// between cores is named once), counts added up by position (each core answers every name).
+void MergeQuery(PubsubAssembly& a, wire::PubsubQueryKind q, int64_t number,
+                std::vector<std::pair<std::string, int64_t>>&& entries) {
+  const bool first = !a.query;
+  a.query = true;
+  a.q = q;
+  a.number += number;
+  if (first || a.entries.empty()) {
+    a.entries = std::move(entries);
+    return;
+  }
+  if (q == wire::PubsubQueryKind::kChannels || q == wire::PubsubQueryKind::kShardchannels) {
+    for (auto& e : entries) {
+      if (std::none_of(a.entries.begin(), a.entries.end(),
+                       [&](const auto& x) { return x.first == e.first; })) {
+        a.entries.push_back(std::move(e));
+      }
+    }
+    return;
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i < a.entries.size() && a.entries[i].first == entries[i].first) {
+      a.entries[i].second += entries[i].second;
+    } else {
+      a.entries.push_back(std::move(entries[i]));
+    }
+  }
+}
+
+std::string QueryReply(const PubsubAssembly& a) {
+  std::string r;
+  RespWriter w(&r);
+  if (a.q == wire::PubsubQueryKind::kNumpat) {
+    w.Integer(a.number);
+  } else if (a.q == wire::PubsubQueryKind::kChannels ||
+             a.q == wire::PubsubQueryKind::kShardchannels) {
+    w.Array(a.entries.size());
+    for (const auto& [name, count] : a.entries) w.Bulk(name);
+  } else {
+    w.Array(2 * a.entries.size());  // a flat array in RESP3 too, like Redis 7.0
+    for (const auto& [name, count] : a.entries) {
+      w.Bulk(name);
+      w.Integer(count);
+    }
+  }
+  return r;
+}
+}  // namespace
+
+void RespServer::Impl::FinishPart(Pending& fin) {
+  auto it = partial_.find({fin.client, fin.seq});
+  if (it == partial_.end()) return;  // (another part failed: the slot has its error)
+  Assembly& a = it->second;
+  if (fin.kind == ReqKind::kQuery && !fin.reply.starts_with('-')) {
+    MergeQuery(a, fin.query, fin.number, std::move(fin.entries));
+  } else if (fin.kind != ReqKind::kSilent) {
+    a.reply += fin.reply;
+  }
+  if (--a.open > 0) return;
+  std::string bytes;
+  if (a.reset_after) {
+    RespWriter(&bytes).Simple("RESET");
+  } else if (a.query && a.reply.empty()) {
+    bytes = QueryReply(a);
+  } else {
+    bytes = std::move(a.reply);
+  }
+  partial_.erase(it);
+  CompleteSlot(fin.client, fin.seq, std::move(bytes));
 }
 
 bool RespServer::Impl::OnPubsubMessage(uint16_t template_id, uint64_t corr,
@@ -213,18 +344,30 @@ bool RespServer::Impl::OnPubsubMessage(uint16_t template_id, uint64_t corr,
   if (template_id == wire::ErrorDecoder::kTemplateId) {
     auto e = wire::ErrorDecoder::Decode(m);
     p.reply = Err(fmt::format("ERR goblin-core: {}", e ? std::string(e->text()) : "error"));
-    p.final_part = true;
     done = true;
   } else if (template_id == wire::SubscribeAckDecoder::kTemplateId) {
     auto a = wire::SubscribeAckDecoder::Decode(m);
     if (!a) return true;
     size_t n = 0;
-    RespWriter w(&p.reply);
+    const bool push = p.notify && c != nullptr && c->reply_mode != ReplyMode::kOff;
+    std::string pushed;
+    RespWriter w(push ? &pushed : &p.reply);
     for (auto conf : a->confirmations()) {
       ++n;
+      int64_t count = conf.count();
       if (c != nullptr) {
         if (p.sub_kind == wire::SubKind::kShard) {
-          c->shard_count = conf.count();
+          // (the client's count over every core: its channels as confirmed)
+          if (!conf.name_is_nil()) {
+            std::string name(conf.name());
+            if (p.subscribe) {
+              c->shard_channels.insert_or_assign(std::move(name), p.shard);
+            } else if (auto ch = c->shard_channels.find(name);
+                       ch != c->shard_channels.end() && ch->second == p.shard) {
+              c->shard_channels.erase(ch);
+            }
+          }
+          count = c->shard_count();
         } else {
           // (the count is channels + patterns, as Redis's: a pattern's change is the delta)
           if (p.sub_kind == wire::SubKind::kPattern) {
@@ -234,7 +377,7 @@ bool RespServer::Impl::OnPubsubMessage(uint16_t template_id, uint64_t corr,
           c->sub_count = conf.count();
         }
       }
-      if (p.kind == ReqKind::kSilent) continue;
+      if (p.kind == ReqKind::kSilent && !push) continue;
       w.Push(proto, 3);
       w.Bulk(KindName(p.sub_kind, p.subscribe));
       if (conf.name_is_nil()) {
@@ -242,7 +385,12 @@ bool RespServer::Impl::OnPubsubMessage(uint16_t template_id, uint64_t corr,
       } else {
         w.Bulk(conf.name());
       }
-      w.Integer(conf.count());
+      w.Integer(count);
+    }
+    if (!pushed.empty()) {
+      c->out += pushed;
+      CheckOutputLimits(*c);
+      if (!c->closed) dirty_.push_back(c);
     }
     p.got += n;
     done = p.all ? n == 0 : p.got >= p.expect;
@@ -258,52 +406,35 @@ bool RespServer::Impl::OnPubsubMessage(uint16_t template_id, uint64_t corr,
     for (auto e : r->entries()) p.entries.emplace_back(std::string(e.name()), e.count());
     done = p.query == wire::PubsubQueryKind::kNumpat ||
            p.entries.size() >= static_cast<size_t>(p.number);
-    if (done) {
-      RespWriter w(&p.reply);
-      if (p.query == wire::PubsubQueryKind::kNumpat) {
-        w.Integer(p.number);
-      } else if (p.query == wire::PubsubQueryKind::kChannels ||
-                 p.query == wire::PubsubQueryKind::kShardchannels) {
-        w.Array(p.entries.size());
-        for (auto& [name, count] : p.entries) w.Bulk(name);
-      } else {
-        w.Array(2 * p.entries.size());  // a flat array in RESP3 too, like Redis 7.0
-        for (auto& [name, count] : p.entries) {
-          w.Bulk(name);
-          w.Integer(count);
-        }
-      }
-    }
   } else {
     return true;
   }
   if (!done) return true;
   Pending fin = std::move(p);
   pending_.erase(it);
-  if (fin.kind == ReqKind::kSubscribe || fin.kind == ReqKind::kSilent) {
-    if (c != nullptr && c->blocked > 0) --c->blocked;
-  }
-  if (c != nullptr) {
-    std::string& acc = partial_[{fin.client, fin.seq}];
-    acc += fin.reply;
-    if (fin.final_part || fin.kind == ReqKind::kPublish || fin.kind == ReqKind::kQuery) {
-      std::string bytes = std::move(acc);
-      partial_.erase({fin.client, fin.seq});
-      if (fin.kind == ReqKind::kSilent) {
-        if (fin.reset_after) {
-          bytes.clear();
-          RespWriter(&bytes).Simple("RESET");
-          CompleteSlot(fin.client, fin.seq, std::move(bytes));
-        }
-      } else {
-        CompleteSlot(fin.client, fin.seq, std::move(bytes));
-      }
-    }
-    if (c->blocked == 0 && !c->closed) ProcessInput(*c);  // commands that waited
-  } else {
-    partial_.erase({fin.client, fin.seq});
-  }
+  if (fin.blocks && c != nullptr && c->blocked > 0) --c->blocked;
+  if (fin.has_slot) FinishPart(fin);
+  if (c != nullptr && c->blocked == 0 && !c->closed) ProcessInput(*c);  // commands that waited
   return true;
+}
+
+void RespServer::Impl::OnCoresJoined() {
+  // Redis Cluster, when a slot leaves a node: its shard channels' subscribers are
+  // unsubscribed and told ("sunsubscribe" pushes); they subscribe again, now at the owner.
+  std::vector<std::pair<uint16_t, std::vector<std::string_view>>> moved;
+  for (auto& [id, c] : clients_) {
+    if (c->closed || c->shard_channels.empty()) continue;
+    moved.clear();
+    for (const auto& [name, shard] : c->shard_channels) {
+      if (core_->PubsubShardFor(name) == shard) continue;
+      auto g = std::find_if(moved.begin(), moved.end(), [&](auto& x) { return x.first == shard; });
+      if (g == moved.end()) g = moved.insert(moved.end(), {shard, {}});
+      g->second.push_back(name);
+    }
+    for (auto& [shard, names] : moved) {
+      SendSubscribe(nullptr, c->id, wire::SubKind::kShard, false, names, 0, true, shard, true);
+    }
+  }
 }
 
 void RespServer::Impl::OnDelivery(const wire::DeliveryDecoder& d) {

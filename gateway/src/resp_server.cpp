@@ -34,6 +34,7 @@ VoidResult RespServer::Impl::Init() {
   lo.queue_limit = options_.core_queue_limit;
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
+  core_->set_on_joined([this] { OnCoresJoined(); });
   objects_ = std::make_unique<CoreObjects>(core_.get(), &next_corr_, options_.key_busy_timeout,
                                            options_.max_value_bytes);
   started_ns_ = MonotonicNanos();
@@ -327,7 +328,8 @@ void RespServer::Impl::OnCoreDown() {
     if (!c->closed && (c->subscribed() || c->blocked > 0)) subscribers.push_back(c.get());
   }
   for (Client* c : subscribers) {
-    c->sub_count = c->shard_count = 0;
+    c->sub_count = 0;
+    c->shard_channels.clear();
     c->blocked = 0;
     Close(*c, "goblin-core went away: its subscriptions are gone; closing the client");
   }
@@ -349,8 +351,12 @@ void RespServer::Impl::Close(Client& c, std::string_view why) {
   c.fd.Reset();
   // The core forgets its subscriptions.
   if (c.subscribed() || c.blocked > 0) {
-    for (auto k : {wire::SubKind::kChannel, wire::SubKind::kPattern, wire::SubKind::kShard})
-      SendSubscribe(nullptr, c.id, k, false, {}, 0, true);
+    for (auto k : {wire::SubKind::kChannel, wire::SubKind::kPattern})
+      SendSubscribe(nullptr, c.id, k, false, {}, 0, true, 0);
+    std::vector<uint16_t> shards = ShardChannelShards(c);
+    if (c.blocked > 0) shards = core_->PubsubShards();  // (an SSUBSCRIBE may be in flight)
+    for (uint16_t s : shards)
+      SendSubscribe(nullptr, c.id, wire::SubKind::kShard, false, {}, 0, true, s);
   }
 }
 

@@ -67,6 +67,17 @@ inline constexpr size_t kOutputPause = 64u << 20;
 // A client's pipelined reads at once: it may hold kOutputPause plus this many values.
 inline constexpr uint32_t kMaxReadsInFlight = 16;
 
+// One reply slot's answer from one or more requests (a request split to fit the ring, or
+// sent to several cores): complete when none is open.
+struct PubsubAssembly {
+  std::string reply;
+  uint32_t open = 0;
+  bool reset_after = false;  // RESET: +RESET when the last completes
+  bool query = false;        // PUBSUB: entries merged over the cores, the reply built at the end
+  wire::PubsubQueryKind q = wire::PubsubQueryKind::kChannels;
+  int64_t number = 0;
+  std::vector<std::pair<std::string, int64_t>> entries;
+};
 }  // namespace resp_detail
 
 class RespServer::Impl {
@@ -104,8 +115,11 @@ class RespServer::Impl {
     bool unix_socket = false;
     uint64_t created_ns = 0, last_ns = 0;  // MonotonicNanos: connected, last command
     std::string last_cmd = "NULL";
-    uint32_t sub_count = 0, shard_count = 0;  // as last confirmed by the core
-    uint32_t psub_count = 0;                  // (patterns: for CLIENT LIST)
+    uint32_t sub_count = 0;   // as last confirmed by the core
+    uint32_t psub_count = 0;  // (patterns: for CLIENT LIST)
+    // Its shard channels as confirmed, each with the pub/sub shard (core) it is on: several
+    // cores carry them (SSUBSCRIBE goes to the channel's owner).
+    std::unordered_map<std::string, uint16_t> shard_channels;
     int blocked = 0;       // (un)subscribe requests in flight: parsing waits for them
     bool waiting = false;  // a write (or a read of several steps) in flight: parsing waits
     uint64_t write_seq = UINT64_MAX;  // ... its reply slot
@@ -121,12 +135,17 @@ class RespServer::Impl {
     bool stalled = false;  // not read while the core link is backlogged
     uint64_t soft_since = 0;
     size_t out_size() const { return out.size() - out_pos; }
-    bool subscribed() const { return sub_count > 0 || shard_count > 0; }
+    uint32_t shard_count() const { return static_cast<uint32_t>(shard_channels.size()); }
+    bool subscribed() const { return sub_count > 0 || !shard_channels.empty(); }
   };
   enum class ReqKind : uint8_t { kSubscribe, kPublish, kQuery, kSilent };
   struct Pending {  // a pub/sub request to the core awaiting its reply
     uint64_t client = 0;
-    uint64_t seq = 0;  // the client's reply slot
+    uint64_t seq = 0;       // the client's reply slot (has_slot)
+    bool has_slot = false;  // its answer is part of that slot's reply (an Assembly)
+    bool blocks = false;    // the client waits for it (Client::blocked)
+    bool notify = false;    // confirmations pushed to the client as they come (moved channels)
+    uint16_t shard = 0;     // the pub/sub shard it went to
     ReqKind kind = ReqKind::kSilent;
     wire::SubKind sub_kind = wire::SubKind::kChannel;
     bool subscribe = true;
@@ -136,10 +155,10 @@ class RespServer::Impl {
     wire::PubsubQueryKind query = wire::PubsubQueryKind::kChannels;
     int64_t number = 0;
     std::vector<std::pair<std::string, int64_t>> entries;
-    std::string reply;         // being built
-    bool final_part = true;    // the last message of a split request
-    bool reset_after = false;  // RESET: reply +RESET when this (the last) completes
+    std::string reply;  // being built
   };
+  using Assembly = resp_detail::PubsubAssembly;
+
   struct SlotKeyHash {
     size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
       return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ULL ^ k.second);
@@ -212,15 +231,29 @@ class RespServer::Impl {
   void CmdSubscribe(Client& c, Argv& argv);  // all six, by name
   void CmdPublish(Client& c, Argv& argv);    // PUBLISH, SPUBLISH
   void CmdPubsub(Client& c, Argv& argv);
-  // Sends (P|S)(UN)SUBSCRIBE for `session` (split to fit the ring); `c` (if not null) waits
-  // for the confirmations before its next command. Returns the last correlation id.
-  uint64_t SendSubscribe(Client* c, uint64_t session, wire::SubKind kind, bool subscribe,
-                         std::span<const std::string_view> names, uint64_t seq, bool silent);
+  // Sends (P|S)(UN)SUBSCRIBE for `session` to pub/sub shard `shard` (split to fit the ring).
+  // With `c`: the confirmations are (part of) its reply slot `seq` (nothing if `silent`) and
+  // it waits for them before its next command. `notify`: each confirmation is pushed to the
+  // session's client as it comes (a shard channel that moved to another core).
+  void SendSubscribe(Client* c, uint64_t session, wire::SubKind kind, bool subscribe,
+                     std::span<const std::string_view> names, uint64_t seq, bool silent,
+                     uint16_t shard, bool notify = false);
+  // The pub/sub shards the client's shard channels are on.
+  static std::vector<uint16_t> ShardChannelShards(const Client& c);
   enum class Sent { kOk, kTooLarge, kDown };
-  Sent SendToCore(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  Sent SendToCore(FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes, uint16_t shard);
+  // Registers a request whose answer is part of slot (client, seq).
+  void AddPart(Pending& p, uint64_t client, uint64_t seq);
+  // A request of the slot could not be sent: the client gets `error` now, the others'
+  // answers are dropped.
+  void FailSlot(uint64_t client, uint64_t seq, std::string error);
+  void FinishPart(Pending& fin);
   // A pub/sub answer (true), or not one (false: someone else's).
   bool OnPubsubMessage(uint16_t template_id, uint64_t corr, std::span<const uint8_t> m);
   void OnDelivery(const wire::DeliveryDecoder& d);
+  // etcd://: cores joined; shard channels whose owner is now another core are left there
+  // and their subscribers told (sunsubscribe), as Redis Cluster does when a slot moves.
+  void OnCoresJoined();
 
   // ---- resp_objects.cpp ----
   void CmdGet(Client& c, Argv& argv);
@@ -262,8 +295,8 @@ class RespServer::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
   uint64_t next_client_ = resp_detail::kFirstClientTag;
   std::unordered_map<uint64_t, Pending> pending_;  // pub/sub requests by correlation id
-  // Replies of split requests being assembled, by (client, slot).
-  std::unordered_map<std::pair<uint64_t, uint64_t>, std::string, SlotKeyHash> partial_;
+  // Replies of split or fanned-out requests being assembled, by (client, slot).
+  std::unordered_map<std::pair<uint64_t, uint64_t>, Assembly, SlotKeyHash> partial_;
   uint64_t next_corr_ = 1;
   std::vector<Client*> dirty_;     // clients with output to write
   std::vector<uint64_t> stalled_;  // clients not read until the core link drains

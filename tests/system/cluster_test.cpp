@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "goblin/client/cluster.h"
@@ -36,6 +37,16 @@ std::vector<uint8_t> Bytes(const std::string& key, size_t n) {
   std::mt19937_64 rng(std::hash<std::string>{}(key));
   for (auto& b : v) b = static_cast<uint8_t>(rng());
   return v;
+}
+
+// The next RESP value on a connection.
+test::Value Next(test::Conn& k) {
+  test::Value got;
+  k.ReadUntil([&](const test::Value& v) {
+    got = v;
+    return true;
+  });
+  return got;
 }
 
 size_t SizeOf(int i) { return std::array<size_t, 4>{1000, 70 << 10, 300 << 10, 5}[i % 4]; }
@@ -427,26 +438,18 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
   {
     test::Conn sub(resp[1]), pub(resp[0]);
     ASSERT_TRUE(sub.ok() && pub.ok());
-    auto next = [](test::Conn& k) {
-      test::Value got;
-      k.ReadUntil([&](const test::Value& v) {
-        got = v;
-        return true;
-      });
-      return got;
-    };
     sub.Send(test::Encode({"SUBSCRIBE", "fab"}));
-    EXPECT_EQ(next(sub).items.size(), 3u);
+    EXPECT_EQ(Next(sub).items.size(), 3u);
     pub.Send(test::Encode({"PUBLISH", "fab", "across"}));
-    EXPECT_EQ(next(pub).str, "1");
-    auto msg = next(sub);
+    EXPECT_EQ(Next(pub).str, "1");
+    auto msg = Next(sub);
     ASSERT_EQ(msg.items.size(), 3u) << msg.Dump();
     EXPECT_EQ(msg.items[2].str, "across");
     // A native client over etcd:// subscribes where the gateways publish.
     std::vector<std::string> chans{"fab"};
     ASSERT_TRUE(c->Subscribe(Connection::SubKind::kChannel, chans));
     pub.Send(test::Encode({"PUBLISH", "fab", "to-native"}));
-    EXPECT_EQ(next(pub).str, "2");
+    EXPECT_EQ(Next(pub).str, "2");
     auto m2 = c->NextMessage(5s);
     ASSERT_TRUE(m2 && m2->has_value());
     EXPECT_EQ((*m2)->payload, "to-native");
@@ -502,6 +505,222 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
         << gateways[g]->Output();
   }
   for (int i = 0; i < 30; ++i) EXPECT_LE(origin_hits(path_of(i)), 3u) << path_of(i);
+}
+
+// Shard channels (SSUBSCRIBE/SPUBLISH) live on their owner core, as keys do: a gateway sends
+// each to the owner, one command's channels must share it (CROSSSLOT otherwise), PUBSUB
+// SHARDCHANNELS asks every core, and when a joining core takes a channel its subscribers are
+// told (sunsubscribe) as Redis Cluster does when a slot moves; subscribing again reaches it.
+TEST_F(ClusterTest, ShardChannelsLiveOnTheirOwnerCore) {
+  StartCore("core-a");
+  StartCore("core-b");
+  StartCore("core-c");
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  std::vector<std::unique_ptr<test::Process>> gateways;
+  std::vector<std::string> resp;
+  for (int g = 0; g < 2; ++g) {
+    resp.push_back(test::SocketPath(fmt::format("sresp{}", g)));
+    gateways.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
+                                 g == 0 ? target_ : target_ + "?ring=off", "--resp-unix",
+                                 resp.back()},
+        fmt::format("{}/sgateway{}.log", dir_, g)));
+    ASSERT_TRUE(test::WaitForPath(resp.back(), 10s)) << gateways.back()->Output();
+  }
+  // Forty channels; the owner of each as libgoblin sees it (the same hashing).
+  std::map<std::string, std::vector<std::string>> by_owner;
+  std::map<std::string, std::string> owner;
+  for (int i = 0; i < 40; ++i) {
+    std::string ch = fmt::format("sch-{}", i);
+    owner[ch] = c->OwnerOf(ch);
+    by_owner[owner[ch]].push_back(ch);
+  }
+  ASSERT_EQ(by_owner.size(), 3u);
+  test::Conn sub(resp[1]), pub(resp[0]), other(resp[0]);
+  ASSERT_TRUE(sub.ok() && pub.ok() && other.ok());
+  // One SSUBSCRIBE per owner (all its channels), counts over every core.
+  uint32_t count = 0;
+  for (const auto& [core, chans] : by_owner) {
+    std::vector<std::string> cmd{"SSUBSCRIBE"};
+    cmd.insert(cmd.end(), chans.begin(), chans.end());
+    sub.Send(test::Encode(cmd));
+    for (const auto& ch : chans) {
+      auto v = Next(sub);
+      ASSERT_EQ(v.items.size(), 3u) << v.Dump();
+      EXPECT_EQ(v.items[0].str, "ssubscribe");
+      EXPECT_EQ(v.items[1].str, ch);
+      EXPECT_EQ(v.items[2].str, std::to_string(++count));
+    }
+  }
+  // Channels of two owners in one command: Redis Cluster's CROSSSLOT.
+  other.Send(test::Encode({"SSUBSCRIBE", by_owner["core-a"][0], by_owner["core-b"][0]}));
+  auto cross = Next(other);
+  EXPECT_EQ(cross.type, '-');
+  EXPECT_NE(cross.str.find("CROSSSLOT"), std::string::npos) << cross.Dump();
+  other.Send(test::Encode({"PING"}));
+  EXPECT_EQ(Next(other).str, "PONG");
+
+  // SPUBLISH through the other gateway reaches the subscriber, and the message is at the
+  // owner core only: a native subscriber there gets it, one on another core does not.
+  std::map<std::string, std::unique_ptr<Connection>> direct;
+  for (const auto& m : c->members()) {
+    auto conn = Connection::Open(m.address, {.name = "direct-" + m.name, .timeout = 5s});
+    ASSERT_TRUE(conn) << conn.error().ToString();
+    direct[m.name] = std::move(*conn);
+  }
+  for (const auto& [core, chans] : by_owner) {
+    const std::string& ch = chans[0];
+    const std::string elsewhere = core == "core-a" ? "core-b" : "core-a";
+    std::vector<std::string> names{ch};
+    ASSERT_TRUE(direct[core]->Subscribe(Connection::SubKind::kShard, names));
+    ASSERT_TRUE(direct[elsewhere]->Subscribe(Connection::SubKind::kShard, names));
+    pub.Send(test::Encode({"SPUBLISH", ch, "to-" + core}));
+    EXPECT_EQ(Next(pub).str, "2") << ch << " (the gateway's subscriber and " << core << "'s)";
+    auto m = Next(sub);
+    ASSERT_EQ(m.items.size(), 3u) << m.Dump();
+    EXPECT_EQ(m.items[0].str, "smessage");
+    EXPECT_EQ(m.items[1].str, ch);
+    EXPECT_EQ(m.items[2].str, "to-" + core);
+    auto at_owner = direct[core]->NextMessage(5s);
+    ASSERT_TRUE(at_owner && at_owner->has_value()) << ch;
+    EXPECT_EQ((*at_owner)->payload, "to-" + core);
+    auto not_there = direct[elsewhere]->NextMessage(300ms);
+    ASSERT_TRUE(not_there);
+    EXPECT_FALSE(not_there->has_value()) << ch << " reached " << elsewhere;
+    ASSERT_TRUE(direct[core]->Subscribe(Connection::SubKind::kShard, names, true));
+    ASSERT_TRUE(direct[elsewhere]->Subscribe(Connection::SubKind::kShard, names, true));
+  }
+  // PUBSUB over every core: all forty channels, each with its one subscriber.
+  pub.Send(test::Encode({"PUBSUB", "SHARDCHANNELS", "sch-*"}));
+  auto listed = Next(pub);
+  std::set<std::string> names;
+  for (const auto& v : listed.items) names.insert(v.str);
+  EXPECT_EQ(names.size(), 40u) << listed.Dump();
+  pub.Send(test::Encode({"PUBSUB", "SHARDNUMSUB", "sch-0", "sch-1", "sch-2", "nobody"}));
+  auto numsub = Next(pub);
+  ASSERT_EQ(numsub.items.size(), 8u) << numsub.Dump();
+  EXPECT_EQ(numsub.items[0].str, "sch-0");
+  EXPECT_EQ(numsub.items[1].str, "1");
+  EXPECT_EQ(numsub.items[5].str, "1");
+  EXPECT_EQ(numsub.items[6].str, "nobody");
+  EXPECT_EQ(numsub.items[7].str, "0");
+
+  // core-d joins: the channels it now owns leave their old core, their subscriber is told.
+  StartCore("core-d");
+  ASSERT_TRUE(c->WaitForMembers(4, 10s));
+  std::set<std::string> moved;
+  for (const auto& [ch, was] : owner) {
+    if (c->OwnerOf(ch) == "core-d") moved.insert(ch);
+  }
+  ASSERT_FALSE(moved.empty());
+  std::set<std::string> told;
+  auto [pushes, closed] = sub.ReadUntil(
+      [&](const test::Value& v) {
+        if (v.items.size() == 3 && v.items[0].str == "sunsubscribe") told.insert(v.items[1].str);
+        return told.size() >= moved.size();
+      },
+      10s);
+  EXPECT_FALSE(closed);
+  EXPECT_EQ(told, moved);
+  // Subscribing again reaches core-d, through either gateway.
+  const std::string ch = *moved.begin();
+  sub.Send(test::Encode({"SSUBSCRIBE", ch}));
+  auto again = Next(sub);
+  ASSERT_EQ(again.items.size(), 3u) << again.Dump();
+  EXPECT_EQ(again.items[2].str, std::to_string(40 - moved.size() + 1)) << again.Dump();
+  pub.Send(test::Encode({"SPUBLISH", ch, "at-d"}));
+  EXPECT_EQ(Next(pub).str, "1");
+  auto m = Next(sub);
+  ASSERT_EQ(m.items.size(), 3u) << m.Dump();
+  EXPECT_EQ(m.items[2].str, "at-d");
+  // SUNSUBSCRIBE with no names leaves every core; the count ends at 0 and PING works again.
+  sub.Send(test::Encode({"SUNSUBSCRIBE"}));
+  std::set<std::string> left;
+  std::string last_count;
+  sub.ReadUntil([&](const test::Value& v) {
+    if (v.items.size() == 3 && v.items[0].str == "sunsubscribe") {
+      left.insert(v.items[1].str);
+      last_count = v.items[2].str;
+    }
+    return last_count == "0";
+  });
+  EXPECT_EQ(left.size(), 40 - moved.size() + 1);
+  sub.Send(test::Encode({"PING"}));
+  EXPECT_EQ(Next(sub).str, "PONG");
+}
+
+// libgoblin's Cluster does the same for native clients: each Subscribe at the channels'
+// owner (CROSSSLOT for two owners), SPUBLISH to the owner, NextMessage waiting on every core
+// the client has subscriptions at, and a clear error once when a joining core takes some.
+TEST_F(ClusterTest, ANativeClientsShardChannelsAreAtTheirOwners) {
+  StartCore("core-a");
+  StartCore("core-b");
+  StartCore("core-c");
+  auto sub = Open(3), pub = Open(3, "?ring=off");
+  ASSERT_TRUE(sub && pub);
+  std::map<std::string, std::vector<std::string>> by_owner;
+  for (int i = 0; i < 30; ++i) {
+    std::string ch = fmt::format("nch-{}", i);
+    by_owner[sub->OwnerOf(ch)].push_back(ch);
+  }
+  ASSERT_EQ(by_owner.size(), 3u);
+  uint32_t count = 0;
+  for (const auto& [core, chans] : by_owner) {
+    auto r = sub->Subscribe(Connection::SubKind::kShard, chans);
+    ASSERT_TRUE(r) << r.error().ToString();
+    ASSERT_EQ(r->size(), chans.size());
+    for (const auto& conf : *r) EXPECT_EQ(conf.count, ++count);
+  }
+  std::vector<std::string> two{by_owner["core-a"][0], by_owner["core-b"][0]};
+  auto cross = sub->Subscribe(Connection::SubKind::kShard, two);
+  ASSERT_FALSE(cross);
+  EXPECT_EQ(cross.error().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cross.error().ToString().find("CROSSSLOT"), std::string::npos);
+  // One message per owner, published over UCX, all received by one NextMessage loop.
+  std::set<std::string> want, got;
+  for (const auto& [core, chans] : by_owner) {
+    auto n = pub->Publish(chans.back(), "from-" + core, true);
+    ASSERT_TRUE(n) << n.error().ToString();
+    EXPECT_EQ(*n, 1u) << chans.back();
+    want.insert(chans.back() + "=from-" + core);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto m = sub->NextMessage(5s);
+    ASSERT_TRUE(m && m->has_value()) << (m ? "timeout" : m.error().ToString());
+    EXPECT_EQ((*m)->kind, Connection::SubKind::kShard);
+    got.insert((*m)->channel + "=" + (*m)->payload);
+  }
+  EXPECT_EQ(got, want);
+  auto none = sub->NextMessage(200ms);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->has_value());
+  // A core joins: the channels it now owns are dropped, said once; the others keep working.
+  StartCore("core-d");
+  ASSERT_TRUE(sub->WaitForMembers(4, 10s) && pub->WaitForMembers(4, 10s));
+  std::vector<std::string> moved;
+  for (const auto& [core, chans] : by_owner) {
+    for (const auto& ch : chans) {
+      if (sub->OwnerOf(ch) == "core-d") moved.push_back(ch);
+    }
+  }
+  ASSERT_FALSE(moved.empty());
+  auto lost = sub->NextMessage(100ms);
+  ASSERT_FALSE(lost);
+  EXPECT_EQ(lost.error().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lost.error().ToString().find("moved"), std::string::npos) << lost.error().ToString();
+  std::vector<std::string> again{moved[0]};
+  auto r = sub->Subscribe(Connection::SubKind::kShard, again);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->back().count, 30 - moved.size() + 1);
+  EXPECT_EQ(pub->Publish(moved[0], "at-d", true).value_or(0), 1u);
+  auto m = sub->NextMessage(5s);
+  ASSERT_TRUE(m && m->has_value());
+  EXPECT_EQ((*m)->payload, "at-d");
+  auto all = sub->Subscribe(Connection::SubKind::kShard, {}, true);
+  ASSERT_TRUE(all) << all.error().ToString();
+  EXPECT_EQ(all->size(), 30 - moved.size() + 1);
+  EXPECT_EQ(all->back().count, 0u);
 }
 
 // A core cut off by the network behaves like a dead one: core-p runs in a network namespace

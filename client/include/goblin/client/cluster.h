@@ -18,6 +18,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -66,10 +67,15 @@ class Cluster {
                          uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
 
-  // ---- Pub/sub: one core carries it for the whole prefix, the first live member by name
-  // (as goblin-gateway --core etcd:// does), so PUBLISH here reaches subscribers of every
-  // gateway and client of the prefix. When that core changes (it left, or one sorting
-  // before it joined) NextMessage says kUnavailable once: subscribe again.
+  // ---- Pub/sub: channels and patterns on one core for the whole prefix, the first live
+  // member by name (as goblin-gateway --core etcd:// does), so PUBLISH here reaches
+  // subscribers of every gateway and client of the prefix. When that core changes (it left,
+  // or one sorting before it joined) NextMessage says kUnavailable once: subscribe again.
+  // Shard channels (kShard, SPUBLISH) on their owner core, as keys (Redis Cluster's
+  // semantics: one Subscribe's channels must have one owner, else InvalidArgument CROSSSLOT;
+  // counts are over every core); NextMessage waits on every core this client has
+  // subscriptions at, and says kUnavailable once when shard channels were lost with their
+  // core or moved to a joining one (they are dropped: subscribe again).
   Result<uint64_t> Publish(std::string_view channel, std::string_view payload,
                            bool sharded = false);
   Result<std::vector<Connection::Confirmation>> Subscribe(Connection::SubKind kind,
@@ -112,6 +118,14 @@ class Cluster {
                   const bool* consumed = nullptr);
   // The pub/sub core (the first member by name) and its connection.
   Result<Core*> PubsubCore();
+  // A shard channel's owner core and its connection.
+  Result<Core*> ChannelOwner(std::string_view channel);
+  static std::string CoreId(const Core& core);  // "name@revision": one registration
+  Core* FindCore(std::string_view id);
+  Result<std::vector<Connection::Confirmation>> SubscribeShard(std::span<const std::string> names,
+                                                               bool unsubscribe);
+  // Drops shard channels whose core left or which a joining core now owns (error: which).
+  Status CheckShardChannels();
 
   ConnectOptions options_;
   bool local_ring_ = true;
@@ -119,6 +133,9 @@ class Cluster {
   uint64_t generation_ = 0;
   std::vector<std::unique_ptr<Core>> cores_;
   std::string subscribed_at_;  // the pub/sub core this client's subscriptions are on (name@rev)
+  std::map<std::string, std::string> shard_channels_;  // shard channel -> its core (name@rev)
+  uint64_t shard_generation_ = 0;  // the membership shard_channels_ was checked against
+  size_t next_from_ = 0;           // NextMessage's turn over several cores
   Stats stats_;
 };
 

@@ -3,7 +3,8 @@
 // ends (etcd restarted, a member of it died, the revision was compacted) it lists again after
 // a back-off (100 ms doubling to 2 s), so it never misses a change for longer than an outage.
 // Readers take immutable snapshots; `generation()` (an atomic load) says whether the snapshot
-// a reader holds is still current, so a router looks at it once per request for free.
+// a reader holds is still current, so a router looks at it once per request for free; an
+// event loop that sleeps watches change_fd() (readable after every change; DrainChange()).
 // Records that do not decode are skipped (logged once each).
 // Threading: any thread may read; the watch thread writes.
 #pragma once
@@ -22,6 +23,7 @@
 
 #include "goblin/cluster/etcd_client.h"
 #include "goblin/cluster/member.h"
+#include "goblin/common/fd.h"
 #include "goblin/common/status.h"
 
 namespace goblin::cluster {
@@ -46,6 +48,10 @@ class Directory {
   bool WaitUntil(const std::function<bool(const std::vector<Member>&)>& pred,
                  std::chrono::milliseconds timeout) const;
   const std::string& prefix() const { return prefix_; }
+  // An eventfd, readable once the members changed (for an event loop's epoll set); one
+  // reader: DrainChange() makes it unreadable again.
+  int change_fd() const { return change_.get(); }
+  void DrainChange() const;
   uint64_t watch_restarts() const { return restarts_.load(std::memory_order_relaxed); }
 
  private:
@@ -56,6 +62,7 @@ class Directory {
   void Run();
 
   std::unique_ptr<EtcdClient> etcd_;
+  UniqueFd change_;
   std::string prefix_;           // "<prefix>/cores/"
   std::vector<Member> members_;  // the watch thread's copy
   std::set<std::string> bad_logged_;
