@@ -351,7 +351,16 @@ bool RespServer::Impl::OnPubsubMessage(uint16_t template_id, uint64_t corr,
     size_t n = 0;
     const bool push = p.notify && c != nullptr && c->reply_mode != ReplyMode::kOff;
     std::string pushed;
-    RespWriter w(push ? &pushed : &p.reply);
+    // Straight into the slot's reply: confirmations from several cores interleave, and their
+    // counts (over every core) only read right in the order they were taken in.
+    std::string* out = &p.reply;
+    if (push) {
+      out = &pushed;
+    } else if (auto as = p.has_slot ? partial_.find({p.client, p.seq}) : partial_.end();
+               as != partial_.end()) {
+      out = &as->second.reply;
+    }
+    RespWriter w(out);
     for (auto conf : a->confirmations()) {
       ++n;
       int64_t count = conf.count();
