@@ -451,6 +451,8 @@ void HttpServer::Impl::OnCoreDown() {
     if (t.conn != 0) waiting.push_back(t.conn);
   }
   corr_.clear();
+  std::sort(waiting.begin(), waiting.end());
+  waiting.erase(std::unique(waiting.begin(), waiting.end()), waiting.end());
   std::vector<Fill*> fills;
   for (auto& [ptr, f] : all_fills_) fills.push_back(ptr);
   for (Fill* f : fills) {
@@ -463,11 +465,48 @@ void HttpServer::Impl::OnCoreDown() {
   for (uint64_t id : waiting) {
     Conn* c = Find(id);
     if (c == nullptr || !c->ex) continue;
-    if (c->ex->state == ExState::kLookup || c->ex->state == ExState::kCoreBody) {
+    Exchange& ex = *c->ex;
+    if (ex.state == ExState::kLookup && !ex.head_sent && !ex.relooked) {
+      // Nothing went to the client yet: asked again once the link is back (a core that
+      // died: its keys then at their next owner; a core restart: the same core).
+      ex.relooked = true;
+      ex.corr = 0;
+      relook_.push_back(id);
+    } else if (ex.state == ExState::kLookup || ex.state == ExState::kCoreBody) {
       ++stats_.core_unavailable;
       Fail(*c, 503, "goblin-core is unavailable");
     }
   }
+  if (!relook_.empty()) relook_deadline_ = MonotonicNanos() + kRelookWaitNs;
+}
+
+void HttpServer::Impl::TakeRelooks(FunctionRef<void(Conn&)> fn) {
+  std::vector<uint64_t> ids = std::move(relook_);
+  relook_.clear();
+  for (uint64_t id : ids) {
+    Conn* c = Find(id);
+    // (still waiting: not closed, nor answered meanwhile)
+    if (c != nullptr && c->ex && c->ex->state == ExState::kLookup && c->ex->corr == 0) fn(*c);
+  }
+}
+
+void HttpServer::Impl::OnCoreUp() {
+  TakeRelooks([this](Conn& c) {
+    ++stats_.core_retries;
+    if (c.ex->follow) {
+      Follow(c);
+    } else {
+      LookUp(c);
+    }
+  });
+}
+
+void HttpServer::Impl::ExpireRelooks(uint64_t now) {
+  if (now < relook_deadline_) return;
+  TakeRelooks([this](Conn& c) {
+    ++stats_.core_unavailable;
+    Fail(c, 503, "goblin-core is unavailable");
+  });
 }
 
 }  // namespace goblin::gateway

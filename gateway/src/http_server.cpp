@@ -39,6 +39,7 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   slow_clients_dropped += o.slow_clients_dropped;
   core_unavailable += o.core_unavailable;
   core_disconnects += o.core_disconnects;
+  core_retries += o.core_retries;
   local_hits += o.local_hits;
   local_stale += o.local_stale;
   local_cut += o.local_cut;
@@ -83,6 +84,7 @@ VoidResult HttpServer::Impl::Init() {
   lo.map_pools = true;  // hits are written to sockets from the core's pools
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
+  core_->set_on_up([this] { OnCoreUp(); });
   async_ = options_.net_async;
   if (async_) {
     GOBLIN_RETURN_IF_ERROR(net_.Init(4096));
@@ -150,6 +152,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     dead_fills_.clear();
     uint64_t now = MonotonicNanos();
     core_->Tick(now);
+    if (!relook_.empty()) ExpireRelooks(now);
     if (options_.prober && !probe_inflight_ && now >= next_probe_) StartProbe(now);
     published_.Offer(now, 0, false, publish);   // (the metrics endpoint's copy)
     if (now - last_sweep > 1'000'000'000ULL) {  // idle connections and origin timeouts

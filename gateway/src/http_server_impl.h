@@ -170,7 +170,8 @@ class HttpServer::Impl {
     size_t range_idx = 0;
     std::string boundary, content_type;
     uint64_t size = 0;
-    bool follow = false;  // reading a fill through the core
+    bool follow = false;    // reading a fill through the core
+    bool relooked = false;  // its lookup was lost with the core link once and sent again
     bool is_miss = false;
     // Revalidation (http_revalidate.cpp): the stale version found and its stored headers
     // (copied: the core's message goes away), how often this exchange revalidated (once at
@@ -562,6 +563,12 @@ class HttpServer::Impl {
   // The core link went down: every exchange waiting on the core is answered (503 before a
   // head, closed after one), every fill continues uncached or ends.
   void OnCoreDown();
+  // The link is back: the lookups OnCoreDown kept are sent again (once per exchange; those
+  // still waiting after kRelookWait get 503).
+  void OnCoreUp();
+  void ExpireRelooks(uint64_t now);
+  void TakeRelooks(FunctionRef<void(Conn&)> fn);  // each exchange still waiting, once
+  static constexpr uint64_t kRelookWaitNs = 2'000'000'000;
 
   // ---- local hits (http_local.cpp) ----
   // Answers `c`'s GET or HEAD (no range) from a descriptor of this worker's if it is still
@@ -667,7 +674,9 @@ class HttpServer::Impl {
   std::unordered_map<Fill*, std::unique_ptr<Fill>> all_fills_;
   std::unordered_map<std::string, Fill*> fills_;
   std::vector<std::unique_ptr<Fill>> dead_fills_;  // ended this round, freed at its end
-  RecyclingMap<uint64_t, CorrTarget> corr_;        // (nodes reused: no allocation per request)
+  std::vector<uint64_t> relook_;  // exchanges whose lookup goes again when the link is up
+  uint64_t relook_deadline_ = 0;
+  RecyclingMap<uint64_t, CorrTarget> corr_;  // (nodes reused: no allocation per request)
   uint64_t date_second_ = 0;
   std::string date_;
   http::Request request_;  // ProcessRequests' parse of the request at hand

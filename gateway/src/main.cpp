@@ -97,6 +97,7 @@ static void RenderHttpMetrics(const std::vector<std::unique_ptr<gateway::HttpSer
   counter("fills_aborted", "Fills aborted (origin fault, core error)", st.fills_aborted);
   counter("core_unavailable", "Requests answered 503 while the core was away", st.core_unavailable);
   counter("core_disconnects", "Times the core link was lost", st.core_disconnects);
+  counter("core_retries", "Lookups sent again after the core link came back", st.core_retries);
   counter("core_lent_bytes", "Bytes the core lent (sent from its pools)", st.bytes_lent);
   counter("sent_by_reference_bytes", "Lent bytes sent with sendfile (no copy)",
           st.bytes_by_reference);
@@ -658,7 +659,8 @@ int main(int argc, char** argv) {
                     "HTTP: {} requests, {} hits ({} local, {} stale descriptors, {} cut off "
                     "when a head changed mid-send), {} misses ({} coalesced), {} passes, {} "
                     "origin requests ({} errors), {} fills ({} aborted), {} purges, {} bad "
-                    "requests, {} answered 503 for the core ({} core disconnects); {} lent by "
+                    "requests, {} answered 503 for the core ({} core disconnects, {} lookups sent "
+                    "again after one); {} lent by "
                     "the core, {} of it sent by reference; {} connections, {} taken from a "
                     "neighbour worker's listener; TLS: {} handshakes ({} resumed, {} failed), "
                     "{} with kTLS send, {} with kTLS receive; HTTP/2: {} connections ({} "
@@ -667,10 +669,10 @@ int main(int argc, char** argv) {
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors(), st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
-                    st.core_disconnects, HumanSize(st.bytes_lent), HumanSize(st.bytes_by_reference),
-                    st.accepted, st.accepted_for_neighbour, st.tls_handshakes, st.tls_resumed,
-                    st.tls_failed, st.ktls_send, st.ktls_recv, st.h2_connections, st.h2_upgrades,
-                    st.h2_streams, st.h2_resets, st.h2_goaways);
+                    st.core_disconnects, st.core_retries, HumanSize(st.bytes_lent),
+                    HumanSize(st.bytes_by_reference), st.accepted, st.accepted_for_neighbour,
+                    st.tls_handshakes, st.tls_resumed, st.tls_failed, st.ktls_send, st.ktls_recv,
+                    st.h2_connections, st.h2_upgrades, st.h2_streams, st.h2_resets, st.h2_goaways);
     if (access_log) {
       GOBLIN_LOG_INFO(kLog, "access log '{}': {} lines, {} dropped (its rings were full)",
                       access_log->path(), access_log->lines_written(), access_log->dropped());

@@ -70,6 +70,8 @@ class ClusterTest : public testing::Test {
                           etcd_->endpoint().substr(etcd_->endpoint().rfind(':') + 1));
   }
   void TearDown() override {
+    gateways_.clear();
+    origin_.reset();
     cores_.clear();
     etcd_.reset();
     fs::remove_all(dir_);
@@ -89,6 +91,9 @@ class ClusterTest : public testing::Test {
                                   "--member-name",      name,  "--zone",        "z-" + name};
     args.insert(args.end(), more.begin(), more.end());
     cores_[name].emplace(name, args);
+  }
+  void StartCores(std::initializer_list<const char*> names) {
+    for (const char* n : names) StartCore(n);
   }
   // `options`: "" (cores on this host through their ring sockets: all of them here) or
   // "?ring=off" (every core over UCX, as from another host).
@@ -129,8 +134,73 @@ class ClusterTest : public testing::Test {
     return at;
   }
 
+  // The test origin (tests/support/test_origin.py); its port.
+  std::string StartOrigin() {
+    origin_ = std::make_unique<test::Process>(
+        std::vector<std::string>{
+            "/usr/bin/python3", std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
+            "--port-file", dir_ + "/origin.port", "--log", dir_ + "/access.log"},
+        dir_ + "/origin.log");
+    EXPECT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s));
+    return test::ReadAll(dir_ + "/origin.port");
+  }
+  // Mirror gateway `g` over the cores in etcd, RESP on `resp`: gateway 0 reaches these cores
+  // (all on this host) through their ring sockets, the others over UCX (?ring=off), as from
+  // another host. Returns its HTTP port (empty: it did not start).
+  std::string StartGateway(int g, const std::string& origin_port, const std::string& resp) {
+    gateways_.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
+                                 g == 0 ? target_ : target_ + "?ring=off", "--mirror",
+                                 "http://127.0.0.1:" + origin_port, "--http-port=-1", "--threads",
+                                 "2", "--resp-unix", resp},
+        fmt::format("{}/gateway{}.log", dir_, g)));
+    for (int i = 0; i < 500; ++i) {
+      std::smatch m;
+      std::string log = gateways_.back()->Output();
+      static const std::regex re(R"(on 127\.0\.0\.1:(\d+))");
+      if (std::regex_search(log, m, re)) return m[1].str();
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << gateways_.back()->Output();
+    return "";
+  }
+  // The origin and one gateway per RESP socket (gateway 0 by ring, the others over UCX);
+  // their HTTP ports (fewer: one did not start).
+  std::vector<std::string> StartGateways(const std::vector<std::string>& resp) {
+    const std::string origin_port = StartOrigin();
+    std::vector<std::string> ports;
+    for (size_t g = 0; g < resp.size(); ++g) {
+      std::string port = StartGateway(static_cast<int>(g), origin_port, resp[g]);
+      if (port.empty()) break;
+      ports.push_back(port);
+    }
+    return ports;
+  }
+  // curl through a gateway (one Host for every gateway: the mirror's key is Host + URL, as
+  // for the clients of one site); the body, and the headers if asked.
+  std::string Curl(const std::string& port, const std::string& path,
+                   std::string* headers = nullptr) {
+    std::string body = dir_ + "/body-" + port, head = dir_ + "/head-" + port;
+    auto [rc, out] =
+        test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "20", "-H", "Host: fabric.test",
+                          "-D", head, "-o", body, "http://127.0.0.1:" + port + path},
+                         dir_ + "/curl.log", 30s);
+    EXPECT_EQ(rc, 0) << out;
+    if (headers != nullptr) *headers = test::ReadAll(head);
+    return test::ReadAll(body);
+  }
+  // How many times the origin was asked for `path`.
+  size_t OriginHits(const std::string& path) {
+    std::string log = test::ReadAll(dir_ + "/access.log");
+    size_t n = 0;
+    for (size_t at = 0; (at = log.find(" " + path + " ", at)) != std::string::npos; ++at) ++n;
+    return n;
+  }
+
   std::string dir_, target_;
   std::unique_ptr<test::EtcdServer> etcd_;
+  std::unique_ptr<test::Process> origin_;
+  std::vector<std::unique_ptr<test::Process>> gateways_;
   std::map<std::string, std::optional<test::CoreProcess>> cores_;
 };
 
@@ -175,9 +245,7 @@ TEST_F(ClusterTest, ObjectsSpreadOverEveryCoreEachAtItsOwnerByteExact) {
 }
 
 TEST_F(ClusterTest, AKilledCoreLeavesWithinItsLeaseAndOnlyItsKeysMove) {
-  StartCore("core-a");
-  StartCore("core-b");
-  StartCore("core-c");
+  StartCores({"core-a", "core-b", "core-c"});
   auto c = Open(3, "?ring=off");  // (over UCX; the other tests reach these cores by ring)
   ASSERT_TRUE(c);
   std::vector<std::string> keys;
@@ -356,59 +424,16 @@ TEST_F(ClusterTest, TheCliPutsAndGetsThroughEtcd) {
 // at their next owner) without a restart of either gateway.
 TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
   ASSERT_TRUE(fs::exists("/usr/bin/curl") && fs::exists("/usr/bin/python3"));
-  StartCore("core-a");
-  StartCore("core-b");
-  StartCore("core-c");
+  StartCores({"core-a", "core-b", "core-c"});
   auto c = Open(3);
   ASSERT_TRUE(c);
-  test::Process origin(
-      {"/usr/bin/python3", std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
-       "--port-file", dir_ + "/origin.port", "--log", dir_ + "/access.log"},
-      dir_ + "/origin.log");
-  ASSERT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s));
-  const std::string origin_port = test::ReadAll(dir_ + "/origin.port");
-  std::vector<std::unique_ptr<test::Process>> gateways;
-  std::vector<std::string> ports, resp;
-  for (int g = 0; g < 2; ++g) {
-    resp.push_back(test::SocketPath(fmt::format("cresp{}", g)));
-    gateways.push_back(std::make_unique<test::Process>(
-        // Gateway 0 reaches these cores (all on this host) through their ring sockets,
-        // gateway 1 over UCX (?ring=off): both paths route every key the same way.
-        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
-                                 g == 0 ? target_ : target_ + "?ring=off", "--mirror",
-                                 "http://127.0.0.1:" + origin_port, "--http-port=-1", "--threads",
-                                 "2", "--resp-unix", resp.back()},
-        fmt::format("{}/gateway{}.log", dir_, g)));
-    std::string port;
-    for (int i = 0; i < 500 && port.empty(); ++i) {
-      std::smatch m;
-      std::string log = gateways.back()->Output();
-      static const std::regex re(R"(on 127\.0\.0\.1:(\d+))");
-      if (std::regex_search(log, m, re))
-        port = m[1].str();
-      else
-        std::this_thread::sleep_for(10ms);
-    }
-    ASSERT_FALSE(port.empty()) << gateways.back()->Output();
-    ports.push_back(port);
-  }
+  std::vector<std::string> resp{test::SocketPath("cresp0"), test::SocketPath("cresp1")};
+  const std::vector<std::string> ports = StartGateways(resp);
+  ASSERT_EQ(ports.size(), 2u);
   auto curl = [&](int g, const std::string& path, std::string* headers = nullptr) {
-    std::string body = dir_ + fmt::format("/body{}", g), head = dir_ + fmt::format("/head{}", g);
-    // (One Host for both gateways: the mirror's key is Host + URL, as clients of one site.)
-    auto [rc, out] =
-        test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "20", "-H", "Host: fabric.test",
-                          "-D", head, "-o", body, "http://127.0.0.1:" + ports[g] + path},
-                         dir_ + "/curl.log", 30s);
-    EXPECT_EQ(rc, 0) << out;
-    if (headers != nullptr) *headers = test::ReadAll(head);
-    return test::ReadAll(body);
+    return Curl(ports[static_cast<size_t>(g)], path, headers);
   };
-  auto origin_hits = [&](const std::string& path) {
-    std::string log = test::ReadAll(dir_ + "/access.log");
-    size_t n = 0;
-    for (size_t at = 0; (at = log.find(" " + path + " ", at)) != std::string::npos; ++at) ++n;
-    return n;
-  };
+  auto origin_hits = [&](const std::string& path) { return OriginHits(path); };
   auto path_of = [](int i) { return fmt::format("/gen/{}/fab-{}", SizeOf(i) + 1, i); };
   std::vector<std::string> want;
   for (int i = 0; i < 30; ++i) {
@@ -501,10 +526,62 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
       EXPECT_TRUE(curl(g, path_of(i), &h) == want[static_cast<size_t>(i)]) << g << path_of(i);
       EXPECT_NE(h.find(" 200 "), std::string::npos) << h;
     }
-    EXPECT_NE(gateways[g]->Output().find("core core-d joined"), std::string::npos)
-        << gateways[g]->Output();
+    EXPECT_NE(gateways_[g]->Output().find("core core-d joined"), std::string::npos)
+        << gateways_[g]->Output();
   }
   for (int i = 0; i < 30; ++i) EXPECT_LE(origin_hits(path_of(i)), 3u) << path_of(i);
+}
+
+// A lookup in flight on a core that dies is asked again, once, when the gateway's link is
+// back: then at the key's next owner (a miss there, filled from the origin), so the client
+// gets its object, not a 503. core-b is stopped (SIGSTOP: the lookups wait in its ring or
+// socket), then killed while they wait; through the ring socket and over UCX.
+TEST_F(ClusterTest, ALookupInFlightOnACoreThatDiesGoesToTheNextOwner) {
+  ASSERT_TRUE(fs::exists("/usr/bin/curl") && fs::exists("/usr/bin/python3"));
+  StartCores({"core-a", "core-b", "core-c"});
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> ports =
+      StartGateways({test::SocketPath("fresp0"), test::SocketPath("fresp1")});
+  ASSERT_EQ(ports.size(), 2u);
+  // Paths core-b owns, one per gateway, and one of core-a's (served throughout).
+  std::vector<std::string> of_b;
+  std::string of_a;
+  for (int i = 0; of_b.size() < 2 || of_a.empty(); ++i) {
+    std::string path = fmt::format("/gen/{}/inflight-{}", 50000 + i, i);
+    std::string owner = c->OwnerOf("fabric.test" + path);
+    if (owner == "core-b" && of_b.size() < 2) of_b.push_back(path);
+    if (owner == "core-a" && of_a.empty()) of_a = path;
+  }
+  std::string h;
+  const std::string a_body = Curl(ports[0], of_a, &h);
+  ASSERT_NE(h.find(" 200 "), std::string::npos) << h;
+  cores_["core-b"]->proc.Signal(SIGSTOP);
+  std::vector<std::unique_ptr<test::Process>> curls;
+  for (int g = 0; g < 2; ++g) {
+    curls.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{
+            "/usr/bin/curl", "-s", "--max-time", "20", "-H", "Host: fabric.test", "-o",
+            fmt::format("{}/inflight{}", dir_, g), "-w", "%{http_code}",
+            "http://127.0.0.1:" + ports[static_cast<size_t>(g)] + of_b[static_cast<size_t>(g)]},
+        fmt::format("{}/inflight{}.log", dir_, g)));
+  }
+  std::this_thread::sleep_for(500ms);  // (both lookups are at core-b now)
+  cores_["core-b"]->proc.Signal(SIGKILL);
+  cores_["core-b"]->proc.Wait(5s);
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(curls[static_cast<size_t>(g)]->Wait(30s), 0);
+    EXPECT_EQ(curls[static_cast<size_t>(g)]->Output(), "200") << "gateway " << g;
+    const std::string& path = of_b[static_cast<size_t>(g)];
+    EXPECT_EQ(std::to_string(test::ReadAll(fmt::format("{}/inflight{}", dir_, g)).size()),
+              path.substr(5, path.find('/', 5) - 5))
+        << "gateway " << g;
+    EXPECT_EQ(OriginHits(of_b[static_cast<size_t>(g)]), 1u) << of_b[static_cast<size_t>(g)];
+    // core-a's objects were served throughout, and still are.
+    EXPECT_TRUE(Curl(ports[static_cast<size_t>(g)], of_a, &h) == a_body) << g;
+    EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << h;
+  }
+  EXPECT_EQ(OriginHits(of_a), 1u);
 }
 
 // Shard channels (SSUBSCRIBE/SPUBLISH) live on their owner core, as keys do: a gateway sends
@@ -512,21 +589,18 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
 // SHARDCHANNELS asks every core, and when a joining core takes a channel its subscribers are
 // told (sunsubscribe) as Redis Cluster does when a slot moves; subscribing again reaches it.
 TEST_F(ClusterTest, ShardChannelsLiveOnTheirOwnerCore) {
-  StartCore("core-a");
-  StartCore("core-b");
-  StartCore("core-c");
+  StartCores({"core-a", "core-b", "core-c"});
   auto c = Open(3);
   ASSERT_TRUE(c);
-  std::vector<std::unique_ptr<test::Process>> gateways;
   std::vector<std::string> resp;
   for (int g = 0; g < 2; ++g) {
     resp.push_back(test::SocketPath(fmt::format("sresp{}", g)));
-    gateways.push_back(std::make_unique<test::Process>(
+    gateways_.push_back(std::make_unique<test::Process>(
         std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
                                  g == 0 ? target_ : target_ + "?ring=off", "--resp-unix",
                                  resp.back()},
         fmt::format("{}/sgateway{}.log", dir_, g)));
-    ASSERT_TRUE(test::WaitForPath(resp.back(), 10s)) << gateways.back()->Output();
+    ASSERT_TRUE(test::WaitForPath(resp.back(), 10s)) << gateways_.back()->Output();
   }
   // Forty channels; the owner of each as libgoblin sees it (the same hashing).
   std::map<std::string, std::vector<std::string>> by_owner;
@@ -654,9 +728,7 @@ TEST_F(ClusterTest, ShardChannelsLiveOnTheirOwnerCore) {
 // owner (CROSSSLOT for two owners), SPUBLISH to the owner, NextMessage waiting on every core
 // the client has subscriptions at, and a clear error once when a joining core takes some.
 TEST_F(ClusterTest, ANativeClientsShardChannelsAreAtTheirOwners) {
-  StartCore("core-a");
-  StartCore("core-b");
-  StartCore("core-c");
+  StartCores({"core-a", "core-b", "core-c"});
   auto sub = Open(3), pub = Open(3, "?ring=off");
   ASSERT_TRUE(sub && pub);
   std::map<std::string, std::vector<std::string>> by_owner;

@@ -131,6 +131,9 @@ struct HttpStats {
   uint64_t purges = 0, bad_requests = 0, bytes_lent = 0, slow_clients_dropped = 0;
   uint64_t bytes_by_reference = 0;  // lent bytes sent with sendfile from the pool (no copy)
   uint64_t core_unavailable = 0, core_disconnects = 0;  // 503s while the core was away; losses
+  // Lookups in flight when the link went down, sent again once it was back (to the key's
+  // owner then: over etcd://, a dead core's keys go to their next owner).
+  uint64_t core_retries = 0;
   // Hits served from the mapped pools without the core; descriptors found stale (the request
   // then went to the core); responses cut off because a head changed while it was sent.
   uint64_t local_hits = 0, local_stale = 0, local_cut = 0;
