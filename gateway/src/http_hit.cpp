@@ -473,11 +473,16 @@ void HttpServer::Impl::OnCoreDown() {
       ex.corr = 0;
       relook_.push_back(id);
     } else if (ex.state == ExState::kLookup || ex.state == ExState::kCoreBody) {
+      if (ex.relooked) GOBLIN_LOG_WARN(kLog, "a lookup sent again was lost with the link again");
       ++stats_.core_unavailable;
       Fail(*c, 503, "goblin-core is unavailable");
     }
   }
-  if (!relook_.empty()) relook_deadline_ = MonotonicNanos() + kRelookWaitNs;
+  if (!relook_.empty()) {
+    relook_deadline_ = MonotonicNanos() + kRelookWaitNs;
+    GOBLIN_LOG_INFO(kLog, "{} lookup{} in flight on the lost core link will be sent again",
+                    relook_.size(), relook_.size() == 1 ? "" : "s");
+  }
 }
 
 void HttpServer::Impl::TakeRelooks(FunctionRef<void(Conn&)> fn) {
@@ -503,10 +508,16 @@ void HttpServer::Impl::OnCoreUp() {
 
 void HttpServer::Impl::ExpireRelooks(uint64_t now) {
   if (now < relook_deadline_) return;
-  TakeRelooks([this](Conn& c) {
+  size_t n = 0;
+  TakeRelooks([&](Conn& c) {
+    ++n;
     ++stats_.core_unavailable;
     Fail(c, 503, "goblin-core is unavailable");
   });
+  if (n > 0) {
+    GOBLIN_LOG_WARN(kLog, "{} lookup{} answered 503: the core link was not back within {} s", n,
+                    n == 1 ? "" : "s", kRelookWaitNs / 1'000'000'000);
+  }
 }
 
 }  // namespace goblin::gateway

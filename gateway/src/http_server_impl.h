@@ -564,11 +564,11 @@ class HttpServer::Impl {
   // head, closed after one), every fill continues uncached or ends.
   void OnCoreDown();
   // The link is back: the lookups OnCoreDown kept are sent again (once per exchange; those
-  // still waiting after kRelookWait get 503).
+  // still waiting after kRelookWaitNs get 503).
   void OnCoreUp();
   void ExpireRelooks(uint64_t now);
   void TakeRelooks(FunctionRef<void(Conn&)> fn);  // each exchange still waiting, once
-  static constexpr uint64_t kRelookWaitNs = 2'000'000'000;
+  static constexpr uint64_t kRelookWaitNs = 5'000'000'000;
 
   // ---- local hits (http_local.cpp) ----
   // Answers `c`'s GET or HEAD (no range) from a descriptor of this worker's if it is still

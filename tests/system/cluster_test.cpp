@@ -447,6 +447,21 @@ TEST_F(ClusterTest, GatewaysRouteEachKeyToItsCoreByEtcd) {
     EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << path_of(i) << "\n" << h;
     EXPECT_EQ(origin_hits(path_of(i)), 1u) << path_of(i);
   }
+  // HTTP/2 (h2c by prior knowledge) through both gateways: the same bytes, hits.
+  for (int g = 0; g < 2; ++g) {
+    for (int i = 0; i < 8; ++i) {
+      const std::string body = dir_ + "/h2.body";
+      auto [rc, out] = test::RunCommand(
+          {"/usr/bin/curl", "-s", "--max-time", "20", "--http2-prior-knowledge", "-H",
+           "Host: fabric.test", "-o", body, "-w", "%{http_version} %{http_code}",
+           "http://127.0.0.1:" + ports[static_cast<size_t>(g)] + path_of(i)},
+          dir_ + "/curl-h2.log", 30s);
+      EXPECT_EQ(rc, 0);
+      EXPECT_EQ(out, "2 200") << g << " " << path_of(i);
+      EXPECT_TRUE(test::ReadAll(body) == want[static_cast<size_t>(i)]) << g << " " << path_of(i);
+      EXPECT_EQ(OriginHits(path_of(i)), 1u) << path_of(i);
+    }
+  }
   // Every core holds some of them.
   for (const auto& name : {"core-a", "core-b", "core-c"}) {
     auto [rc, out] = test::RunCommand(
@@ -571,7 +586,9 @@ TEST_F(ClusterTest, ALookupInFlightOnACoreThatDiesGoesToTheNextOwner) {
   cores_["core-b"]->proc.Wait(5s);
   for (int g = 0; g < 2; ++g) {
     EXPECT_EQ(curls[static_cast<size_t>(g)]->Wait(30s), 0);
-    EXPECT_EQ(curls[static_cast<size_t>(g)]->Output(), "200") << "gateway " << g;
+    EXPECT_EQ(curls[static_cast<size_t>(g)]->Output(), "200")
+        << "gateway " << g << ":\n"
+        << gateways_[static_cast<size_t>(g)]->Output();
     const std::string& path = of_b[static_cast<size_t>(g)];
     EXPECT_EQ(std::to_string(test::ReadAll(fmt::format("{}/inflight{}", dir_, g)).size()),
               path.substr(5, path.find('/', 5) - 5))
