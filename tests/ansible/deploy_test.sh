@@ -29,7 +29,7 @@ ip netns del "$probe"
 
 ID=$(( $$ % 200 + 20 ))
 NET=10.231.$ID
-FAB=gbfab$ID CORE=gbcore$ID GW=gbgw$ID CLI=gbcli$ID
+FAB=gbfab$ID CORE=gbcore$ID GW=gbgw$ID CLI=gbcli$ID CORE2=gbcoreb$ID CORE3=gbcorec$ID
 W=$(mktemp -d /tmp/goblin-deploy.XXXXXX)
 had_package=0
 dpkg-query -W -f='${Status}' goblin 2>/dev/null | grep -q "install ok installed" && had_package=1
@@ -40,20 +40,23 @@ cleanup() {
   local rc=$?
   set +e
   if [ -x /usr/lib/goblin/goblin-service ]; then
-    for s in goblin-gateway goblin-core; do
-      GOBLIN_RUN_DIR=$W/run GOBLIN_LOG_DIR=$W/log /usr/lib/goblin/goblin-service stop "$s" >/dev/null
+    for d in "$W" "$W/h2" "$W/h3"; do
+      for s in goblin-gateway goblin-core etcd; do
+        [ -f "$d/run/$s.pid" ] || continue
+        GOBLIN_RUN_DIR=$d/run GOBLIN_LOG_DIR=$d/log /usr/lib/goblin/goblin-service stop "$s" >/dev/null
+      done
     done
   fi
   for f in "$W"/ssh/sshd-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
   # Everything still running in the namespaces: ssh sessions (ansible's ControlPersist
   # masters and the sshd processes serving them), anything a role started.
-  for ns in $CORE $GW $CLI $FAB; do
+  for ns in $CORE $CORE2 $CORE3 $GW $CLI $FAB; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill $pids 2>/dev/null
   done
   sleep 0.2
-  for ns in $CORE $GW $CLI $FAB; do
+  for ns in $CORE $CORE2 $CORE3 $GW $CLI $FAB; do
     pids=$(ip netns pids "$ns" 2>/dev/null)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
     ip netns del "$ns" 2>/dev/null
@@ -62,7 +65,7 @@ cleanup() {
   [ "$made_privsep" = 1 ] && rmdir /run/sshd 2>/dev/null
   if [ $rc -ne 0 ]; then
     echo "== deploy test failed (rc $rc); logs:"
-    for f in "$W"/log/*.log "$W"/ssh/sshd-*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 30 "$f"; }; done
+    for f in "$W"/log/*.log "$W"/h*/log/*.log "$W"/ssh/sshd-*.log; do [ -f "$f" ] && { echo "-- $f"; tail -n 30 "$f"; }; done
   fi
   [ "${KEEP:-0}" = 1 ] || rm -rf "$W"
   exit $rc
@@ -81,17 +84,18 @@ echo "== network: $FAB (bridge) + $CORE $NET.11, $GW $NET.12, $CLI $NET.13"
 ip netns add "$FAB"
 ip -n "$FAB" link add br0 type bridge
 ip -n "$FAB" link set br0 up
-i=0
-for pair in "$CORE:11" "$GW:12" "$CLI:13"; do
-  ns=${pair%%:*} last=${pair##*:}
-  i=$((i + 1))
+ports=0
+add_host() {  # namespace, last byte of its address: a host on the bridge
+  local ns=$1 last=$2
+  ports=$((ports + 1))
   ip netns add "$ns"
-  ip -n "$FAB" link add "port$i" type veth peer name gb0 netns "$ns"
-  ip -n "$FAB" link set "port$i" master br0 up
+  ip -n "$FAB" link add "port$ports" type veth peer name gb0 netns "$ns"
+  ip -n "$FAB" link set "port$ports" master br0 up
   ip -n "$ns" addr add "$NET.$last/24" dev gb0
   ip -n "$ns" link set gb0 up
   ip -n "$ns" link set lo up
-done
+}
+for pair in "$CORE:11" "$GW:12" "$CLI:13"; do add_host "${pair%%:*}" "${pair##*:}"; done
 
 echo "== sshd in each namespace"
 mkdir -p "$W/ssh"
@@ -99,8 +103,8 @@ ssh-keygen -q -t ed25519 -N '' -f "$W/ssh/host_ed25519"
 ssh-keygen -q -t ed25519 -N '' -f "$W/ssh/id_ed25519"
 cp "$W/ssh/id_ed25519.pub" "$W/ssh/authorized_keys"
 [ -d /run/sshd ] || { mkdir -p /run/sshd; made_privsep=1; }
-for pair in "$CORE:11" "$GW:12" "$CLI:13"; do
-  ns=${pair%%:*} last=${pair##*:}
+start_sshd() {  # namespace, last byte of its address
+  local ns=$1 last=$2
   cat >"$W/ssh/sshd-$ns.conf" <<EOF
 ListenAddress $NET.$last
 Port 22
@@ -115,7 +119,8 @@ StrictModes no
 Subsystem sftp /usr/lib/openssh/sftp-server
 EOF
   in_ns "$ns" /usr/sbin/sshd -f "$W/ssh/sshd-$ns.conf" -E "$W/ssh/sshd-$ns.log"
-done
+}
+for pair in "$CORE:11" "$GW:12" "$CLI:13"; do start_sshd "${pair%%:*}" "${pair##*:}"; done
 
 echo "== origin in $CLI"
 mkdir -p "$W/files"
@@ -235,4 +240,75 @@ grep -q "is not empty and is not a Goblin tier" "$W/run4.log" || { tail -n 30 "$
 [ "$(cat "$W/foreign/precious")" = "someone else's data" ] && [ "$(ls "$W/foreign")" = precious ] \
   || fail "the foreign directory was changed"
 [ "$(cat "$W/run/goblin-core.pid")" = "$core_pid" ] || fail "the refused run restarted goblin-core"
+
+echo "== the fabric: two more core hosts ($CORE2 $NET.14, $CORE3 $NET.15), etcd on the three"
+# Each core host gets its own directories (the namespaces share one file system); the
+# gateway routes every key to its owner over UCX tcp (?ring=off: on real hosts the cores'
+# ring sockets are not on the gateway's host; here they would be).
+for pair in "$CORE2:14" "$CORE3:15"; do
+  add_host "${pair%%:*}" "${pair##*:}"
+  start_sshd "${pair%%:*}" "${pair##*:}"
+done
+ETCD=etcd://$NET.11:2379,$NET.14:2379,$NET.15:2379/goblin
+core_host() {  # inventory entry of core host N (1: the first run's core, its directories kept)
+  local n=$1 addr=$NET.11 d=$W/h$1
+  [ "$n" = 1 ] || addr=$NET.$((12 + n))
+  echo "        core$n:"
+  echo "          ansible_host: $addr"
+  echo "          goblin_core_ucx_listen: $addr:13400"
+  echo "          goblin_memory: 64M"
+  echo "          goblin_tier_file_size: 64M"
+  echo "          goblin_etcd_ttl: 3s"
+  echo "          goblin_etcd_env_file: $d/etcd.env"
+  echo "          goblin_etcd_data_dir: $d/etcd"
+  if [ "$n" = 1 ]; then
+    echo "          goblin_ssd_dir: $W/tier"
+    echo "          goblin_admin_listen: $NET.11:7443"
+  else
+    echo "          goblin_ssd_dir: $d/tier"
+    for v in etc run log units verify; do
+      [ "$v" = units ] && echo "          goblin_unit_dir: $d/units" && continue
+      echo "          goblin_${v}_dir: $d/$v"
+    done
+  fi
+}
+mkdir -p "$W/h1" "$W/h2" "$W/h3"
+cp "$W/inventory.yml" "$W/inventory-one.yml"
+{
+  sed -n '1,/^    goblin_core:/p' "$W/inventory-one.yml"
+  echo "      hosts:"
+  for n in 1 2 3; do core_host "$n"; done
+  sed -n '/^    goblin_gateway:/,$p' "$W/inventory-one.yml" |
+    sed "s|^\( *\)goblin_mirror_origin:.*|&\n\1goblin_gateway_core: $ETCD?ring=off|"
+} >"$W/inventory.yml"
+play fabric || { tail -n 80 "$W/fabric.log"; fail "the fabric run failed"; }
+sed -n '/PLAY RECAP/,$p' "$W/fabric.log"
+ucx_env=(env UCX_TLS=tcp UCX_NET_DEVICES=gb0 UCX_WARN_UNUSED_ENV_VARS=n)
+members=$(in_ns "$CLI" "${ucx_env[@]}" /usr/bin/goblin --target "$ETCD?ring=off" members)
+for n in 1 2 3; do
+  grep -q "^core$n " <<<"$members" || fail "core$n is not registered in etcd: $members"
+done
+echo "   registered in etcd: $(awk '{print $1}' <<<"$members" | tr '\n' ' ')"
+for f in $(seq 1 24); do head -c $((f * 40000)) /dev/urandom >"$W/files/fab-$f.bin"; done
+for f in $(seq 1 24); do
+  in_ns "$CLI" curl -sf -o "$W/fab.bin" "http://$NET.12:8080/files/fab-$f.bin" || fail "GET fab-$f through the gateway"
+  cmp -s "$W/files/fab-$f.bin" "$W/fab.bin" || fail "fab-$f: HTTP bytes differ from the origin's"
+done
+sleep 1  # (the gateway commits each object just after its last byte went out)
+for f in 1 7 24; do
+  in_ns "$CLI" "${ucx_env[@]}" /usr/bin/goblin --target "$ETCD?ring=off" get \
+    "$NET.12:8080/files/fab-$f.bin" -o "$W/fab-native.bin" || fail "native get of fab-$f over etcd://"
+  cmp -s "$W/files/fab-$f.bin" "$W/fab-native.bin" || fail "fab-$f: native bytes differ"
+done
+for n in 1 2 3; do
+  run=$W/run
+  [ "$n" = 1 ] || run=$W/h$n/run
+  objects=$(/usr/bin/goblinctl --target "unix:$run/core.sock.admin" stats | awk '$1 == "objects" {print $2}')
+  [ "${objects:-0}" -ge 1 ] || fail "core$n holds no object: the gateway does not route by etcd"
+  echo "   core$n: $objects objects"
+done
+for f in $(seq 1 24); do
+  [ "$(grep -c " /files/fab-$f.bin " "$W/origin.log")" = 1 ] || fail "fab-$f: the origin was asked more than once"
+done
+echo "   24 objects through the gateway over UCX, spread over three cores, each fetched once: ok"
 echo "deploy test: passed"
