@@ -182,7 +182,7 @@ play() {  # log name, extra args...
   shift
   (cd "$ROOT/ansible" && in_ns "$CLI" env ANSIBLE_CONFIG="$ROOT/ansible/ansible.cfg" \
     ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1 \
-    ansible-playbook -i "$W/inventory.yml" -f 3 site.yml "$@") >"$log" 2>&1
+    ansible-playbook -i "$W/inventory.yml" -f 5 site.yml "$@") >"$log" 2>&1
 }
 recap_changed() {  # the sum of changed= in a run's PLAY RECAP
   sed -n '/PLAY RECAP/,$p' "$1" | grep -o 'changed=[0-9]*' | cut -d= -f2 | awk '{s += $1} END {print s + 0}'
