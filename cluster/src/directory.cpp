@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
 
 #include "goblin/common/log.h"
 
@@ -14,20 +15,44 @@ constexpr char kLog[] = "etcd";
 }
 
 Directory::Directory(std::unique_ptr<EtcdClient> etcd, std::string prefix)
-    : etcd_(std::move(etcd)),
-      change_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      prefix_(std::move(prefix)) {}
+    : etcd_(std::move(etcd)), prefix_(std::move(prefix)) {}
 
-void Directory::DrainChange() const {
+Result<std::unique_ptr<Directory::Listener>> Directory::Listen() const {
+  UniqueFd fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!fd) return ErrnoErr("eventfd", errno);
+  std::lock_guard lock(mu_);
+  listeners_.push_back(fd.get());
+  return std::unique_ptr<Listener>(new Listener(this, std::move(fd)));
+}
+
+Directory::Listener::~Listener() {
+  std::lock_guard lock(dir_->mu_);
+  std::erase(dir_->listeners_, fd_.get());
+}
+
+void Directory::Listener::Drain() const {
   uint64_t v;
-  (void)!read(change_.get(), &v, sizeof v);
+  (void)!read(fd_.get(), &v, sizeof v);
+}
+
+Result<std::shared_ptr<Directory>> Directory::Shared(const EtcdOptions& etcd,
+                                                     std::string_view prefix) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<Directory>> open;
+  std::string key = MembersPrefix(prefix);
+  for (const std::string& e : etcd.endpoints) key += "|" + e;
+  std::lock_guard lock(mu);
+  if (auto d = open[key].lock()) return d;
+  GOBLIN_ASSIGN_OR_RETURN(std::unique_ptr<Directory> d, Open(etcd, prefix));
+  std::shared_ptr<Directory> shared(std::move(d));
+  open[key] = shared;
+  return shared;
 }
 
 Result<std::unique_ptr<Directory>> Directory::Open(const EtcdOptions& etcd,
                                                    std::string_view prefix) {
   GOBLIN_ASSIGN_OR_RETURN(auto client, EtcdClient::Open(etcd));
   std::unique_ptr<Directory> d(new Directory(std::move(client), MembersPrefix(prefix)));
-  if (!d->change_) return ErrnoErr("eventfd", errno);
   GOBLIN_RETURN_IF_ERROR(d->List());
   d->thread_ = std::thread([p = d.get()] { p->Run(); });
   return d;
@@ -65,7 +90,8 @@ void Directory::Publish() {
   }
   cv_.notify_all();
   const uint64_t one = 1;
-  (void)!write(change_.get(), &one, sizeof one);
+  std::lock_guard lock(mu_);
+  for (int fd : listeners_) (void)!write(fd, &one, sizeof one);
 }
 
 VoidResult Directory::List() {

@@ -26,14 +26,15 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
     GOBLIN_ASSIGN_OR_RETURN(client::ClusterTarget t, client::ParseClusterTarget(options.target));
     cluster::EtcdOptions eo;
     eo.endpoints = t.endpoints;
-    GOBLIN_ASSIGN_OR_RETURN(l->directory_, cluster::Directory::Open(eo, t.prefix));
+    GOBLIN_ASSIGN_OR_RETURN(l->directory_, cluster::Directory::Shared(eo, t.prefix));
+    GOBLIN_ASSIGN_OR_RETURN(l->listener_, l->directory_->Listen());
     l->local_ring_ = t.local_ring;
   }
   l->epoll_ = epoll_fd;
   l->bell_tag_ = bell_tag;
   l->socket_tag_ = socket_tag;
   if (l->directory_) {  // (a sleeping loop wakes for a membership change: Tick takes it in)
-    GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->directory_->change_fd(), EPOLLIN, socket_tag));
+    GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->listener_->fd(), EPOLLIN, socket_tag));
   }
   GOBLIN_RETURN_IF_ERROR(l->Open(std::chrono::seconds(5)));
   l->backoff_ = options.min_backoff;
@@ -42,7 +43,7 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
 
 CoreLink::~CoreLink() {
   CloseShards();
-  if (directory_) epoll_ctl(epoll_, EPOLL_CTL_DEL, directory_->change_fd(), nullptr);
+  if (listener_) epoll_ctl(epoll_, EPOLL_CTL_DEL, listener_->fd(), nullptr);
 }
 
 VoidResult CoreLink::WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
@@ -416,7 +417,7 @@ void CoreLink::FinishSleep() {
 }
 
 void CoreLink::OnSocketEvent() {
-  if (directory_) directory_->DrainChange();
+  if (listener_) listener_->Drain();
   for (Shard& sh : shards_) {
     if (auto r = sh.client->CheckAlive(); !r) return GoDown(r.error());
   }

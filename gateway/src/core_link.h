@@ -225,7 +225,8 @@ class CoreLink {
   Stats stats_;
   std::function<void()> on_down_, on_up_, on_joined_;
   // etcd:// only
-  std::unique_ptr<cluster::Directory> directory_;
+  std::shared_ptr<cluster::Directory> directory_;           // (the process's: Directory::Shared)
+  std::unique_ptr<cluster::Directory::Listener> listener_;  // wakes this loop on a change
   bool local_ring_ = true;  // cores on this host through their ring socket (?ring=off: UCX)
   uint64_t membership_generation_ = 0;
   std::vector<CoreSpan> cores_;

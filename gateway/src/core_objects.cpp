@@ -124,33 +124,42 @@ void CoreObjects::Get(std::string_view key, uint64_t offset, uint64_t length, Ge
                       uint32_t flags) {
   Req& r = NewReq(Kind::kGet, key);
   r.get_done = std::move(done);
+  r.offset = offset;
   r.length = length;
-  const uint64_t corr = Corr(r);
-  Send(
-      r,
-      [&](uint8_t* b, size_t cap) {
-        return wire::ObjectGetEncoder(b, cap)
-            .set_correlation_id(corr)
-            .set_offset(offset)
-            .set_length(length)
-            .set_flags(wire::kGetFirstBytes | flags)
-            .set_key(key)
-            .Finish();
-      },
-      key.size() + 64, link_->ShardFor(key));
+  r.get_flags = flags;
+  SendGet(r);
 }
 
 void CoreObjects::Head(std::string_view key, GetDone done) {
   Req& r = NewReq(Kind::kGet, key);
   r.get_done = std::move(done);
   r.head_only = true;
+  SendGet(r);
+}
+
+void CoreObjects::SendGet(Req& r) {
   const uint64_t corr = Corr(r);
+  if (r.head_only) {
+    Send(
+        r,
+        [&](uint8_t* b, size_t cap) {
+          return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(r.key).Finish();
+        },
+        r.key.size() + 64, link_->ShardFor(r.key));
+    return;
+  }
   Send(
       r,
       [&](uint8_t* b, size_t cap) {
-        return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
+        return wire::ObjectGetEncoder(b, cap)
+            .set_correlation_id(corr)
+            .set_offset(r.offset)
+            .set_length(r.length)
+            .set_flags(wire::kGetFirstBytes | r.get_flags)
+            .set_key(r.key)
+            .Finish();
       },
-      key.size() + 64, link_->ShardFor(key));
+      r.key.size() + 64, link_->ShardFor(r.key));
 }
 
 void CoreObjects::Put(std::string key, std::string value, PutSpec spec, PutDone done) {
@@ -478,14 +487,42 @@ void CoreObjects::OnCoreDown() {
   for (auto& [id, r] : reqs_) ids.push_back(id);
   retrying_.clear();
   sending_.clear();
-  for (uint64_t id : ids) {
-    if (auto it = reqs_.find(id); it != reqs_.end()) Fail(*it->second, Unavailable());
-  }
   corr_.clear();
+  for (uint64_t id : ids) {
+    auto it = reqs_.find(id);
+    if (it == reqs_.end()) continue;
+    Req& r = *it->second;
+    if (resend_reads_ && r.kind == Kind::kGet && !r.resent) {
+      // A read changes nothing: asked again once the link is back (at the key's owner then).
+      r.resent = true;
+      r.corr = 0;
+      r.object = Object();
+      resend_.push_back(id);
+    } else {
+      Fail(r, Unavailable());
+    }
+  }
+  if (!resend_.empty()) resend_deadline_ = MonotonicNanos() + kResendWaitNs;
+}
+
+void CoreObjects::OnCoreUp() {
+  std::vector<uint64_t> ids = std::move(resend_);
+  resend_.clear();
+  for (uint64_t id : ids) {
+    if (auto it = reqs_.find(id); it != reqs_.end()) SendGet(*it->second);
+  }
 }
 
 bool CoreObjects::Tick(uint64_t now) {
   bool did = false;
+  if (!resend_.empty() && now >= resend_deadline_) {  // the link did not come back in time
+    std::vector<uint64_t> ids = std::move(resend_);
+    resend_.clear();
+    for (uint64_t id : ids) {
+      if (auto it = reqs_.find(id); it != reqs_.end()) Fail(*it->second, Unavailable());
+    }
+    did = true;
+  }
   if (!retrying_.empty()) {
     std::vector<uint64_t> due;
     for (auto it = retrying_.begin(); it != retrying_.end();) {

@@ -3,11 +3,11 @@
 // range, or only what is known of the object), put (conditional, keeping the expiry), delete
 // (conditional), touch (with Redis's EXPIRE conditions), a page of a shard's keys, and a
 // purge of a shard. Each request's callback runs exactly once, from inside OnMessage,
-// OnCoreDown or Tick. A put sends its value in pieces while the link has room (the rest from
-// Tick), and one that meets another write of its key in progress tries again every
-// millisecond up to `busy_timeout`. Refusals come back as the core's codes (NotFound,
-// AlreadyExists, FailedPrecondition: a conditional put or delete whose condition failed).
-// Threading: the front's loop thread.
+// OnCoreDown or Tick (a read lost with the link is sent again once it is back). A put sends its
+// value in pieces while the link has room (the rest from Tick), and one that meets another write of
+// its key in progress tries again every millisecond up to `busy_timeout`. Refusals come back as the
+// core's codes (NotFound, AlreadyExists, FailedPrecondition: a conditional put or delete whose
+// condition failed). Threading: the front's loop thread.
 #pragma once
 
 #include <chrono>
@@ -82,12 +82,19 @@ class CoreObjects {
 
   // A message from the core with correlation id `corr`: true if it answered one of ours.
   bool OnMessage(uint16_t template_id, uint64_t corr, std::span<const uint8_t> m);
-  // The core went away: every request fails with Unavailable.
+  // The core went away: every request fails with Unavailable, but reads (Get, Head): each
+  // is sent again once when the link is back (OnCoreUp; at the key's owner then), and fails
+  // only if it is not back within kResendWaitNs.
   void OnCoreDown();
+  void OnCoreUp();
+  // Reads are sent again only if the front asks for it (RESP: its command waits for the
+  // answer; memcache ends every op when the core goes down).
+  void set_resend_reads(bool on) { resend_reads_ = on; }
+  static constexpr uint64_t kResendWaitNs = 5'000'000'000;
   // Retries due and the rest of values waiting for room. True if it did something.
   bool Tick(uint64_t now);
   // Requests waiting for time (a retry) or room (a value not all sent): the loop polls.
-  bool waiting() const { return !retrying_.empty() || !sending_.empty(); }
+  bool waiting() const { return !retrying_.empty() || !sending_.empty() || !resend_.empty(); }
   size_t in_flight() const { return reqs_.size(); }
 
  private:
@@ -99,8 +106,10 @@ class CoreObjects {
     std::string key;
     // get
     Object object;
-    uint64_t length = 0;
+    uint64_t offset = 0, length = 0;
+    uint32_t get_flags = 0;
     bool head_only = false;  // ObjectHead: its ObjectInfo is all of the answer
+    bool resent = false;     // lost with the link once and sent again
     GetDone get_done;
     // put
     std::string value;
@@ -121,6 +130,7 @@ class CoreObjects {
   uint64_t Corr(Req& r);
   // Sends `encode` to the key's shard (or `shard`); false (and `r` failed) when it cannot.
   bool Send(Req& r, FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes, uint16_t shard);
+  void SendGet(Req& r);  // ObjectGet (or ObjectHead) to the key's shard
   void SendPutBegin(Req& r);
   void SendPieces(Req& r);  // as much of the value as the link has room for; then the commit
   void Fail(Req& r, const Status& s);  // runs its callback with `s`, forgets it
@@ -136,6 +146,9 @@ class CoreObjects {
   std::unordered_map<uint64_t, uint64_t> corr_;              // correlation id -> request id
   std::vector<uint64_t> retrying_;                           // puts waiting to begin again
   std::vector<uint64_t> sending_;                            // puts with value left to send
+  std::vector<uint64_t> resend_;  // reads lost with the link, sent again when it is back
+  uint64_t resend_deadline_ = 0;
+  bool resend_reads_ = false;
 };
 
 }  // namespace goblin::gateway

@@ -37,6 +37,10 @@ VoidResult RespServer::Impl::Init() {
   core_->set_on_joined([this] { OnCoresJoined(); });
   objects_ = std::make_unique<CoreObjects>(core_.get(), &next_corr_, options_.key_busy_timeout,
                                            options_.max_value_bytes);
+  // A read in flight when the core link goes down is sent again once it is back (a core of
+  // several that died: at the key's next owner), as the HTTP front's lookups.
+  objects_->set_resend_reads(true);
+  core_->set_on_up([this] { objects_->OnCoreUp(); });
   started_ns_ = MonotonicNanos();
   if (options_.port != 0) {
     TcpListenOptions tl;

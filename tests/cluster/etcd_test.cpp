@@ -1,6 +1,7 @@
 // The etcd client, a core's registration under a lease and the directory routers watch,
 // against a real etcd started by the test (Debian's etcd-server, one member on loopback).
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <fmt/format.h>
 
@@ -212,6 +213,41 @@ TEST_F(Etcd, TheDirectorySeesMembersComeAndGoAndRidesOutAnEtcdRestart) {
   EXPECT_TRUE((*dir)->WaitUntil([&](const auto& ms) { return names(ms) == "b,c,"; }, 10s))
       << names((*dir)->snapshot()->members);
   EXPECT_GE((*dir)->watch_restarts(), 1u);
+}
+
+// Every router of a process shares one Directory per etcd and prefix; each event loop has a
+// Listener of its own that becomes readable at every change.
+TEST_F(Etcd, ASharedDirectoryWakesEachListener) {
+  auto d1 = Directory::Shared(etcd_->options(), "/t");
+  auto d2 = Directory::Shared(etcd_->options(), "/t/");
+  auto other = Directory::Shared(etcd_->options(), "/u");
+  ASSERT_TRUE(d1 && d2 && other) << (d1 ? "" : d1.error().ToString());
+  EXPECT_EQ(d1->get(), d2->get());
+  EXPECT_NE(d1->get(), other->get());
+  auto l1 = (*d1)->Listen(), l2 = (*d2)->Listen();
+  ASSERT_TRUE(l1 && l2);
+  auto readable = [](const Directory::Listener& l, int ms) {
+    pollfd p{l.fd(), POLLIN, 0};
+    return poll(&p, 1, ms) == 1;
+  };
+  EXPECT_FALSE(readable(**l1, 0));
+  auto a = Registration::Start(Options(Core("a", 1)));
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(readable(**l1, 5000));
+  EXPECT_TRUE(readable(**l2, 5000));
+  (*l1)->Drain();
+  EXPECT_FALSE(readable(**l1, 0));
+  EXPECT_TRUE(readable(**l2, 0));  // (each its own)
+  l2->reset();
+  (*a)->Stop();
+  EXPECT_TRUE(readable(**l1, 5000));
+  // The last user gone, the next Shared opens a new one (and lists etcd afresh).
+  l1->reset();
+  d1->reset();
+  d2->reset();
+  auto d3 = Directory::Shared(etcd_->options(), "/t");
+  ASSERT_TRUE(d3);
+  EXPECT_TRUE((*d3)->WaitUntil([](const auto& ms) { return ms.empty(); }, 5s));
 }
 
 }  // namespace
