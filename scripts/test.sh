@@ -7,7 +7,7 @@
 # -march=x86-64-v2, a CPU the emulator provides; build/rdma only when "rdma" runs without
 # "release"). The Ansible deployment test (label ansible: minutes of ssh and python, a
 # quarter of one CPU) runs in the background from the end of the release tests while the
-# next build compiles, and is waited for before the next tests start. Exit status is
+# next builds compile (ASan, then TSan), and is waited for before the next tests start. Exit status is
 # non-zero when anything fails; each phase prints its time.
 # Build trees: build/release, build/asan, build/tsan, build/fuzz (build/rdma).
 #   GOBLIN_TEST_SKIP_DEPS=1   do not call scripts/install-deps.sh
@@ -95,6 +95,21 @@ phase_done() {  # what
   echo "== $1: $((SECONDS - phase_start)) s (total $((SECONDS / 60)) min $((SECONDS % 60)) s)"
   phase_start=$SECONDS
 }
+tsan_built=0
+build_tsan() {  # (once: before the ASan tests when the Ansible test runs beside it)
+  ((tsan_built)) && return 0
+  tsan_built=1
+  configure build/tsan -DCMAKE_BUILD_TYPE=Tsan -DGOBLIN_BUILD_BENCH=OFF
+  # Only what the TSan run tests (the threaded parts), and the programs they start.
+  echo "== build (tsan)"
+  # (The h2/TLS workers' tests, https_test and http2_test, were TSan-clean and are left
+  # out to keep CI under 45 minutes: the HTTP workers' threads are covered by
+  # http_mirror_test, access_log_test and metrics_test.)
+  cmake --build build/tsan -j"$jobs" --target ring_test admin_unit_test store_test \
+    admin_test core_system_test http_mirror_test access_log_test metrics_test etcd_test \
+    goblin-core goblin goblinctl goblin-gateway
+  phase_done "tsan build"
+}
 released=0
 mkdir -p build
 for b in $builds; do
@@ -117,19 +132,12 @@ for b in $builds; do
         -DGOBLIN_BUILD_BENCH=OFF
       echo "== build (asan+ubsan)"; cmake --build build/asan -j"$jobs"
       phase_done "asan build"
+      # The Ansible test is still going: the TSan build next (compiling), not tests.
+      if ((bg_pid)) && [[ " $builds " == *" tsan "* ]]; then build_tsan; fi
       run_ctest asan build/asan -LE slow
       phase_done "asan tests" ;;
     tsan)
-      configure build/tsan -DCMAKE_BUILD_TYPE=Tsan -DGOBLIN_BUILD_BENCH=OFF
-      # Only what the TSan run below tests (the threaded parts), and the programs they start.
-      echo "== build (tsan)"
-      # (The h2/TLS workers' tests, https_test and http2_test, were TSan-clean and are left
-      # out to keep CI under 45 minutes: the HTTP workers' threads are covered by
-      # http_mirror_test, access_log_test and metrics_test.)
-      cmake --build build/tsan -j"$jobs" --target ring_test admin_unit_test store_test \
-        admin_test core_system_test http_mirror_test access_log_test metrics_test etcd_test \
-        goblin-core goblin goblinctl goblin-gateway
-      phase_done "tsan build"
+      build_tsan
       # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
       # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
       UCX_MEM_MMAP_HOOK_MODE=none \
