@@ -53,12 +53,12 @@ count_results() {  # name, ctest log, ctest exit status: adds the log's counts t
 report_failures() {  # ctest log
   local log=$1
   echo "== failed in $log:"
-  sed -n '/The following tests FAILED/,/^$/p' "$log" | head -40
   awk '/^ *Start +[0-9]+:|^[0-9]+\/[0-9]+ Test +#/ { if (keep) print_block(); keep = 0; n = 0 }
-       /^[0-9]+\/[0-9]+ Test +#.*(\*\*\*|Failed|Timeout|Exception)/ { keep = 1 }
+       /^[0-9]+\/[0-9]+ Test +#.*\*\*\*(Failed|Timeout|Exception|Not Run)/ { keep = 1 }
        keep { buf[n++] = $0 }
        function print_block(  i) { for (i = (n > 40 ? n - 40 : 0); i < n; i++) print buf[i] }
        END { if (keep) print_block() }' "$log" | tail -n 120
+  sed -n '/The following tests FAILED/,/^$/p' "$log" | grep -v '(Skipped)' | head -40
 }
 # The ansible tests of the release build, in the background (see the header).
 bg_pid=0 bg_log="" bg_name=""
