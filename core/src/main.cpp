@@ -735,6 +735,8 @@ int main(int argc, char** argv) {
 #endif
   // Membership last: routers that find the core in etcd find it serving.
   std::shared_ptr<cluster::Registration> registration;  // (shared with the admin stats)
+  std::mutex registration_mu;  // (the signal watcher reads it; it is set once the loops run)
+  cluster::RegistrationOptions registration_options;  // (member.name empty: not registering)
 #if GOBLIN_HAVE_UCX
   if (!etcd_options.endpoints.empty()) {
     auto member = MemberRecord(rdma_listen, advertise, shards.front()->ucx()->port());
@@ -758,18 +760,10 @@ int main(int argc, char** argv) {
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count());
-    cluster::RegistrationOptions ro;
-    ro.etcd = etcd_options;
-    ro.prefix = etcd_prefix;
-    ro.member = std::move(*member);
-    ro.ttl = std::chrono::duration_cast<std::chrono::seconds>(etcd_ttl);
-    auto r = cluster::Registration::Start(ro);
-    if (!r) return Fail(r.error().WithContext("--etcd"));
-    registration = std::move(*r);
-    if (admin_service) {
-      admin_service->SetMembership({[reg = registration] { return reg->registered(); },
-                                    [reg = registration] { return reg->registrations(); }});
-    }
+    registration_options.etcd = etcd_options;
+    registration_options.prefix = etcd_prefix;
+    registration_options.member = std::move(*member);
+    registration_options.ttl = std::chrono::duration_cast<std::chrono::seconds>(etcd_ttl);
   }
 #endif
   GOBLIN_LOG_INFO(kLog, "topology: {}; loop CPUs: {}", topo->Describe(),
@@ -785,7 +779,10 @@ int main(int argc, char** argv) {
     }
     if (quit.load()) return;
     if (admin_server) admin_server->SetServing(false);
-    if (registration) registration->Stop();  // routers stop sending here first
+    {
+      std::lock_guard lock(registration_mu);
+      if (registration) registration->Stop();  // routers stop sending here first
+    }
     if (preloader) preloader->RequestStop();
     GOBLIN_LOG_INFO(kLog, "shutdown requested: health NOT_SERVING; closing sessions in {}",
                     FormatDuration(shutdown_grace));
@@ -797,6 +794,23 @@ int main(int argc, char** argv) {
     (void)!write(stop.get(), &one, sizeof one);
   });
   for (auto& sh : shards) sh->Start(stop.get());
+  // Membership once the loops serve: a router that finds the core in etcd connects at once
+  // (registered before, a client's UCX connect could wait for loops not yet running).
+  if (!registration_options.member.name.empty()) {
+    auto r = cluster::Registration::Start(registration_options);
+    if (!r) {
+      GOBLIN_LOG_ERROR(kLog, "--etcd: {}", r.error());
+      uint64_t one = 1;
+      (void)!write(stop.get(), &one, sizeof one);  // (the loops stop; the core exits)
+    } else {
+      std::lock_guard lock(registration_mu);
+      registration = std::move(*r);
+      if (admin_service) {
+        admin_service->SetMembership({[reg = registration] { return reg->registered(); },
+                                      [reg = registration] { return reg->registrations(); }});
+      }
+    }
+  }
   if (preloader) preloader->Start();
   Status ran;
   for (auto& sh : shards) {
