@@ -744,11 +744,13 @@ int main(int argc, char** argv) {
     member->name = member_name.empty() ? MemberNameFor(*member) : member_name;
     member->zone = zone;
     member->shards = n_shards;
+    // The routing weight: what this core may hold, not what its disks have free now (that
+    // moves from one start to the next, and with it keys between live cores).
     member->capacity = pool.size() * n_shards;
     if (first.store() != nullptr) {
       for (auto& sh : shards) {
         for (size_t i = 0; i < sh->store()->tier_count(); ++i) {
-          member->capacity += sh->store()->tier(i).capacity_bytes();
+          member->capacity += sh->store()->tier(i).nominal_bytes();
         }
       }
     }

@@ -40,12 +40,16 @@ Result<std::unique_ptr<DriveSpace>> DriveSpace::Open(TierDir dir, uint16_t tier_
     struct statvfs vfs {};
     if (statvfs(t->dir_.path().c_str(), &vfs) != 0)
       return ErrnoErr(fmt::format("statvfs({})", t->dir_.path()), errno);
+    const uint32_t share = std::max<uint32_t>(o.free_space_share, 1);
     uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    capacity = uint64_t{existing} * o.file_bytes +
-               free_bytes / 100 * 95 / std::max<uint32_t>(o.free_space_share, 1);
+    capacity = uint64_t{existing} * o.file_bytes + free_bytes / 100 * 95 / share;
+    t->nominal_bytes_ = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize / 100 * 95 / share /
+                        o.file_bytes * o.file_bytes;
   } else if (capacity < o.file_bytes) {
     return Err(StatusCode::kInvalidArgument, "tier {}: capacity {} is less than one {} file",
                t->dir_.path(), FormatSize(capacity), FormatSize(o.file_bytes));
+  } else {
+    t->nominal_bytes_ = capacity / o.file_bytes * o.file_bytes;
   }
   // Extent files are numbered 0..65535 per drive (kMaxDriveFiles: the journal's extent
   // encoding keeps the drive number above them).

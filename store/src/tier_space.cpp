@@ -106,6 +106,10 @@ uint64_t TierSpace::used_bytes() const {
   return SumOverDrives([](const DriveSpace& d) { return d.used_bytes(); });
 }
 
+uint64_t TierSpace::nominal_bytes() const {
+  return SumOverDrives([](const DriveSpace& d) { return d.nominal_bytes(); });
+}
+
 uint64_t TierSpace::capacity_slots() const {
   return SumOverDrives([](const DriveSpace& d) { return d.capacity_slots(); });
 }

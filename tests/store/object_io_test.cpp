@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -582,6 +583,47 @@ INSTANTIATE_TEST_SUITE_P(Engines, ObjectIoTest,
                          [](const testing::TestParamInfo<IoChoice>& i) {
                            return std::string(i.param == IoChoice::kSync ? "Sync" : "IoUring");
                          });
+
+// A tier's nominal size (a cluster member's routing weight) is its configured capacity, else
+// its share of the file system's size: what the disk has free moves the capacity from one
+// start to the next, not the nominal size (else a restarted core would take keys from others).
+TEST(TierNominalSize, IsTheFileSystemsSizeNotItsFreeSpace) {
+  const std::string dir = test::ScratchDir("nominal", /*create=*/false).string();
+  ASSERT_TRUE(PrepareTier(dir));
+  auto open = [&](uint64_t capacity, uint32_t share) {
+    auto d = TierDir::Open(dir);
+    EXPECT_TRUE(d);
+    TierOptions o;
+    o.extent_bytes = kExtent;
+    o.file_bytes = 4 << 20;
+    o.capacity_bytes = capacity;
+    o.free_space_share = share;
+    auto t = TierSpace::Open(std::move(*d), 0, o);
+    EXPECT_TRUE(t) << t.error().ToString();
+    return std::move(*t);
+  };
+  struct statvfs vfs {};
+  ASSERT_EQ(statvfs(dir.c_str(), &vfs), 0);
+  const uint64_t size = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+  const uint64_t first = open(0, 2)->nominal_bytes();
+  EXPECT_EQ(first, size / 100 * 95 / 2 / (4 << 20) * (4 << 20));
+  {
+    // 64 MiB less free space: the same nominal size.
+    const std::string filler = dir + "/filler";
+    int fd = ::open(filler.c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> block(1 << 20, 0x5a);
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(::write(fd, block.data(), block.size()), 1 << 20);
+    ASSERT_EQ(fsync(fd), 0);
+    ::close(fd);
+    auto again = open(0, 2);
+    EXPECT_EQ(again->nominal_bytes(), first);
+    EXPECT_LE(again->capacity_bytes(), first);
+  }
+  EXPECT_EQ(open(64 << 20, 1)->nominal_bytes(), 64u << 20);
+  EXPECT_EQ(open((64 << 20) + 12345, 1)->nominal_bytes(), 64u << 20);  // (whole files)
+  fs::remove_all(dir);
+}
 
 TEST(Placement, SplitsHeadAndTiersForEverySizeClass) {
   constexpr uint64_t kHead = 256 << 10, kPrefix = 1 << 20;

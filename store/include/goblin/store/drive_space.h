@@ -74,6 +74,10 @@ class DriveSpace {
   }
   const TierDir& dir() const { return dir_; }
   uint64_t capacity_bytes() const { return uint64_t{max_files_} * options_.file_bytes; }
+  // What the tier may hold regardless of how full the file system is now: the configured
+  // capacity, else this tier's share of 95% of the file system's size. Stable from one start
+  // to the next (capacity_bytes() follows the free space at start): a cluster member's weight.
+  uint64_t nominal_bytes() const { return nominal_bytes_; }
   uint64_t used_bytes() const { return stats_.slots_used * options_.extent_bytes; }
   // No free slot and no file may be added within the capacity: make room by evicting.
   bool at_capacity() const { return files_.size() >= max_files_ && free_.empty() && !free_dirty_; }
@@ -150,6 +154,7 @@ class DriveSpace {
   TierOptions options_;
   uint32_t slots_per_file_ = 0;
   uint32_t max_files_ = 0;  // from the capacity (files beyond it, from a larger past, stay)
+  uint64_t nominal_bytes_ = 0;
   std::vector<ExtentFile> files_;
   std::vector<uint8_t> used_;   // per slot
   std::vector<uint64_t> free_;  // free slot numbers (a stack)

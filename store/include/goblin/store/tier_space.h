@@ -77,6 +77,7 @@ class TierSpace {
   const std::string& DrivePath(const Extent& e) const;
 
   uint64_t capacity_bytes() const;
+  uint64_t nominal_bytes() const;  // (DriveSpace::nominal_bytes over the drives)
   uint64_t used_bytes() const;
   uint64_t capacity_slots() const;
   // No drive has a free slot or may add a file within its capacity: evict.
