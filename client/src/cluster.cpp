@@ -35,6 +35,7 @@ bool IsConnectionFailure(const Status& s) {
 
 struct Cluster::Core {
   cluster::Member member;
+  std::string id;  // "name@revision": this registration
   cluster::RendezvousNode node;
   std::unique_ptr<Connection> conn;
   std::chrono::steady_clock::time_point passed_over_until{};
@@ -99,10 +100,12 @@ void Cluster::Refresh() {
     }
     auto core = std::make_unique<Core>();
     core->member = m;
+    core->id = fmt::format("{}@{}", m.name, m.mod_revision);
     core->node = {cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)};
     next.push_back(std::move(core));
   }
   cores_ = std::move(next);
+  ++wait_version_;  // (cores that left are gone: NextMessage's wait list names them)
 }
 
 size_t Cluster::Choose(std::string_view key, std::array<Core*, 2>& out) {
@@ -146,6 +149,7 @@ Result<Connection*> Cluster::ConnectionOf(Core& core) {
 }
 
 void Cluster::PassOver(Core& core) {
+  if (core.conn) ++wait_version_;
   core.conn.reset();
   core.passed_over_until = std::chrono::steady_clock::now() + kPassOver;
 }
@@ -228,9 +232,7 @@ Result<Cluster::Core*> Cluster::PubsubCore() {
   return &core;
 }
 
-std::string Cluster::CoreId(const Core& core) {
-  return fmt::format("{}@{}", core.member.name, core.member.mod_revision);
-}
+const std::string& Cluster::CoreId(const Core& core) { return core.id; }
 
 Cluster::Core* Cluster::FindCore(std::string_view id) {
   for (const auto& c : cores_) {
@@ -262,7 +264,7 @@ Result<std::vector<Connection::Confirmation>> Cluster::Subscribe(Connection::Sub
                                                                  bool unsubscribe) {
   if (kind == Connection::SubKind::kShard) return SubscribeShard(names, unsubscribe);
   GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
-  const std::string here = CoreId(*core);
+  const std::string& here = CoreId(*core);
   if (!subscribed_at_.empty() && subscribed_at_ != here) {
     return Err(StatusCode::kUnavailable,
                "the pub/sub core changed from {} to {}: NextMessage first, then subscribe again",
@@ -270,6 +272,7 @@ Result<std::vector<Connection::Confirmation>> Cluster::Subscribe(Connection::Sub
   }
   auto r = core->conn->Subscribe(kind, names, unsubscribe);
   if (r) {
+    if (subscribed_at_.empty()) ++wait_version_;
     subscribed_at_ = here;
   } else if (IsConnectionFailure(r.error())) {
     PassOver(*core);
@@ -287,7 +290,8 @@ Result<std::vector<Connection::Confirmation>> Cluster::SubscribeShard(
       if (IsConnectionFailure(r.error())) PassOver(core);
       return Err(r.error());
     }
-    const std::string id = CoreId(core);
+    const std::string& id = CoreId(core);
+    ++wait_version_;
     for (Connection::Confirmation& conf : *r) {
       if (conf.name && !unsubscribe) {
         shard_channels_[*conf.name] = id;
@@ -316,6 +320,7 @@ Result<std::vector<Connection::Confirmation>> Cluster::SubscribeShard(
       Core* core = FindCore(id);
       if (core == nullptr || !ConnectionOf(*core)) {  // gone, and its subscriptions with it
         std::erase_if(shard_channels_, [&](const auto& e) { return e.second == id; });
+        ++wait_version_;
         continue;
       }
       GOBLIN_RETURN_IF_ERROR(apply(*core, {}));
@@ -354,6 +359,7 @@ Status Cluster::CheckShardChannels() {
     it = shard_channels_.erase(it);
   }
   if (lost.empty()) return Status();
+  ++wait_version_;
   return Status(
       StatusCode::kUnavailable,
       fmt::format("shard channel{} {}{} moved to another core: subscribe again",
@@ -362,35 +368,43 @@ Status Cluster::CheckShardChannels() {
 }
 
 Result<std::optional<Connection::Message>> Cluster::NextMessage(std::chrono::nanoseconds timeout) {
-  std::vector<Core*> from;
   GOBLIN_ASSIGN_OR_RETURN(Core * core, PubsubCore());
-  const std::string here = CoreId(*core);
-  if (!subscribed_at_.empty() && subscribed_at_ != here) {
+  if (!subscribed_at_.empty() && subscribed_at_ != CoreId(*core)) {
     std::string was = std::exchange(subscribed_at_, std::string());
+    ++wait_version_;
     return Err(StatusCode::kUnavailable, "the pub/sub core changed from {} to {}: subscribe again",
-               was, here);
+               was, CoreId(*core));
   }
   if (shard_generation_ != generation_) {
     shard_generation_ = generation_;
     if (Status s = CheckShardChannels(); !s.ok()) return Err(std::move(s));
   }
-  if (!subscribed_at_.empty() || shard_channels_.empty()) from.push_back(core);
-  for (const auto& [name, id] : shard_channels_) {
-    Core* at = FindCore(id);
-    if (at != nullptr && std::find(from.begin(), from.end(), at) == from.end()) {
-      GOBLIN_RETURN_IF_ERROR(ConnectionOf(*at));
-      from.push_back(at);
+  // The cores this client has subscriptions at: rebuilt only when those change (a
+  // subscription, a membership change, a core passed over), not for every message.
+  if (wait_built_ != wait_version_ || wait_from_.empty()) {
+    wait_from_.clear();
+    if (!subscribed_at_.empty() || shard_channels_.empty()) wait_from_.push_back(core);
+    for (const auto& [name, id] : shard_channels_) {
+      Core* at = FindCore(id);
+      if (at != nullptr &&
+          std::find(wait_from_.begin(), wait_from_.end(), at) == wait_from_.end()) {
+        GOBLIN_RETURN_IF_ERROR(ConnectionOf(*at));
+        wait_from_.push_back(at);
+      }
     }
+    wait_built_ = wait_version_;
   }
   auto failed = [&](Core* c, const Status& s) {
     if (!IsConnectionFailure(s)) return;
-    PassOver(*c);
     if (c == core) subscribed_at_.clear();
     std::erase_if(shard_channels_, [&](const auto& e) { return e.second == CoreId(*c); });
+    PassOver(*c);
+    ++wait_version_;
   };
-  if (from.size() == 1) {
-    auto r = from[0]->conn->NextMessage(timeout);
-    if (!r) failed(from[0], r.error());
+  if (wait_from_.size() == 1) {
+    Core* c = wait_from_[0];
+    auto r = c->conn->NextMessage(timeout);
+    if (!r) failed(c, r.error());
     return r;
   }
   // Several cores carry this client's subscriptions: take what has come from each (in turn,
@@ -398,8 +412,8 @@ Result<std::optional<Connection::Message>> Cluster::NextMessage(std::chrono::nan
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     ++next_from_;
-    for (size_t i = 0; i < from.size(); ++i) {
-      Core* c = from[(next_from_ + i) % from.size()];
+    for (size_t i = 0; i < wait_from_.size(); ++i) {
+      Core* c = wait_from_[(next_from_ + i) % wait_from_.size()];
       auto r = c->conn->NextMessage(std::chrono::nanoseconds(0));
       if (!r) {
         failed(c, r.error());
@@ -409,23 +423,23 @@ Result<std::optional<Connection::Message>> Cluster::NextMessage(std::chrono::nan
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::optional<Connection::Message>();
-    std::vector<pollfd> fds;
+    wait_fds_.clear();
     size_t prepared = 0;
     bool sleep = true;
-    for (Core* c : from) {
+    for (Core* c : wait_from_) {
       if (!c->conn->PrepareSleep()) {
         sleep = false;
         break;
       }
       ++prepared;
-      fds.push_back({c->conn->wake_fd(), POLLIN, 0});
-      if (c->conn->liveness_fd() >= 0) fds.push_back({c->conn->liveness_fd(), POLLIN, 0});
+      wait_fds_.push_back({c->conn->wake_fd(), POLLIN, 0});
+      if (c->conn->liveness_fd() >= 0) wait_fds_.push_back({c->conn->liveness_fd(), POLLIN, 0});
     }
     if (sleep) {
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-      (void)poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(ms, 1000)));
+      (void)poll(wait_fds_.data(), wait_fds_.size(), static_cast<int>(std::min<int64_t>(ms, 1000)));
     }
-    for (size_t i = 0; i < prepared; ++i) from[i]->conn->FinishSleep();
+    for (size_t i = 0; i < prepared; ++i) wait_from_[i]->conn->FinishSleep();
   }
 }
 

@@ -33,6 +33,8 @@ namespace goblin::cluster {
 class Directory;
 }  // namespace goblin::cluster
 
+struct pollfd;
+
 namespace goblin::client {
 
 struct ClusterTarget {
@@ -120,7 +122,7 @@ class Cluster {
   Result<Core*> PubsubCore();
   // A shard channel's owner core and its connection.
   Result<Core*> ChannelOwner(std::string_view channel);
-  static std::string CoreId(const Core& core);  // "name@revision": one registration
+  static const std::string& CoreId(const Core& core);  // "name@revision": one registration
   Core* FindCore(std::string_view id);
   Result<std::vector<Connection::Confirmation>> SubscribeShard(std::span<const std::string> names,
                                                                bool unsubscribe);
@@ -136,6 +138,11 @@ class Cluster {
   std::map<std::string, std::string> shard_channels_;  // shard channel -> its core (name@rev)
   uint64_t shard_generation_ = 0;  // the membership shard_channels_ was checked against
   size_t next_from_ = 0;           // NextMessage's turn over several cores
+  // NextMessage's wait list (the cores with this client's subscriptions) and its poll set,
+  // rebuilt when wait_version_ (bumped by whatever changes them) moves past wait_built_.
+  std::vector<Core*> wait_from_;
+  std::vector<pollfd> wait_fds_;
+  uint64_t wait_version_ = 1, wait_built_ = 0;
   Stats stats_;
 };
 
