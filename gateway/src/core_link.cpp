@@ -14,6 +14,9 @@
 namespace goblin::gateway {
 namespace {
 constexpr std::string_view kLog = "core-link";
+constexpr uint64_t kPassOverNs = 5'000'000'000;  // a core that failed is left out this long
+// Shard numbers of cores lost alone are not reused; past this many the link is rebuilt.
+constexpr size_t kMaxLostShards = 4096;
 
 }  // namespace
 
@@ -156,23 +159,27 @@ VoidResult CoreLink::MapPools(Shard& sh, uint16_t index, std::chrono::millisecon
   return {};
 }
 
-void CoreLink::CloseShards() {
-  for (Shard& sh : shards_) {
-    if (sh.client) {
-      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->wake_fd(), nullptr);
-      if (sh.client->liveness_fd() >= 0)
-        epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->liveness_fd(), nullptr);
-      sh.client.reset();
-    }
-    sh.queue.clear();
-    sh.queued_bytes = 0;
-    if (sh.pools) {
-      sh.pools->retired = true;
-      if (sh.pools->holds > 0) retired_.push_back(std::move(sh.pools));
-      sh.pools.reset();
-    }
+void CoreLink::CloseShard(Shard& sh) {
+  if (sh.client) {
+    epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->wake_fd(), nullptr);
+    if (sh.client->liveness_fd() >= 0)
+      epoll_ctl(epoll_, EPOLL_CTL_DEL, sh.client->liveness_fd(), nullptr);
+    sh.client.reset();
   }
+  queued_bytes_ -= sh.queued_bytes;
+  sh.queue.clear();
+  sh.queued_bytes = 0;
+  if (sh.pools) {
+    sh.pools->retired = true;
+    if (sh.pools->holds > 0) retired_.push_back(std::move(sh.pools));
+    sh.pools.reset();
+  }
+}
+
+void CoreLink::CloseShards() {
+  for (Shard& sh : shards_) CloseShard(sh);
   shards_.clear();
+  lost_shards_ = 0;
   queued_bytes_ = 0;
   up_ = false;
 }
@@ -195,11 +202,18 @@ Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMember(
     Status why = t ? Status(StatusCode::kResourceExhausted, "no shards, or too many") : t.error();
     GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name, m.address,
                     why);
-    passed_over_[m.name] = {m.mod_revision, now + 5'000'000'000ull};
+    PassOver(m.name, m.mod_revision, now);
     return goblin::Err(std::move(why));
   }
   passed_over_.erase(m.name);
   return t;
+}
+
+void CoreLink::PassOver(const std::string& name, int64_t mod_revision, uint64_t now) {
+  const uint64_t until = now + kPassOverNs;
+  passed_over_[name] = {mod_revision, until};
+  // (tried again then, while the link is up: Tick)
+  if (retry_members_at_ == 0 || until < retry_members_at_) retry_members_at_ = until;
 }
 
 Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers(
@@ -235,27 +249,87 @@ Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers
   return out;
 }
 
-bool CoreLink::AddJoinedCores(uint64_t now) {
+size_t CoreLink::CoreOfShard(uint16_t shard) const {
+  for (size_t i = 0; i < cores_.size(); ++i) {
+    if (shard >= cores_[i].first_shard && shard < cores_[i].first_shard + cores_[i].shards) {
+      return i;
+    }
+  }
+  return SIZE_MAX;
+}
+
+void CoreLink::LoseCore(size_t index, const Status& why) {
+  // The first core carries every gateway's pub/sub (shard 0): losing it moves that, which
+  // the fronts take as a link going down. So does a front that cannot lose one core alone.
+  if (!on_core_lost_ || index == 0 || index >= cores_.size() || cores_.size() == 1) {
+    return GoDown(why);
+  }
+  const CoreSpan lost = cores_[index];
+  for (uint16_t i = lost.first_shard; i < lost.first_shard + lost.shards; ++i) {
+    CloseShard(shards_[i]);
+  }
+  lost_shards_ += lost.shards;
+  PassOver(lost.name, lost.mod_revision, MonotonicNanos());
+  cores_.erase(cores_.begin() + static_cast<ptrdiff_t>(index));
+  nodes_.erase(nodes_.begin() + static_cast<ptrdiff_t>(index));
+  ++stats_.cores_lost;
+  GOBLIN_LOG_WARN(kLog, "{}: core {} lost ({}); its keys go to their next owner; {} core{} left",
+                  options_.name, lost.name, why, cores_.size(), cores_.size() == 1 ? "" : "s");
+  on_core_lost_(lost.first_shard, lost.shards);
+}
+
+bool CoreLink::ApplyMembership(uint64_t now, bool changed, bool& joined) {
   auto snap = directory_->snapshot();
-  // Only joins are taken in place: a core that left or registered again (a restart: its
-  // transports are dead) needs the link rebuilt, and so does a newcomer whose name sorts
+  // A core that left or registered again (a restart: its transports are dead) is lost alone
+  // where it may be (LoseCore; else the link is rebuilt), and so is a newcomer whose name sorts
   // first (it would be the pub/sub core of gateways that connect from now on).
-  for (const CoreSpan& c : cores_) {
+  std::vector<std::string> gone;
+  for (size_t i = 0; i < cores_.size(); ++i) {
+    const CoreSpan& c = cores_[i];
     auto it = std::find_if(snap->members.begin(), snap->members.end(),
                            [&](const cluster::Member& m) { return m.name == c.name; });
-    if (it == snap->members.end() || it->mod_revision != c.mod_revision) return false;
+    if (it != snap->members.end() && it->mod_revision == c.mod_revision) continue;
+    if (i == 0 || !on_core_lost_) return false;
+    gone.push_back(c.name);
   }
   std::vector<const cluster::Member*> fresh;
   for (const cluster::Member& m : snap->members) {
-    bool known = std::any_of(cores_.begin(), cores_.end(),
-                             [&](const CoreSpan& c) { return c.name == m.name; });
+    bool known = std::any_of(cores_.begin(), cores_.end(), [&](const CoreSpan& c) {
+      return c.name == m.name && c.mod_revision == m.mod_revision;
+    });
     if (known) continue;
-    if (cores_.empty() || m.name < cores_.front().name) return false;
+    if (auto po = passed_over_.find(m.name); po != passed_over_.end() &&
+                                             po->second.mod_revision == m.mod_revision &&
+                                             now < po->second.until_ns) {
+      continue;  // (still left out)
+    }
+    if (cores_.empty() || m.name < cores_.front().name) {
+      // Only a rebuild can put it first; a member left out earlier waits for the next
+      // membership change rather than taking the link down every few seconds.
+      if (changed) return false;
+      continue;
+    }
     fresh.push_back(&m);
   }
+  if (lost_shards_ + gone.size() > kMaxLostShards) return false;
   membership_generation_ = snap->generation;
+  for (const std::string& name : gone) {
+    auto it = std::find_if(cores_.begin(), cores_.end(),
+                           [&](const CoreSpan& c) { return c.name == name; });
+    if (it == cores_.end()) continue;
+    LoseCore(static_cast<size_t>(it - cores_.begin()),
+             Status(StatusCode::kUnavailable, "it left etcd or registered again"));
+    if (!up_) return true;  // (LoseCore took the link down)
+  }
+  retry_members_at_ = 0;
+  for (const auto& [name, po] : passed_over_) {  // (still left out: tried again then)
+    if (po.until_ns > now && (retry_members_at_ == 0 || po.until_ns < retry_members_at_)) {
+      retry_members_at_ = po.until_ns;
+    }
+  }
   const client::TransportOptions to = TransportOptionsFor(std::chrono::seconds(1));
   for (const cluster::Member* m : fresh) {
+    // (a core just lost stays passed over: ConnectMember refuses it for now)
     auto t = ConnectMember(*m, to, now);
     if (!t) continue;
     const auto first = static_cast<uint16_t>(shards_.size());
@@ -275,6 +349,7 @@ bool CoreLink::AddJoinedCores(uint64_t now) {
     cores_.push_back(
         {m->name, m->mod_revision, first, static_cast<uint16_t>(shards_.size() - first)});
     nodes_.push_back({cluster::RendezvousSeed(m->name), cluster::MemberWeight(*m)});
+    joined = true;
     GOBLIN_LOG_INFO(kLog, "{}: core {} joined ({} shards); {} cores", options_.name, m->name,
                     shards_.size() - first, cores_.size());
   }
@@ -293,12 +368,14 @@ void CoreLink::GoDown(const Status& why) {
 }
 
 void CoreLink::Tick(uint64_t now) {
-  if (up_ && directory_ && directory_->generation() != membership_generation_) {
-    // Cores came or went (one atomic load per tick otherwise). Joins are added in place;
-    // anything else: connect again to the new set.
-    ++stats_.membership_changes;
-    if (AddJoinedCores(now)) {
-      if (on_joined_) on_joined_();
+  const bool changed = up_ && directory_ && directory_->generation() != membership_generation_;
+  if (changed || (up_ && retry_members_at_ != 0 && now >= retry_members_at_)) {
+    // Cores came or went (one atomic load per tick otherwise), or one left out may be tried
+    // again. Taken in place where possible; else connect again to the new set.
+    if (changed) ++stats_.membership_changes;
+    bool joined = false;
+    if (ApplyMembership(now, changed, joined)) {
+      if (joined && up_ && on_joined_) on_joined_();
       return;
     }
     GOBLIN_LOG_INFO(kLog, "{}: the cores in etcd changed; connecting to the new set",
@@ -330,13 +407,14 @@ int CoreLink::MillisUntilReconnect(uint64_t now) const {
 }
 
 bool CoreLink::over_limit() const {
-  for (const Shard& sh : shards_) {
+  for (const Shard& sh : shards_) {  // (a lost core's shards queue nothing)
     if (sh.queued_bytes > options_.queue_limit) return true;
   }
   return false;
 }
 
 CoreLink::SendResult CoreLink::SendEncoded(Shard& sh, std::span<const uint8_t> msg, bool bounded) {
+  if (!sh.client) return SendResult::kDown;  // (a core lost alone)
   if (sh.queue.empty()) {
     switch (sh.client->TrySend(msg)) {
       case client::Transport::TrySendResult::kOk:
@@ -380,7 +458,7 @@ CoreLink::SendResult CoreLink::SendAlways(FunctionRef<size_t(uint8_t*, size_t)> 
 bool CoreLink::Flush() {
   bool any = false;
   for (Shard& sh : shards_) {
-    while (!sh.queue.empty() &&
+    while (sh.client && !sh.queue.empty() &&
            sh.client->TrySend(sh.queue.front()) == client::Transport::TrySendResult::kOk) {
       sh.queued_bytes -= sh.queue.front().size();
       queued_bytes_ -= sh.queue.front().size();
@@ -394,10 +472,11 @@ bool CoreLink::Flush() {
 size_t CoreLink::Poll(FunctionRef<void(uint16_t, std::span<const uint8_t>)> fn, size_t max) {
   size_t total = 0;
   for (uint16_t i = 0; up_ && i < shards_.size() && total < max; ++i) {
+    if (!shards_[i].client) continue;
     auto n = shards_[i].client->Poll([&](std::span<const uint8_t> m) { fn(i, m); }, max - total);
     if (!n) {
-      GoDown(n.error());
-      return total;
+      LoseShard(i, n.error());
+      continue;  // (the others go on if the link is still up)
     }
     total += *n;
   }
@@ -407,20 +486,29 @@ size_t CoreLink::Poll(FunctionRef<void(uint16_t, std::span<const uint8_t>)> fn, 
 bool CoreLink::PrepareSleep(bool want_space) {
   bool ok = true;
   for (Shard& sh : shards_) {
-    if (!sh.client->PrepareSleep(want_space && sh.queued_bytes > 0)) ok = false;
+    if (sh.client && !sh.client->PrepareSleep(want_space && sh.queued_bytes > 0)) ok = false;
   }
   return ok;
 }
 
 void CoreLink::FinishSleep() {
-  for (Shard& sh : shards_) sh.client->FinishSleep();
+  for (Shard& sh : shards_) {
+    if (sh.client) sh.client->FinishSleep();
+  }
 }
 
 void CoreLink::OnSocketEvent() {
   if (listener_) listener_->Drain();
-  for (Shard& sh : shards_) {
-    if (auto r = sh.client->CheckAlive(); !r) return GoDown(r.error());
+  for (uint16_t i = 0; up_ && i < shards_.size(); ++i) {
+    if (!shards_[i].client) continue;
+    if (auto r = shards_[i].client->CheckAlive(); !r) LoseShard(i, r.error());
   }
+}
+
+void CoreLink::LoseShard(uint16_t shard, const Status& why) {
+  const size_t core = directory_ ? CoreOfShard(shard) : SIZE_MAX;
+  if (core == SIZE_MAX) return GoDown(why);
+  LoseCore(core, why);
 }
 
 void CoreLink::ReturnLoan(uint64_t loan_id, uint16_t shard) {

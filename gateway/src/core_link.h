@@ -21,9 +21,12 @@
 // Shard 0 (pub/sub) is the first core's: every gateway of the prefix uses the same one. A
 // core that cannot be reached is left out (passed over for 5 s or until it registers again:
 // its keys go to their next owner). A core that joins is added in place (its shards are
-// appended: requests in flight go on; the keys it now owns are misses there); a core that
-// leaves or registers again, or any core's link failing, takes the link down and up on the
-// new membership (a new epoch: requests in flight fail as at a core restart).
+// appended: requests in flight go on; the keys it now owns are misses there). A core that
+// is lost (it left etcd or registered again, or its transport failed) is taken out alone when
+// the front said how (set_on_core_lost) and it is not the first core (pub/sub's): its shard
+// numbers stay unused (Send says kDown), routing skips it (its keys go to their next owner),
+// the others' requests go on. Otherwise the link goes down and up on the new membership (a
+// new epoch: requests in flight fail as at a core restart).
 // Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
 #pragma once
 
@@ -87,13 +90,23 @@ class CoreLink {
   // etcd://: cores joined in place (the link stayed up; some keys and shard channels now
   // belong to them).
   void set_on_joined(std::function<void()> fn) { on_joined_ = std::move(fn); }
+  // etcd://: the core that had shards [first, first + count) was lost alone; the link stays up
+  // (its keys now route elsewhere). Without it, losing any core takes the whole link down.
+  void set_on_core_lost(std::function<void(uint16_t first, uint16_t count)> fn) {
+    on_core_lost_ = std::move(fn);
+  }
 
   bool up() const { return up_; }
   uint64_t epoch() const { return epoch_; }
   uint32_t max_message() const { return max_message_; }
-  // The core's shards (while up; 1 before the first connection).
+  // The core's shards (while up; 1 before the first connection). With several cores, the
+  // numbers of a lost core's shards stay taken until the link is rebuilt: see shard_up().
   uint16_t shard_count() const {
     return static_cast<uint16_t>(std::max<size_t>(shards_.size(), 1));
+  }
+  // A shard that may be sent to (up, and not one of a core lost alone).
+  bool shard_up(uint16_t shard) const {
+    return up_ && shard < shards_.size() && shards_[shard].client != nullptr;
   }
   uint16_t ShardFor(std::string_view key) const {
     if (cores_.empty()) return ShardOf(key, shard_count());
@@ -148,7 +161,7 @@ class CoreLink {
   bool PrepareSleep(bool want_space);
   void FinishSleep();
 
-  // A shard's pools in the current epoch (nullptr while down or without map_pools).
+  // A shard's pools in the current epoch (nullptr while down, lost or without map_pools).
   Pools* pools(uint16_t shard) const {
     return up() && shard < shards_.size() ? shards_[shard].pools.get() : nullptr;
   }
@@ -169,6 +182,7 @@ class CoreLink {
   struct Stats {
     uint64_t connects = 0, disconnects = 0, reconnect_failures = 0, refused_busy = 0;
     uint64_t membership_changes = 0;  // etcd:// only
+    uint64_t cores_lost = 0;          // etcd://: cores taken out alone (the link stayed up)
   };
   const Stats& stats() const { return stats_; }
 
@@ -198,9 +212,20 @@ class CoreLink {
   // One core's transports; a core that fails is passed over for 5 s.
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMember(
       const cluster::Member& m, const client::TransportOptions& to, uint64_t now);
-  // A membership change that only adds cores (sorting after the first): their shards are
-  // appended and watched, the link stays up. False: the link must be rebuilt.
-  bool AddJoinedCores(uint64_t now);
+  // A membership change taken in place: cores that left or registered again are lost alone
+  // (LoseCore), joins (sorting after the first) appended and watched, members left out
+  // earlier tried again. False: the link must be rebuilt. `joined`: some core was added.
+  // `changed`: the membership moved (else a retry of members left out).
+  bool ApplyMembership(uint64_t now, bool changed, bool& joined);
+  // The core of cores_[index] is lost: alone (on_core_lost_) when it may be, else GoDown.
+  void LoseCore(size_t index, const Status& why);
+  // The core whose shards include `shard` (cores_ index; SIZE_MAX: none).
+  size_t CoreOfShard(uint16_t shard) const;
+  // A shard's transport failed: its core is lost (LoseCore), or the link goes down.
+  void LoseShard(uint16_t shard, const Status& why);
+  // Leaves a member out for kPassOverNs (or until it registers again).
+  void PassOver(const std::string& name, int64_t mod_revision, uint64_t now);
+  void CloseShard(Shard& sh);  // leaves the epoll set, drops its queue, retires its mappings
   VoidResult WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   VoidResult MapPools(Shard& sh, uint16_t index, std::chrono::milliseconds timeout);
   void CloseShards();  // leaves the epoll set, drops queues, retires mappings
@@ -224,6 +249,7 @@ class CoreLink {
   std::chrono::milliseconds backoff_{0};
   Stats stats_;
   std::function<void()> on_down_, on_up_, on_joined_;
+  std::function<void(uint16_t, uint16_t)> on_core_lost_;
   // etcd:// only
   std::shared_ptr<cluster::Directory> directory_;           // (the process's: Directory::Shared)
   std::unique_ptr<cluster::Directory::Listener> listener_;  // wakes this loop on a change
@@ -232,6 +258,8 @@ class CoreLink {
   std::vector<CoreSpan> cores_;
   std::vector<cluster::RendezvousNode> nodes_;  // cores_'s, same order
   std::map<std::string, PassedOver> passed_over_;
+  uint64_t retry_members_at_ = 0;  // a member left out may be tried again then (0: none)
+  size_t lost_shards_ = 0;         // shard numbers of cores lost alone (unused until rebuilt)
 };
 
 }  // namespace goblin::gateway

@@ -73,6 +73,7 @@ bool CoreObjects::Send(Req& r, FunctionRef<size_t(uint8_t*, size_t)> encode, siz
     case CoreLink::SendResult::kSent:
     case CoreLink::SendResult::kQueued:
     case CoreLink::SendResult::kBusy:
+      r.shard = shard;
       return true;
     case CoreLink::SendResult::kTooLarge:
       Fail(r, Status(StatusCode::kInvalidArgument,
@@ -503,6 +504,30 @@ void CoreObjects::OnCoreDown() {
     }
   }
   if (!resend_.empty()) resend_deadline_ = MonotonicNanos() + kResendWaitNs;
+}
+
+void CoreObjects::OnCoreLost(uint16_t first, uint16_t count) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : reqs_) {
+    if (r->shard >= first && static_cast<uint32_t>(r->shard) < first + count) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());  // (in the order they were made)
+  for (uint64_t id : ids) {
+    auto it = reqs_.find(id);
+    if (it == reqs_.end()) continue;
+    Req& r = *it->second;
+    for (uint64_t c : {r.corr, r.begin_corr, r.commit_corr}) {
+      if (c != 0) corr_.erase(c);
+    }
+    if (resend_reads_ && r.kind == Kind::kGet && !r.resent) {
+      r.resent = true;  // (a read changes nothing: asked at the key's next owner now)
+      r.corr = 0;
+      r.object = Object();
+      SendGet(r);
+    } else {
+      Fail(r, Unavailable());
+    }
+  }
 }
 
 void CoreObjects::OnCoreUp() {

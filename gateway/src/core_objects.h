@@ -87,6 +87,10 @@ class CoreObjects {
   // only if it is not back within kResendWaitNs.
   void OnCoreDown();
   void OnCoreUp();
+  // One core was lost alone (CoreLink::set_on_core_lost; its shards [first, first + count)):
+  // the requests sent there fail with Unavailable, reads (with set_resend_reads) are sent
+  // again at once at the key's next owner; the others go on.
+  void OnCoreLost(uint16_t first, uint16_t count);
   // Reads are sent again only if the front asks for it (RESP: its command waits for the
   // answer; memcache ends every op when the core goes down).
   void set_resend_reads(bool on) { resend_reads_ = on; }
@@ -102,7 +106,8 @@ class CoreObjects {
   struct Req {
     Kind kind = Kind::kGet;
     uint64_t id = 0;
-    uint64_t corr = 0;  // the request's (a put: its current begin)
+    uint64_t corr = 0;   // the request's (a put: its current begin)
+    uint16_t shard = 0;  // where it was last sent
     std::string key;
     // get
     Object object;

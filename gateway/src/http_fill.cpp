@@ -90,7 +90,7 @@ HttpServer::Impl::Fill* HttpServer::Impl::Reserve(Exchange& ex, uint64_t leader)
   f->stage = Stage::kReserving;
   f->begin_corr = corr;
   Fill* p = f.get();
-  corr_[corr] = {CorrKind::kFill, 0, p};
+  corr_[corr] = {CorrKind::kFill, 0, p, shard};
   fills_[p->key] = p;
   all_fills_.emplace(p, std::move(f));
   return p;
@@ -257,7 +257,7 @@ void HttpServer::Impl::OnFillHead(Origin& o) {
   }
   f.begin_corr = corr;
   f.stage = Stage::kLeasing;
-  corr_[corr] = {CorrKind::kFill, 0, &f};
+  corr_[corr] = {CorrKind::kFill, 0, &f, f.shard};
 }
 
 void HttpServer::Impl::OnFillBody(Origin& o, std::string_view bytes) {
@@ -406,7 +406,7 @@ void HttpServer::Impl::CommitFill(Fill& f) {
   if (r == CoreLink::SendResult::kDown) return EndFill(f);
   f.stage = Stage::kCommitting;
   f.commit_corr = corr;
-  corr_[corr] = {CorrKind::kFillCommit, 0, &f};
+  corr_[corr] = {CorrKind::kFillCommit, 0, &f, f.shard};
 }
 
 void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
@@ -419,11 +419,11 @@ void HttpServer::Impl::Uncache(Fill& f, std::string_view why) {
 void HttpServer::Impl::Unstore(Fill& f) {
   if (f.stage == Stage::kReserving) {
     // Nobody has asked the origin yet: the leader, too, fetches for itself.
-    if (f.begin_corr != 0) corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
+    if (f.begin_corr != 0) corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr, f.shard};
     if (f.leader != 0) f.waiters.insert(f.waiters.begin(), f.leader);
     f.leader = 0;
   } else if (f.stage == Stage::kLeasing && f.begin_corr != 0) {
-    corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
+    corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr, f.shard};
   } else if (f.reserved && f.put_id != 0) {
     // Not stored: those waiting for the reservation in the core read a miss (or, for a
     // revalidation, the committed version) and fetch for themselves, like our waiters (a
@@ -445,7 +445,7 @@ void HttpServer::Impl::Unstore(Fill& f) {
 
 void HttpServer::Impl::AbortFill(Fill& f, OriginFault fault) {
   if ((f.stage == Stage::kLeasing || f.stage == Stage::kReserving) && f.begin_corr != 0) {
-    corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr};
+    corr_[f.begin_corr] = {CorrKind::kOrphanLease, 0, nullptr, f.shard};
     f.begin_corr = 0;
   } else if ((f.stage == Stage::kFilling || f.stage == Stage::kCommitting || f.reserved) &&
              f.put_id != 0) {

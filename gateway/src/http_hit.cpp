@@ -67,7 +67,7 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
       },
       key.size() + 64);
   if (!sent) return 0;
-  corr_[corr] = {CorrKind::kLookup, c.id, nullptr};
+  corr_[corr] = {CorrKind::kLookup, c.id, nullptr, core_->ShardFor(key)};
   c.ex->corr = corr;
   c.ex->state = ExState::kLookup;
   ExpectCoreReply();
@@ -98,7 +98,7 @@ uint64_t HttpServer::Impl::CoreHead(Conn& c) {
       },
       key.size() + 64);
   if (!sent) return 0;
-  corr_[corr] = {CorrKind::kHeadLookup, c.id, nullptr};
+  corr_[corr] = {CorrKind::kHeadLookup, c.id, nullptr, core_->ShardFor(key)};
   c.ex->corr = corr;
   c.ex->state = ExState::kLookup;
   ExpectCoreReply();
@@ -444,44 +444,85 @@ void HttpServer::Impl::OnCoreBody(Conn& c, std::span<const uint8_t> bytes, uint6
 
 void HttpServer::Impl::OnCoreDown() {
   ++stats_.core_disconnects;
+  EndCoreRequests(0, 0, /*whole_link=*/true);
+}
+
+void HttpServer::Impl::OnCoreLost(uint16_t first, uint16_t count) {
+  ++stats_.cores_lost;
+  EndCoreRequests(first, count, /*whole_link=*/false);
+}
+
+void HttpServer::Impl::EndCoreRequests(uint16_t first, uint16_t count, bool whole_link) {
   hot_.Clear();  // (descriptors name the old connection's mappings)
-  // Every request to the core is gone with it; fills lose their lease.
-  std::vector<uint64_t> waiting;
-  for (auto& [corr, t] : corr_) {
-    if (t.conn != 0) waiting.push_back(t.conn);
+  auto lost = [&](uint16_t shard) {
+    return whole_link || (shard >= first && static_cast<uint32_t>(shard) < first + count);
+  };
+  // Every request to the lost shards is gone with them; fills there lose their lease.
+  std::vector<uint64_t> waiting, purging;  // (a purge is not looked up again: it gets 503)
+  for (auto it = corr_.begin(); it != corr_.end();) {
+    if (!lost(it->second.shard) && it->second.shard != kEveryShard) {
+      ++it;
+      continue;
+    }
+    if (it->second.conn != 0) {
+      (it->second.kind == CorrKind::kPurge ? purging : waiting).push_back(it->second.conn);
+    }
+    it = corr_.erase(it);
   }
-  corr_.clear();
   std::sort(waiting.begin(), waiting.end());
   waiting.erase(std::unique(waiting.begin(), waiting.end()), waiting.end());
+  for (uint64_t id : purging) {
+    if (Conn* c = Find(id); c != nullptr && c->ex) {
+      ++stats_.core_unavailable;
+      Fail(*c, 503, "goblin-core is unavailable");
+    }
+  }
   std::vector<Fill*> fills;
-  for (auto& [ptr, f] : all_fills_) fills.push_back(ptr);
+  for (auto& [ptr, f] : all_fills_) {
+    if (lost(f->shard)) fills.push_back(ptr);
+  }
   for (Fill* f : fills) {
     if (f->stage == Stage::kCommitting) {
       EndFill(*f);  // the origin is done; the commit's fate is unknown: not stored here
     } else if (f->stage != Stage::kUncached && (f->stage != Stage::kFetching || f->reserved)) {
-      Uncache(*f, "the core link went down");
+      Uncache(*f, whole_link ? "the core link went down" : "its core was lost");
     }
   }
+  std::vector<uint64_t> now;  // (a core lost alone: its keys have their next owner already)
   for (uint64_t id : waiting) {
     Conn* c = Find(id);
     if (c == nullptr || !c->ex) continue;
     Exchange& ex = *c->ex;
     if (ex.state == ExState::kLookup && !ex.head_sent && !ex.relooked) {
-      // Nothing went to the client yet: asked again once the link is back (a core that
-      // died: its keys then at their next owner; a core restart: the same core).
+      // Nothing went to the client yet: asked again (a core that died: its keys at their
+      // next owner; a core restart: the same core once the link is back).
       ex.relooked = true;
       ex.corr = 0;
-      relook_.push_back(id);
+      (whole_link ? relook_ : now).push_back(id);
     } else if (ex.state == ExState::kLookup || ex.state == ExState::kCoreBody) {
       if (ex.relooked) GOBLIN_LOG_WARN(kLog, "a lookup sent again was lost with the link again");
       ++stats_.core_unavailable;
       Fail(*c, 503, "goblin-core is unavailable");
     }
   }
-  if (!relook_.empty()) {
+  if (whole_link && !relook_.empty()) {
     relook_deadline_ = MonotonicNanos() + kRelookWaitNs;
     GOBLIN_LOG_INFO(kLog, "{} lookup{} in flight on the lost core link will be sent again",
                     relook_.size(), relook_.size() == 1 ? "" : "s");
+  }
+  if (!now.empty()) {
+    GOBLIN_LOG_INFO(kLog, "{} lookup{} in flight on the lost core sent to the next owner",
+                    now.size(), now.size() == 1 ? "" : "s");
+  }
+  for (uint64_t id : now) {
+    Conn* c = Find(id);
+    if (c == nullptr || !c->ex || c->ex->state != ExState::kLookup || c->ex->corr != 0) continue;
+    ++stats_.core_retries;
+    if (c->ex->follow) {
+      Follow(*c);
+    } else {
+      LookUp(*c);
+    }
   }
 }
 

@@ -35,10 +35,15 @@ void HttpServer::Impl::Purge(Conn& c) {
     const std::vector<std::string> one{key};
     const std::vector<std::string>& what = by_tag ? e.purge_tags : one;
     const uint32_t flags = (e.purge_soft ? wire::kPurgeSoft : 0) | (by_tag ? wire::kPurgeTag : 0);
-    e.acks_due = core_->shard_count() * static_cast<uint32_t>(what.size());
+    uint32_t shards = 0;
+    for (uint16_t shard = 0; shard < core_->shard_count(); ++shard) {
+      shards += core_->shard_up(shard) ? 1 : 0;  // (not those of a core lost alone)
+    }
+    e.acks_due = shards * static_cast<uint32_t>(what.size());
     e.purged = 0;
     for (const std::string& prefix : what) {
       for (uint16_t shard = 0; shard < core_->shard_count(); ++shard) {
+        if (!core_->shard_up(shard) && core_->up()) continue;
         auto r = core_->Send(
             [&](uint8_t* b, size_t cap) {
               return wire::ObjectPurgeEncoder(b, cap)
@@ -71,7 +76,7 @@ void HttpServer::Impl::Purge(Conn& c) {
         key.size() + 64);
     if (!sent) return;
   }
-  corr_[corr] = {CorrKind::kPurge, c.id, nullptr};
+  corr_[corr] = {CorrKind::kPurge, c.id, nullptr, many ? kEveryShard : core_->ShardFor(key)};
   e.corr = corr;
 }
 

@@ -40,6 +40,7 @@ HttpStats& HttpStats::operator+=(const HttpStats& o) {
   core_unavailable += o.core_unavailable;
   core_disconnects += o.core_disconnects;
   core_retries += o.core_retries;
+  cores_lost += o.cores_lost;
   local_hits += o.local_hits;
   local_stale += o.local_stale;
   local_cut += o.local_cut;
@@ -85,6 +86,7 @@ VoidResult HttpServer::Impl::Init() {
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
   core_->set_on_up([this] { OnCoreUp(); });
+  core_->set_on_core_lost([this](uint16_t first, uint16_t count) { OnCoreLost(first, count); });
   async_ = options_.net_async;
   if (async_) {
     GOBLIN_RETURN_IF_ERROR(net_.Init(4096));

@@ -358,10 +358,12 @@ class HttpServer::Impl {
   // that ended before its lease came leaves kOrphanLease behind, so a lease granted late is
   // given back at once.
   enum class CorrKind : uint8_t { kLookup, kHeadLookup, kFill, kFillCommit, kOrphanLease, kPurge };
+  static constexpr uint16_t kEveryShard = UINT16_MAX;  // (a purge asked of every shard)
   struct CorrTarget {
     CorrKind kind;
     uint64_t conn = 0;
     Fill* fill = nullptr;
+    uint16_t shard = 0;  // where it was sent (a core lost alone ends what went to its shards)
   };
 
   // ---- clients (http_client.cpp) ----
@@ -563,6 +565,11 @@ class HttpServer::Impl {
   // The core link went down: every exchange waiting on the core is answered (503 before a
   // head, closed after one), every fill continues uncached or ends.
   void OnCoreDown();
+  // etcd://: one core was lost alone (its shards [first, first + count)); the others' requests
+  // go on, its lookups go to their next owner at once.
+  void OnCoreLost(uint16_t first, uint16_t count);
+  // What OnCoreDown (whole_link) and OnCoreLost share: ends the requests on the lost shards.
+  void EndCoreRequests(uint16_t first, uint16_t count, bool whole_link);
   // The link is back: the lookups OnCoreDown kept are sent again (once per exchange; those
   // still waiting after kRelookWaitNs get 503).
   void OnCoreUp();

@@ -98,6 +98,8 @@ static void RenderHttpMetrics(const std::vector<std::unique_ptr<gateway::HttpSer
   counter("core_unavailable", "Requests answered 503 while the core was away", st.core_unavailable);
   counter("core_disconnects", "Times the core link was lost", st.core_disconnects);
   counter("core_retries", "Lookups sent again after the core link came back", st.core_retries);
+  counter("cores_lost", "Cores of an etcd:// link lost alone (the others' requests went on)",
+          st.cores_lost);
   counter("core_lent_bytes", "Bytes the core lent (sent from its pools)", st.bytes_lent);
   counter("sent_by_reference_bytes", "Lent bytes sent with sendfile (no copy)",
           st.bytes_by_reference);
@@ -180,6 +182,8 @@ static void RenderMemcacheMetrics(
   counter("values_cut_off", "Values cut off mid-send (the core went away, the object changed)",
           st.cut_off);
   counter("write_retries", "Read-modify-writes and key-busy waits tried again", st.write_retries);
+  counter("cores_lost", "Cores of an etcd:// link lost alone (the others' requests went on)",
+          st.cores_lost);
 }
 
 // The RESP front's (names after Redis's INFO and the redis exporter's).
@@ -659,8 +663,8 @@ int main(int argc, char** argv) {
                     "HTTP: {} requests, {} hits ({} local, {} stale descriptors, {} cut off "
                     "when a head changed mid-send), {} misses ({} coalesced), {} passes, {} "
                     "origin requests ({} errors), {} fills ({} aborted), {} purges, {} bad "
-                    "requests, {} answered 503 for the core ({} core disconnects, {} lookups sent "
-                    "again after one); {} lent by "
+                    "requests, {} answered 503 for the core ({} core disconnects, {} cores lost "
+                    "alone, {} lookups sent again after one); {} lent by "
                     "the core, {} of it sent by reference; {} connections, {} taken from a "
                     "neighbour worker's listener; TLS: {} handshakes ({} resumed, {} failed), "
                     "{} with kTLS send, {} with kTLS receive; HTTP/2: {} connections ({} "
@@ -669,7 +673,7 @@ int main(int argc, char** argv) {
                     st.requests, st.hits, st.local_hits, st.local_stale, st.local_cut, st.misses,
                     st.coalesced, st.passes, st.origin_requests, st.origin_errors(), st.fills,
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
-                    st.core_disconnects, st.core_retries, HumanSize(st.bytes_lent),
+                    st.core_disconnects, st.cores_lost, st.core_retries, HumanSize(st.bytes_lent),
                     HumanSize(st.bytes_by_reference), st.accepted, st.accepted_for_neighbour,
                     st.tls_handshakes, st.tls_resumed, st.tls_failed, st.ktls_send, st.ktls_recv,
                     st.h2_connections, st.h2_upgrades, st.h2_streams, st.h2_resets, st.h2_goaways);
@@ -691,9 +695,10 @@ int main(int argc, char** argv) {
     for (const auto& m : mcs) st += m->stats();
     GOBLIN_LOG_INFO(kLog,
                     "memcache: {} clients, {} commands ({} gets: {} hits, {} misses; {} "
-                    "writes), {} protocol errors, {} writes tried again, {} values cut off",
+                    "writes), {} protocol errors, {} writes tried again, {} values cut off, {} "
+                    "cores lost alone",
                     st.accepted, st.commands, st.cmd_get, st.get_hits, st.get_misses, st.cmd_set,
-                    st.protocol_errors, st.write_retries, st.cut_off);
+                    st.protocol_errors, st.write_retries, st.cut_off, st.cores_lost);
   }
   for (const Status& r : mc_results) {
     if (!r.ok()) return Fail(r);

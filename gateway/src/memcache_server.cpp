@@ -63,6 +63,7 @@ MemcacheStats& MemcacheStats::operator+=(const MemcacheStats& o) {
   write_retries += o.write_retries;
   cut_off += o.cut_off;
   bytes_lent += o.bytes_lent;
+  cores_lost += o.cores_lost;
   return *this;
 }
 
@@ -78,6 +79,7 @@ VoidResult MemcacheServer::Impl::Init() {
   lo.map_pools = true;  // values are lent: written to clients from the core's pools
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
+  core_->set_on_core_lost([this](uint16_t first, uint16_t count) { OnCoreLost(first, count); });
   objects_ = std::make_unique<CoreObjects>(core_.get(), &next_corr_, options_.key_busy_timeout,
                                            UINT64_MAX);
   if (options_.port != 0) {
@@ -455,6 +457,7 @@ void MemcacheServer::Impl::StartSimple(Client& c, const memcache::Request& req) 
 void MemcacheServer::Impl::FlushAll(Client* c) {
   if (!core_->up()) return;
   for (uint16_t s = 0; s < core_->shard_count(); ++s) {
+    if (!core_->shard_up(s)) continue;  // (a core lost alone)
     uint64_t corr = 0;
     if (c != nullptr) {
       corr = Corr(*c, CorrKind::kPurge, 0, s);
@@ -514,6 +517,7 @@ std::string MemcacheServer::Impl::StatsReply(std::string_view arg) {
     stat("goblin_bytes_lent", stats_.bytes_lent);
     stat("goblin_core_up", core_->up() ? 1 : 0);
     stat("goblin_core_shards", core_->shard_count());
+    stat("goblin_cores_lost", stats_.cores_lost);
     stat("goblin_worker", options_.worker);
   } else if (arg == "reset") {
     const uint64_t accepted = stats_.accepted, closed = stats_.closed;
@@ -761,6 +765,38 @@ void MemcacheServer::Impl::OnCoreDown() {
   for (auto& [id, c] : clients_) {
     if (!c->closed && c->op) busy.push_back(c.get());
   }
+  EndOps(busy);
+  objects_->OnCoreDown();  // (their ops are finished above: the answers find none)
+}
+
+void MemcacheServer::Impl::OnCoreLost(uint16_t first, uint16_t count) {
+  // The ops waiting for an answer from the lost core's shards end as at a core loss (the
+  // whole op: the other shards' answers to it then find none); the others go on.
+  ++stats_.cores_lost;
+  std::vector<uint64_t> ids;
+  for (const auto& [corr, t] : corr_) {
+    if (t.client != 0 && t.shard >= first && static_cast<uint32_t>(t.shard) < first + count) {
+      ids.push_back(t.client);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::erase_if(corr_, [&](const auto& e) {
+    return std::binary_search(ids.begin(), ids.end(), e.second.client) ||
+           (e.second.shard >= first && static_cast<uint32_t>(e.second.shard) < first + count);
+  });
+  std::vector<Client*> busy;
+  for (uint64_t id : ids) {
+    auto it = clients_.find(id);
+    if (it != clients_.end() && !it->second->closed && it->second->op) {
+      busy.push_back(it->second.get());
+    }
+  }
+  EndOps(busy);
+  objects_->OnCoreLost(first, count);
+}
+
+void MemcacheServer::Impl::EndOps(const std::vector<Client*>& busy) {
   for (Client* c : busy) {
     Op& op = *c->op;
     const bool mid_value =
@@ -778,7 +814,6 @@ void MemcacheServer::Impl::OnCoreDown() {
     }
     Finish(*c, "SERVER_ERROR goblin-core is unavailable\r\n");
   }
-  objects_->OnCoreDown();  // (their ops are finished above: the answers find none)
 }
 
 // ---- the public face ----

@@ -159,6 +159,10 @@ class MemcacheServer::Impl {
                  size_t max_bytes, bool always = false);
   void OnCoreMessage(uint16_t shard, std::span<const uint8_t> m);
   void OnCoreDown();
+  // etcd://: one core lost alone (its shards [first, first + count)): only the ops waiting
+  // for it end.
+  void OnCoreLost(uint16_t first, uint16_t count);
+  void EndOps(const std::vector<Client*>& busy);  // each as at a core loss
   void StartSimple(Client& c, const memcache::Request& req);
   std::string StatsReply(std::string_view arg);
   void FlushAll(Client* c);  // purges every shard; c (if given) waits for the acks

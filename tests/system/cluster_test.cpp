@@ -22,6 +22,7 @@
 #include "goblin/client/connection.h"
 #include "tests/system/core_process.h"
 #include "tests/system/etcd_server.h"
+#include "tests/system/memcache_test_client.h"
 #include "tests/system/resp_test_client.h"
 
 namespace goblin {
@@ -280,6 +281,13 @@ TEST_F(ClusterTest, AKilledCoreLeavesWithinItsLeaseAndOnlyItsKeysMove) {
     if (owner[k] == "core-b") dead_key = k;
   }
   ASSERT_FALSE(dead_key.empty());
+  auto capacity_of = [&](const std::string& name) -> uint64_t {
+    for (const auto& m : c->members()) {
+      if (m.name == name) return m.capacity;
+    }
+    return 0;
+  };
+  const uint64_t capacity_b = capacity_of("core-b");
 
   cores_["core-b"]->proc.Signal(SIGKILL);
   cores_["core-b"]->proc.Wait(5s);
@@ -310,6 +318,9 @@ TEST_F(ClusterTest, AKilledCoreLeavesWithinItsLeaseAndOnlyItsKeysMove) {
   // what it stored before the kill is still there.
   StartCore("core-b");
   ASSERT_TRUE(c->WaitForMembers(3, 10s));
+  // Its weight is what it was (the tiers' nominal size, not the disk's free space, which the
+  // other tests here change: a weight that moved would move keys between live cores).
+  EXPECT_EQ(capacity_of("core-b"), capacity_b);
   for (size_t i = 0; i < keys.size(); ++i) {
     // (a request that met core-b while it was starting passed it over for 2 s: its keys go
     // to their next owner meanwhile, then back)
@@ -618,9 +629,21 @@ TEST_F(ClusterTest, ALookupInFlightOnACoreThatDiesGoesToTheNextOwner) {
             "http://127.0.0.1:" + ports[static_cast<size_t>(g)] + of_b[static_cast<size_t>(g)]},
         fmt::format("{}/inflight{}.log", dir_, g)));
   }
-  std::this_thread::sleep_for(500ms);  // (both lookups are at core-b now)
+  // A prefix purge asks every shard, core-b's too: it cannot be finished (nor looked up
+  // like a GET): 503; the next purge (of everything) purges the cores left.
+  auto purge_of = [&](size_t g, const std::string& mode, const std::string& path) {
+    return std::make_unique<test::Process>(
+        std::vector<std::string>{"/usr/bin/curl", "-s", "--max-time", "20", "-X", "PURGE", "-H",
+                                 "Host: fabric.test", "-H", "X-Purge: " + mode, "-o", "/dev/null",
+                                 "-w", "%{http_code}", "http://127.0.0.1:" + ports[g] + path},
+        fmt::format("{}/purge-{}.log", dir_, mode));
+  };
+  auto purge = purge_of(0, "prefix", "/nothing-here/");
+  std::this_thread::sleep_for(500ms);  // (both lookups and the purge are at core-b now)
   cores_["core-b"]->proc.Signal(SIGKILL);
   cores_["core-b"]->proc.Wait(5s);
+  EXPECT_EQ(purge->Wait(30s), 0);
+  EXPECT_EQ(purge->Output(), "503");
   for (int g = 0; g < 2; ++g) {
     EXPECT_EQ(curls[static_cast<size_t>(g)]->Wait(30s), 0);
     EXPECT_EQ(curls[static_cast<size_t>(g)]->Output(), "200")
@@ -641,10 +664,154 @@ TEST_F(ClusterTest, ALookupInFlightOnACoreThatDiesGoesToTheNextOwner) {
     // value; over UCX it went to core-b and is asked again at the next owner: nil)
     auto v = Next(*rc[g]);
     EXPECT_EQ(v.type, '$') << "gateway " << g << ": " << v.Dump();
-    if (g == 1) EXPECT_TRUE(v.null) << v.Dump();
+    if (g == 1) {
+      EXPECT_TRUE(v.null) << v.Dump();
+    }
     rc[g]->Send(test::Encode({"SET", rkey, "again"}));  // (at its next owner now)
     EXPECT_EQ(Next(*rc[g]).str, "OK");
   }
+  auto again = purge_of(1, "all", "/");
+  EXPECT_EQ(again->Wait(30s), 0);
+  EXPECT_EQ(again->Output(), "200");
+  EXPECT_NE(Curl(ports[0], of_a, &h), "");
+  EXPECT_NE(h.find("X-Cache: MISS"), std::string::npos) << h;  // (purged: fetched again)
+}
+
+// A core that dies is lost alone: the gateways' requests on the other cores go on. A hit being
+// streamed from core-b and a fill from a slow origin into core-b, through each gateway (ring
+// and UCX), finish byte-exact while core-c is killed; the fills are stored (hits afterwards,
+// the origin asked once); the link was never taken down (the exit summary says so).
+TEST_F(ClusterTest, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
+  StartCores({"core-a", "core-b", "core-c"});
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> resp = {test::SocketPath("lresp0"), test::SocketPath("lresp1")};
+  const auto ports = StartGateways(resp);
+  ASSERT_EQ(ports.size(), 2u);
+  // core-b's: one 24 MiB object (a hit, streamed slowly to each client) and one slow fill
+  // per gateway (3 MiB, 64 KiB every 50 ms from the origin: ~2.5 s).
+  std::string big;
+  std::vector<std::string> slow;
+  std::string of_c;
+  for (int i = 0; big.empty() || slow.size() < 2 || of_c.empty(); ++i) {
+    const std::string b = fmt::format("/gen/24M/stream-{}", i);
+    if (big.empty() && c->OwnerOf("fabric.test" + b) == "core-b") big = b;
+    const std::string f = fmt::format("/gen/3M/slowfill-{}?fault=slow", i);
+    if (slow.size() < 2 && c->OwnerOf("fabric.test" + f) == "core-b") slow.push_back(f);
+    const std::string o = fmt::format("/gen/1000/at-c-{}", i);
+    if (of_c.empty() && c->OwnerOf("fabric.test" + o) == "core-c") of_c = o;
+  }
+  std::string h;
+  const std::string big_body = Curl(ports[0], big, &h);
+  ASSERT_EQ(big_body.size(), 24u << 20) << h;
+  ASSERT_EQ(Curl(ports[1], big, &h), big_body);
+  EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << h;
+  ASSERT_EQ(Curl(ports[0], of_c).size(), 1000u);
+  std::vector<std::unique_ptr<test::Process>> curls;
+  auto fetch = [&](size_t g, const std::string& path, const std::string& name, bool limit) {
+    std::vector<std::string> argv{
+        "/usr/bin/curl",     "-s", "--max-time",      "30", "-H",
+        "Host: fabric.test", "-o", dir_ + "/" + name, "-w", "%{http_code}"};
+    if (limit) argv.insert(argv.end(), {"--limit-rate", "6M"});
+    argv.push_back("http://127.0.0.1:" + ports[g] + path);
+    curls.push_back(std::make_unique<test::Process>(argv, dir_ + "/" + name + ".log"));
+  };
+  for (size_t g = 0; g < 2; ++g) {
+    fetch(g, big, fmt::format("big{}", g), true);  // (~4 s each)
+    fetch(g, slow[g], fmt::format("slow{}", g), false);
+  }
+  std::this_thread::sleep_for(800ms);  // (all four under way)
+  cores_["core-c"]->proc.Signal(SIGKILL);
+  cores_["core-c"]->proc.Wait(5s);
+  for (size_t g = 0; g < 2; ++g) {
+    // core-c's keys go to their next owner meanwhile (a miss there: filled again).
+    EXPECT_EQ(Curl(ports[g], of_c).size(), 1000u) << g;
+  }
+  for (size_t i = 0; i < curls.size(); ++i) {
+    EXPECT_EQ(curls[i]->Wait(40s), 0) << i;
+    EXPECT_EQ(curls[i]->Output(), "200") << i;
+  }
+  for (size_t g = 0; g < 2; ++g) {
+    EXPECT_TRUE(test::ReadAll(fmt::format("{}/big{}", dir_, g)) == big_body) << "gateway " << g;
+    const std::string filled = test::ReadAll(fmt::format("{}/slow{}", dir_, g));
+    EXPECT_EQ(filled.size(), 3u << 20) << "gateway " << g;
+    // Stored at core-b in spite of core-c: a hit through either gateway.
+    EXPECT_TRUE(Curl(ports[1 - g], slow[g], &h) == filled) << g;
+    EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << h;
+    EXPECT_EQ(OriginHits(slow[g]), 1u) << slow[g];
+  }
+  EXPECT_EQ(OriginHits(big), 1u);
+  // Each HTTP worker's link lost core-c alone; none went down.
+  for (size_t g = 0; g < 2; ++g) {
+    gateways_[g]->Signal(SIGTERM);
+    EXPECT_EQ(gateways_[g]->Wait(20s), 0);
+    const std::string log = gateways_[g]->Output();
+    std::smatch m;
+    static const std::regex re(R"(\((\d+) core disconnects, (\d+) cores lost alone)");
+    ASSERT_TRUE(std::regex_search(log, m, re)) << log;
+    EXPECT_EQ(m[1].str(), "0") << log;
+    EXPECT_GE(std::stoi(m[2].str()), 1) << log;
+  }
+}
+
+// The memcache front loses a dead core alone too: a big value being sent from core-b to a
+// client that does not read for a while arrives whole while core-c is killed, and core-c's
+// keys are then misses at their next owner (stored there again), not SERVER_ERRORs.
+TEST_F(ClusterTest, AMemcacheValueFromOneCoreArrivesWholeWhileAnotherDies) {
+  StartCores({"core-a", "core-b", "core-c"});
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  gateways_.push_back(std::make_unique<test::Process>(
+      std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", target_ + "?ring=off",
+                               "--memcache-port=-1"},
+      dir_ + "/mgateway.log"));
+  std::smatch m;
+  static const std::regex re(R"(memcache on 127\.0\.0\.1:(\d+))");
+  std::string log = gateways_.back()->Output();
+  for (int i = 0; i < 500 && !std::regex_search(log, m, re); ++i) {
+    std::this_thread::sleep_for(10ms);
+    log = gateways_.back()->Output();
+  }
+  ASSERT_TRUE(std::regex_search(log, m, re)) << log;
+  const int port = std::stoi(m[1].str());
+  std::string big, at_c;
+  for (int i = 0; big.empty() || at_c.empty(); ++i) {
+    const std::string k = fmt::format("mc-{}", i);
+    if (big.empty() && c->OwnerOf(k) == "core-b") big = k;
+    if (at_c.empty() && c->OwnerOf(k) == "core-c") at_c = k;
+  }
+  std::string value(24u << 20, '\0');
+  for (size_t i = 0; i < value.size(); ++i)
+    value[i] = static_cast<char>('a' + (i * 7 + i / 4096) % 26);
+  test::McClient w(port);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w.Ask(fmt::format("set {} 5 0 {}\r\n{}\r\n", big, value.size(), value)), "STORED\r\n");
+  EXPECT_EQ(w.Ask(fmt::format("set {} 6 0 5\r\nhello\r\n", at_c)), "STORED\r\n");
+  test::McClient slow(port);
+  ASSERT_TRUE(slow.ok());
+  slow.Send(fmt::format("get {}\r\n", big));  // ... and reads nothing for a while
+  std::this_thread::sleep_for(500ms);
+  cores_["core-c"]->proc.Signal(SIGKILL);
+  cores_["core-c"]->proc.Wait(5s);
+  // core-c's key: a miss at its next owner (once the gateway knows; its socket tells it
+  // at once), then stored there again.
+  std::string got;
+  for (int i = 0; i < 50; ++i) {
+    got = w.AskGet(fmt::format("get {}\r\n", at_c));
+    if (got == "END\r\n") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(got, "END\r\n");
+  EXPECT_EQ(w.Ask(fmt::format("set {} 6 0 5\r\nagain\r\n", at_c)), "STORED\r\n");
+  EXPECT_EQ(w.Ask(fmt::format("get {}\r\n", at_c), "END\r\n"),
+            fmt::format("VALUE {} 6 5\r\nagain\r\nEND\r\n", at_c));
+  const std::string whole = slow.ReadUntil("END\r\n");
+  const std::string header = fmt::format("VALUE {} 5 {}\r\n", big, value.size());
+  ASSERT_EQ(whole.size(), header.size() + value.size() + 7) << whole.substr(0, 200);
+  EXPECT_EQ(whole.substr(0, header.size()), header);
+  EXPECT_TRUE(whole.compare(header.size(), value.size(), value) == 0);
+  const std::string stats = w.Ask("stats\r\n", "END\r\n");
+  EXPECT_NE(stats.find("STAT goblin_cores_lost 1\r\n"), std::string::npos) << stats;
 }
 
 // Shard channels (SSUBSCRIBE/SPUBLISH) live on their owner core, as keys do: a gateway sends

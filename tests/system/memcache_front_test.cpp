@@ -18,74 +18,16 @@
 
 #include <fmt/format.h>
 
+#include "tests/system/memcache_test_client.h"
 #include "tests/system/process.h"
 
 namespace goblin {
 namespace {
 
+using test::McClient;
+
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-class Client {
- public:
-  explicit Client(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~Client() { Close(); }
-  void Close() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  bool ok() const { return ok_; }
-  void Send(std::string_view s) {
-    size_t off = 0;
-    while (off < s.size()) {
-      ssize_t n = send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      off += static_cast<size_t>(n);
-    }
-  }
-  // Reads until the output ends with `end` (or EOF, or 10 s).
-  std::string ReadUntil(std::string_view end) {
-    std::string out;
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    char buf[65536];
-    while (!out.ends_with(end) && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      ssize_t n = read(fd_, buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
-  std::string Ask(std::string_view request, std::string_view end = "\r\n") {
-    Send(request);
-    return ReadUntil(end);
-  }
-  // True once the server has closed the connection (within 5 s).
-  bool Closed() {
-    auto deadline = std::chrono::steady_clock::now() + 5s;
-    char buf[4096];
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;
-      ssize_t n = read(fd_, buf, sizeof buf);
-      if (n <= 0) return true;
-    }
-    return false;
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-  bool ok_ = false;
-};
 
 class MemcacheFront : public testing::Test {
  protected:
@@ -134,7 +76,7 @@ class MemcacheFront : public testing::Test {
     return s;
   }
   std::string Get(const std::string& key) {
-    Client c(port_);
+    McClient c(port_);
     return c.Ask("get " + key + "\r\n", "END\r\n");
   }
   static std::string Value(const std::string& key, const std::string& v, int flags = 0) {
@@ -182,11 +124,11 @@ TEST_F(MemcacheFront, MemslapAndMemaslapRunCleanAndVerifyEveryValue) {
 TEST_F(MemcacheFront, ADataBlockCutOffByADisconnectStoresNothing) {
   const std::string old = Bytes(5000, 1);
   {
-    Client c(port_);
+    McClient c(port_);
     ASSERT_EQ(c.Ask(fmt::format("set k 0 0 {}\r\n", old.size()) + old + "\r\n"), "STORED\r\n");
   }
   for (size_t size : {size_t{3000}, size_t{3} << 20}) {  // within one piece, and streamed
-    Client c(port_);
+    McClient c(port_);
     std::string v = Bytes(size, 2);
     c.Send(fmt::format("set k 0 0 {}\r\n", size) + v.substr(0, size / 2));
     std::this_thread::sleep_for(100ms);
@@ -196,19 +138,19 @@ TEST_F(MemcacheFront, ADataBlockCutOffByADisconnectStoresNothing) {
   }
   // The key is free for the next write at once.
   const std::string next = Bytes(70000, 3);
-  Client c(port_);
+  McClient c(port_);
   EXPECT_EQ(c.Ask(fmt::format("set k 9 0 {}\r\n", next.size()) + next + "\r\n"), "STORED\r\n");
   EXPECT_EQ(Get("k"), Value("k", next, 9));
 }
 
 TEST_F(MemcacheFront, AHugeAnnouncedLengthIsReadOrRefusedAndTheConnectionGoesOn) {
-  Client c(port_);
+  McClient c(port_);
   // Longer than memcached's int32 limit: refused at once, the line only.
   EXPECT_EQ(c.Ask("set h 0 0 2147483647\r\n"), "CLIENT_ERROR bad command line format\r\n");
   EXPECT_EQ(c.Ask("set h 0 0 99999999999999999999\r\n"),
             "CLIENT_ERROR bad command line format\r\n");
   // A length the store cannot take: the block is read and dropped, then the answer.
-  Client d(port_);
+  McClient d(port_);
   d.Send("set huge 0 0 2000000000\r\n");
   std::this_thread::sleep_for(100ms);
   d.Close();  // (it never sends the 2 GB)
@@ -218,7 +160,7 @@ TEST_F(MemcacheFront, AHugeAnnouncedLengthIsReadOrRefusedAndTheConnectionGoesOn)
 }
 
 TEST_F(MemcacheFront, BinaryJunkGetsErrorsAndStoresNothing) {
-  Client c(port_);
+  McClient c(port_);
   std::string junk = Bytes(1500, 4);
   for (auto& ch : junk) {
     if (ch == '\n') ch = ' ';
@@ -228,12 +170,12 @@ TEST_F(MemcacheFront, BinaryJunkGetsErrorsAndStoresNothing) {
   EXPECT_TRUE(out.ends_with("MN\r\n")) << out;
   EXPECT_NE(out.find("ERROR"), std::string::npos);
   // A line this long without a newline (not a get) closes the connection, as memcached does.
-  Client d(port_);
+  McClient d(port_);
   d.Send(std::string(5000, 'x'));
   EXPECT_TRUE(d.Closed());
   EXPECT_EQ(c.Ask("mn\r\n"), "MN\r\n");
   // The memcached binary protocol is not spoken: its magic byte is an unknown command.
-  Client b(port_);
+  McClient b(port_);
   std::string bin("\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16);
   out = b.Ask(bin + "\r\nmn\r\n", "MN\r\n");
   EXPECT_TRUE(out.starts_with("ERROR\r\n")) << out;
@@ -242,15 +184,15 @@ TEST_F(MemcacheFront, BinaryJunkGetsErrorsAndStoresNothing) {
 TEST_F(MemcacheFront, AClientThatStopsReadingABigValueDoesNotStallOthers) {
   const std::string big = Bytes(64 << 20, 5);
   {
-    Client c(port_);
+    McClient c(port_);
     ASSERT_EQ(c.Ask(fmt::format("set big 0 0 {}\r\n", big.size()) + big + "\r\n"), "STORED\r\n");
   }
   const uint64_t rss_before = test::RssKib(gateway_->pid());
-  Client slow(port_);
+  McClient slow(port_);
   slow.Send("get big\r\n");  // ... and reads nothing for a while
   std::this_thread::sleep_for(500ms);
   for (int i = 0; i < 20; ++i) {
-    Client c(port_);
+    McClient c(port_);
     std::string v = fmt::format("v{}", i);
     ASSERT_EQ(c.Ask(fmt::format("set s{} 0 0 {}\r\n{}\r\n", i, v.size(), v)), "STORED\r\n");
     ASSERT_EQ(c.Ask(fmt::format("get s{}\r\n", i), "END\r\n"), Value(fmt::format("s{}", i), v));
@@ -280,7 +222,7 @@ TEST_F(MemcacheFront, ConcurrentWritersOfValuesLargerThanTheInputLimit) {
   std::vector<std::thread> ts;
   for (int i = 0; i < kWriters; ++i) {
     ts.emplace_back([&, i] {
-      Client c(port_);
+      McClient c(port_);
       for (int round = 0; round < 2; ++round) {
         replies[i] +=
             c.Ask(fmt::format("set w{} 0 0 {}\r\n", i, values[i].size()) + values[i] + "\r\n");
@@ -294,13 +236,13 @@ TEST_F(MemcacheFront, ConcurrentWritersOfValuesLargerThanTheInputLimit) {
   }
   // The case that stalled: a writer whose grant comes late (the key is being written by
   // another) has its input paused, and the grant must resume it.
-  Client a(port_);
+  McClient a(port_);
   const std::string first = values[0], second = values[1];
   a.Send(fmt::format("set late 0 0 {}\r\n", first.size()) + first.substr(0, 1 << 20));
   std::this_thread::sleep_for(200ms);  // (a's fill is granted and holds the key)
   std::string b_reply;
   std::thread b([&] {
-    Client bc(port_);
+    McClient bc(port_);
     b_reply = bc.Ask(fmt::format("set late 0 0 {}\r\n", second.size()) + second + "\r\n");
   });
   std::this_thread::sleep_for(500ms);  // (b waits for the key with 4 MiB read)
@@ -316,7 +258,7 @@ TEST_F(MemcacheFront, AWriterKilledMidSetLeavesTheKeyToTheNext) {
   const std::string partial = fmt::format("set contested 0 0 {}\r\n", v.size()) + v.substr(0, 1000);
   pid_t child = fork();
   if (child == 0) {  // (nothing that allocates after fork)
-    Client c(port_);
+    McClient c(port_);
     c.Send(partial);
     pause();
     _exit(0);
@@ -324,13 +266,13 @@ TEST_F(MemcacheFront, AWriterKilledMidSetLeavesTheKeyToTheNext) {
   std::this_thread::sleep_for(200ms);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  Client c(port_);
+  McClient c(port_);
   EXPECT_EQ(c.Ask(fmt::format("set contested 0 0 {}\r\n", v.size()) + v + "\r\n"), "STORED\r\n");
   EXPECT_EQ(Get("contested"), Value("contested", v));
 }
 
 TEST_F(MemcacheFront, TheCoreGoingAwayIsAServerErrorUntilItIsBack) {
-  Client c(port_);
+  McClient c(port_);
   ASSERT_EQ(c.Ask("set kept 0 0 4\r\nkept\r\n"), "STORED\r\n");
   core_.reset();  // SIGKILL
   fs::remove(core_sock_);
@@ -358,8 +300,8 @@ TEST_F(MemcacheFront, TheCoreGoingAwayIsAServerErrorUntilItIsBack) {
 TEST_F(MemcacheFront, OneClientWinsTheRecacheOfAMissingKey) {
   constexpr int kClients = 12;
   for (const std::string key : {"dog-a", "dog-b", "dog-c"}) {
-    std::vector<std::unique_ptr<Client>> clients;
-    for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<Client>(port_));
+    std::vector<std::unique_ptr<McClient>> clients;
+    for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<McClient>(port_));
     for (auto& c : clients) c->Send("mg " + key + " N30 v t\r\n");  // all before any answer
     int won = 0, others = 0;
     for (auto& c : clients) {
@@ -370,7 +312,7 @@ TEST_F(MemcacheFront, OneClientWinsTheRecacheOfAMissingKey) {
     EXPECT_EQ(won, 1) << key;
     EXPECT_EQ(others, kClients - 1) << key;
     // The winner recaches it: an ordinary value again, no marks.
-    Client w(port_);
+    McClient w(port_);
     EXPECT_EQ(w.Ask("ms " + key + " 5 T60\r\nfresh\r\n"), "HD\r\n");
     EXPECT_EQ(w.Ask("mg " + key + " v\r\n", "fresh\r\n"), "VA 5\r\nfresh\r\n");
     EXPECT_EQ(w.Ask("mg " + key + " R30 v\r\n", "fresh\r\n"), "VA 5\r\nfresh\r\n");
@@ -383,7 +325,7 @@ TEST_F(MemcacheFront, OneClientWinsTheRecacheOfAMissingKey) {
 // core across a restart (the won mark is not: the first reader after it wins again), an older
 // CAS with I stores a stale value, and a plain set ends it.
 TEST_F(MemcacheFront, StaleItemsAreServedWhileOneClientRecachesThemAndSurviveARestart) {
-  Client c(port_);
+  McClient c(port_);
   const std::string big = Bytes(300'000, 9);  // (past the head: its tail is on disk)
   ASSERT_EQ(c.Ask(fmt::format("set st 7 0 {}\r\n", big.size()) + big + "\r\n"), "STORED\r\n");
   std::smatch m;
@@ -426,7 +368,7 @@ TEST_F(MemcacheFront, StaleItemsAreServedWhileOneClientRecachesThemAndSurviveARe
 // mg h (read before?) and l (seconds since the last access), each as before the command; u
 // reads without counting as a read; me shows both.
 TEST_F(MemcacheFront, HitBeforeAndLastAccessAreReportedAsBeforeTheCommand) {
-  Client c(port_);
+  McClient c(port_);
   // (l counts whole seconds: a command just after another reads 0, or 1 across a second's
   // boundary)
   const std::regex just_now("HD (h0 )?l[01]\r\n");

@@ -134,6 +134,9 @@ struct HttpStats {
   // Lookups in flight when the link went down, sent again once it was back (to the key's
   // owner then: over etcd://, a dead core's keys go to their next owner).
   uint64_t core_retries = 0;
+  // etcd://: cores lost alone (died, left or registered again; not the first one): only the
+  // requests on them ended, the link to the others stayed up.
+  uint64_t cores_lost = 0;
   // Hits served from the mapped pools without the core; descriptors found stale (the request
   // then went to the core); responses cut off because a head changed while it was sent.
   uint64_t local_hits = 0, local_stale = 0, local_cut = 0;

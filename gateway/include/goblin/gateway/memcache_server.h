@@ -58,6 +58,7 @@ struct MemcacheStats {
   uint64_t write_retries = 0;  // read-modify-writes and key-busy waits tried again
   uint64_t cut_off = 0;        // values cut off mid-send (core gone, object replaced)
   uint64_t bytes_lent = 0;     // value bytes written from the core's pools (not copied here)
+  uint64_t cores_lost = 0;     // etcd://: cores lost alone (only the ops waiting there ended)
   MemcacheStats& operator+=(const MemcacheStats& o);
 };
 
