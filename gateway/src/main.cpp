@@ -213,6 +213,8 @@ static void RenderRespMetrics(const gateway::RespServer& rs, PromText& t) {
           st.dropped_for_output_limit);
   counter("stalled_for_core", "Times clients were not read while the core was behind",
           st.stalled_for_core);
+  counter("cores_lost", "Cores of an etcd:// link lost alone (the others' requests went on)",
+          st.cores_lost);
 }
 
 static std::string RenderMetrics(const Fronts& f) {
@@ -686,9 +688,9 @@ int main(int argc, char** argv) {
     const auto& st = rs->stats();
     GOBLIN_LOG_INFO(kLog,
                     "RESP: {} clients, {} commands, {} messages out, {} dropped for output "
-                    "limits, {} protocol errors, {} waits for a busy core",
+                    "limits, {} protocol errors, {} waits for a busy core, {} cores lost alone",
                     st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
-                    st.protocol_errors, st.stalled_for_core);
+                    st.protocol_errors, st.stalled_for_core, st.cores_lost);
   }
   if (!mcs.empty()) {
     gateway::MemcacheStats st;

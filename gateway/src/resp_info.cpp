@@ -39,6 +39,13 @@ uint64_t SelfRss() {
 
 }  // namespace
 
+size_t RespServer::Impl::LiveShards() const {
+  if (!core_->up()) return core_->shard_count();  // (each answers Unavailable)
+  size_t n = 0;
+  for (uint16_t s = 0; s < core_->shard_count(); ++s) n += core_->shard_up(s) ? 1 : 0;
+  return n;
+}
+
 void RespServer::Impl::ShardTotals(std::function<void(Result<CoreObjects::ScanPage>)> done) {
   struct State {
     CoreObjects::ScanPage sum;
@@ -47,9 +54,10 @@ void RespServer::Impl::ShardTotals(std::function<void(Result<CoreObjects::ScanPa
     std::function<void(Result<CoreObjects::ScanPage>)> done;
   };
   auto st = std::make_shared<State>();
-  st->left = core_->shard_count();
+  st->left = LiveShards();
   st->done = std::move(done);
   for (uint16_t s = 0; s < core_->shard_count(); ++s) {
+    if (!core_->shard_up(s) && core_->up()) continue;  // (a core lost alone)
     objects_->Scan(s, 0, 0, [st](Result<CoreObjects::ScanPage> p) {
       if (!p) {
         if (!st->failed) st->failed = p.error();
@@ -89,9 +97,10 @@ void RespServer::Impl::CmdFlushAll(Client& c, Argv& argv) {
     std::optional<Status> failed;
   };
   auto st = std::make_shared<State>();
-  st->left = core_->shard_count();
+  st->left = LiveShards();
   const uint64_t seq = BlockFor(c);
   for (uint16_t s = 0; s < core_->shard_count(); ++s) {
+    if (!core_->shard_up(s) && core_->up()) continue;  // (a core lost alone)
     objects_->Purge(s, [this, id = c.id, seq, st](Result<uint64_t> n) {
       if (!n && !st->failed) st->failed = n.error();
       if (--st->left > 0) return;
@@ -154,6 +163,7 @@ std::string RespServer::Impl::InfoText(std::string_view sections,
     line("config_file", "");
     line("goblin_server", "goblin-gateway");
     line("goblin_core_shards", core_->shard_count());
+    line("goblin_cores_lost", stats_.cores_lost);
     line("goblin_core_connected", core_->up() ? 1 : 0);
   }
   if (wanted("clients")) {

@@ -593,8 +593,20 @@ void RespServer::Impl::CmdScan(Client& c, Argv& argv) {
     }
   }
   const uint16_t shards = core_->shard_count();
-  const auto shard = static_cast<uint16_t>(cursor % shards);
-  const uint64_t at = cursor / shards;
+  auto shard = static_cast<uint16_t>(cursor % shards);
+  uint64_t at = cursor / shards;
+  while (core_->up() && !core_->shard_up(shard)) {  // (a core lost alone: the next shard)
+    if (shard + 1 >= shards) {
+      std::string r;
+      RespWriter w(&r);
+      w.Array(2);
+      w.Bulk("0");
+      w.Array(0);
+      return Reply(c, std::move(r));
+    }
+    ++shard;
+    at = 0;
+  }
   const uint64_t seq = BlockFor(c);
   const auto want = static_cast<uint32_t>(std::min<int64_t>(count, 100000));
   objects_->Scan(shard, at, want,

@@ -446,6 +446,66 @@ void RespServer::Impl::OnCoresJoined() {
   }
 }
 
+void RespServer::Impl::OnCoreLost(uint16_t first, uint16_t count) {
+  ++stats_.cores_lost;
+  auto lost = [&](uint16_t shard) {
+    return shard >= first && static_cast<uint32_t>(shard) < first + count;
+  };
+  // Requests waiting for the lost core, in the order they were sent.
+  std::vector<uint64_t> corrs;
+  for (const auto& [corr, p] : pending_) {
+    if (lost(p.shard)) corrs.push_back(corr);
+  }
+  std::sort(corrs.begin(), corrs.end());
+  std::vector<uint64_t> unblocked;
+  for (uint64_t corr : corrs) {
+    auto it = pending_.find(corr);
+    if (it == pending_.end()) continue;
+    Pending fin = std::move(it->second);
+    pending_.erase(it);
+    auto cit = clients_.find(fin.client);
+    Client* c = cit == clients_.end() || cit->second->closed ? nullptr : cit->second.get();
+    if (fin.blocks && c != nullptr && c->blocked > 0 && --c->blocked == 0) {
+      unblocked.push_back(c->id);
+    }
+    if (!fin.has_slot || fin.kind == ReqKind::kSilent) continue;
+    if (fin.kind == ReqKind::kQuery) {
+      // PUBSUB SHARDCHANNELS / SHARDNUMSUB: the lost core has no channels any more.
+      fin.reply.clear();
+      fin.number = 0;
+      fin.entries.clear();
+      FinishPart(fin);
+    } else {
+      FailSlot(fin.client, fin.seq, Err("ERR goblin-core is unavailable"));
+    }
+  }
+  // Shard channels at the lost core: their subscribers are unsubscribed and told.
+  for (auto& [id, c] : clients_) {
+    if (c->closed || c->shard_channels.empty()) continue;
+    std::vector<std::string> gone;
+    for (const auto& [name, shard] : c->shard_channels) {
+      if (lost(shard)) gone.push_back(name);
+    }
+    if (gone.empty()) continue;
+    std::sort(gone.begin(), gone.end());
+    RespWriter w(&c->out);
+    for (const std::string& name : gone) {
+      c->shard_channels.erase(name);
+      if (c->reply_mode == ReplyMode::kOff) continue;
+      w.Push(c->proto, 3);
+      w.Bulk("sunsubscribe");
+      w.Bulk(name);
+      w.Integer(c->shard_count());
+    }
+    CheckOutputLimits(*c);
+    if (!c->closed) dirty_.push_back(c.get());
+  }
+  objects_->OnCoreLost(first, count);
+  for (uint64_t id : unblocked) {  // (commands that waited for a failed one)
+    if (Client* c = FindClient(id); c != nullptr && c->blocked == 0) ProcessInput(*c);
+  }
+}
+
 void RespServer::Impl::OnDelivery(const wire::DeliveryDecoder& d) {
   // RESP2 and RESP3 forms, each built once on first use (member buffers: no allocation
   // per delivery once they have grown).

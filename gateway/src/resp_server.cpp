@@ -35,6 +35,7 @@ VoidResult RespServer::Impl::Init() {
   GOBLIN_ASSIGN_OR_RETURN(core_, CoreLink::Connect(lo, epoll_.get(), kTagCoreBell, kTagCoreSock));
   core_->set_on_down([this] { OnCoreDown(); });
   core_->set_on_joined([this] { OnCoresJoined(); });
+  core_->set_on_core_lost([this](uint16_t first, uint16_t count) { OnCoreLost(first, count); });
   objects_ = std::make_unique<CoreObjects>(core_.get(), &next_corr_, options_.key_busy_timeout,
                                            options_.max_value_bytes);
   // A read in flight when the core link goes down is sent again once it is back (a core of

@@ -254,6 +254,11 @@ class RespServer::Impl {
   // etcd://: cores joined; shard channels whose owner is now another core are left there
   // and their subscribers told (sunsubscribe), as Redis Cluster does when a slot moves.
   void OnCoresJoined();
+  // etcd://: one core (not the first: pub/sub's) was lost alone, shards [first, first + count).
+  // Its shard channels' subscribers are told ("sunsubscribe" pushes, as when a slot moves),
+  // pub/sub requests waiting for it fail (a PUBSUB fan-out merges the others' answers),
+  // object requests on it end (reads go to the key's next owner); the rest goes on.
+  void OnCoreLost(uint16_t first, uint16_t count);
 
   // ---- resp_objects.cpp ----
   void CmdGet(Client& c, Argv& argv);
@@ -286,6 +291,7 @@ class RespServer::Impl {
   void CmdTime(Client& c, Argv& argv);
   // Asks every shard for its totals: done(their sums) (or the first failure).
   void ShardTotals(std::function<void(Result<CoreObjects::ScanPage>)> done);
+  size_t LiveShards() const;  // the shards a fan-out asks (not those of a core lost alone)
   std::string InfoText(std::string_view sections, const CoreObjects::ScanPage& totals) const;
 
   RespServerOptions options_;

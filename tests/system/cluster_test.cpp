@@ -196,6 +196,24 @@ class ClusterTest : public testing::Test {
     }
     return ports;
   }
+  // Two RESP-only gateways over the cores in etcd (0 by ring, 1 over UCX); their sockets
+  // (fewer: one did not start).
+  std::vector<std::string> StartRespGateways(const std::string& name) {
+    std::vector<std::string> resp;
+    for (int g = 0; g < 2; ++g) {
+      const std::string path = test::SocketPath(fmt::format("{}{}", name, g));
+      gateways_.push_back(std::make_unique<test::Process>(
+          std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
+                                   g == 0 ? target_ : target_ + "?ring=off", "--resp-unix", path},
+          fmt::format("{}/{}-gateway{}.log", dir_, name, g)));
+      if (!test::WaitForPath(path, 10s)) {
+        ADD_FAILURE() << gateways_.back()->Output();
+        break;
+      }
+      resp.push_back(path);
+    }
+    return resp;
+  }
   // curl through a gateway (one Host for every gateway: the mirror's key is Host + URL, as
   // for the clients of one site); the body, and the headers if asked.
   std::string Curl(const std::string& port, const std::string& path,
@@ -814,6 +832,92 @@ TEST_F(ClusterTest, AMemcacheValueFromOneCoreArrivesWholeWhileAnotherDies) {
   EXPECT_NE(stats.find("STAT goblin_cores_lost 1\r\n"), std::string::npos) << stats;
 }
 
+// The RESP front loses a dead core alone too: a subscriber keeps its connection, its channel
+// and its shard channels at the other cores, and is told (a "sunsubscribe" push, as Redis
+// Cluster does when a slot leaves) of the one that was at the dead core; PUBSUB, DBSIZE and
+// SCAN answer from the cores left, and the dead core's keys are stored at their next owner.
+TEST_F(ClusterTest, ARespSubscriberKeepsTheOtherCoresWhenOneDies) {
+  StartCores({"core-a", "core-b", "core-c"});
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> resp = StartRespGateways("kresp");
+  ASSERT_EQ(resp.size(), 2u);
+  std::string at_b, at_c, key_c;
+  for (int i = 0; at_b.empty() || at_c.empty() || key_c.empty(); ++i) {
+    const std::string n = fmt::format("kch-{}", i);
+    if (at_b.empty() && c->OwnerOf(n) == "core-b") at_b = n;
+    if (at_c.empty() && c->OwnerOf(n) == "core-c") at_c = n;
+    if (key_c.empty() && c->OwnerOf("key-" + n) == "core-c") key_c = "key-" + n;
+  }
+  for (size_t g = 0; g < 2; ++g) {
+    test::Conn sub(resp[g]), pub(resp[1 - g]), w(resp[g]);
+    ASSERT_TRUE(sub.ok() && pub.ok() && w.ok());
+    if (g == 1) {  // (core-c is back for the second round: a new registration, joined in place)
+      StartCore("core-c");
+      ASSERT_TRUE(c->WaitForMembers(3, 10s));
+      std::this_thread::sleep_for(500ms);  // (both gateways have taken it in)
+    }
+    sub.Send(test::Encode({"SUBSCRIBE", "plain"}));
+    EXPECT_EQ(Next(sub).items.size(), 3u);
+    for (const std::string& ch : {at_b, at_c}) {
+      sub.Send(test::Encode({"SSUBSCRIBE", ch}));
+      auto v = Next(sub);
+      ASSERT_EQ(v.items.size(), 3u) << v.Dump();
+      EXPECT_EQ(v.items[1].str, ch);
+    }
+    for (int i = 0; i < 20; ++i) {
+      w.Send(test::Encode({"SET", fmt::format("k{}-{}", g, i), "v"}));
+      EXPECT_EQ(Next(w).str, "OK");
+    }
+    cores_["core-c"]->proc.Signal(SIGKILL);
+    cores_["core-c"]->proc.Wait(5s);
+    // Told of the shard channel that was at core-c; the connection stays.
+    auto told = Next(sub);
+    ASSERT_EQ(told.items.size(), 3u) << "gateway " << g << ": " << told.Dump();
+    EXPECT_EQ(told.items[0].str, "sunsubscribe");
+    EXPECT_EQ(told.items[1].str, at_c);
+    EXPECT_EQ(told.items[2].str, "1");  // (at_b's is left)
+    pub.Send(test::Encode({"SPUBLISH", at_b, "still"}));
+    EXPECT_EQ(Next(pub).str, "1");
+    auto m = Next(sub);
+    ASSERT_EQ(m.items.size(), 3u) << m.Dump();
+    EXPECT_EQ(m.items[0].str, "smessage");
+    EXPECT_EQ(m.items[2].str, "still");
+    pub.Send(test::Encode({"PUBLISH", "plain", "on"}));
+    EXPECT_EQ(Next(pub).str, "1");
+    EXPECT_EQ(Next(sub).items[2].str, "on");
+    pub.Send(test::Encode({"PUBSUB", "SHARDCHANNELS", "kch-*"}));
+    auto listed = Next(pub);
+    ASSERT_EQ(listed.items.size(), 1u) << listed.Dump();
+    EXPECT_EQ(listed.items[0].str, at_b);
+    // core-c's keys: at their next owner.
+    for (int i = 0; i < 50; ++i) {  // (until this gateway knows core-c is gone)
+      w.Send(test::Encode({"SET", key_c, "again"}));
+      if (Next(w).str == "OK") break;
+      std::this_thread::sleep_for(100ms);
+    }
+    w.Send(test::Encode({"GET", key_c}));
+    EXPECT_EQ(Next(w).str, "again");
+    w.Send(test::Encode({"DBSIZE"}));
+    auto n = Next(w);
+    EXPECT_EQ(n.type, ':') << n.Dump();
+    std::set<std::string> scanned;
+    std::string cursor = "0";
+    do {
+      w.Send(test::Encode({"SCAN", cursor, "COUNT", "1000"}));
+      auto page = Next(w);
+      ASSERT_EQ(page.items.size(), 2u) << page.Dump();
+      cursor = page.items[0].str;
+      for (const auto& k : page.items[1].items) scanned.insert(k.str);
+    } while (cursor != "0");
+    EXPECT_TRUE(scanned.contains(key_c));
+    EXPECT_EQ(static_cast<int64_t>(scanned.size()), std::stoll(n.str)) << n.Dump();
+    sub.Send(test::Encode({"PING"}));
+    auto pong = Next(sub);
+    EXPECT_EQ(pong.items.size(), 2u) << pong.Dump();  // (subscribed: ["pong", ""])
+  }
+}
+
 // Shard channels (SSUBSCRIBE/SPUBLISH) live on their owner core, as keys do: a gateway sends
 // each to the owner, one command's channels must share it (CROSSSLOT otherwise), PUBSUB
 // SHARDCHANNELS asks every core, and when a joining core takes a channel its subscribers are
@@ -822,16 +926,8 @@ TEST_F(ClusterTest, ShardChannelsLiveOnTheirOwnerCore) {
   StartCores({"core-a", "core-b", "core-c"});
   auto c = Open(3);
   ASSERT_TRUE(c);
-  std::vector<std::string> resp;
-  for (int g = 0; g < 2; ++g) {
-    resp.push_back(test::SocketPath(fmt::format("sresp{}", g)));
-    gateways_.push_back(std::make_unique<test::Process>(
-        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
-                                 g == 0 ? target_ : target_ + "?ring=off", "--resp-unix",
-                                 resp.back()},
-        fmt::format("{}/sgateway{}.log", dir_, g)));
-    ASSERT_TRUE(test::WaitForPath(resp.back(), 10s)) << gateways_.back()->Output();
-  }
+  const std::vector<std::string> resp = StartRespGateways("sresp");
+  ASSERT_EQ(resp.size(), 2u);
   // Forty channels; the owner of each as libgoblin sees it (the same hashing).
   std::map<std::string, std::vector<std::string>> by_owner;
   std::map<std::string, std::string> owner;

@@ -53,6 +53,7 @@ struct RespStats {
   uint64_t dropped_for_output_limit = 0, messages_out = 0;
   uint64_t stalled_for_core = 0;  // times a client was not read because the core was behind
   uint64_t rejected = 0;          // connections refused past max_clients
+  uint64_t cores_lost = 0;        // etcd://: cores lost alone (only the requests there ended)
   // Filled in Published()'s copy only (the loop keeps them apart: CONFIG RESETSTAT resets
   // the keyspace counts, as Redis's).
   uint64_t keyspace_hits = 0, keyspace_misses = 0, bytes_read = 0, bytes_written = 0;
