@@ -167,13 +167,21 @@ class ClusterTest : public testing::Test {
   // Mirror gateway `g` over the cores in etcd, RESP on `resp`: gateway 0 reaches these cores
   // (all on this host) through their ring sockets, the others over UCX (?ring=off), as from
   // another host. Returns its HTTP port (empty: it did not start).
-  std::string StartGateway(int g, const std::string& origin_port, const std::string& resp) {
-    gateways_.push_back(std::make_unique<test::Process>(
-        std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
-                                 g == 0 ? target_ : target_ + "?ring=off", "--mirror",
-                                 "http://127.0.0.1:" + origin_port, "--http-port=-1", "--threads",
-                                 "2", "--resp-unix", resp},
-        fmt::format("{}/gateway{}.log", dir_, g)));
+  std::string StartGateway(int g, const std::string& origin_port, const std::string& resp,
+                           const std::vector<std::string>& more = {}) {
+    std::vector<std::string> argv{GOBLIN_GATEWAY_BIN,
+                                  "--core",
+                                  g == 0 ? target_ : target_ + "?ring=off",
+                                  "--mirror",
+                                  "http://127.0.0.1:" + origin_port,
+                                  "--http-port=-1",
+                                  "--threads",
+                                  "2",
+                                  "--resp-unix",
+                                  resp};
+    argv.insert(argv.end(), more.begin(), more.end());
+    gateways_.push_back(
+        std::make_unique<test::Process>(argv, fmt::format("{}/gateway{}.log", dir_, g)));
     for (int i = 0; i < 500; ++i) {
       std::smatch m;
       std::string log = gateways_.back()->Output();
@@ -186,11 +194,12 @@ class ClusterTest : public testing::Test {
   }
   // The origin and one gateway per RESP socket (gateway 0 by ring, the others over UCX);
   // their HTTP ports (fewer: one did not start).
-  std::vector<std::string> StartGateways(const std::vector<std::string>& resp) {
+  std::vector<std::string> StartGateways(const std::vector<std::string>& resp,
+                                         const std::vector<std::string>& more = {}) {
     const std::string origin_port = StartOrigin();
     std::vector<std::string> ports;
     for (size_t g = 0; g < resp.size(); ++g) {
-      std::string port = StartGateway(static_cast<int>(g), origin_port, resp[g]);
+      std::string port = StartGateway(static_cast<int>(g), origin_port, resp[g], more);
       if (port.empty()) break;
       ports.push_back(port);
     }
@@ -698,13 +707,20 @@ TEST_F(ClusterTest, ALookupInFlightOnACoreThatDiesGoesToTheNextOwner) {
 // A core that dies is lost alone: the gateways' requests on the other cores go on. A hit being
 // streamed from core-b and a fill from a slow origin into core-b, through each gateway (ring
 // and UCX), finish byte-exact while core-c is killed; the fills are stored (hits afterwards,
-// the origin asked once); the link was never taken down (the exit summary says so).
-TEST_F(ClusterTest, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
+// the origin asked once); the link was never taken down (the exit summary says so). In both
+// network modes (--net sync, async), over HTTP/1.1 and HTTP/2 (h2c).
+struct NetMode {
+  std::string net;
+  bool h2 = false;
+};
+class ClusterModes : public ClusterTest, public testing::WithParamInterface<NetMode> {};
+
+TEST_P(ClusterModes, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
   StartCores({"core-a", "core-b", "core-c"});
   auto c = Open(3);
   ASSERT_TRUE(c);
   const std::vector<std::string> resp = {test::SocketPath("lresp0"), test::SocketPath("lresp1")};
-  const auto ports = StartGateways(resp);
+  const auto ports = StartGateways(resp, {"--net", GetParam().net});
   ASSERT_EQ(ports.size(), 2u);
   // core-b's: one 24 MiB object (a hit, streamed slowly to each client) and one slow fill
   // per gateway (3 MiB, 64 KiB every 50 ms from the origin: ~2.5 s).
@@ -731,6 +747,7 @@ TEST_F(ClusterTest, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
         "/usr/bin/curl",     "-s", "--max-time",      "30", "-H",
         "Host: fabric.test", "-o", dir_ + "/" + name, "-w", "%{http_code}"};
     if (limit) argv.insert(argv.end(), {"--limit-rate", "6M"});
+    if (GetParam().h2) argv.push_back("--http2-prior-knowledge");
     argv.push_back("http://127.0.0.1:" + ports[g] + path);
     curls.push_back(std::make_unique<test::Process>(argv, dir_ + "/" + name + ".log"));
   };
@@ -771,6 +788,12 @@ TEST_F(ClusterTest, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
     EXPECT_GE(std::stoi(m[2].str()), 1) << log;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Net, ClusterModes,
+                         testing::Values(NetMode{"sync", false}, NetMode{"async", true}),
+                         [](const testing::TestParamInfo<NetMode>& i) {
+                           return i.param.net + (i.param.h2 ? "_h2" : "_h1");
+                         });
 
 // The memcache front loses a dead core alone too: a big value being sent from core-b to a
 // client that does not read for a while arrives whole while core-c is killed, and core-c's
