@@ -40,6 +40,53 @@ std::vector<uint8_t> Bytes(const std::string& key, size_t n) {
   return v;
 }
 
+// The test origin (tests/support/test_origin.py) logging to `dir`; its port in *port.
+std::unique_ptr<test::Process> StartTestOrigin(const std::string& dir, std::string* port) {
+  auto origin = std::make_unique<test::Process>(
+      std::vector<std::string>{"/usr/bin/python3",
+                               std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
+                               "--port-file", dir + "/origin.port", "--log", dir + "/access.log"},
+      dir + "/origin.log");
+  EXPECT_TRUE(test::WaitForPath(dir + "/origin.port", 10s));
+  *port = test::ReadAll(dir + "/origin.port");
+  return origin;
+}
+
+// A gateway's HTTP port, from its log (empty: it did not say within 5 s).
+std::string WaitForHttpPort(test::Process& gateway) {
+  for (int i = 0; i < 500; ++i) {
+    std::smatch m;
+    std::string log = gateway.Output();
+    static const std::regex re(R"(on 127\.0\.0\.1:(\d+))");
+    if (std::regex_search(log, m, re)) return m[1].str();
+    std::this_thread::sleep_for(10ms);
+  }
+  ADD_FAILURE() << gateway.Output();
+  return "";
+}
+
+// curl through a gateway (one Host for every gateway: the mirror's key is Host + URL, as
+// for the clients of one site); the body, and the headers if asked. Files in `dir`.
+std::string CurlThrough(const std::string& dir, const std::string& port, const std::string& path,
+                        std::string* headers = nullptr) {
+  std::string body = dir + "/body-" + port, head = dir + "/head-" + port;
+  auto [rc, out] =
+      test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "20", "-H", "Host: fabric.test", "-D",
+                        head, "-o", body, "http://127.0.0.1:" + port + path},
+                       dir + "/curl.log", 30s);
+  EXPECT_EQ(rc, 0) << out;
+  if (headers != nullptr) *headers = test::ReadAll(head);
+  return test::ReadAll(body);
+}
+
+// How many times the origin logging to `dir` was asked for `path`.
+size_t OriginHitsIn(const std::string& dir, const std::string& path) {
+  std::string log = test::ReadAll(dir + "/access.log");
+  size_t n = 0;
+  for (size_t at = 0; (at = log.find(" " + path + " ", at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
 // Waits (bounded) until every thread of `pid` is stopped: SIGSTOP is delivered to each
 // thread as it next runs, so one may still answer a request right after kill() returns.
 bool WaitStopped(pid_t pid) {
@@ -156,13 +203,9 @@ class ClusterTest : public testing::Test {
 
   // The test origin (tests/support/test_origin.py); its port.
   std::string StartOrigin() {
-    origin_ = std::make_unique<test::Process>(
-        std::vector<std::string>{
-            "/usr/bin/python3", std::string(GOBLIN_SOURCE_DIR) + "/tests/support/test_origin.py",
-            "--port-file", dir_ + "/origin.port", "--log", dir_ + "/access.log"},
-        dir_ + "/origin.log");
-    EXPECT_TRUE(test::WaitForPath(dir_ + "/origin.port", 10s));
-    return test::ReadAll(dir_ + "/origin.port");
+    std::string port;
+    origin_ = StartTestOrigin(dir_, &port);
+    return port;
   }
   // Mirror gateway `g` over the cores in etcd, RESP on `resp`: gateway 0 reaches these cores
   // (all on this host) through their ring sockets, the others over UCX (?ring=off), as from
@@ -182,15 +225,7 @@ class ClusterTest : public testing::Test {
     argv.insert(argv.end(), more.begin(), more.end());
     gateways_.push_back(
         std::make_unique<test::Process>(argv, fmt::format("{}/gateway{}.log", dir_, g)));
-    for (int i = 0; i < 500; ++i) {
-      std::smatch m;
-      std::string log = gateways_.back()->Output();
-      static const std::regex re(R"(on 127\.0\.0\.1:(\d+))");
-      if (std::regex_search(log, m, re)) return m[1].str();
-      std::this_thread::sleep_for(10ms);
-    }
-    ADD_FAILURE() << gateways_.back()->Output();
-    return "";
+    return WaitForHttpPort(*gateways_.back());
   }
   // The origin and one gateway per RESP socket (gateway 0 by ring, the others over UCX);
   // their HTTP ports (fewer: one did not start).
@@ -223,26 +258,11 @@ class ClusterTest : public testing::Test {
     }
     return resp;
   }
-  // curl through a gateway (one Host for every gateway: the mirror's key is Host + URL, as
-  // for the clients of one site); the body, and the headers if asked.
   std::string Curl(const std::string& port, const std::string& path,
                    std::string* headers = nullptr) {
-    std::string body = dir_ + "/body-" + port, head = dir_ + "/head-" + port;
-    auto [rc, out] =
-        test::RunCommand({"/usr/bin/curl", "-s", "--max-time", "20", "-H", "Host: fabric.test",
-                          "-D", head, "-o", body, "http://127.0.0.1:" + port + path},
-                         dir_ + "/curl.log", 30s);
-    EXPECT_EQ(rc, 0) << out;
-    if (headers != nullptr) *headers = test::ReadAll(head);
-    return test::ReadAll(body);
+    return CurlThrough(dir_, port, path, headers);
   }
-  // How many times the origin was asked for `path`.
-  size_t OriginHits(const std::string& path) {
-    std::string log = test::ReadAll(dir_ + "/access.log");
-    size_t n = 0;
-    for (size_t at = 0; (at = log.find(" " + path + " ", at)) != std::string::npos; ++at) ++n;
-    return n;
-  }
+  size_t OriginHits(const std::string& path) { return OriginHitsIn(dir_, path); }
 
   std::string dir_, target_;
   std::unique_ptr<test::EtcdServer> etcd_;
@@ -1235,6 +1255,18 @@ class ClusterPartition : public testing::Test {
     ASSERT_TRUE(test::WaitForPath(sock, 10s)) << procs_.back()->Output();
   }
 
+  // core-a and core-b here, core-p in the namespace; a client of them (null: they did not
+  // start or register).
+  std::unique_ptr<Cluster> StartThreeCores() {
+    StartCore("core-a", false);
+    StartCore("core-b", false);
+    StartCore("core-p", true);
+    auto c = Cluster::Open(target_, {.name = "partition-test", .timeout = 3s});
+    EXPECT_TRUE(c) << c.error().ToString();
+    if (!c || !(*c)->WaitForMembers(3, 10s)) return nullptr;
+    return std::move(*c);
+  }
+
   std::string ns_, host_if_, host_ip_, ns_ip_, dir_, target_;
   bool made_ns_ = false;
   std::unique_ptr<test::EtcdServer> etcd_;
@@ -1242,41 +1274,37 @@ class ClusterPartition : public testing::Test {
 };
 
 TEST_F(ClusterPartition, ACoreCutOffByTheNetworkLeavesLikeADeadOneAndComesBackByItself) {
-  StartCore("core-a", false);
-  StartCore("core-b", false);
-  StartCore("core-p", true);
-  auto c = Cluster::Open(target_, {.name = "partition-test", .timeout = 3s});
-  ASSERT_TRUE(c) << c.error().ToString();
-  ASSERT_TRUE((*c)->WaitForMembers(3, 10s));
+  auto c = StartThreeCores();
+  ASSERT_TRUE(c);
   std::vector<std::string> keys, of_p;
   for (int i = 0; i < 40; ++i) {
     std::string k = fmt::format("part/{}", i);
-    auto g = (*c)->Put(k, Bytes(k, 2000));
+    auto g = c->Put(k, Bytes(k, 2000));
     ASSERT_TRUE(g) << k << ": " << g.error().ToString();
     keys.push_back(k);
-    if ((*c)->OwnerOf(k) == "core-p") of_p.push_back(k);
+    if (c->OwnerOf(k) == "core-p") of_p.push_back(k);
   }
   ASSERT_FALSE(of_p.empty());
-  auto h = (*c)->Head(of_p[0]);  // across the veth
+  auto h = c->Head(of_p[0]);  // across the veth
   ASSERT_TRUE(h && h->found);
 
   ASSERT_EQ(Ip({"link", "set", host_if_, "down"}), 0);  // the partition
   // A request that meets the dead link: a miss at the next owner, not an error (its timeout,
   // then the failover; or etcd has dropped core-p already).
-  auto during = (*c)->Head(of_p[0]);
+  auto during = c->Head(of_p[0]);
   ASSERT_TRUE(during) << during.error().ToString();
   EXPECT_FALSE(during->found);
   // core-p cannot renew its 2 s lease: etcd drops it.
-  ASSERT_TRUE((*c)->WaitForMembers(2, 10s));
+  ASSERT_TRUE(c->WaitForMembers(2, 10s));
   for (const auto& k : keys) {
-    auto r = (*c)->Head(k);
+    auto r = c->Head(k);
     ASSERT_TRUE(r) << k << ": " << r.error().ToString();
     const bool moved = std::find(of_p.begin(), of_p.end(), k) != of_p.end();
     EXPECT_EQ(r->found, !moved) << k;
   }
 
   ASSERT_EQ(Ip({"link", "set", host_if_, "up"}), 0);  // healed: core-p registers again
-  ASSERT_TRUE((*c)->WaitForMembers(3, 15s)) << procs_.back()->Output();
+  ASSERT_TRUE(c->WaitForMembers(3, 15s)) << procs_.back()->Output();
   // (The core logs after etcd took the record, so the watch may show it first: bounded wait.)
   bool logged = false;
   for (int i = 0; i < 200 && !logged; ++i) {
@@ -1285,9 +1313,9 @@ TEST_F(ClusterPartition, ACoreCutOffByTheNetworkLeavesLikeADeadOneAndComesBackBy
   }
   EXPECT_TRUE(logged) << procs_.back()->Output();
   for (const auto& k : of_p) {
-    EXPECT_EQ((*c)->OwnerOf(k), "core-p");
+    EXPECT_EQ(c->OwnerOf(k), "core-p");
     std::vector<uint8_t> got;
-    auto r = (*c)->Get(k, [&](uint64_t, std::span<const uint8_t> b) -> VoidResult {
+    auto r = c->Get(k, [&](uint64_t, std::span<const uint8_t> b) -> VoidResult {
       got.insert(got.end(), b.begin(), b.end());
       return {};
     });
@@ -1295,6 +1323,72 @@ TEST_F(ClusterPartition, ACoreCutOffByTheNetworkLeavesLikeADeadOneAndComesBackBy
     EXPECT_TRUE(r->found) << k;
     EXPECT_TRUE(got == Bytes(k, 2000)) << k;
   }
+}
+
+// The same partition seen by a gateway over UCX: requests to the other cores are served
+// throughout; a lookup waiting at the cut-off core is answered from the key's next owner once
+// etcd drops the core (lost alone: the link to the others stays up, nothing else fails); after
+// the heal the core joins again in place, with what it held.
+TEST_F(ClusterPartition, AGatewayLosesACutOffCoreAloneAndTakesItBack) {
+  auto c = StartThreeCores();
+  ASSERT_TRUE(c);
+  std::string origin_port;
+  auto origin = StartTestOrigin(dir_, &origin_port);
+  procs_.push_back(std::make_unique<test::Process>(
+      std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", target_, "--mirror",
+                               "http://127.0.0.1:" + origin_port, "--http-port=-1", "--threads",
+                               "1"},
+      dir_ + "/gateway.log"));
+  test::Process& gateway = *procs_.back();
+  const std::string port = WaitForHttpPort(gateway);
+  ASSERT_FALSE(port.empty());
+  std::string of_p, of_b;
+  for (int i = 0; of_p.empty() || of_b.empty(); ++i) {
+    const std::string path = fmt::format("/gen/{}/part-{}", 3000 + i, i);
+    const std::string owner = c->OwnerOf("fabric.test" + path);
+    if (owner == "core-p" && of_p.empty()) of_p = path;
+    if (owner == "core-b" && of_b.empty()) of_b = path;
+  }
+  std::string h;
+  const std::string p_body = CurlThrough(dir_, port, of_p, &h);  // (stored at core-p)
+  ASSERT_NE(h.find(" 200 "), std::string::npos) << h;
+  const std::string b_body = CurlThrough(dir_, port, of_b, &h);
+  ASSERT_NE(h.find(" 200 "), std::string::npos) << h;
+
+  ASSERT_EQ(Ip({"link", "set", host_if_, "down"}), 0);  // the partition
+  auto waiting = std::make_unique<test::Process>(
+      std::vector<std::string>{"/usr/bin/curl", "-s", "--max-time", "30", "-H", "Host: fabric.test",
+                               "-o", dir_ + "/waiting", "-w", "%{http_code}",
+                               "http://127.0.0.1:" + port + of_p},
+      dir_ + "/waiting.log");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(CurlThrough(dir_, port, of_b, &h) == b_body);  // served meanwhile
+  EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << h;
+  EXPECT_EQ(waiting->Wait(40s), 0);
+  EXPECT_EQ(waiting->Output(), "200") << gateway.Output();
+  EXPECT_TRUE(test::ReadAll(dir_ + "/waiting") == p_body);
+  EXPECT_EQ(OriginHitsIn(dir_, of_p), 2u);  // (filled again at its next owner)
+
+  ASSERT_EQ(Ip({"link", "set", host_if_, "up"}), 0);  // healed: core-p registers again
+  ASSERT_TRUE(c->WaitForMembers(3, 15s));
+  // The gateway takes it in (its next tick); then core-p's key is core-p's again: a hit of
+  // what it held before the partition.
+  bool back = false;
+  for (int i = 0; i < 50 && !back; ++i) {
+    std::this_thread::sleep_for(100ms);
+    back = CurlThrough(dir_, port, of_p, &h) == p_body && h.find("X-Cache: HIT") != h.npos &&
+           gateway.Output().find("core core-p joined") != std::string::npos;
+  }
+  EXPECT_TRUE(back) << h << gateway.Output();
+  EXPECT_EQ(OriginHitsIn(dir_, of_p), 2u);
+  gateway.Signal(SIGTERM);
+  EXPECT_EQ(gateway.Wait(20s), 0);
+  std::smatch m;
+  static const std::regex re(R"(\((\d+) core disconnects, (\d+) cores lost alone)");
+  const std::string log = gateway.Output();
+  ASSERT_TRUE(std::regex_search(log, m, re)) << log;
+  EXPECT_EQ(m[1].str(), "0") << log;
+  EXPECT_EQ(m[2].str(), "1") << log;
 }
 
 }  // namespace
