@@ -1188,8 +1188,10 @@ class ClusterPartition : public testing::Test {
     ASSERT_EQ(Ip({"-n", ns_, "addr", "add", ns_ip_ + "/24", "dev", "gbpn"}), 0);
     ASSERT_EQ(Ip({"-n", ns_, "link", "set", "gbpn", "up"}), 0);
     ASSERT_EQ(Ip({"-n", ns_, "link", "set", "lo", "up"}), 0);
-    // UCX over every interface here (loopback and the veth), tcp only.
-    unsetenv("UCX_NET_DEVICES");
+    // UCX over loopback and this test's veth only, tcp only: not over another test's
+    // namespace links (a partition test beside this one takes its link down, and UCX lanes
+    // set up over that device failed this one's connects: no key routed to core-p).
+    setenv("UCX_NET_DEVICES", ("lo," + host_if_).c_str(), 1);
     dir_ = fmt::format("{}/cluster-part-{}", test::TmpDir(), getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -1221,7 +1223,7 @@ class ClusterPartition : public testing::Test {
     auto [rc, out] = test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".prep.log");
     ASSERT_EQ(rc, 0) << out;
     std::vector<std::string> argv;
-    if (in_ns) argv = {"/usr/sbin/ip", "netns", "exec", ns_};
+    if (in_ns) argv = {"/usr/sbin/ip", "netns", "exec", ns_, "env", "UCX_NET_DEVICES=lo,gbpn"};
     std::vector<std::string> core{
         GOBLIN_CORE_BIN,
         "--listen-unix",
