@@ -85,7 +85,7 @@ run_ctest() {  # name, dir, ctest args... (after the background tests: they shar
   local name=$1 dir=$2; shift 2
   wait_background_ctest
   echo "== ctest ($name)"
-  local log=$dir/ctest.log rc=0
+  local log=$dir/ctest-$name.log rc=0  # (one per phase: rdma runs in build/release too)
   ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 "$@" 2>&1 | tee "$log" || rc=$?
   count_results "$name" "$log" "$rc"
 }
