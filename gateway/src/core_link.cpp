@@ -311,7 +311,7 @@ bool CoreLink::ApplyMembership(uint64_t now, bool changed, bool& joined) {
     }
     fresh.push_back(&m);
   }
-  if (lost_shards_ + gone.size() > kMaxLostShards) return false;
+  if (lost_shards_ > kMaxLostShards) return false;  // (a rebuild numbers the shards afresh)
   membership_generation_ = snap->generation;
   for (const std::string& name : gone) {
     auto it = std::find_if(cores_.begin(), cores_.end(),

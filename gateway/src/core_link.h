@@ -100,13 +100,18 @@ class CoreLink {
   uint64_t epoch() const { return epoch_; }
   uint32_t max_message() const { return max_message_; }
   // The core's shards (while up; 1 before the first connection). With several cores, the
-  // numbers of a lost core's shards stay taken until the link is rebuilt: see shard_up().
+  // numbers of a lost core's shards stay taken until the link is rebuilt: see shard_lost().
   uint16_t shard_count() const {
     return static_cast<uint16_t>(std::max<size_t>(shards_.size(), 1));
   }
-  // A shard that may be sent to (up, and not one of a core lost alone).
-  bool shard_up(uint16_t shard) const {
-    return up_ && shard < shards_.size() && shards_[shard].client != nullptr;
+  // A shard number of a core lost alone (the link is up; sending there says kDown). Fan-outs
+  // to every shard skip these; while the link is down nothing is lost alone (sends say kDown).
+  bool shard_lost(uint16_t shard) const {
+    return up_ && shard < shards_.size() && shards_[shard].client == nullptr;
+  }
+  // The shards a fan-out asks: shard_count() less those lost alone.
+  uint16_t live_shard_count() const {
+    return static_cast<uint16_t>(shard_count() - (up_ ? lost_shards_ : 0));
   }
   uint16_t ShardFor(std::string_view key) const {
     if (cores_.empty()) return ShardOf(key, shard_count());

@@ -25,8 +25,8 @@ void HttpServer::Impl::ExpectCoreReply() {
 }
 
 bool HttpServer::Impl::SendRequest(Conn& c, FunctionRef<size_t(uint8_t*, size_t)> encode,
-                                   size_t max_bytes) {
-  switch (core_->Send(encode, max_bytes, core_->ShardFor(c.ex->key))) {
+                                   size_t max_bytes, uint16_t shard) {
+  switch (core_->Send(encode, max_bytes, shard)) {
     case CoreLink::SendResult::kSent:
     case CoreLink::SendResult::kQueued:
       return true;
@@ -54,6 +54,7 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
   if (follow && c.ex->reval_generation != 0) flags |= wire::kGetAwaitReserved;
   // A whole object: where its head is, for local hits of the next requests.
   if (options_.local_hits && offset == 0 && length == UINT64_MAX) flags |= wire::kGetDescribe;
+  const uint16_t shard = core_->ShardFor(key);
   bool sent = SendRequest(
       c,
       [&](uint8_t* b, size_t cap) {
@@ -65,9 +66,9 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
             .set_key(key)
             .Finish();
       },
-      key.size() + 64);
+      key.size() + 64, shard);
   if (!sent) return 0;
-  corr_[corr] = {CorrKind::kLookup, c.id, nullptr, core_->ShardFor(key)};
+  corr_[corr] = {CorrKind::kLookup, c.id, nullptr, shard};
   c.ex->corr = corr;
   c.ex->state = ExState::kLookup;
   ExpectCoreReply();
@@ -79,26 +80,28 @@ void HttpServer::Impl::CancelCoreGet(Conn& c) {
   auto it = corr_.find(c.ex->corr);
   if (it == corr_.end() || it->second.kind != CorrKind::kLookup || it->second.conn != c.id) return;
   const uint64_t corr = c.ex->corr;
+  const uint16_t shard = it->second.shard;  // (where the get went: a core may have joined since)
   corr_.erase(it);
   c.ex->corr = 0;
   core_->SendAlways(
       [&](uint8_t* b, size_t cap) {
         return wire::ObjectGetCancelEncoder(b, cap).set_correlation_id(corr).Finish();
       },
-      32, core_->ShardFor(c.ex->key));
+      32, shard);
 }
 
 uint64_t HttpServer::Impl::CoreHead(Conn& c) {
   uint64_t corr = next_corr_++;
   const std::string& key = c.ex->key;
+  const uint16_t shard = core_->ShardFor(key);
   bool sent = SendRequest(
       c,
       [&](uint8_t* b, size_t cap) {
         return wire::ObjectHeadEncoder(b, cap).set_correlation_id(corr).set_key(key).Finish();
       },
-      key.size() + 64);
+      key.size() + 64, shard);
   if (!sent) return 0;
-  corr_[corr] = {CorrKind::kHeadLookup, c.id, nullptr, core_->ShardFor(key)};
+  corr_[corr] = {CorrKind::kHeadLookup, c.id, nullptr, shard};
   c.ex->corr = corr;
   c.ex->state = ExState::kLookup;
   ExpectCoreReply();
@@ -516,13 +519,16 @@ void HttpServer::Impl::EndCoreRequests(uint16_t first, uint16_t count, bool whol
   }
   for (uint64_t id : now) {
     Conn* c = Find(id);
-    if (c == nullptr || !c->ex || c->ex->state != ExState::kLookup || c->ex->corr != 0) continue;
-    ++stats_.core_retries;
-    if (c->ex->follow) {
-      Follow(*c);
-    } else {
-      LookUp(*c);
-    }
+    if (c != nullptr && c->ex && c->ex->state == ExState::kLookup && c->ex->corr == 0) Relook(*c);
+  }
+}
+
+void HttpServer::Impl::Relook(Conn& c) {
+  ++stats_.core_retries;
+  if (c.ex->follow) {
+    Follow(c);
+  } else {
+    LookUp(c);
   }
 }
 
@@ -537,14 +543,7 @@ void HttpServer::Impl::TakeRelooks(FunctionRef<void(Conn&)> fn) {
 }
 
 void HttpServer::Impl::OnCoreUp() {
-  TakeRelooks([this](Conn& c) {
-    ++stats_.core_retries;
-    if (c.ex->follow) {
-      Follow(c);
-    } else {
-      LookUp(c);
-    }
-  });
+  TakeRelooks([this](Conn& c) { Relook(c); });
 }
 
 void HttpServer::Impl::ExpireRelooks(uint64_t now) {

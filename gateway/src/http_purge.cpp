@@ -29,21 +29,18 @@ void HttpServer::Impl::Purge(Conn& c) {
                     : e.purge_mode == "prefix"
                         ? e.key.substr(0, e.key.find_first_of(std::string_view("?\0", 2)))
                         : e.key;
+  uint16_t sent_to = kEveryShard;  // (one key: its shard)
   if (many) {
     // Every shard holds some of the keys: each purges its own (for each tag), the answers
     // add up.
     const std::vector<std::string> one{key};
     const std::vector<std::string>& what = by_tag ? e.purge_tags : one;
     const uint32_t flags = (e.purge_soft ? wire::kPurgeSoft : 0) | (by_tag ? wire::kPurgeTag : 0);
-    uint32_t shards = 0;
-    for (uint16_t shard = 0; shard < core_->shard_count(); ++shard) {
-      shards += core_->shard_up(shard) ? 1 : 0;  // (not those of a core lost alone)
-    }
-    e.acks_due = shards * static_cast<uint32_t>(what.size());
+    e.acks_due = core_->live_shard_count() * static_cast<uint32_t>(what.size());
     e.purged = 0;
     for (const std::string& prefix : what) {
       for (uint16_t shard = 0; shard < core_->shard_count(); ++shard) {
-        if (!core_->shard_up(shard) && core_->up()) continue;
+        if (core_->shard_lost(shard)) continue;
         auto r = core_->Send(
             [&](uint8_t* b, size_t cap) {
               return wire::ObjectPurgeEncoder(b, cap)
@@ -63,6 +60,7 @@ void HttpServer::Impl::Purge(Conn& c) {
       }
     }
   } else {
+    sent_to = core_->ShardFor(key);
     hot_.Erase(key);  // (the core withdraws its entry too; no need to look at it again)
     bool sent = SendRequest(
         c,
@@ -73,10 +71,10 @@ void HttpServer::Impl::Purge(Conn& c) {
               .set_key(key)
               .Finish();
         },
-        key.size() + 64);
+        key.size() + 64, sent_to);
     if (!sent) return;
   }
-  corr_[corr] = {CorrKind::kPurge, c.id, nullptr, many ? kEveryShard : core_->ShardFor(key)};
+  corr_[corr] = {CorrKind::kPurge, c.id, nullptr, sent_to};
   e.corr = corr;
 }
 

@@ -532,7 +532,8 @@ class HttpServer::Impl {
   // ---- the core (http_hit.cpp) ----
   // Sends a request that belongs to `c`'s exchange; false (and the exchange answered: 414
   // too large, 503 core away or backlogged) when it could not go.
-  bool SendRequest(Conn& c, FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes);
+  bool SendRequest(Conn& c, FunctionRef<size_t(uint8_t*, size_t)> encode, size_t max_bytes,
+                   uint16_t shard);
   uint64_t CoreGet(Conn& c, uint64_t offset, uint64_t length, bool follow);
   // The exchange is dropped while its ObjectGet streams (the client left, or it was cut
   // off): the core is told to stop it (ObjectGetCancel), so it does not read and lend the
@@ -573,6 +574,8 @@ class HttpServer::Impl {
   // The link is back: the lookups OnCoreDown kept are sent again (once per exchange; those
   // still waiting after kRelookWaitNs get 503).
   void OnCoreUp();
+  // A lookup lost with its core, asked again (at the key's owner now): Follow or LookUp.
+  void Relook(Conn& c);
   void ExpireRelooks(uint64_t now);
   void TakeRelooks(FunctionRef<void(Conn&)> fn);  // each exchange still waiting, once
   static constexpr uint64_t kRelookWaitNs = 5'000'000'000;

@@ -457,7 +457,7 @@ void MemcacheServer::Impl::StartSimple(Client& c, const memcache::Request& req) 
 void MemcacheServer::Impl::FlushAll(Client* c) {
   if (!core_->up()) return;
   for (uint16_t s = 0; s < core_->shard_count(); ++s) {
-    if (!core_->shard_up(s)) continue;  // (a core lost alone)
+    if (core_->shard_lost(s)) continue;
     uint64_t corr = 0;
     if (c != nullptr) {
       corr = Corr(*c, CorrKind::kPurge, 0, s);

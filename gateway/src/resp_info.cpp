@@ -39,13 +39,6 @@ uint64_t SelfRss() {
 
 }  // namespace
 
-size_t RespServer::Impl::LiveShards() const {
-  if (!core_->up()) return core_->shard_count();  // (each answers Unavailable)
-  size_t n = 0;
-  for (uint16_t s = 0; s < core_->shard_count(); ++s) n += core_->shard_up(s) ? 1 : 0;
-  return n;
-}
-
 void RespServer::Impl::ShardTotals(std::function<void(Result<CoreObjects::ScanPage>)> done) {
   struct State {
     CoreObjects::ScanPage sum;
@@ -54,10 +47,10 @@ void RespServer::Impl::ShardTotals(std::function<void(Result<CoreObjects::ScanPa
     std::function<void(Result<CoreObjects::ScanPage>)> done;
   };
   auto st = std::make_shared<State>();
-  st->left = LiveShards();
+  st->left = core_->live_shard_count();
   st->done = std::move(done);
   for (uint16_t s = 0; s < core_->shard_count(); ++s) {
-    if (!core_->shard_up(s) && core_->up()) continue;  // (a core lost alone)
+    if (core_->shard_lost(s)) continue;
     objects_->Scan(s, 0, 0, [st](Result<CoreObjects::ScanPage> p) {
       if (!p) {
         if (!st->failed) st->failed = p.error();
@@ -97,10 +90,10 @@ void RespServer::Impl::CmdFlushAll(Client& c, Argv& argv) {
     std::optional<Status> failed;
   };
   auto st = std::make_shared<State>();
-  st->left = LiveShards();
+  st->left = core_->live_shard_count();
   const uint64_t seq = BlockFor(c);
   for (uint16_t s = 0; s < core_->shard_count(); ++s) {
-    if (!core_->shard_up(s) && core_->up()) continue;  // (a core lost alone)
+    if (core_->shard_lost(s)) continue;
     objects_->Purge(s, [this, id = c.id, seq, st](Result<uint64_t> n) {
       if (!n && !st->failed) st->failed = n.error();
       if (--st->left > 0) return;

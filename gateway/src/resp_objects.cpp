@@ -595,7 +595,7 @@ void RespServer::Impl::CmdScan(Client& c, Argv& argv) {
   const uint16_t shards = core_->shard_count();
   auto shard = static_cast<uint16_t>(cursor % shards);
   uint64_t at = cursor / shards;
-  while (core_->up() && !core_->shard_up(shard)) {  // (a core lost alone: the next shard)
+  while (core_->shard_lost(shard)) {  // (the next shard)
     if (shard + 1 >= shards) {
       std::string r;
       RespWriter w(&r);

@@ -291,7 +291,6 @@ class RespServer::Impl {
   void CmdTime(Client& c, Argv& argv);
   // Asks every shard for its totals: done(their sums) (or the first failure).
   void ShardTotals(std::function<void(Result<CoreObjects::ScanPage>)> done);
-  size_t LiveShards() const;  // the shards a fan-out asks (not those of a core lost alone)
   std::string InfoText(std::string_view sections, const CoreObjects::ScanPage& totals) const;
 
   RespServerOptions options_;
