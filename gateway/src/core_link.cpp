@@ -259,11 +259,8 @@ size_t CoreLink::CoreOfShard(uint16_t shard) const {
 }
 
 void CoreLink::LoseCore(size_t index, const Status& why) {
-  // The first core carries every gateway's pub/sub (shard 0): losing it moves that, which
-  // the fronts take as a link going down. So does a front that cannot lose one core alone.
-  if (!on_core_lost_ || index == 0 || index >= cores_.size() || cores_.size() == 1) {
-    return GoDown(why);
-  }
+  // A front that cannot lose one core alone takes it as the link going down.
+  if (!on_core_lost_ || index >= cores_.size() || cores_.size() == 1) return GoDown(why);
   const CoreSpan lost = cores_[index];
   for (uint16_t i = lost.first_shard; i < lost.first_shard + lost.shards; ++i) {
     CloseShard(shards_[i]);
@@ -276,20 +273,26 @@ void CoreLink::LoseCore(size_t index, const Status& why) {
   GOBLIN_LOG_WARN(kLog, "{}: core {} lost ({}); its keys go to their next owner; {} core{} left",
                   options_.name, lost.name, why, cores_.size(), cores_.size() == 1 ? "" : "s");
   on_core_lost_(lost.first_shard, lost.shards);
+  if (index == 0) NotePubsubMove(lost.first_shard);  // (the next by name carries it now)
 }
 
-bool CoreLink::ApplyMembership(uint64_t now, bool changed, bool& joined) {
+void CoreLink::NotePubsubMove(uint16_t before) {
+  if (!up_ || cores_.empty() || pubsub_shard() == before) return;
+  GOBLIN_LOG_INFO(kLog, "{}: pub/sub moves to core {}", options_.name, cores_.front().name);
+  if (on_pubsub_moved_) on_pubsub_moved_(before);
+}
+
+bool CoreLink::ApplyMembership(uint64_t now, bool& joined) {
   auto snap = directory_->snapshot();
   // A core that left or registered again (a restart: its transports are dead) is lost alone
-  // where it may be (LoseCore; else the link is rebuilt), and so is a newcomer whose name sorts
-  // first (it would be the pub/sub core of gateways that connect from now on).
+  // where it may be (LoseCore; else the link is rebuilt).
   std::vector<std::string> gone;
   for (size_t i = 0; i < cores_.size(); ++i) {
     const CoreSpan& c = cores_[i];
     auto it = std::find_if(snap->members.begin(), snap->members.end(),
                            [&](const cluster::Member& m) { return m.name == c.name; });
     if (it != snap->members.end() && it->mod_revision == c.mod_revision) continue;
-    if (i == 0 || !on_core_lost_) return false;
+    if (!on_core_lost_) return false;
     gone.push_back(c.name);
   }
   std::vector<const cluster::Member*> fresh;
@@ -302,12 +305,6 @@ bool CoreLink::ApplyMembership(uint64_t now, bool changed, bool& joined) {
                                              po->second.mod_revision == m.mod_revision &&
                                              now < po->second.until_ns) {
       continue;  // (still left out)
-    }
-    if (cores_.empty() || m.name < cores_.front().name) {
-      // Only a rebuild can put it first; a member left out earlier waits for the next
-      // membership change rather than taking the link down every few seconds.
-      if (changed) return false;
-      continue;
     }
     fresh.push_back(&m);
   }
@@ -328,6 +325,7 @@ bool CoreLink::ApplyMembership(uint64_t now, bool changed, bool& joined) {
     }
   }
   const client::TransportOptions to = TransportOptionsFor(std::chrono::seconds(1));
+  const uint16_t pubsub_before = pubsub_shard();
   for (const cluster::Member* m : fresh) {
     // (a core just lost stays passed over: ConnectMember refuses it for now)
     auto t = ConnectMember(*m, to, now);
@@ -346,13 +344,20 @@ bool CoreLink::ApplyMembership(uint64_t now, bool changed, bool& joined) {
       max_message_ = std::min(max_message_, shards_.back().client->max_message());
     }
     if (!watched) return false;  // (the caller rebuilds the link)
-    cores_.push_back(
-        {m->name, m->mod_revision, first, static_cast<uint16_t>(shards_.size() - first)});
-    nodes_.push_back({cluster::RendezvousSeed(m->name), cluster::MemberWeight(*m)});
+    // (in name order: one sorting first takes pub/sub over, NotePubsubMove below)
+    const auto at =
+        std::lower_bound(cores_.begin(), cores_.end(), m->name,
+                         [](const CoreSpan& c, const std::string& n) { return c.name < n; }) -
+        cores_.begin();
+    cores_.insert(cores_.begin() + at,
+                  {m->name, m->mod_revision, first, static_cast<uint16_t>(shards_.size() - first)});
+    nodes_.insert(nodes_.begin() + at,
+                  {cluster::RendezvousSeed(m->name), cluster::MemberWeight(*m)});
     joined = true;
     GOBLIN_LOG_INFO(kLog, "{}: core {} joined ({} shards); {} cores", options_.name, m->name,
                     shards_.size() - first, cores_.size());
   }
+  NotePubsubMove(pubsub_before);
   return true;
 }
 
@@ -374,7 +379,7 @@ void CoreLink::Tick(uint64_t now) {
     // again. Taken in place where possible; else connect again to the new set.
     if (changed) ++stats_.membership_changes;
     bool joined = false;
-    if (ApplyMembership(now, changed, joined)) {
+    if (ApplyMembership(now, joined)) {
       if (joined && up_ && on_joined_) on_joined_();
       return;
     }

@@ -18,15 +18,18 @@
 // (pools mapped: local hits; "?ring=off" in the target: UCX for all); their shards are numbered one
 // after another (cores by name), and ShardFor(key) picks the key's core by weighted rendezvous
 // hashing (goblin/cluster/rendezvous.h, as libgoblin's Cluster does) and its shard in that core.
-// Shard 0 (pub/sub) is the first core's: every gateway of the prefix uses the same one. A
-// core that cannot be reached is left out (passed over for 5 s or until it registers again:
-// its keys go to their next owner). A core that joins is added in place (its shards are
-// appended: requests in flight go on; the keys it now owns are misses there). A core that
-// is lost (it left etcd or registered again, or its transport failed) is taken out alone when
-// the front said how (set_on_core_lost) and it is not the first core (pub/sub's): its shard
-// numbers stay unused (Send says kDown), routing skips it (its keys go to their next owner),
-// the others' requests go on. Otherwise the link goes down and up on the new membership (a
-// new epoch: requests in flight fail as at a core restart).
+// Channels and patterns (pub/sub_shard()) are the first connected core's by name: every
+// gateway of the prefix uses the same one (libgoblin's Cluster too). A core that cannot be
+// reached is left out (passed over for 5 s or until it registers again: its keys go to their
+// next owner). A core that joins is added in place (its shards are appended: requests in
+// flight go on; the keys it now owns are misses there). A core that is lost (it left etcd or
+// registered again, or its transport failed) is taken out alone when the front said how
+// (set_on_core_lost): its shard numbers stay unused (Send says kDown), routing skips it (its
+// keys go to their next owner), the others' requests go on. Otherwise the link goes down and
+// up on the new membership (a new epoch: requests in flight fail as at a core restart).
+// When the first core by name changes (it was lost, or a core sorting before it joined), the
+// pub/sub core moves with it, in place: on_pubsub_moved tells the front (whose subscriptions
+// at the old one are no longer where publishers publish).
 // Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
 #pragma once
 
@@ -95,6 +98,11 @@ class CoreLink {
   void set_on_core_lost(std::function<void(uint16_t first, uint16_t count)> fn) {
     on_core_lost_ = std::move(fn);
   }
+  // etcd://: the pub/sub core moved in place (pubsub_shard() is another core's now);
+  // `old_shard` was its pub/sub shard (it may be lost: sends there say kDown).
+  void set_on_pubsub_moved(std::function<void(uint16_t old_shard)> fn) {
+    on_pubsub_moved_ = std::move(fn);
+  }
 
   bool up() const { return up_; }
   uint64_t epoch() const { return epoch_; }
@@ -118,6 +126,9 @@ class CoreLink {
     const CoreSpan& c = cores_[cluster::RendezvousOwner(nodes_, key)];
     return static_cast<uint16_t>(c.first_shard + ShardOf(key, c.shards));
   }
+  // Channels' and patterns' pub/sub shard (SUBSCRIBE, PUBLISH, PUBSUB CHANNELS): the first
+  // shard of the first core by name (0 with one core).
+  uint16_t pubsub_shard() const { return cores_.empty() ? 0 : cores_.front().first_shard; }
   // A shard channel's pub/sub shard (SSUBSCRIBE, SPUBLISH): the first shard of the channel's
   // owner core, by the same rendezvous hashing as keys (0 with one core).
   uint16_t PubsubShardFor(std::string_view channel) const {
@@ -218,12 +229,13 @@ class CoreLink {
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMember(
       const cluster::Member& m, const client::TransportOptions& to, uint64_t now);
   // A membership change taken in place: cores that left or registered again are lost alone
-  // (LoseCore), joins (sorting after the first) appended and watched, members left out
-  // earlier tried again. False: the link must be rebuilt. `joined`: some core was added.
-  // `changed`: the membership moved (else a retry of members left out).
-  bool ApplyMembership(uint64_t now, bool changed, bool& joined);
+  // (LoseCore), joins appended and watched, members left out earlier tried again. False: the
+  // link must be rebuilt. `joined`: some core was added.
+  bool ApplyMembership(uint64_t now, bool& joined);
   // The core of cores_[index] is lost: alone (on_core_lost_) when it may be, else GoDown.
   void LoseCore(size_t index, const Status& why);
+  // Tells the front when the pub/sub shard is no longer `before` (the link still up).
+  void NotePubsubMove(uint16_t before);
   // The core whose shards include `shard` (cores_ index; SIZE_MAX: none).
   size_t CoreOfShard(uint16_t shard) const;
   // A shard's transport failed: its core is lost (LoseCore), or the link goes down.
@@ -255,12 +267,13 @@ class CoreLink {
   Stats stats_;
   std::function<void()> on_down_, on_up_, on_joined_;
   std::function<void(uint16_t, uint16_t)> on_core_lost_;
+  std::function<void(uint16_t)> on_pubsub_moved_;
   // etcd:// only
   std::shared_ptr<cluster::Directory> directory_;           // (the process's: Directory::Shared)
   std::unique_ptr<cluster::Directory::Listener> listener_;  // wakes this loop on a change
   bool local_ring_ = true;  // cores on this host through their ring socket (?ring=off: UCX)
   uint64_t membership_generation_ = 0;
-  std::vector<CoreSpan> cores_;
+  std::vector<CoreSpan> cores_;                 // by name (the first: pub/sub's)
   std::vector<cluster::RendezvousNode> nodes_;  // cores_'s, same order
   std::map<std::string, PassedOver> passed_over_;
   uint64_t retry_members_at_ = 0;  // a member left out may be tried again then (0: none)

@@ -215,6 +215,9 @@ static void RenderRespMetrics(const gateway::RespServer& rs, PromText& t) {
           st.stalled_for_core);
   counter("cores_lost", "Cores of an etcd:// link lost alone (the others' requests went on)",
           st.cores_lost);
+  counter("pubsub_moves",
+          "Times the pub/sub core of an etcd:// link moved (channel subscribers were closed)",
+          st.pubsub_moves);
 }
 
 static std::string RenderMetrics(const Fronts& f) {
@@ -688,9 +691,10 @@ int main(int argc, char** argv) {
     const auto& st = rs->stats();
     GOBLIN_LOG_INFO(kLog,
                     "RESP: {} clients, {} commands, {} messages out, {} dropped for output "
-                    "limits, {} protocol errors, {} waits for a busy core, {} cores lost alone",
+                    "limits, {} protocol errors, {} waits for a busy core, {} cores lost alone, {} "
+                    "pub/sub moves",
                     st.accepted, st.commands, st.messages_out, st.dropped_for_output_limit,
-                    st.protocol_errors, st.stalled_for_core, st.cores_lost);
+                    st.protocol_errors, st.stalled_for_core, st.cores_lost, st.pubsub_moves);
   }
   if (!mcs.empty()) {
     gateway::MemcacheStats st;

@@ -456,8 +456,8 @@ void RespServer::Impl::CmdReset(Client& c, Argv& /*argv*/) {
   }
   // Leave every family at the core; the last confirmation sends +RESET.
   uint64_t seq = PendingSlot(c);
-  SendSubscribe(&c, c.id, wire::SubKind::kChannel, false, {}, seq, true, 0);
-  SendSubscribe(&c, c.id, wire::SubKind::kPattern, false, {}, seq, true, 0);
+  for (auto k : {wire::SubKind::kChannel, wire::SubKind::kPattern})
+    SendSubscribe(&c, c.id, k, false, {}, seq, true, core_->pubsub_shard());
   for (uint16_t s : ShardChannelShards(c))
     SendSubscribe(&c, c.id, wire::SubKind::kShard, false, {}, seq, true, s);
   if (auto it = partial_.find({c.id, seq}); it != partial_.end()) {

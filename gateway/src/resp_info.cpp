@@ -157,6 +157,7 @@ std::string RespServer::Impl::InfoText(std::string_view sections,
     line("goblin_server", "goblin-gateway");
     line("goblin_core_shards", core_->shard_count());
     line("goblin_cores_lost", stats_.cores_lost);
+    line("goblin_pubsub_moves", stats_.pubsub_moves);
     line("goblin_core_connected", core_->up() ? 1 : 0);
   }
   if (wanted("clients")) {

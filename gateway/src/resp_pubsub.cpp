@@ -1,13 +1,16 @@
 // RespServer: pub/sub. (P|S)(UN)SUBSCRIBE, (S)PUBLISH and PUBSUB are requests to a core's
 // pub/sub engine, each client a core session; a client's commands after a (un)subscribe wait
 // for its confirmations, so subscribed-mode checks are exact. Channels and patterns are on
-// shard 0 (with several cores, the first core's: every gateway of the fabric uses it, so
-// PUBLISH reaches every subscriber); shard channels on their owner core's first shard
-// (Redis Cluster's SSUBSCRIBE/SPUBLISH: one command's channels must have one owner, else
+// the pub/sub shard (with several cores, the first core's by name: every gateway of the
+// fabric uses it, so PUBLISH reaches every subscriber; when it moves, their subscribers are
+// closed, as a Redis server's are when it goes away); shard channels on their owner core's first
+// shard (Redis Cluster's SSUBSCRIBE/SPUBLISH: one command's channels must have one owner, else
 // CROSSSLOT; when a core joins and takes a channel, its subscribers get "sunsubscribe").
 // One Delivery from a core carries every receiver behind this gateway; its RESP2 and RESP3
 // forms are built once.
 #include <fmt/format.h>
+
+#include <unordered_set>
 
 #include "goblin/common/log.h"
 #include "resp_server_impl.h"
@@ -38,14 +41,14 @@ void RespServer::Impl::CmdSubscribe(Client& c, Argv& argv) {
                                  : wire::SubKind::kChannel;
   std::span<const std::string_view> names(argv.data() + 1, argv.size() - 1);
   if (kind != wire::SubKind::kShard) {
-    SendSubscribe(&c, c.id, kind, subscribe, names, PendingSlot(c), false, 0);
+    SendSubscribe(&c, c.id, kind, subscribe, names, PendingSlot(c), false, core_->pubsub_shard());
     return;
   }
   // Shard channels live on their owner core; as in Redis Cluster, one command's channels
   // must have one owner.
   if (names.empty()) {  // SUNSUBSCRIBE: from every core that has some
     std::vector<uint16_t> shards = ShardChannelShards(c);
-    if (shards.empty()) shards.push_back(0);  // (its answer: nil, 0)
+    if (shards.empty()) shards.push_back(core_->pubsub_shard());  // (its answer: nil, 0)
     uint64_t seq = PendingSlot(c);
     for (uint16_t s : shards) SendSubscribe(&c, c.id, kind, subscribe, names, seq, false, s);
     return;
@@ -155,11 +158,11 @@ RespServer::Impl::Sent RespServer::Impl::SendToCore(FunctionRef<size_t(uint8_t*,
 }
 
 void RespServer::Impl::CmdPublish(Client& c, Argv& argv) {
-  // PUBLISH: the pub/sub core every gateway uses (shard 0) reaches every subscriber;
-  // SPUBLISH: the channel's owner.
+  // PUBLISH: the pub/sub core every gateway uses reaches every subscriber; SPUBLISH: the
+  // channel's owner.
   const bool sharded = IEquals(argv[0], "spublish");
   std::string_view channel = argv[1], payload = argv[2];
-  const uint16_t shard = sharded ? core_->PubsubShardFor(channel) : 0;
+  const uint16_t shard = sharded ? core_->PubsubShardFor(channel) : core_->pubsub_shard();
   uint64_t seq = PendingSlot(c);
   uint64_t corr = next_corr_++;
   Sent sent = SendToCore(
@@ -230,7 +233,7 @@ void RespServer::Impl::CmdPubsub(Client& c, Argv& argv) {
   const bool shard_query =
       q == wire::PubsubQueryKind::kShardchannels || q == wire::PubsubQueryKind::kShardnumsub;
   const std::vector<uint16_t> shards =
-      shard_query ? core_->PubsubShards() : std::vector<uint16_t>{0};
+      shard_query ? core_->PubsubShards() : std::vector<uint16_t>{core_->pubsub_shard()};
   uint64_t seq = PendingSlot(c);
   size_t bytes = 64;
   for (size_t i = 2; i < argv.size(); ++i) bytes += argv[i].size() + 4;
@@ -504,6 +507,35 @@ void RespServer::Impl::OnCoreLost(uint16_t first, uint16_t count) {
   for (uint64_t id : unblocked) {  // (commands that waited for a failed one)
     if (Client* c = FindClient(id); c != nullptr && c->blocked == 0) ProcessInput(*c);
   }
+}
+
+void RespServer::Impl::OnPubsubMoved(uint16_t old_shard) {
+  // Publishers now publish at another core: the channel and pattern subscriptions at the old
+  // one would silently stop receiving. Their clients are closed, as a Redis server's are when
+  // it goes away (a client subscribes again: at the new pub/sub core); clients with only
+  // shard channels, and everyone else, keep their connections. The old core (if still there)
+  // forgets them: an unsubscribe-all there, behind any subscribe still in flight to it.
+  ++stats_.pubsub_moves;
+  std::unordered_set<uint64_t> moving;
+  for (const auto& [corr, p] : pending_) {
+    if (p.shard == old_shard && p.kind == ReqKind::kSubscribe &&
+        p.sub_kind != wire::SubKind::kShard) {
+      moving.insert(p.client);
+    }
+  }
+  for (auto& [id, c] : clients_) {
+    if (!c->closed && c->sub_count > 0) moving.insert(id);
+  }
+  for (uint64_t id : moving) {
+    Client* c = FindClient(id);
+    if (c == nullptr) continue;
+    for (auto k : {wire::SubKind::kChannel, wire::SubKind::kPattern})
+      SendSubscribe(nullptr, c->id, k, false, {}, 0, true, old_shard);
+    c->sub_count = c->psub_count = 0;
+    Close(*c, "");
+  }
+  GOBLIN_LOG_WARN(kLog, "the pub/sub core moved (a core left or joined): {} subscriber{} closed",
+                  moving.size(), moving.size() == 1 ? "" : "s");
 }
 
 void RespServer::Impl::OnDelivery(const wire::DeliveryDecoder& d) {

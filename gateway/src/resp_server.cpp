@@ -36,6 +36,7 @@ VoidResult RespServer::Impl::Init() {
   core_->set_on_down([this] { OnCoreDown(); });
   core_->set_on_joined([this] { OnCoresJoined(); });
   core_->set_on_core_lost([this](uint16_t first, uint16_t count) { OnCoreLost(first, count); });
+  core_->set_on_pubsub_moved([this](uint16_t old_shard) { OnPubsubMoved(old_shard); });
   objects_ = std::make_unique<CoreObjects>(core_.get(), &next_corr_, options_.key_busy_timeout,
                                            options_.max_value_bytes);
   // A read in flight when the core link goes down is sent again once it is back (a core of
@@ -357,7 +358,7 @@ void RespServer::Impl::Close(Client& c, std::string_view why) {
   // The core forgets its subscriptions.
   if (c.subscribed() || c.blocked > 0) {
     for (auto k : {wire::SubKind::kChannel, wire::SubKind::kPattern})
-      SendSubscribe(nullptr, c.id, k, false, {}, 0, true, 0);
+      SendSubscribe(nullptr, c.id, k, false, {}, 0, true, core_->pubsub_shard());
     std::vector<uint16_t> shards = ShardChannelShards(c);
     if (c.blocked > 0) shards = core_->PubsubShards();  // (an SSUBSCRIBE may be in flight)
     for (uint16_t s : shards)

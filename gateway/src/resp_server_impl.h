@@ -259,6 +259,7 @@ class RespServer::Impl {
   // pub/sub requests waiting for it fail (a PUBSUB fan-out merges the others' answers),
   // object requests on it end (reads go to the key's next owner); the rest goes on.
   void OnCoreLost(uint16_t first, uint16_t count);
+  void OnPubsubMoved(uint16_t old_shard);
 
   // ---- resp_objects.cpp ----
   void CmdGet(Client& c, Argv& argv);

@@ -263,6 +263,19 @@ class ClusterTest : public testing::Test {
     return CurlThrough(dir_, port, path, headers);
   }
   size_t OriginHits(const std::string& path) { return OriginHitsIn(dir_, path); }
+  // Stops gateway `g` (SIGTERM, exit 0 expected) and matches `re` in its log (its exit
+  // summary): the log and the groups (empty if no match).
+  std::pair<std::string, std::vector<std::string>> StopGateway(size_t g, const std::regex& re) {
+    gateways_[g]->Signal(SIGTERM);
+    EXPECT_EQ(gateways_[g]->Wait(20s), 0);
+    std::string log = gateways_[g]->Output();
+    std::smatch m;
+    std::vector<std::string> groups;
+    if (std::regex_search(log, m, re)) {
+      for (const auto& x : m) groups.push_back(x.str());
+    }
+    return {std::move(log), std::move(groups)};
+  }
 
   std::string dir_, target_;
   std::unique_ptr<test::EtcdServer> etcd_;
@@ -726,17 +739,23 @@ TEST_F(ClusterTest, ALookupInFlightOnACoreThatDiesGoesToTheNextOwner) {
 
 // A core that dies is lost alone: the gateways' requests on the other cores go on. A hit being
 // streamed from core-b and a fill from a slow origin into core-b, through each gateway (ring
-// and UCX), finish byte-exact while core-c is killed; the fills are stored (hits afterwards,
-// the origin asked once); the link was never taken down (the exit summary says so). In both
-// network modes (--net sync, async), over HTTP/1.1 and HTTP/2 (h2c).
+// and UCX), finish byte-exact while core-c (or core-a, the first by name: pub/sub's) is
+// killed; the fills are stored (hits afterwards, the origin asked once); the link was never
+// taken down (the exit summary says so). In both network modes (--net sync, async), over
+// HTTP/1.1 and HTTP/2 (h2c).
 struct NetMode {
   std::string net;
   bool h2 = false;
+  std::string dead;  // the core killed (core-a: the first by name, pub/sub's)
 };
+void PrintTo(const NetMode& m, std::ostream* os) {
+  *os << m.net << (m.h2 ? " h2 " : " h1 ") << m.dead;
+}
 class ClusterModes : public ClusterTest, public testing::WithParamInterface<NetMode> {};
 
 TEST_P(ClusterModes, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
   StartCores({"core-a", "core-b", "core-c"});
+  const std::string dead = GetParam().dead;
   auto c = Open(3);
   ASSERT_TRUE(c);
   const std::vector<std::string> resp = {test::SocketPath("lresp0"), test::SocketPath("lresp1")};
@@ -746,21 +765,21 @@ TEST_P(ClusterModes, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
   // per gateway (3 MiB, 64 KiB every 50 ms from the origin: ~2.5 s).
   std::string big;
   std::vector<std::string> slow;
-  std::string of_c;
-  for (int i = 0; big.empty() || slow.size() < 2 || of_c.empty(); ++i) {
+  std::string of_dead;
+  for (int i = 0; big.empty() || slow.size() < 2 || of_dead.empty(); ++i) {
     const std::string b = fmt::format("/gen/24M/stream-{}", i);
     if (big.empty() && c->OwnerOf("fabric.test" + b) == "core-b") big = b;
     const std::string f = fmt::format("/gen/3M/slowfill-{}?fault=slow", i);
     if (slow.size() < 2 && c->OwnerOf("fabric.test" + f) == "core-b") slow.push_back(f);
-    const std::string o = fmt::format("/gen/1000/at-c-{}", i);
-    if (of_c.empty() && c->OwnerOf("fabric.test" + o) == "core-c") of_c = o;
+    const std::string o = fmt::format("/gen/1000/at-dead-{}", i);
+    if (of_dead.empty() && c->OwnerOf("fabric.test" + o) == dead) of_dead = o;
   }
   std::string h;
   const std::string big_body = Curl(ports[0], big, &h);
   ASSERT_EQ(big_body.size(), 24u << 20) << h;
   ASSERT_EQ(Curl(ports[1], big, &h), big_body);
   EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << h;
-  ASSERT_EQ(Curl(ports[0], of_c).size(), 1000u);
+  ASSERT_EQ(Curl(ports[0], of_dead).size(), 1000u);
   std::vector<std::unique_ptr<test::Process>> curls;
   auto fetch = [&](size_t g, const std::string& path, const std::string& name, bool limit) {
     std::vector<std::string> argv{
@@ -776,11 +795,11 @@ TEST_P(ClusterModes, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
     fetch(g, slow[g], fmt::format("slow{}", g), false);
   }
   std::this_thread::sleep_for(800ms);  // (all four under way)
-  cores_["core-c"]->proc.Signal(SIGKILL);
-  cores_["core-c"]->proc.Wait(5s);
+  cores_[dead]->proc.Signal(SIGKILL);
+  cores_[dead]->proc.Wait(5s);
   for (size_t g = 0; g < 2; ++g) {
-    // core-c's keys go to their next owner meanwhile (a miss there: filled again).
-    EXPECT_EQ(Curl(ports[g], of_c).size(), 1000u) << g;
+    // The dead core's keys go to their next owner meanwhile (a miss there: filled again).
+    EXPECT_EQ(Curl(ports[g], of_dead).size(), 1000u) << g;
   }
   for (size_t i = 0; i < curls.size(); ++i) {
     EXPECT_EQ(curls[i]->Wait(40s), 0) << i;
@@ -790,27 +809,25 @@ TEST_P(ClusterModes, ACoreLostAloneLeavesTheOthersRequestsGoingOn) {
     EXPECT_TRUE(test::ReadAll(fmt::format("{}/big{}", dir_, g)) == big_body) << "gateway " << g;
     const std::string filled = test::ReadAll(fmt::format("{}/slow{}", dir_, g));
     EXPECT_EQ(filled.size(), 3u << 20) << "gateway " << g;
-    // Stored at core-b in spite of core-c: a hit through either gateway.
+    // Stored at core-b in spite of the dead core: a hit through either gateway.
     EXPECT_TRUE(Curl(ports[1 - g], slow[g], &h) == filled) << g;
     EXPECT_NE(h.find("X-Cache: HIT"), std::string::npos) << h;
     EXPECT_EQ(OriginHits(slow[g]), 1u) << slow[g];
   }
   EXPECT_EQ(OriginHits(big), 1u);
-  // Each HTTP worker's link lost core-c alone; none went down.
+  // Each HTTP worker's link lost the dead core alone; none went down.
   for (size_t g = 0; g < 2; ++g) {
-    gateways_[g]->Signal(SIGTERM);
-    EXPECT_EQ(gateways_[g]->Wait(20s), 0);
-    const std::string log = gateways_[g]->Output();
-    std::smatch m;
     static const std::regex re(R"(\((\d+) core disconnects, (\d+) cores lost alone)");
-    ASSERT_TRUE(std::regex_search(log, m, re)) << log;
-    EXPECT_EQ(m[1].str(), "0") << log;
-    EXPECT_GE(std::stoi(m[2].str()), 1) << log;
+    const auto [log, m] = StopGateway(g, re);
+    ASSERT_EQ(m.size(), 3u) << log;
+    EXPECT_EQ(m[1], "0") << log;
+    EXPECT_GE(std::stoi(m[2]), 1) << log;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Net, ClusterModes,
-                         testing::Values(NetMode{"sync", false}, NetMode{"async", true}),
+                         testing::Values(NetMode{"sync", false, "core-c"},
+                                         NetMode{"async", true, "core-a"}),
                          [](const testing::TestParamInfo<NetMode>& i) {
                            return i.param.net + (i.param.h2 ? "_h2" : "_h1");
                          });
@@ -958,6 +975,96 @@ TEST_F(ClusterTest, ARespSubscriberKeepsTheOtherCoresWhenOneDies) {
     sub.Send(test::Encode({"PING"}));
     auto pong = Next(sub);
     EXPECT_EQ(pong.items.size(), 2u) << pong.Dump();  // (subscribed: ["pong", ""])
+  }
+}
+
+// The pub/sub core is the first by name; when it dies, pub/sub moves to the next one in
+// place: the channel and pattern subscribers (their subscriptions were at the dead core) are
+// closed, as a Redis server's are when it goes away, and subscribe again at the new one;
+// everyone else keeps their connection (a shard-channel subscriber at core-b, a client with
+// keys). When the first core comes back (it sorts first again), pub/sub moves back. Through
+// both gateways (ring and UCX); neither link ever goes down.
+TEST_F(ClusterTest, ThePubsubCoreMovesWithTheFirstCoreAndOnlyItsSubscribersAreClosed) {
+  StartCores({"core-a", "core-b", "core-c"});
+  auto c = Open(3);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> resp = StartRespGateways("mresp");
+  ASSERT_EQ(resp.size(), 2u);
+  std::string at_b, key_b;
+  for (int i = 0; at_b.empty() || key_b.empty(); ++i) {
+    const std::string n = fmt::format("mch-{}", i);
+    if (at_b.empty() && c->OwnerOf(n) == "core-b") at_b = n;
+    if (key_b.empty() && c->OwnerOf("key-" + n) == "core-b") key_b = "key-" + n;
+  }
+  auto closed = [](test::Conn& k) {
+    return k.ReadUntil([](const test::Value&) { return false; }, 5s).second;
+  };
+  // PUBLISH through gateway `g` until it reaches `want` subscribers (each gateway moves
+  // when its own link learns of the change).
+  auto publish = [&](size_t g, const std::string& payload, const std::string& want) {
+    test::Conn p(resp[g]);
+    std::string got;
+    for (int i = 0; i < 100 && got != want; ++i) {
+      if (i > 0) std::this_thread::sleep_for(100ms);
+      p.Send(test::Encode({"PUBLISH", "plain", payload}));
+      got = Next(p).str;
+    }
+    return got;
+  };
+  test::Conn sub(resp[0]), psub(resp[1]), ssub(resp[0]), w(resp[0]);
+  ASSERT_TRUE(sub.ok() && psub.ok() && ssub.ok() && w.ok());
+  sub.Send(test::Encode({"SUBSCRIBE", "plain"}));
+  EXPECT_EQ(Next(sub).items.size(), 3u);
+  psub.Send(test::Encode({"PSUBSCRIBE", "pl*"}));
+  EXPECT_EQ(Next(psub).items.size(), 3u);
+  ssub.Send(test::Encode({"SSUBSCRIBE", at_b}));
+  EXPECT_EQ(Next(ssub).items.size(), 3u);
+  w.Send(test::Encode({"SET", key_b, "kept"}));
+  EXPECT_EQ(Next(w).str, "OK");
+  EXPECT_EQ(publish(1, "before", "2"), "2");
+  EXPECT_EQ(Next(sub).items[2].str, "before");
+  EXPECT_EQ(Next(psub).items[3].str, "before");
+
+  cores_["core-a"]->proc.Signal(SIGKILL);
+  cores_["core-a"]->proc.Wait(5s);
+  EXPECT_TRUE(closed(sub));  // (its subscription was at core-a)
+  EXPECT_TRUE(closed(psub));
+  test::Conn sub2(resp[0]), pub(resp[1]);
+  sub2.Send(test::Encode({"SUBSCRIBE", "plain"}));
+  EXPECT_EQ(Next(sub2).items.size(), 3u);  // (at core-b now)
+  EXPECT_EQ(publish(1, "moved", "1"), "1");
+  EXPECT_EQ(Next(sub2).items[2].str, "moved");
+  pub.Send(test::Encode({"SPUBLISH", at_b, "still"}));
+  EXPECT_EQ(Next(pub).str, "1");
+  auto m = Next(ssub);
+  ASSERT_EQ(m.items.size(), 3u) << m.Dump();
+  EXPECT_EQ(m.items[2].str, "still");
+  w.Send(test::Encode({"GET", key_b}));
+  EXPECT_EQ(Next(w).str, "kept");
+  w.Send(test::Encode({"INFO", "server"}));
+  const std::string info = Next(w).str;
+  EXPECT_NE(info.find("goblin_pubsub_moves:1\r\n"), std::string::npos) << info;
+
+  // core-a comes back (a new registration, sorting first): pub/sub moves back to it.
+  StartCore("core-a");
+  ASSERT_TRUE(c->WaitForMembers(3, 10s));
+  EXPECT_TRUE(closed(sub2));
+  test::Conn sub3(resp[1]);
+  sub3.Send(test::Encode({"SUBSCRIBE", "plain"}));
+  EXPECT_EQ(Next(sub3).items.size(), 3u);
+  EXPECT_EQ(publish(0, "back", "1"), "1");
+  EXPECT_EQ(Next(sub3).items[2].str, "back");
+  pub.Send(test::Encode({"SPUBLISH", at_b, "again"}));
+  EXPECT_EQ(Next(pub).str, "1");
+  EXPECT_EQ(Next(ssub).items[2].str, "again");
+  for (size_t g = 0; g < 2; ++g) {
+    static const std::regex re(R"((\d+) cores lost alone, (\d+) pub/sub moves)");
+    const auto [log, m] = StopGateway(g, re);
+    ASSERT_EQ(m.size(), 3u) << log;
+    EXPECT_EQ(m[1], "1") << log;
+    EXPECT_EQ(m[2], "2") << log;
+    EXPECT_EQ(log.find("; reconnecting"), std::string::npos) << log;  // (never down)
+    EXPECT_EQ(log.find("connecting to the new set"), std::string::npos) << log;
   }
 }
 

@@ -54,6 +54,7 @@ struct RespStats {
   uint64_t stalled_for_core = 0;  // times a client was not read because the core was behind
   uint64_t rejected = 0;          // connections refused past max_clients
   uint64_t cores_lost = 0;        // etcd://: cores lost alone (only the requests there ended)
+  uint64_t pubsub_moves = 0;      // etcd://: the pub/sub core moved (its subscribers closed)
   // Filled in Published()'s copy only (the loop keeps them apart: CONFIG RESETSTAT resets
   // the keyspace counts, as Redis's).
   uint64_t keyspace_hits = 0, keyspace_misses = 0, bytes_read = 0, bytes_written = 0;
