@@ -125,6 +125,7 @@ Result<std::unique_ptr<Transport>> ConnectUcx(const std::string& host_port,
   uo.shard = options.shard;
   uo.busy_poll = options.spin;
   uo.spin_yield = options.spin_yield;
+  uo.handed_over = options.handed_over;
   GOBLIN_ASSIGN_OR_RETURN(auto u, verbs::UcxClient::Connect(host_port, uo));
   return std::unique_ptr<Transport>(new UcxTransport(std::move(u)));
 #else

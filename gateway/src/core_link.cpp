@@ -38,6 +38,8 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
   l->socket_tag_ = socket_tag;
   if (l->directory_) {  // (a sleeping loop wakes for a membership change: Tick takes it in)
     GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->listener_->fd(), EPOLLIN, socket_tag));
+    GOBLIN_ASSIGN_OR_RETURN(l->connector_, CoreConnector::Create());
+    GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->connector_->fd(), EPOLLIN, socket_tag));
   }
   GOBLIN_RETURN_IF_ERROR(l->Open(std::chrono::seconds(5)));
   l->backoff_ = options.min_backoff;
@@ -47,6 +49,7 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
 CoreLink::~CoreLink() {
   CloseShards();
   if (listener_) epoll_ctl(epoll_, EPOLL_CTL_DEL, listener_->fd(), nullptr);
+  if (connector_) epoll_ctl(epoll_, EPOLL_CTL_DEL, connector_->fd(), nullptr);
 }
 
 VoidResult CoreLink::WatchShard(Shard& sh, uint16_t index, std::chrono::milliseconds timeout) {
@@ -184,29 +187,114 @@ void CoreLink::CloseShards() {
   up_ = false;
 }
 
-Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMember(
-    const cluster::Member& m, const client::TransportOptions& to, uint64_t now) {
+bool CoreLink::PassedOverNow(const cluster::Member& m, uint64_t now) const {
   auto po = passed_over_.find(m.name);
-  if (po != passed_over_.end() && po->second.mod_revision == m.mod_revision &&
-      now < po->second.until_ns) {
-    return goblin::Err(StatusCode::kUnavailable, "passed over");
-  }
+  return po != passed_over_.end() && po->second.mod_revision == m.mod_revision &&
+         now < po->second.until_ns;
+}
+
+Result<std::pair<bool, std::string>> CoreLink::RouteTo(const cluster::Member& m) const {
   // A core on this host: its ring socket (hits read its pools in place, local hits on).
-  const std::string ring = local_ring_ ? cluster::LocalRingPath(m) : std::string();
-  if (ring.empty() && !m.address.starts_with("ucx://")) {
+  std::string ring = local_ring_ ? cluster::LocalRingPath(m) : std::string();
+  if (!ring.empty()) return std::pair<bool, std::string>{false, std::move(ring)};
+  if (!m.address.starts_with("ucx://")) {
     return goblin::Err(StatusCode::kInvalidArgument, "address {} is not ucx://", m.address);
   }
-  auto t = ring.empty() ? client::ConnectShards(true, m.address.substr(6), to)
-                        : client::ConnectShards(false, ring, to);
+  return std::pair<bool, std::string>{true, m.address.substr(6)};
+}
+
+void CoreLink::LeaveOut(const cluster::Member& m, const Status& why, uint64_t now) {
+  GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name, m.address,
+                  why);
+  PassOver(m.name, m.mod_revision, now);
+}
+
+Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMember(
+    const cluster::Member& m, const client::TransportOptions& to, uint64_t now) {
+  if (PassedOverNow(m, now)) return goblin::Err(StatusCode::kUnavailable, "passed over");
+  auto route = RouteTo(m);
+  auto t =
+      route ? client::ConnectShards(route->first, route->second, to)
+            : Result<std::vector<std::unique_ptr<client::Transport>>>(goblin::Err(route.error()));
   if (!t || t->empty() || shards_.size() + t->size() > UINT16_MAX) {
     Status why = t ? Status(StatusCode::kResourceExhausted, "no shards, or too many") : t.error();
-    GOBLIN_LOG_WARN(kLog, "{}: core {} ({}) left out for 5 s: {}", options_.name, m.name, m.address,
-                    why);
-    PassOver(m.name, m.mod_revision, now);
+    LeaveOut(m, why, now);
     return goblin::Err(std::move(why));
   }
   passed_over_.erase(m.name);
   return t;
+}
+
+void CoreLink::StartConnect(const cluster::Member& m, uint64_t now) {
+  if (connecting_.contains({m.name, m.mod_revision})) return;  // (already on its way)
+  auto route = RouteTo(m);
+  if (!route) return LeaveOut(m, route.error(), now);
+  connecting_.insert({m.name, m.mod_revision});
+  connector_->Start(
+      {m, route->first, std::move(route->second), TransportOptionsFor(std::chrono::seconds(1))});
+}
+
+void CoreLink::TakeConnected(uint64_t now) {
+  std::vector<CoreConnector::Done> done = connector_->Take();
+  for (const CoreConnector::Done& d : done) {
+    connecting_.erase({d.job.member.name, d.job.member.mod_revision});
+  }
+  if (!up_) return;  // (the link is being rebuilt: Open connects to every member itself)
+  auto snap = directory_->snapshot();
+  const uint16_t pubsub_before = pubsub_shard();
+  bool joined = false;
+  for (CoreConnector::Done& d : done) {
+    const cluster::Member& m = d.job.member;
+    const bool current =
+        std::any_of(snap->members.begin(), snap->members.end(), [&](const cluster::Member& x) {
+          return x.name == m.name && x.mod_revision == m.mod_revision;
+        });
+    const bool known = std::any_of(cores_.begin(), cores_.end(),
+                                   [&](const CoreSpan& c) { return c.name == m.name; });
+    if (!current || known) continue;  // (it left or registered again since, or is connected)
+    if (!d.transports || d.transports->empty() ||
+        shards_.size() + d.transports->size() > UINT16_MAX) {
+      LeaveOut(m,
+               d.transports ? Status(StatusCode::kResourceExhausted, "no shards, or too many")
+                            : d.transports.error(),
+               now);
+      continue;
+    }
+    passed_over_.erase(m.name);
+    if (!AddCore(m, std::move(*d.transports))) return Rebuild(now);
+    joined = true;
+  }
+  if (joined && on_joined_) on_joined_();
+  NotePubsubMove(pubsub_before);
+}
+
+bool CoreLink::AddCore(const cluster::Member& m,
+                       std::vector<std::unique_ptr<client::Transport>> t) {
+  const auto first = static_cast<uint16_t>(shards_.size());
+  bool watched = true;
+  for (auto& tr : t) {
+    shards_.emplace_back();
+    shards_.back().client = std::move(tr);
+    if (auto r = WatchShard(shards_.back(), static_cast<uint16_t>(shards_.size() - 1),
+                            std::chrono::seconds(1));
+        !r) {
+      GOBLIN_LOG_WARN(kLog, "{}: core {}: {}", options_.name, m.name, r.error());
+      watched = false;
+    }
+    max_message_ = std::min(max_message_, shards_.back().client->max_message());
+  }
+  if (!watched) return false;
+  // (in name order: one sorting first takes pub/sub over, NotePubsubMove)
+  const auto at =
+      std::lower_bound(cores_.begin(), cores_.end(), m.name,
+                       [](const CoreSpan& c, const std::string& n) { return c.name < n; }) -
+      cores_.begin();
+  cores_.insert(cores_.begin() + at,
+                {m.name, m.mod_revision, first, static_cast<uint16_t>(shards_.size() - first)});
+  nodes_.insert(nodes_.begin() + at, {cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)});
+  GOBLIN_LOG_INFO(kLog, "{}: core {} joined ({} shards); {} cores", options_.name, m.name,
+                  shards_.size() - first, cores_.size());
+  return true;
 }
 
 void CoreLink::PassOver(const std::string& name, int64_t mod_revision, uint64_t now) {
@@ -282,7 +370,7 @@ void CoreLink::NotePubsubMove(uint16_t before) {
   if (on_pubsub_moved_) on_pubsub_moved_(before);
 }
 
-bool CoreLink::ApplyMembership(uint64_t now, bool& joined) {
+bool CoreLink::ApplyMembership(uint64_t now) {
   auto snap = directory_->snapshot();
   // A core that left or registered again (a restart: its transports are dead) is lost alone
   // where it may be (LoseCore; else the link is rebuilt).
@@ -301,11 +389,7 @@ bool CoreLink::ApplyMembership(uint64_t now, bool& joined) {
       return c.name == m.name && c.mod_revision == m.mod_revision;
     });
     if (known) continue;
-    if (auto po = passed_over_.find(m.name); po != passed_over_.end() &&
-                                             po->second.mod_revision == m.mod_revision &&
-                                             now < po->second.until_ns) {
-      continue;  // (still left out)
-    }
+    if (PassedOverNow(m, now)) continue;  // (still left out)
     fresh.push_back(&m);
   }
   if (lost_shards_ > kMaxLostShards) return false;  // (a rebuild numbers the shards afresh)
@@ -324,40 +408,7 @@ bool CoreLink::ApplyMembership(uint64_t now, bool& joined) {
       retry_members_at_ = po.until_ns;
     }
   }
-  const client::TransportOptions to = TransportOptionsFor(std::chrono::seconds(1));
-  const uint16_t pubsub_before = pubsub_shard();
-  for (const cluster::Member* m : fresh) {
-    // (a core just lost stays passed over: ConnectMember refuses it for now)
-    auto t = ConnectMember(*m, to, now);
-    if (!t) continue;
-    const auto first = static_cast<uint16_t>(shards_.size());
-    bool watched = true;
-    for (auto& tr : *t) {
-      shards_.emplace_back();
-      shards_.back().client = std::move(tr);
-      if (auto r = WatchShard(shards_.back(), static_cast<uint16_t>(shards_.size() - 1),
-                              std::chrono::seconds(1));
-          !r) {
-        GOBLIN_LOG_WARN(kLog, "{}: core {}: {}", options_.name, m->name, r.error());
-        watched = false;
-      }
-      max_message_ = std::min(max_message_, shards_.back().client->max_message());
-    }
-    if (!watched) return false;  // (the caller rebuilds the link)
-    // (in name order: one sorting first takes pub/sub over, NotePubsubMove below)
-    const auto at =
-        std::lower_bound(cores_.begin(), cores_.end(), m->name,
-                         [](const CoreSpan& c, const std::string& n) { return c.name < n; }) -
-        cores_.begin();
-    cores_.insert(cores_.begin() + at,
-                  {m->name, m->mod_revision, first, static_cast<uint16_t>(shards_.size() - first)});
-    nodes_.insert(nodes_.begin() + at,
-                  {cluster::RendezvousSeed(m->name), cluster::MemberWeight(*m)});
-    joined = true;
-    GOBLIN_LOG_INFO(kLog, "{}: core {} joined ({} shards); {} cores", options_.name, m->name,
-                    shards_.size() - first, cores_.size());
-  }
-  NotePubsubMove(pubsub_before);
+  for (const cluster::Member* m : fresh) StartConnect(*m, now);  // (TakeConnected adds them)
   return true;
 }
 
@@ -372,23 +423,23 @@ void CoreLink::GoDown(const Status& why) {
   if (on_down_) on_down_();
 }
 
+void CoreLink::Rebuild(uint64_t now) {
+  GOBLIN_LOG_INFO(kLog, "{}: the cores in etcd changed; connecting to the new set", options_.name);
+  CloseShards();
+  up_ = false;
+  if (on_down_) on_down_();
+  reconnect_at_ = now;
+}
+
 void CoreLink::Tick(uint64_t now) {
+  if (connector_ && connector_->ready()) TakeConnected(now);
   const bool changed = up_ && directory_ && directory_->generation() != membership_generation_;
   if (changed || (up_ && retry_members_at_ != 0 && now >= retry_members_at_)) {
     // Cores came or went (one atomic load per tick otherwise), or one left out may be tried
     // again. Taken in place where possible; else connect again to the new set.
     if (changed) ++stats_.membership_changes;
-    bool joined = false;
-    if (ApplyMembership(now, joined)) {
-      if (joined && up_ && on_joined_) on_joined_();
-      return;
-    }
-    GOBLIN_LOG_INFO(kLog, "{}: the cores in etcd changed; connecting to the new set",
-                    options_.name);
-    CloseShards();
-    up_ = false;
-    if (on_down_) on_down_();
-    reconnect_at_ = now;
+    if (ApplyMembership(now)) return;
+    Rebuild(now);
   }
   if (up_ || now < reconnect_at_) return;
   if (auto r = Open(std::chrono::seconds(1)); !r) {

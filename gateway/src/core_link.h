@@ -21,16 +21,18 @@
 // Channels and patterns (pub/sub_shard()) are the first connected core's by name: every
 // gateway of the prefix uses the same one (libgoblin's Cluster too). A core that cannot be
 // reached is left out (passed over for 5 s or until it registers again: its keys go to their
-// next owner). A core that joins is added in place (its shards are appended: requests in
-// flight go on; the keys it now owns are misses there). A core that is lost (it left etcd or
-// registered again, or its transport failed) is taken out alone when the front said how
-// (set_on_core_lost): its shard numbers stay unused (Send says kDown), routing skips it (its
-// keys go to their next owner), the others' requests go on. Otherwise the link goes down and
-// up on the new membership (a new epoch: requests in flight fail as at a core restart).
-// When the first core by name changes (it was lost, or a core sorting before it joined), the
-// pub/sub core moves with it, in place: on_pubsub_moved tells the front (whose subscriptions
-// at the old one are no longer where publishers publish).
-// Threading: one event loop thread; callbacks run on it, from inside Poll/OnSocketEvent/Tick.
+// next owner). The first connection connects to every member on the caller's thread; later
+// ones (a core that joins, one left out tried again) are connected by a CoreConnector thread,
+// so a core slow to answer never stalls the loop. A core that joins is added in place (its shards
+// are appended: requests in flight go on; the keys it now owns are misses there). A core that is
+// lost (it left etcd or registered again, or its transport failed) is taken out alone when the
+// front said how (set_on_core_lost): its shard numbers stay unused (Send says kDown), routing skips
+// it (its keys go to their next owner), the others' requests go on. Otherwise the link goes down
+// and up on the new membership (a new epoch: requests in flight fail as at a core restart). When
+// the first core by name changes (it was lost, or a core sorting before it joined), the pub/sub
+// core moves with it, in place: on_pubsub_moved tells the front (whose subscriptions at the old one
+// are no longer where publishers publish). Threading: one event loop thread; callbacks run on it,
+// from inside Poll/OnSocketEvent/Tick.
 #pragma once
 
 #include <algorithm>
@@ -41,11 +43,13 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core_connector.h"
 #include "goblin/client/transport.h"
 #include "goblin/cluster/directory.h"
 #include "goblin/cluster/rendezvous.h"
@@ -225,13 +229,27 @@ class CoreLink {
   // etcd://: connects to every registered core that answers (transports in shard order).
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMembers(
       const client::TransportOptions& to);
-  // One core's transports; a core that fails is passed over for 5 s.
+  // How to reach a member: {ucx, address} (its ring socket when it runs on this host).
+  Result<std::pair<bool, std::string>> RouteTo(const cluster::Member& m) const;
+  bool PassedOverNow(const cluster::Member& m, uint64_t now) const;
+  // Logs why and passes the member over.
+  void LeaveOut(const cluster::Member& m, const Status& why, uint64_t now);
+  // One core's transports, on this thread; a core that fails is passed over for 5 s.
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMember(
       const cluster::Member& m, const client::TransportOptions& to, uint64_t now);
+  // Connects to a member in the background (CoreConnector); TakeConnected adds it.
+  void StartConnect(const cluster::Member& m, uint64_t now);
+  // Background connects that finished: cores still registered as they were are added in place.
+  void TakeConnected(uint64_t now);
+  // Appends a connected core's shards and watches them (cores_ in name order). False: a
+  // shard could not be watched (the caller rebuilds the link).
+  bool AddCore(const cluster::Member& m, std::vector<std::unique_ptr<client::Transport>> t);
   // A membership change taken in place: cores that left or registered again are lost alone
-  // (LoseCore), joins appended and watched, members left out earlier tried again. False: the
-  // link must be rebuilt. `joined`: some core was added.
-  bool ApplyMembership(uint64_t now, bool& joined);
+  // (LoseCore), newcomers and members left out earlier connected (StartConnect). False: the
+  // link must be rebuilt.
+  bool ApplyMembership(uint64_t now);
+  // Takes the link down to connect to the new set of cores.
+  void Rebuild(uint64_t now);
   // The core of cores_[index] is lost: alone (on_core_lost_) when it may be, else GoDown.
   void LoseCore(size_t index, const Status& why);
   // Tells the front when the pub/sub shard is no longer `before` (the link still up).
@@ -277,7 +295,9 @@ class CoreLink {
   std::vector<cluster::RendezvousNode> nodes_;  // cores_'s, same order
   std::map<std::string, PassedOver> passed_over_;
   uint64_t retry_members_at_ = 0;  // a member left out may be tried again then (0: none)
-  size_t lost_shards_ = 0;         // shard numbers of cores lost alone (unused until rebuilt)
+  std::unique_ptr<CoreConnector> connector_;
+  std::set<std::pair<std::string, int64_t>> connecting_;  // members (name, revision) in progress
+  size_t lost_shards_ = 0;  // shard numbers of cores lost alone (unused until rebuilt)
 };
 
 }  // namespace goblin::gateway

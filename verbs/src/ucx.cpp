@@ -78,10 +78,10 @@ UcxContext::~UcxContext() {
   if (context_ != nullptr) ucp_cleanup(context_);
 }
 
-Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxContext& context) {
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxContext& context, bool serialized) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  params.thread_mode = serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
   std::unique_ptr<UcxWorker> w(new UcxWorker());
   ucs_status_t st = ucp_worker_create(context.get(), &params, &w->worker_);
   if (st != UCS_OK) return Err(UcsError(st, "ucp_worker_create"));

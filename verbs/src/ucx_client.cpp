@@ -20,7 +20,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   socklen_t len = 0;
   GOBLIN_ASSIGN_OR_RETURN(sockaddr_storage addr, ResolveHostPort(host_port, &len));
   GOBLIN_ASSIGN_OR_RETURN(c->context_, UcxContext::Create());
-  GOBLIN_ASSIGN_OR_RETURN(c->worker_, UcxWorker::Create(*c->context_));
+  GOBLIN_ASSIGN_OR_RETURN(c->worker_, UcxWorker::Create(*c->context_, options.handed_over));
   GOBLIN_RETURN_IF_ERROR(c->worker_->SetMessageHandler(&UcxClient::OnMessage, c.get()));
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -61,6 +61,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
     GOBLIN_RETURN_IF_ERROR(
         c->Poll([&](std::span<const uint8_t> m) { reply.assign(m.begin(), m.end()); }, 1));
   }
+  c->answered_ = true;
   if (auto err = wire::ErrorDecoder::Decode(reply)) {
     return Err(StatusCode::kUnavailable, "goblin-core at {} refused: {}", host_port, err->text());
   }
@@ -82,7 +83,11 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
 
 UcxClient::~UcxClient() {
   for (const RemotePool& p : remote_) ucp_rkey_destroy(p.rkey);
-  if (ep_ != nullptr) CloseEndpoint(*worker_, ep_, failed_);
+  // An endpoint whose peer never answered (a listener that never accepts, a connect that
+  // timed out) cannot be flushed: closed forcibly, its Hello still queued is canceled (else
+  // UCX aborts the process when the worker goes: "pending request ... should have been
+  // flushed").
+  if (ep_ != nullptr) CloseEndpoint(*worker_, ep_, failed_ || !answered_);
   // Destroying the worker completes what is still in flight (a rendezvous receive into a
   // slot, canceled) through our callbacks: it goes first, while every member they touch
   // is alive (members declared after worker_ would otherwise be destroyed before it).

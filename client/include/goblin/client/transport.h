@@ -90,6 +90,9 @@ struct TransportOptions {
   uint16_t shard = 0;
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);  // before sleeping
   bool spin_yield = true;  // give the CPU away while spinning
+  // Connected on one thread, then used on another (one at a time): UCX's worker is made for
+  // that (UCS_THREAD_MODE_SERIALIZED) rather than for one thread.
+  bool handed_over = false;
 };
 
 Result<std::unique_ptr<Transport>> ConnectRing(const std::string& socket_path,

@@ -44,7 +44,10 @@ class UcxContext {
 
 class UcxWorker {
  public:
-  static Result<std::unique_ptr<UcxWorker>> Create(UcxContext& context);
+  // `serialized`: used by more than one thread, one at a time (UCS_THREAD_MODE_SERIALIZED:
+  // made on one thread and handed to another; UCX then flushes its stores for the next
+  // thread); else only by the thread that made it (SINGLE).
+  static Result<std::unique_ptr<UcxWorker>> Create(UcxContext& context, bool serialized = false);
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;

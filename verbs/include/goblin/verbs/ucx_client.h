@@ -4,7 +4,8 @@
 // ways. Received messages are copied into an inbox as UCX hands them over and given to the
 // caller in order by Poll(). Sleeping: wake_fd() is the worker's event fd, PrepareSleep()
 // arms it (false: something is pending).
-// Threading: one thread at a time (the worker is single-threaded).
+// Threading: the thread that connected (the worker is single-threaded), or with
+// `handed_over` one thread at a time.
 #pragma once
 
 #include <chrono>
@@ -36,6 +37,8 @@ struct UcxClientOptions {
   std::chrono::nanoseconds busy_poll = std::chrono::microseconds(50);
   bool spin_yield = false;
   uint16_t shard = 0;  // the core shard this endpoint is for (its listener must serve it)
+  // Connected on one thread and then used on another (one at a time): a serialized worker.
+  bool handed_over = false;
 };
 
 class UcxClient {
@@ -129,6 +132,7 @@ class UcxClient {
   std::unique_ptr<UcxWorker> worker_;
   ucp_ep_h ep_ = nullptr;
   bool failed_ = false;
+  bool answered_ = false;  // the core's Welcome (or Error) came: the endpoint is connected
   std::string failure_;
   size_t in_flight_ = 0;
   std::span<const uint8_t> payload_region_;  // RegisterPayloads' bytes and their memh
