@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -754,8 +755,16 @@ TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
     pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {  // (a fresh process: its own UCX context)
+      // (dropped once while the core replaces a worker the last putter blocked: again)
       auto c = Connection::Open(nc.target, {.timeout = 5s});
-      if (!c) _exit(2);
+      for (int attempt = 1; attempt < 3 && !c; ++attempt) {
+        fprintf(stderr, "putter: %s; connecting again\n", c.error().ToString().c_str());
+        c = Connection::Open(nc.target, {.timeout = 5s});
+      }
+      if (!c) {
+        fprintf(stderr, "putter: %s\n", c.error().ToString().c_str());
+        _exit(2);
+      }
       for (;;) {
         if (round % 2 == 0) {
           (void)(*c)->Put("killput/obj", data);
