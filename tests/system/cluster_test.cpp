@@ -846,14 +846,18 @@ INSTANTIATE_TEST_SUITE_P(Net, ClusterModes,
 
 // The memcache front loses a dead core alone too: a big value being sent from core-b to a
 // client that does not read for a while arrives whole while core-c is killed, and core-c's
-// keys are then misses at their next owner (stored there again), not SERVER_ERRORs.
-TEST_F(ClusterTest, AMemcacheValueFromOneCoreArrivesWholeWhileAnotherDies) {
+// keys are then misses at their next owner (stored there again), not SERVER_ERRORs. Through
+// a gateway reaching the cores over UCX (as from another host) and one reaching them through
+// their ring sockets (the value read from core-b's mapped pool).
+class ClusterMemcache : public ClusterTest, public testing::WithParamInterface<bool> {};
+
+TEST_P(ClusterMemcache, AValueFromOneCoreArrivesWholeWhileAnotherDies) {
   StartCores({"core-a", "core-b", "core-c"});
   auto c = Open(3);
   ASSERT_TRUE(c);
   gateways_.push_back(std::make_unique<test::Process>(
-      std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", target_ + "?ring=off",
-                               "--memcache-port=-1"},
+      std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core",
+                               GetParam() ? target_ + "?ring=off" : target_, "--memcache-port=-1"},
       dir_ + "/mgateway.log"));
   std::smatch m;
   static const std::regex re(R"(memcache on 127\.0\.0\.1:(\d+))");
@@ -903,6 +907,11 @@ TEST_F(ClusterTest, AMemcacheValueFromOneCoreArrivesWholeWhileAnotherDies) {
   const std::string stats = w.Ask("stats\r\n", "END\r\n");
   EXPECT_NE(stats.find("STAT goblin_cores_lost 1\r\n"), std::string::npos) << stats;
 }
+
+INSTANTIATE_TEST_SUITE_P(Link, ClusterMemcache, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& i) {
+                           return i.param ? "ucx" : "ring";
+                         });
 
 // The RESP front loses a dead core alone too: a subscriber keeps its connection, its channel
 // and its shard channels at the other cores, and is told (a "sunsubscribe" push, as Redis
