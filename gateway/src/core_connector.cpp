@@ -39,10 +39,12 @@ void CoreConnector::Start(Job job) {
 }
 
 std::vector<CoreConnector::Done> CoreConnector::Take() {
+  // Drained under the lock Run writes it under: a wake-up left behind with ready() false
+  // would keep the owner's level-triggered epoll returning at once, a busy loop.
+  std::lock_guard lock(mu_);
   uint64_t n;
   while (read(wake_.get(), &n, sizeof n) > 0) {
   }
-  std::lock_guard lock(mu_);
   ready_.store(false, std::memory_order_relaxed);
   return std::exchange(done_, {});
 }
