@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "goblin/cluster/directory.h"
@@ -63,6 +64,17 @@ class Etcd : public testing::Test {
       std::this_thread::sleep_for(20ms);
     }
     return false;
+  }
+
+  // A registration's own state follows its Put: the key can be read from etcd a moment before
+  // the registering thread has recorded the lease. Bounded wait for that.
+  static bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
   }
 
   std::string dir_;
@@ -162,6 +174,7 @@ TEST_F(Etcd, ALostLeaseIsReplacedAndTheRecordPutAgain) {
   // The next keep-alive (within TTL/3) finds TTL 0 and registers again under a new lease.
   ASSERT_TRUE(WaitKey("/t/cores/core-2", true, 5s));
   EXPECT_NE(client_->Get("/t/cores/core-2")->value().lease, first);
+  EXPECT_TRUE(WaitUntil([&] { return (*reg)->registrations() >= 2; }, 2s));
   EXPECT_EQ((*reg)->registrations(), 2u);
 }
 
@@ -173,7 +186,7 @@ TEST_F(Etcd, ACoreStartedBeforeEtcdRegistersWhenEtcdComesUp) {
   std::string log;
   ASSERT_TRUE(etcd_->Start(&log)) << log;
   EXPECT_TRUE(WaitKey("/t/cores/core-3", true, 10s));
-  EXPECT_TRUE((*reg)->registered());
+  EXPECT_TRUE(WaitUntil([&] { return (*reg)->registered(); }, 2s));
 }
 
 TEST_F(Etcd, TheDirectorySeesMembersComeAndGoAndRidesOutAnEtcdRestart) {
