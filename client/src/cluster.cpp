@@ -74,6 +74,9 @@ Result<std::unique_ptr<Cluster>> Cluster::Open(std::string_view target,
   cluster::EtcdOptions eo;
   eo.endpoints = t.endpoints;
   eo.timeout = options.timeout;
+  // A secured etcd: TLS and auth from GOBLIN_ETCD_* (cluster/etcd_client.h), as etcdctl
+  // takes ETCDCTL_*.
+  GOBLIN_ASSIGN_OR_RETURN(eo.security, cluster::EtcdSecurityFromEnvironment());
   std::unique_ptr<Cluster> c(new Cluster());
   c->options_ = options;
   c->local_ring_ = t.local_ring;

@@ -41,6 +41,8 @@ Result<std::shared_ptr<Directory>> Directory::Shared(const EtcdOptions& etcd,
   static std::map<std::string, std::weak_ptr<Directory>> open;
   std::string key = MembersPrefix(prefix);
   for (const std::string& e : etcd.endpoints) key += "|" + e;
+  const EtcdSecurity& sec = etcd.security;  // (another identity: another client)
+  key += fmt::format("|{}|{}|{}|{}", sec.tls, sec.ca_file, sec.cert_file, sec.user);
   std::lock_guard lock(mu);
   if (auto d = open[key].lock()) return d;
   GOBLIN_ASSIGN_OR_RETURN(std::unique_ptr<Directory> d, Open(etcd, prefix));

@@ -9,7 +9,13 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "etcd/v3.grpc.pb.h"
 
@@ -95,8 +101,9 @@ EtcdKeyValue FromPb(const pb::KeyValue& kv) {
 
 }  // namespace
 
-Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text) {
+Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool* tls) {
   std::vector<std::string> out;
+  int plain = 0, secure = 0;
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
@@ -105,9 +112,12 @@ Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text) {
     pos = comma == std::string_view::npos ? text.size() + 1 : comma + 1;
     if (e.empty()) continue;
     if (e.starts_with("https://")) {
-      return Err(StatusCode::kInvalidArgument, "etcd endpoint '{}': TLS is not supported yet", e);
+      e.remove_prefix(8);
+      ++secure;
+    } else {
+      if (e.starts_with("http://")) e.remove_prefix(7);
+      ++plain;
     }
-    if (e.starts_with("http://")) e.remove_prefix(7);
     while (e.ends_with('/')) e.remove_suffix(1);
     size_t colon = e.rfind(':');
     if (colon == std::string_view::npos || colon + 1 == e.size() ||
@@ -118,7 +128,75 @@ Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text) {
     out.emplace_back(e);
   }
   if (out.empty()) return Err(StatusCode::kInvalidArgument, "no etcd endpoint in '{}'", text);
+  if (plain != 0 && secure != 0) {
+    return Err(StatusCode::kInvalidArgument,
+               "etcd endpoints '{}': http:// and https:// mixed (one etcd cluster, one scheme)",
+               text);
+  }
+  if (secure != 0 && tls == nullptr) {
+    return Err(StatusCode::kInvalidArgument,
+               "etcd endpoints '{}': give https:// endpoints where TLS can be configured", text);
+  }
+  if (tls != nullptr) *tls = secure != 0;
   return out;
+}
+
+namespace {
+
+Result<std::string> ReadPem(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Err(StatusCode::kInvalidArgument, "etcd {} '{}': cannot read: {}", what, path,
+               std::strerror(errno));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string pem = ss.str();
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return Err(StatusCode::kInvalidArgument, "etcd {} '{}': not a PEM file", what, path);
+  }
+  return pem;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+}  // namespace
+
+VoidResult SplitEtcdUser(EtcdSecurity& s, const std::string& password_file) {
+  if (size_t colon = s.user.find(':'); colon != std::string::npos) {
+    s.password = s.user.substr(colon + 1);
+    s.user.resize(colon);
+  }
+  if (!password_file.empty()) {
+    std::ifstream in(password_file);
+    if (!in) {
+      return Err(StatusCode::kInvalidArgument, "etcd password file '{}': cannot read: {}",
+                 password_file, std::strerror(errno));
+    }
+    std::getline(in, s.password);
+    if (!s.password.empty() && s.password.back() == '\r') s.password.pop_back();
+  }
+  if (s.user.empty() && !s.password.empty()) {
+    return Err(StatusCode::kInvalidArgument, "etcd: a password without a user name");
+  }
+  if (s.cert_file.empty() != s.key_file.empty()) {
+    return Err(StatusCode::kInvalidArgument,
+               "etcd: a client certificate needs its key and a key its certificate");
+  }
+  return {};
+}
+
+Result<EtcdSecurity> EtcdSecurityFromEnvironment() {
+  EtcdSecurity s;
+  s.ca_file = Env("GOBLIN_ETCD_CACERT");
+  s.cert_file = Env("GOBLIN_ETCD_CERT");
+  s.key_file = Env("GOBLIN_ETCD_KEY");
+  s.user = Env("GOBLIN_ETCD_USER");
+  GOBLIN_RETURN_IF_ERROR(SplitEtcdUser(s, Env("GOBLIN_ETCD_PASSWORD_FILE")));
+  return s;
 }
 
 std::string PrefixRangeEnd(std::string_view prefix) {
@@ -144,15 +222,32 @@ struct EtcdClient::Channel {
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Lease::Stub> lease;
   std::unique_ptr<pb::Watch::Stub> watch;
+  std::unique_ptr<pb::Auth::Stub> auth;
+};
+
+// etcd auth: the token every call carries. Shared with the watches, which drop a token etcd
+// refused so the next call authenticates again.
+struct EtcdClient::Token {
+  std::mutex mu;
+  std::string token;
+  void Forget(const std::string& bad) {
+    std::lock_guard lock(mu);
+    if (token == bad) token.clear();
+  }
 };
 
 struct EtcdClient::Impl {
   std::string target;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string tls_name;  // the name every member's certificate is checked against
+  std::string user, password;
+  std::shared_ptr<Token> token = std::make_shared<Token>();
+  std::atomic<uint64_t> authentications{0};
   std::mutex mu;
   std::shared_ptr<Channel> current;
   std::chrono::steady_clock::time_point made;
 
-  static std::shared_ptr<Channel> Make(const std::string& target) {
+  std::shared_ptr<Channel> Make() const {
     grpc::ChannelArguments args;
     args.SetLoadBalancingPolicyName("round_robin");
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -163,11 +258,13 @@ struct EtcdClient::Impl {
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    if (!tls_name.empty()) args.SetSslTargetNameOverride(tls_name);
     auto c = std::make_shared<Channel>();
-    c->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    c->channel = grpc::CreateCustomChannel(target, credentials, args);
     c->kv = pb::KV::NewStub(c->channel);
     c->lease = pb::Lease::NewStub(c->channel);
     c->watch = pb::Watch::NewStub(c->channel);
+    c->auth = pb::Auth::NewStub(c->channel);
     return c;
   }
   std::shared_ptr<Channel> Get() {
@@ -183,8 +280,60 @@ struct EtcdClient::Impl {
     std::lock_guard lock(mu);
     auto now = std::chrono::steady_clock::now();
     if (used != current || now - made < std::chrono::milliseconds(500)) return;
-    current = Make(target);
+    current = Make();
     made = now;
+  }
+
+  // The token to send (authenticating first when there is none); empty without auth.
+  Result<std::string> CurrentToken(const std::shared_ptr<Channel>& ch,
+                                   std::chrono::milliseconds timeout) {
+    if (user.empty()) return std::string();
+    {
+      std::lock_guard lock(token->mu);
+      if (!token->token.empty()) return token->token;
+    }
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, timeout);
+    pb::AuthenticateRequest req;
+    req.set_name(user);
+    req.set_password(password);
+    pb::AuthenticateResponse resp;
+    grpc::Status s = Checked(ch, ch->auth->Authenticate(&ctx, req, &resp));
+    if (!s.ok()) {
+      Status st = FromGrpc(fmt::format("authenticate as '{}'", user), s);
+      // etcd says a wrong name or password with InvalidArgument, auth being off with
+      // FailedPrecondition: both are the caller's credentials, not etcd's availability.
+      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        st = Status(StatusCode::kPermissionDenied, st.message());
+      }
+      return Err(std::move(st));
+    }
+    authentications.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(token->mu);
+    token->token = resp.token();
+    return token->token;
+  }
+
+  // One unary call with the client's deadline and token; a token etcd no longer knows
+  // (expired: etcd's simple tokens live 5 minutes unused) is renewed and the call made again
+  // once.
+  template <typename Call>
+  VoidResult Unary(std::string_view what, std::chrono::milliseconds timeout, Call&& call) {
+    for (int attempt = 0;; ++attempt) {
+      auto ch = Get();
+      GOBLIN_ASSIGN_OR_RETURN(std::string t, CurrentToken(ch, timeout));
+      grpc::ClientContext ctx;
+      SetDeadline(ctx, timeout);
+      if (!t.empty()) ctx.AddMetadata("token", t);
+      grpc::Status s = Checked(ch, call(ctx, *ch));
+      if (s.ok()) return {};
+      if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && !t.empty()) {
+        token->Forget(t);
+        if (attempt == 0) continue;
+      }
+      return Err(FromGrpc(what, s));
+    }
   }
 };
 
@@ -192,54 +341,78 @@ EtcdClient::EtcdClient(EtcdOptions options, std::unique_ptr<Impl> impl)
     : options_(std::move(options)), impl_(std::move(impl)) {}
 EtcdClient::~EtcdClient() = default;
 
+uint64_t EtcdClient::authentications() const {
+  return impl_->authentications.load(std::memory_order_relaxed);
+}
+
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Open(const EtcdOptions& options) {
   if (options.endpoints.empty()) return Err(StatusCode::kInvalidArgument, "no etcd endpoint");
   GOBLIN_ASSIGN_OR_RETURN(std::string target, ChannelTarget(options.endpoints));
   auto impl = std::make_unique<Impl>();
   impl->target = target;
-  impl->current = Impl::Make(target);
+  const EtcdSecurity& sec = options.security;
+  if (sec.cert_file.empty() != sec.key_file.empty()) {
+    return Err(StatusCode::kInvalidArgument,
+               "etcd: a client certificate needs its key and a key its certificate");
+  }
+  if (sec.tls || !sec.ca_file.empty() || !sec.cert_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!sec.ca_file.empty()) {
+      GOBLIN_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem(sec.ca_file, "CA certificate"));
+    }
+    if (!sec.cert_file.empty()) {
+      GOBLIN_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem(sec.cert_file, "client certificate"));
+      GOBLIN_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem(sec.key_file, "client key"));
+    }
+    impl->credentials = grpc::SslCredentials(ssl);
+    // The host as the first endpoint names it: one channel serves every member, so their
+    // certificates must all carry this name (etcd's own guides put every member's names and
+    // addresses in each).
+    std::string_view host = options.endpoints.front();
+    host = host.substr(0, host.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    impl->tls_name = std::string(host);
+  } else {
+    impl->credentials = grpc::InsecureChannelCredentials();
+  }
+  impl->user = sec.user;
+  impl->password = sec.password;
+  impl->current = impl->Make();
   impl->made = std::chrono::steady_clock::now();
   return std::unique_ptr<EtcdClient>(new EtcdClient(options, std::move(impl)));
 }
 
 Result<int64_t> EtcdClient::Put(std::string_view key, std::string_view value, int64_t lease) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.timeout);
   pb::PutRequest req;
   req.set_key(std::string(key));
   req.set_value(std::string(value));
   req.set_lease(lease);
   pb::PutResponse resp;
-  auto ch = impl_->Get();
-  if (grpc::Status s = impl_->Checked(ch, ch->kv->Put(&ctx, req, &resp)); !s.ok())
-    return Err(FromGrpc("put", s));
+  GOBLIN_RETURN_IF_ERROR(impl_->Unary("put", options_.timeout, [&](auto& ctx, Channel& ch) {
+    return ch.kv->Put(&ctx, req, &resp);
+  }));
   return resp.header().revision();
 }
 
 Result<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.timeout);
   pb::RangeRequest req;
   req.set_key(std::string(key));
   pb::RangeResponse resp;
-  auto ch = impl_->Get();
-  if (grpc::Status s = impl_->Checked(ch, ch->kv->Range(&ctx, req, &resp)); !s.ok())
-    return Err(FromGrpc("get", s));
+  GOBLIN_RETURN_IF_ERROR(impl_->Unary("get", options_.timeout, [&](auto& ctx, Channel& ch) {
+    return ch.kv->Range(&ctx, req, &resp);
+  }));
   if (resp.kvs_size() == 0) return std::optional<EtcdKeyValue>();
   return std::optional<EtcdKeyValue>(FromPb(resp.kvs(0)));
 }
 
 Result<EtcdClient::Listing> EtcdClient::GetPrefix(std::string_view prefix) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.timeout);
   pb::RangeRequest req;
   req.set_key(std::string(prefix));
   req.set_range_end(PrefixRangeEnd(prefix));
   pb::RangeResponse resp;
-  auto ch = impl_->Get();
-  if (grpc::Status s = impl_->Checked(ch, ch->kv->Range(&ctx, req, &resp)); !s.ok()) {
-    return Err(FromGrpc("range", s));
-  }
+  GOBLIN_RETURN_IF_ERROR(impl_->Unary("range", options_.timeout, [&](auto& ctx, Channel& ch) {
+    return ch.kv->Range(&ctx, req, &resp);
+  }));
   Listing out;
   out.revision = resp.header().revision();
   out.kvs.reserve(static_cast<size_t>(resp.kvs_size()));
@@ -248,37 +421,33 @@ Result<EtcdClient::Listing> EtcdClient::GetPrefix(std::string_view prefix) {
 }
 
 Result<int64_t> EtcdClient::Delete(std::string_view key) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.timeout);
   pb::DeleteRangeRequest req;
   req.set_key(std::string(key));
   pb::DeleteRangeResponse resp;
-  auto ch = impl_->Get();
-  if (grpc::Status s = impl_->Checked(ch, ch->kv->DeleteRange(&ctx, req, &resp)); !s.ok()) {
-    return Err(FromGrpc("delete", s));
-  }
+  GOBLIN_RETURN_IF_ERROR(impl_->Unary("delete", options_.timeout, [&](auto& ctx, Channel& ch) {
+    return ch.kv->DeleteRange(&ctx, req, &resp);
+  }));
   return resp.deleted();
 }
 
 Result<int64_t> EtcdClient::GrantLease(std::chrono::seconds ttl) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.timeout);
   pb::LeaseGrantRequest req;
   req.set_ttl(std::max<int64_t>(1, ttl.count()));
   pb::LeaseGrantResponse resp;
-  auto ch = impl_->Get();
-  if (grpc::Status s = impl_->Checked(ch, ch->lease->LeaseGrant(&ctx, req, &resp)); !s.ok()) {
-    return Err(FromGrpc("lease grant", s));
-  }
+  GOBLIN_RETURN_IF_ERROR(impl_->Unary("lease grant", options_.timeout, [&](auto& ctx, Channel& ch) {
+    return ch.lease->LeaseGrant(&ctx, req, &resp);
+  }));
   if (!resp.error().empty())
     return Err(StatusCode::kUnavailable, "etcd lease grant: {}", resp.error());
   return resp.id();
 }
 
 Result<int64_t> EtcdClient::KeepAlive(int64_t lease) {
+  auto ch = impl_->Get();
+  GOBLIN_ASSIGN_OR_RETURN(std::string token, impl_->CurrentToken(ch, options_.timeout));
   grpc::ClientContext ctx;
   SetDeadline(ctx, options_.timeout);
-  auto ch = impl_->Get();
+  if (!token.empty()) ctx.AddMetadata("token", token);
   auto stream = ch->lease->LeaseKeepAlive(&ctx);
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease);
@@ -288,6 +457,7 @@ Result<int64_t> EtcdClient::KeepAlive(int64_t lease) {
   grpc::Status s = stream->Finish();
   if (!ok) {
     s = StreamEnded(s);
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) impl_->token->Forget(token);
     impl_->Failed(ch);
     return Err(FromGrpc("lease keep-alive", s));
   }
@@ -295,20 +465,18 @@ Result<int64_t> EtcdClient::KeepAlive(int64_t lease) {
 }
 
 VoidResult EtcdClient::RevokeLease(int64_t lease) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, options_.timeout);
   pb::LeaseRevokeRequest req;
   req.set_id(lease);
   pb::LeaseRevokeResponse resp;
-  auto ch = impl_->Get();
-  if (grpc::Status s = impl_->Checked(ch, ch->lease->LeaseRevoke(&ctx, req, &resp)); !s.ok()) {
-    return Err(FromGrpc("lease revoke", s));
-  }
-  return {};
+  return impl_->Unary("lease revoke", options_.timeout, [&](auto& ctx, Channel& ch) {
+    return ch.lease->LeaseRevoke(&ctx, req, &resp);
+  });
 }
 
 struct EtcdWatch::Impl {
   std::shared_ptr<EtcdClient::Channel> channel;  // outlives the stream
+  std::shared_ptr<EtcdClient::Token> tokens;
+  std::string token;  // the one the stream was opened with (empty: no auth)
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream;
   std::string prefix;
@@ -332,6 +500,9 @@ Result<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(std::string_view pref
   impl->prefix = std::string(prefix);
   auto ch = impl_->Get();
   impl->channel = ch;
+  GOBLIN_ASSIGN_OR_RETURN(impl->token, impl_->CurrentToken(ch, options_.timeout));
+  impl->tokens = impl_->token;
+  if (!impl->token.empty()) impl->ctx.AddMetadata("token", impl->token);
   impl->stream = ch->watch->Watch(&impl->ctx);
   pb::WatchRequest req;
   auto* create = req.mutable_create_request();
@@ -342,6 +513,7 @@ Result<std::unique_ptr<EtcdWatch>> EtcdClient::WatchPrefix(std::string_view pref
     grpc::Status s = impl->stream->Finish();
     impl->ended = true;
     s = StreamEnded(s);
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) impl->tokens->Forget(impl->token);
     impl_->Failed(ch);
     return Err(FromGrpc("watch", s));
   }
@@ -353,6 +525,11 @@ Result<std::vector<EtcdEvent>> EtcdWatch::Next() {
   pb::WatchResponse resp;
   while (impl_->stream->Read(&resp)) {
     if (resp.canceled()) {
+      // etcd cancels a watch whose token it no longer accepts ("permission denied"): the next
+      // call authenticates again rather than sending that token forever.
+      if (!impl_->token.empty() && resp.compact_revision() == 0) {
+        impl_->tokens->Forget(impl_->token);
+      }
       impl_->ctx.TryCancel();
       (void)impl_->stream->Finish();
       impl_->ended = true;
@@ -377,6 +554,9 @@ Result<std::vector<EtcdEvent>> EtcdWatch::Next() {
   }
   grpc::Status s = impl_->stream->Finish();
   impl_->ended = true;
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && impl_->tokens) {
+    impl_->tokens->Forget(impl_->token);
+  }
   return Err(FromGrpc("watch", StreamEnded(s)));
 }
 

@@ -16,6 +16,7 @@
 #include "admin_service.h"
 #include "goblin/admin/admin_server.h"
 #include "goblin/admin/loop_executor.h"
+#include "goblin/cluster/etcd_flags.h"
 #include "goblin/cluster/registration.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/clock.h"
@@ -317,11 +318,11 @@ int main(int argc, char** argv) {
   // Membership (issue #26): the core registers its UCX address in etcd under a lease.
   std::string etcd_endpoints, advertise, zone, member_name, etcd_prefix = "/goblin";
   std::chrono::nanoseconds etcd_ttl = std::chrono::seconds(10);
-  app.add_option(
-      "--etcd", etcd_endpoints,
-      "Register in etcd (v3 API) at these endpoints (http://HOST:PORT, comma-separated): "
-      "routers (goblin-gateway, libgoblin's etcd:// targets) find the core there. "
-      "Needs --rdma-listen");
+  app.add_option("--etcd", etcd_endpoints,
+                 "Register in etcd (v3 API) at these endpoints (http://HOST:PORT or https://, "
+                 "comma-separated): "
+                 "routers (goblin-gateway, libgoblin's etcd:// targets) find the core there. "
+                 "Needs --rdma-listen");
   app.add_option("--advertise", advertise,
                  "The address routers connect to, ucx://HOST:PORT (default: --rdma-listen's, "
                  "with the port bound; its host must then be a concrete address)");
@@ -331,6 +332,8 @@ int main(int argc, char** argv) {
                  "advertised port)");
   app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix (records at PREFIX/cores/NAME)")
       ->capture_default_str();
+  cluster::EtcdSecurityFlags etcd_security;
+  cluster::AddEtcdSecurityOptions(app, &etcd_security);
   AddDurationOption(app, "--etcd-ttl", &etcd_ttl,
                     "Lease of the etcd record: a core that dies leaves the membership this long "
                     "after (a clean stop at once); renewed every third of it");
@@ -398,9 +401,16 @@ int main(int argc, char** argv) {
   }
   cluster::EtcdOptions etcd_options;
   if (!etcd_endpoints.empty()) {
-    auto endpoints = cluster::ParseEtcdEndpoints(etcd_endpoints);
+    bool tls = false;
+    auto endpoints = cluster::ParseEtcdEndpoints(etcd_endpoints, &tls);
     if (!endpoints) return Fail(endpoints.error().WithContext("--etcd"));
     etcd_options.endpoints = std::move(*endpoints);
+    auto security = cluster::ResolveEtcdSecurity(etcd_security);
+    if (!security) return Fail(security.error());
+    etcd_options.security = std::move(*security);
+    etcd_options.security.tls = etcd_options.security.tls || tls;
+    // (reads the certificate files now: a bad path is an error at start, not in the log)
+    if (auto c = cluster::EtcdClient::Open(etcd_options); !c) return Fail(c.error());
     if (rdma_listen.empty()) {
       return Fail(Status(StatusCode::kInvalidArgument,
                          "--etcd registers the UCX plane's address: give --rdma-listen"));
@@ -412,9 +422,11 @@ int main(int argc, char** argv) {
     if (etcd_ttl < std::chrono::seconds(1)) {
       return Fail(Status(StatusCode::kInvalidArgument, "--etcd-ttl: at least 1s"));
     }
-  } else if (!advertise.empty() || !zone.empty() || !member_name.empty()) {
+  } else if (!advertise.empty() || !zone.empty() || !member_name.empty() ||
+             !etcd_security.ca_file.empty() || !etcd_security.cert_file.empty() ||
+             !etcd_security.user.empty()) {
     return Fail(Status(StatusCode::kInvalidArgument,
-                       "--advertise, --zone and --member-name are for --etcd"));
+                       "--advertise, --zone, --member-name and --etcd-* are for --etcd"));
   }
   if (!hdd_dir.empty() && ssd_dir.empty()) {
     return Fail(Status(StatusCode::kInvalidArgument, "--hdd-dir needs --ssd-dir (the first tier)"));

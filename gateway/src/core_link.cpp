@@ -29,6 +29,7 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
     GOBLIN_ASSIGN_OR_RETURN(client::ClusterTarget t, client::ParseClusterTarget(options.target));
     cluster::EtcdOptions eo;
     eo.endpoints = t.endpoints;
+    eo.security = options.etcd;
     GOBLIN_ASSIGN_OR_RETURN(l->directory_, cluster::Directory::Shared(eo, t.prefix));
     GOBLIN_ASSIGN_OR_RETURN(l->listener_, l->directory_->Listen());
     l->local_ring_ = t.local_ring;

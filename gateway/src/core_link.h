@@ -64,6 +64,7 @@ namespace goblin::gateway {
 struct CoreLinkOptions {
   std::string
       target;  // the ring socket's path, or ucx://HOST:PORT (the UCX plane: no pools mapped)
+  cluster::EtcdSecurity etcd;  // an etcd:// target's TLS and auth
   std::string name = "goblin-gateway";
   uint32_t ring_bytes = 1u << 20;
   bool map_pools = false;          // MapPools at every (re)connect: the head pool and I/O buffers

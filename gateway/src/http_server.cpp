@@ -79,6 +79,7 @@ VoidResult HttpServer::Impl::Init() {
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   CoreLinkOptions lo;
   lo.target = options_.core;
+  lo.etcd = options_.etcd;
   lo.name = options_.worker == 0 ? std::string("goblin-gateway-http")
                                  : fmt::format("goblin-gateway-http-{}", options_.worker);
   lo.ring_bytes = options_.core_ring_bytes;

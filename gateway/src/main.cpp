@@ -17,6 +17,7 @@
 
 #include <fmt/ranges.h>
 
+#include "goblin/cluster/etcd_flags.h"
 #include "goblin/common/cli.h"
 #include "goblin/common/file.h"
 #include "goblin/common/log.h"
@@ -245,6 +246,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--listen-address", listen_address, "Address of the TCP listeners")
       ->capture_default_str();
+  cluster::EtcdSecurityFlags etcd_flags;  // (an etcd:// --core behind TLS and auth)
+  cluster::AddEtcdSecurityOptions(app, &etcd_flags);
   // HTTP
   gateway::HttpServerOptions h;
   std::string net = "sync", purge_allow = "127.0.0.1";
@@ -481,6 +484,14 @@ int main(int argc, char** argv) {
   h.net_async = net == "async";
   h.http2 = !no_http2;
   h.core = r.core = core_target;
+  if (core_target.starts_with("etcd://")) {
+    auto security = cluster::ResolveEtcdSecurity(etcd_flags);
+    if (!security) return Fail(security.error());
+    h.etcd = r.etcd = mc.etcd = std::move(*security);
+  } else if (!etcd_flags.ca_file.empty() || !etcd_flags.cert_file.empty() ||
+             !etcd_flags.user.empty()) {
+    return Fail(Status(StatusCode::kInvalidArgument, "--etcd-* are for an etcd:// --core"));
+  }
   h.listen_address = r.listen_address = listen_address;
   h.core_ring_bytes = r.core_ring_bytes = static_cast<uint32_t>(ring);
   h.max_clients = r.max_clients;

@@ -73,6 +73,7 @@ VoidResult MemcacheServer::Impl::Init() {
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   CoreLinkOptions lo;
   lo.target = options_.core;
+  lo.etcd = options_.etcd;
   lo.name = "goblin-gateway memcache";
   lo.ring_bytes = options_.core_ring_bytes;
   lo.queue_limit = options_.core_queue_limit;

@@ -29,6 +29,7 @@ VoidResult RespServer::Impl::Init() {
   if (!epoll_) return ErrnoErr("epoll_create1", errno);
   CoreLinkOptions lo;
   lo.target = options_.core;
+  lo.etcd = options_.etcd;
   lo.name = "goblin-gateway";
   lo.ring_bytes = options_.core_ring_bytes;
   lo.queue_limit = options_.core_queue_limit;

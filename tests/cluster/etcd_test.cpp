@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -87,7 +88,17 @@ TEST(EtcdEndpoints, ParsesListsAndRejectsWhatItCannotUse) {
   ASSERT_TRUE(e) << e.error().ToString();
   EXPECT_EQ(*e, (std::vector<std::string>{"127.0.0.1:2379", "10.0.0.2:2379", "[::1]:2379"}));
   EXPECT_FALSE(ParseEtcdEndpoints(""));
-  EXPECT_FALSE(ParseEtcdEndpoints("https://a:2379"));
+  EXPECT_FALSE(ParseEtcdEndpoints("https://a:2379"));  // TLS where the caller cannot set it up
+  bool tls = false;
+  auto s = ParseEtcdEndpoints("https://a:2379,https://b:2379", &tls);
+  ASSERT_TRUE(s) << s.error().ToString();
+  EXPECT_TRUE(tls);
+  EXPECT_EQ(*s, (std::vector<std::string>{"a:2379", "b:2379"}));
+  ASSERT_TRUE(ParseEtcdEndpoints("a:2379", &tls));
+  EXPECT_FALSE(tls);
+  auto mixed = ParseEtcdEndpoints("https://a:2379,http://b:2379", &tls);
+  ASSERT_FALSE(mixed);
+  EXPECT_NE(mixed.error().message().find("mixed"), std::string::npos);
   EXPECT_FALSE(ParseEtcdEndpoints("http://a"));
   EXPECT_FALSE(ParseEtcdEndpoints("a:b"));
   EXPECT_EQ(PrefixRangeEnd("/goblin/cores/"), "/goblin/cores0");
@@ -261,6 +272,163 @@ TEST_F(Etcd, ASharedDirectoryWakesEachListener) {
   auto d3 = Directory::Shared(etcd_->options(), "/t");
   ASSERT_TRUE(d3);
   EXPECT_TRUE((*d3)->WaitUntil([](const auto& ms) { return ms.empty(); }, 5s));
+}
+
+// etcd as deployments run it: TLS with client certificates (--client-cert-auth) and auth on
+// (`etcdctl auth enable`), a user whose role may write only under /t/, and tokens that live
+// 2 s unused (--auth-token-ttl), so the client must renew them.
+class SecuredEtcd : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(test::EtcdServer::Installed()) << "etcd-server is not installed";
+    dir_ = fmt::format("{}/etcdtls-{}", test::TmpDir(), getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // The client certificate's CN is no etcd user: what it may do comes from the password.
+    std::string err = test::MakeEtcdCertificates(dir_, "goblin-client");
+    ASSERT_TRUE(err.empty()) << err;
+    etcd_ = std::make_unique<test::EtcdServer>(dir_);
+    etcd_->UseTls(dir_ + "/ca.pem", dir_ + "/server.pem", dir_ + "/server.key", true);
+    etcd_->AddArgs({"--auth-token-ttl", "2"});
+    EtcdSecurity sec;
+    sec.ca_file = dir_ + "/ca.pem";
+    sec.cert_file = dir_ + "/client.pem";
+    sec.key_file = dir_ + "/client.key";
+    etcd_->set_client_security(sec);
+    std::string log;
+    ASSERT_TRUE(etcd_->Start(&log)) << log;
+    err = etcd_->EnableAuth("goblin", "gpw", "/t/");
+    ASSERT_TRUE(err.empty()) << err;
+  }
+  void TearDown() override {
+    etcd_.reset();
+    fs::remove_all(dir_);
+  }
+  std::string dir_;
+  std::unique_ptr<test::EtcdServer> etcd_;
+};
+
+TEST_F(SecuredEtcd, KeysLeasesAndWatchesOverTlsWithAuthTokensRenewed) {
+  auto c = EtcdClient::Open(etcd_->options());
+  ASSERT_TRUE(c) << c.error().ToString();
+  auto& client = **c;
+  ASSERT_TRUE(client.Put("/t/a", "1")) << client.Put("/t/a", "1").error().ToString();
+  auto got = client.Get("/t/a");
+  ASSERT_TRUE(got && got->has_value());
+  EXPECT_EQ((*got)->value, "1");
+  EXPECT_EQ(client.authentications(), 1u);
+  // The role covers /t/ only: etcd's refusal comes back as such.
+  auto other = client.Put("/other", "x");
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code(), StatusCode::kPermissionDenied) << other.error().ToString();
+
+  // Unused for longer than its TTL, the token is gone from etcd: the next call renews it.
+  std::this_thread::sleep_for(3500ms);
+  got = client.Get("/t/a");
+  ASSERT_TRUE(got) << got.error().ToString();
+  EXPECT_TRUE(got->has_value());
+  EXPECT_EQ(client.authentications(), 2u);
+
+  // Membership end to end: a registration kept alive past several token lifetimes, seen and
+  // seen leaving by a directory whose client is idle between watch events.
+  RegistrationOptions ro;
+  ro.etcd = etcd_->options();
+  ro.prefix = "/t";
+  ro.member.name = "core-s";
+  ro.member.address = "ucx://127.0.0.1:7400";
+  ro.member.shards = 1;
+  ro.member.capacity = 1ull << 30;
+  ro.ttl = 2s;
+  auto dir = Directory::Open(etcd_->options(), "/t");
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  auto reg = Registration::Start(ro);
+  ASSERT_TRUE(reg) << reg.error().ToString();
+  EXPECT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.size() == 1; }, 5s));
+  std::this_thread::sleep_for(5s);
+  EXPECT_EQ((*reg)->registrations(), 1u);  // never lost its lease
+  EXPECT_TRUE((*reg)->registered());
+  (*reg)->Stop();
+  EXPECT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.empty(); }, 5s));
+}
+
+TEST_F(SecuredEtcd, WrongCredentialsAndMissingCertificatesAreClearErrors) {
+  // A wrong password: refused as the caller's fault, naming the user.
+  EtcdOptions o = etcd_->options();
+  o.security.password = "nope";
+  auto c = EtcdClient::Open(o);
+  ASSERT_TRUE(c);
+  auto r = (*c)->Get("/t/a");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kPermissionDenied) << r.error().ToString();
+  EXPECT_NE(r.error().message().find("authenticate as 'goblin'"), std::string::npos)
+      << r.error().ToString();
+  // No user: the certificate's CN is no etcd user, so nothing may be read.
+  o = etcd_->options();
+  o.security.user.clear();
+  o.security.password.clear();
+  c = EtcdClient::Open(o);
+  ASSERT_TRUE(c);
+  r = (*c)->Get("/t/a");
+  EXPECT_FALSE(r);
+  // No client certificate where etcd demands one, and plain HTTP/2 to a TLS port: no
+  // connection (bounded by the client's deadline).
+  o = etcd_->options();
+  o.security.cert_file.clear();
+  o.security.key_file.clear();
+  c = EtcdClient::Open(o);
+  ASSERT_TRUE(c);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE((*c)->Get("/t/a"));
+  o = etcd_->options();
+  o.security = {};
+  c = EtcdClient::Open(o);
+  ASSERT_TRUE(c);
+  EXPECT_FALSE((*c)->Get("/t/a"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  // Files that are not there, or not PEM, or a certificate without its key: errors at Open.
+  o = etcd_->options();
+  o.security.ca_file = dir_ + "/missing.pem";
+  c = EtcdClient::Open(o);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message().find("missing.pem"), std::string::npos) << c.error().ToString();
+  o = etcd_->options();
+  o.security.ca_file = dir_ + "/openssl.log";
+  EXPECT_FALSE(EtcdClient::Open(o));
+  o = etcd_->options();
+  o.security.key_file.clear();
+  EXPECT_FALSE(EtcdClient::Open(o));
+}
+
+TEST(EtcdSecurityEnvironment, ReadsTheVariablesAndSplitsTheUser) {
+  const std::string pw = fmt::format("{}/etcdpw-{}", test::TmpDir(), getpid());
+  {
+    std::ofstream f(pw);
+    f << "s3cret\n";
+  }
+  setenv("GOBLIN_ETCD_CACERT", "/ca.pem", 1);
+  setenv("GOBLIN_ETCD_USER", "alice:pw1", 1);
+  auto s = EtcdSecurityFromEnvironment();
+  ASSERT_TRUE(s) << s.error().ToString();
+  EXPECT_EQ(s->ca_file, "/ca.pem");
+  EXPECT_EQ(s->user, "alice");
+  EXPECT_EQ(s->password, "pw1");
+  EXPECT_TRUE(s->any());
+  setenv("GOBLIN_ETCD_USER", "bob", 1);
+  setenv("GOBLIN_ETCD_PASSWORD_FILE", pw.c_str(), 1);
+  s = EtcdSecurityFromEnvironment();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->user, "bob");
+  EXPECT_EQ(s->password, "s3cret");
+  setenv("GOBLIN_ETCD_CERT", "/c.pem", 1);  // a certificate without its key
+  EXPECT_FALSE(EtcdSecurityFromEnvironment());
+  for (const char* v : {"GOBLIN_ETCD_CACERT", "GOBLIN_ETCD_USER", "GOBLIN_ETCD_PASSWORD_FILE",
+                        "GOBLIN_ETCD_CERT"}) {
+    unsetenv(v);
+  }
+  s = EtcdSecurityFromEnvironment();
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->any());
+  fs::remove(pw);
 }
 
 }  // namespace

@@ -468,15 +468,21 @@ TEST_F(ClusterTest, NoMembersIsAClearErrorAndMembershipFlagsAreChecked) {
   auto [rc1, out1] = run({"--etcd", etcd_->endpoint()});
   EXPECT_NE(rc1, 0);
   EXPECT_NE(out1.find("give --rdma-listen"), std::string::npos) << out1;
-  auto [rc2, out2] = run({"--etcd", "https://127.0.0.1:1", "--rdma-listen", "127.0.0.1:0"});
+  // TLS to etcd: a CA file that is not there is one clear error at start.
+  auto [rc2, out2] = run({"--etcd", "https://127.0.0.1:1", "--rdma-listen", "127.0.0.1:0",
+                          "--etcd-cacert", dir_ + "/no-such-ca.pem"});
   EXPECT_NE(rc2, 0);
-  EXPECT_NE(out2.find("TLS is not supported"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("no-such-ca.pem': cannot read"), std::string::npos) << out2;
   auto [rc3, out3] = run({"--etcd", etcd_->endpoint(), "--rdma-listen", "0.0.0.0:0"});
   EXPECT_NE(rc3, 0);
   EXPECT_NE(out3.find("give --advertise"), std::string::npos) << out3;
   auto [rc4, out4] = run({"--zone", "a"});
   EXPECT_NE(rc4, 0);
   EXPECT_NE(out4.find("are for --etcd"), std::string::npos) << out4;
+  auto [rc5, out5] = run({"--etcd", etcd_->endpoint(), "--rdma-listen", "127.0.0.1:0",
+                          "--etcd-cert", dir_ + "/c.pem"});  // a certificate without its key
+  EXPECT_NE(rc5, 0);
+  EXPECT_NE(out5.find("needs its key"), std::string::npos) << out5;
 }
 
 TEST_F(ClusterTest, TheCliPutsAndGetsThroughEtcd) {
@@ -522,6 +528,104 @@ TEST_F(ClusterTest, TheCliPutsAndGetsThroughEtcd) {
   EXPECT_EQ(pub_out, "1\n");
   EXPECT_EQ(sub.Wait(10s), 0) << sub.Output();
   EXPECT_NE(sub.Output().find("cli-ch: hi"), std::string::npos) << sub.Output();
+}
+
+// etcd as deployments secure it: TLS with client certificates and auth on. A core registers
+// with --etcd https://... and the --etcd-* flags, a gateway routes to it with the same flags,
+// libgoblin and the goblin CLI with GOBLIN_ETCD_* in the environment; tokens expire (2 s
+// unused) and are renewed; a core with a wrong password says so in its log and keeps trying.
+TEST_F(ClusterTest, CoresGatewaysAndClientsReachATlsEtcdWithAuth) {
+  etcd_.reset();  // (the fixture's plain etcd, replaced)
+  const std::string certs = dir_ + "/certs";
+  fs::create_directories(certs);
+  std::string err = test::MakeEtcdCertificates(certs, "goblin-client");
+  ASSERT_TRUE(err.empty()) << err;
+  etcd_ = std::make_unique<test::EtcdServer>(dir_ + "/etcd-tls");
+  etcd_->UseTls(certs + "/ca.pem", certs + "/server.pem", certs + "/server.key", true);
+  etcd_->AddArgs({"--auth-token-ttl", "2"});
+  cluster::EtcdSecurity sec;
+  sec.ca_file = certs + "/ca.pem";
+  sec.cert_file = certs + "/client.pem";
+  sec.key_file = certs + "/client.key";
+  etcd_->set_client_security(sec);
+  std::string log;
+  ASSERT_TRUE(etcd_->Start(&log)) << log;
+  err = etcd_->EnableAuth("goblin", "gpw", "/gt/");
+  ASSERT_TRUE(err.empty()) << err;
+  target_ = fmt::format("etcd://127.0.0.1:{}/gt", etcd_->client_port());
+  const std::string pw = certs + "/password";
+  {
+    std::ofstream f(pw);
+    f << "gpw\n";
+  }
+  const std::vector<std::string> flags{
+      "--etcd-cacert", sec.ca_file,   "--etcd-cert", sec.cert_file,          "--etcd-key",
+      sec.key_file,    "--etcd-user", "goblin",      "--etcd-password-file", pw};
+  ASSERT_TRUE(etcd_->endpoint().starts_with("https://")) << etcd_->endpoint();
+  StartCore("core-a", "2s", flags);
+  // A wrong password: the core serves, logs why it cannot register, and keeps trying.
+  std::vector<std::string> wrong = flags;
+  wrong[wrong.size() - 3] = "goblin:nope";
+  wrong.resize(wrong.size() - 2);
+  StartCore("core-x", "2s", wrong);
+
+  // libgoblin and the CLI: GOBLIN_ETCD_* (unset again at the end of the test).
+  setenv("GOBLIN_ETCD_CACERT", sec.ca_file.c_str(), 1);
+  setenv("GOBLIN_ETCD_CERT", sec.cert_file.c_str(), 1);
+  setenv("GOBLIN_ETCD_KEY", sec.key_file.c_str(), 1);
+  setenv("GOBLIN_ETCD_USER", "goblin:gpw", 1);
+  struct Unset {
+    ~Unset() {
+      for (const char* v :
+           {"GOBLIN_ETCD_CACERT", "GOBLIN_ETCD_CERT", "GOBLIN_ETCD_KEY", "GOBLIN_ETCD_USER"}) {
+        unsetenv(v);
+      }
+    }
+  } unset;
+  auto c = Open(1);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->members().at(0).name, "core-a");
+  const std::string in = dir_ + "/tls-in.bin", out = dir_ + "/tls-out.bin";
+  auto data = Bytes("tls", 100 << 10);
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  }
+  auto [rc, o] = test::RunCommand({GOBLIN_CLI_BIN, "--target", target_, "put", "tls/key", in},
+                                  dir_ + "/tls-cli.log");
+  ASSERT_EQ(rc, 0) << o;
+  auto got = Read(*c, "tls/key");
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(*got == data);
+
+  // A gateway with the same flags (and none of the environment's help: its flags alone).
+  for (const char* v :
+       {"GOBLIN_ETCD_CACERT", "GOBLIN_ETCD_CERT", "GOBLIN_ETCD_KEY", "GOBLIN_ETCD_USER"}) {
+    unsetenv(v);
+  }
+  const std::string resp = test::SocketPath("tls-resp");
+  const std::string port = StartGateway(0, StartOrigin(), resp, flags);
+  ASSERT_FALSE(port.empty()) << gateways_.back()->Output();
+  std::string h1, h2;
+  const std::string first = Curl(port, "/gen/200000/tls-a", &h1);
+  EXPECT_EQ(first.size(), 200000u) << h1;
+  std::this_thread::sleep_for(3s);  // longer than a token lives unused
+  EXPECT_TRUE(Curl(port, "/gen/200000/tls-a", &h2) == first);
+  EXPECT_NE(h2.find("X-Cache: HIT"), std::string::npos) << h2;
+  EXPECT_EQ(OriginHits("/gen/200000/tls-a"), 1u);
+  // The record was kept alive across the tokens' lifetimes and goes at a clean stop.
+  EXPECT_EQ(c->members().size(), 1u);
+  cores_["core-a"]->proc.Signal(SIGTERM);
+  EXPECT_TRUE(c->WaitForMembers(0, 5s)) << c->members().size();
+  EXPECT_EQ(cores_["core-a"]->proc.Wait(10s), 0) << cores_["core-a"]->proc.Output();
+  EXPECT_NE(cores_["core-x"]->proc.Output().find("authenticate as 'goblin'"), std::string::npos)
+      << cores_["core-x"]->proc.Output();
+  // Without the flags the gateway cannot read the membership: an error at start.
+  test::Process bare(
+      {GOBLIN_GATEWAY_BIN, "--core", target_, "--resp-unix", test::SocketPath("tls-bare")},
+      dir_ + "/tls-bare.log");
+  EXPECT_NE(bare.Wait(30s), 0);
+  EXPECT_NE(bare.Output().find("etcd"), std::string::npos) << bare.Output();
 }
 
 // Two gateways in front of three cores, both routing by etcd (--core etcd://): each object

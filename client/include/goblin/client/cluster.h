@@ -3,7 +3,10 @@
 // key's owner by weighted rendezvous hashing over them (goblin/cluster/rendezvous.h: weights
 // from the cores' capacities; a key's variants after a NUL byte go with it). Target:
 // "etcd://HOST:PORT[,HOST:PORT...][/prefix][?ring=off]" (default prefix /goblin; a core on
-// this host is reached through its ring socket unless ?ring=off). Membership is kept
+// this host is reached through its ring socket unless ?ring=off). A secured etcd (TLS, a
+// client certificate, auth) is reached with GOBLIN_ETCD_CACERT, GOBLIN_ETCD_CERT,
+// GOBLIN_ETCD_KEY, GOBLIN_ETCD_USER (NAME[:PASSWORD]) and GOBLIN_ETCD_PASSWORD_FILE in the
+// environment (the CA or a certificate turns TLS on). Membership is kept
 // by a watch (goblin/cluster/directory.h): a core that leaves is dropped when its record goes
 // (at once on a clean stop, within its lease on a crash) and its keys go to their next
 // owner, where they are misses until stored again; a core that joins takes its share (~1/N).

@@ -1,11 +1,14 @@
 // EtcdClient: a small client of etcd's v3 API over gRPC (cluster/proto/etcd/v3.proto): keys,
-// leases and watches, what goblin's membership needs (no transactions, auth or TLS yet:
-// endpoints are "http://HOST:PORT" or "HOST:PORT"). Several endpoints (an etcd cluster) share
-// one channel with gRPC's round_robin policy, so a call goes to a member that answers and a
-// dead member is passed over. Every unary call has the client's deadline (`timeout`); gRPC
-// failures come back as kUnavailable / kTimeout with etcd's message.
-// Threading: any number of threads may call at once (gRPC stubs are thread-safe). A Watch is
-// read by one thread; Cancel may come from another.
+// leases and watches, what goblin's membership needs (no transactions), over plain HTTP/2 or
+// TLS (a CA, optionally a client certificate for etcd's --client-cert-auth) and with etcd's
+// auth (a user and password exchanged for a token, renewed when etcd says it expired).
+// Several endpoints (an etcd cluster) share one channel with gRPC's round_robin policy, so a
+// call goes to a member that answers and a dead member is passed over; over TLS every
+// member's certificate is checked against the first endpoint's host name. Every unary call has
+// the client's deadline (`timeout`); gRPC failures come back as kUnavailable / kTimeout /
+// kPermissionDenied with etcd's message.
+// Threading: any number of threads may call at once (gRPC stubs are thread-safe; the token is
+// behind a mutex). A Watch is read by one thread; Cancel may come from another.
 #pragma once
 
 #include <chrono>
@@ -20,14 +23,33 @@
 
 namespace goblin::cluster {
 
-struct EtcdOptions {
-  std::vector<std::string> endpoints;  // "http://127.0.0.1:2379" or "127.0.0.1:2379"
-  std::chrono::milliseconds timeout{2000};
+// How to reach a secured etcd, as etcdctl's --cacert/--cert/--key/--user say it.
+struct EtcdSecurity {
+  bool tls = false;     // https:// endpoints; implied by any of the files
+  std::string ca_file;  // PEM: the CA of etcd's server certificates (empty: the system's roots)
+  std::string cert_file, key_file;  // PEM: a client certificate and its key (both or neither)
+  std::string user, password;       // etcd auth (empty user: none)
+
+  bool any() const { return tls || !ca_file.empty() || !cert_file.empty() || !user.empty(); }
 };
 
-// "http://a:2379,http://b:2379" (commas; "etcd://" is not accepted here). Errors name the
-// endpoint: https:// (no TLS yet), a missing port, an empty list.
-Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text);
+// The GOBLIN_ETCD_CACERT, GOBLIN_ETCD_CERT, GOBLIN_ETCD_KEY and GOBLIN_ETCD_USER ("NAME" or
+// "NAME:PASSWORD") environment variables, and GOBLIN_ETCD_PASSWORD_FILE (the password on the
+// file's first line): what libgoblin's etcd:// targets and the tools use unless told.
+Result<EtcdSecurity> EtcdSecurityFromEnvironment();
+// Fills `password` from "NAME:PASSWORD" in `user`, or from the first line of `password_file`.
+VoidResult SplitEtcdUser(EtcdSecurity& s, const std::string& password_file);
+
+struct EtcdOptions {
+  std::vector<std::string> endpoints;  // "127.0.0.1:2379" (scheme taken off by the parser)
+  std::chrono::milliseconds timeout{2000};
+  EtcdSecurity security;
+};
+
+// "http://a:2379,http://b:2379" or "https://..." (commas; "etcd://" is not accepted here).
+// `tls` (if given) says whether the endpoints are https://. Errors name the endpoint: a
+// missing port, http:// and https:// mixed, an empty list.
+Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool* tls = nullptr);
 
 struct EtcdKeyValue {
   std::string key, value;
@@ -50,6 +72,8 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   const EtcdOptions& options() const { return options_; }
+  // Tokens obtained from etcd so far (auth: the first call's, and one per renewal).
+  uint64_t authentications() const;
 
   // The revision of the store after the put.
   Result<int64_t> Put(std::string_view key, std::string_view value, int64_t lease = 0);
@@ -74,7 +98,9 @@ class EtcdClient {
 
  private:
   struct Channel;
+  struct Token;
   struct Impl;
+  friend class EtcdWatch;
   explicit EtcdClient(EtcdOptions options, std::unique_ptr<Impl> impl);
   EtcdOptions options_;
   std::unique_ptr<Impl> impl_;

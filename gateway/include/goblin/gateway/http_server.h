@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "goblin/cluster/etcd_client.h"
 #include "goblin/common/histogram.h"
 #include "goblin/common/status.h"
 #include "goblin/gateway/access_log.h"
@@ -46,7 +47,8 @@
 namespace goblin::gateway {
 
 struct HttpServerOptions {
-  std::string core;  // goblin-core: its ring socket (a path), or ucx://HOST:PORT
+  std::string core;            // goblin-core: its ring socket (a path), or ucx://HOST:PORT
+  cluster::EtcdSecurity etcd;  // how an etcd:// core target reaches a secured etcd
   std::string listen_address = "127.0.0.1";
   int port = 8080;  // plain HTTP; -1: any free port (see port()); 0: none
   // HTTPS (TLS, see tls.h): -1 any free port (see https_port()), 0 none; needs `tls`.

@@ -21,12 +21,14 @@
 #include <memory>
 #include <string>
 
+#include "goblin/cluster/etcd_client.h"
 #include "goblin/common/status.h"
 
 namespace goblin::gateway {
 
 struct RespServerOptions {
-  std::string core;  // goblin-core: its ring socket (a path), or ucx://HOST:PORT
+  std::string core;            // goblin-core: its ring socket (a path), or ucx://HOST:PORT
+  cluster::EtcdSecurity etcd;  // how an etcd:// core target reaches a secured etcd
   std::string listen_address = "127.0.0.1";
   int port = 6379;          // TCP (0: no TCP listener)
   std::string unix_path;    // also listen here (empty: no)
