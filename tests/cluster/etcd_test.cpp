@@ -351,6 +351,40 @@ TEST_F(SecuredEtcd, KeysLeasesAndWatchesOverTlsWithAuthTokensRenewed) {
   EXPECT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.empty(); }, 5s));
 }
 
+// etcd forgets its simple tokens when it restarts: a registration and a directory that held
+// one carry on after it with new tokens (the record put again if its lease went too).
+TEST_F(SecuredEtcd, AfterAnEtcdRestartRegistrationsAndWatchesGetNewTokens) {
+  RegistrationOptions ro;
+  ro.etcd = etcd_->options();
+  ro.prefix = "/t";
+  ro.member.name = "core-r";
+  ro.member.address = "ucx://127.0.0.1:7500";
+  ro.member.shards = 1;
+  ro.member.capacity = 1ull << 30;
+  ro.ttl = 2s;
+  auto reg = Registration::Start(ro);
+  ASSERT_TRUE(reg) << reg.error().ToString();
+  auto dir = Directory::Open(etcd_->options(), "/t");
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  ASSERT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.size() == 1; }, 5s));
+  etcd_->Kill();
+  std::string log;
+  ASSERT_TRUE(etcd_->Start(&log)) << log;
+  // A member that registers after the restart is seen by the directory that watched before it.
+  ro.member.name = "core-s";
+  ro.member.address = "ucx://127.0.0.1:7600";
+  auto reg2 = Registration::Start(ro);
+  ASSERT_TRUE(reg2) << reg2.error().ToString();
+  EXPECT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.size() == 2; }, 10s))
+      << (*dir)->snapshot()->members.size();
+  std::this_thread::sleep_for(3s);  // keep-alives across the new tokens' lifetime
+  EXPECT_TRUE((*reg)->registered());
+  EXPECT_TRUE((*reg2)->registered());
+  (*reg)->Stop();
+  (*reg2)->Stop();
+  EXPECT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.empty(); }, 5s));
+}
+
 TEST_F(SecuredEtcd, WrongCredentialsAndMissingCertificatesAreClearErrors) {
   // A wrong password: refused as the caller's fault, naming the user.
   EtcdOptions o = etcd_->options();

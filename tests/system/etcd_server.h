@@ -173,7 +173,9 @@ class EtcdServer {
     if (!client) return false;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
-      if ((*client)->Get("/probe")) return true;
+      // (with auth on, a user may not read /probe: etcd saying so is etcd answering)
+      auto r = (*client)->Get("/probe");
+      if (r || r.error().code() == StatusCode::kPermissionDenied) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (log != nullptr) *log = proc_->Output();
