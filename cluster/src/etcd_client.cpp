@@ -135,7 +135,9 @@ Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool*
   }
   if (secure != 0 && tls == nullptr) {
     return Err(StatusCode::kInvalidArgument,
-               "etcd endpoints '{}': give https:// endpoints where TLS can be configured", text);
+               "etcd endpoints '{}': no https:// here (TLS is turned on by a CA or a client "
+               "certificate: GOBLIN_ETCD_CACERT, --etcd-cacert)",
+               text);
   }
   if (tls != nullptr) *tls = secure != 0;
   return out;
