@@ -1,12 +1,12 @@
-// CoreConnector: connects a CoreLink to cores off its loop thread. A core that joins, or one
-// left out that is tried again, may take up to the connect timeout to answer (or never: a
-// core cut off by the network); the loop that serves every client of the gateway must not
-// wait for it. Start() hands a member to a thread of the connector's own, which runs
-// client::ConnectShards (its transports made to be handed over: TransportOptions::
-// handed_over) and queues the result; the owner's loop wakes on fd() and Take()s them.
-// Threading: Start, Take, ready and fd on the owner's (loop) thread; one worker thread,
-// started at the first Start and joined by the destructor (which waits for a connect in
-// progress: at most its timeout).
+// CoreConnector: connects a CoreLink to cores off its loop thread. A core that joins, one
+// left out that is tried again, or every core when the link reconnects after going down,
+// may take up to the connect timeout to answer (or never: a core cut off by the network);
+// the loop that serves every client of the gateway must not wait for it. Start() hands a member to
+// a thread of the connector's own, which runs client::ConnectShards (its transports made to be
+// handed over: TransportOptions:: handed_over) and queues the result; the owner's loop wakes on
+// fd() and Take()s them. Threading: Start, Take, ready and fd on the owner's (loop) thread; one
+// worker thread, started at the first Start and joined by the destructor (which waits for a connect
+// in progress: at most its timeout).
 #pragma once
 
 #include <atomic>
@@ -32,6 +32,7 @@ class CoreConnector {
     bool ucx = true;
     std::string address;  // ucx: HOST:PORT; ring: the socket's path
     client::TransportOptions options;
+    uint64_t round = 0;  // a CoreLink's reconnect of the whole link (0: one core joining)
   };
   struct Done {
     Job job;

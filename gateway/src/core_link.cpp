@@ -39,9 +39,10 @@ Result<std::unique_ptr<CoreLink>> CoreLink::Connect(const CoreLinkOptions& optio
   l->socket_tag_ = socket_tag;
   if (l->directory_) {  // (a sleeping loop wakes for a membership change: Tick takes it in)
     GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->listener_->fd(), EPOLLIN, socket_tag));
-    GOBLIN_ASSIGN_OR_RETURN(l->connector_, CoreConnector::Create());
-    GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->connector_->fd(), EPOLLIN, socket_tag));
   }
+  // (and for connects done in the background: Tick takes them in)
+  GOBLIN_ASSIGN_OR_RETURN(l->connector_, CoreConnector::Create());
+  GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_fd, l->connector_->fd(), EPOLLIN, socket_tag));
   GOBLIN_RETURN_IF_ERROR(l->Open(std::chrono::seconds(5)));
   l->backoff_ = options.min_backoff;
   return l;
@@ -91,6 +92,12 @@ VoidResult CoreLink::Open(std::chrono::milliseconds timeout) {
         transports,
         client::ConnectShards(ucx, ucx ? options_.target.substr(6) : options_.target, to));
   }
+  return OpenWith(std::move(transports), timeout);
+}
+
+VoidResult CoreLink::OpenWith(std::vector<std::unique_ptr<client::Transport>> transports,
+                              std::chrono::milliseconds timeout) {
+  shards_.clear();
   auto fail = [&](Status s) {
     CloseShards();
     return goblin::Err(std::move(s));
@@ -236,11 +243,24 @@ void CoreLink::StartConnect(const cluster::Member& m, uint64_t now) {
 }
 
 void CoreLink::TakeConnected(uint64_t now) {
-  std::vector<CoreConnector::Done> done = connector_->Take();
-  for (const CoreConnector::Done& d : done) {
-    connecting_.erase({d.job.member.name, d.job.member.mod_revision});
+  std::vector<CoreConnector::Done> done;
+  for (CoreConnector::Done& d : connector_->Take()) {
+    if (d.job.round == 0) {  // (a core joining)
+      connecting_.erase({d.job.member.name, d.job.member.mod_revision});
+      done.push_back(std::move(d));
+      continue;
+    }
+    if (d.job.round != round_) continue;  // (an earlier round's: its transports close)
+    for (size_t i = 0; i < round_members_.size(); ++i) {
+      if (!round_results_[i] && round_members_[i].name == d.job.member.name) {
+        round_results_[i] = std::move(d.transports);
+        --round_pending_;
+        break;
+      }
+    }
   }
-  if (!up_) return;  // (the link is being rebuilt: Open connects to every member itself)
+  if (round_ != 0 && round_pending_ == 0) FinishReconnect(now);
+  if (!up_ || !directory_) return;  // (down: the next reconnect connects to every member)
   auto snap = directory_->snapshot();
   const uint16_t pubsub_before = pubsub_shard();
   bool joined = false;
@@ -442,10 +462,95 @@ void CoreLink::Tick(uint64_t now) {
     if (ApplyMembership(now)) return;
     Rebuild(now);
   }
-  if (up_ || now < reconnect_at_) return;
-  if (auto r = Open(std::chrono::seconds(1)); !r) {
+  if (up_ || round_ != 0 || now < reconnect_at_) return;
+  StartReconnect(now);
+}
+
+void CoreLink::StartReconnect(uint64_t now) {
+  round_ = ++rounds_;
+  round_members_.clear();
+  const auto to = TransportOptionsFor(std::chrono::seconds(1));
+  std::vector<CoreConnector::Job> jobs;
+  if (directory_) {
+    auto snap = directory_->snapshot();
+    round_generation_ = snap->generation;
+    for (const cluster::Member& m : snap->members) {  // (by name: shard 0 is the first's)
+      if (PassedOverNow(m, now)) continue;
+      auto route = RouteTo(m);
+      if (!route) {
+        LeaveOut(m, route.error(), now);
+        continue;
+      }
+      round_members_.push_back(m);
+      jobs.push_back({m, route->first, std::move(route->second), to, round_});
+    }
+  } else {
+    const bool ucx = options_.target.starts_with("ucx://");
+    cluster::Member m;
+    m.name = options_.target;
+    round_members_.push_back(m);
+    jobs.push_back({m, ucx, ucx ? options_.target.substr(6) : options_.target, to, round_});
+  }
+  round_results_.clear();
+  round_results_.resize(round_members_.size());
+  round_pending_ = jobs.size();
+  if (jobs.empty()) return FinishReconnect(now);
+  for (auto& j : jobs) connector_->Start(std::move(j));
+}
+
+void CoreLink::FinishReconnect(uint64_t now) {
+  round_ = 0;
+  std::vector<std::unique_ptr<client::Transport>> transports;
+  Status err;
+  if (directory_) {
+    membership_generation_ = round_generation_;
+    cores_.clear();
+    nodes_.clear();
+    size_t skipped = 0;
+    for (size_t i = 0; i < round_members_.size(); ++i) {
+      const cluster::Member& m = round_members_[i];
+      auto& r = round_results_[i];
+      if (!r || !*r || (*r)->empty() || transports.size() + (*r)->size() > UINT16_MAX) {
+        LeaveOut(m,
+                 !r    ? Status(StatusCode::kAborted, "no answer")
+                 : !*r ? r->error()
+                       : Status(StatusCode::kResourceExhausted, "no shards, or too many"),
+                 now);
+        ++skipped;
+        continue;
+      }
+      passed_over_.erase(m.name);
+      cores_.push_back({m.name, m.mod_revision, static_cast<uint16_t>(transports.size()),
+                        static_cast<uint16_t>((*r)->size())});
+      nodes_.push_back({cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)});
+      for (auto& t : **r) transports.push_back(std::move(t));
+    }
+    if (transports.empty()) {
+      cores_.clear();
+      nodes_.clear();
+      err = Status(StatusCode::kUnavailable,
+                   fmt::format("no goblin-core reachable under {} ({} registered, {} tried)",
+                               directory_->prefix(), directory_->snapshot()->members.size(),
+                               round_members_.size()));
+    } else {
+      GOBLIN_LOG_INFO(kLog, "{}: {} core{} ({} shards){}", options_.name, cores_.size(),
+                      cores_.size() == 1 ? "" : "s", transports.size(),
+                      skipped == 0 ? std::string() : fmt::format(", {} left out", skipped));
+    }
+  } else if (!round_results_[0] || !*round_results_[0]) {
+    err =
+        round_results_[0] ? round_results_[0]->error() : Status(StatusCode::kAborted, "no answer");
+  } else {
+    transports = std::move(**round_results_[0]);
+  }
+  round_members_.clear();
+  round_results_.clear();
+  if (err.ok()) {
+    if (auto r = OpenWith(std::move(transports), std::chrono::seconds(1)); !r) err = r.error();
+  }
+  if (!err.ok()) {
     if (stats_.reconnect_failures++ % 20 == 0) {
-      GOBLIN_LOG_WARN(kLog, "{}: goblin-core is still unavailable: {}", options_.name, r.error());
+      GOBLIN_LOG_WARN(kLog, "{}: goblin-core is still unavailable: {}", options_.name, err);
     }
     backoff_ = std::min(options_.max_backoff, backoff_ * 2);
     reconnect_at_ = now + static_cast<uint64_t>(std::chrono::nanoseconds(backoff_).count());
@@ -458,7 +563,7 @@ void CoreLink::Tick(uint64_t now) {
 }
 
 int CoreLink::MillisUntilReconnect(uint64_t now) const {
-  if (up_) return -1;
+  if (up_ || round_ != 0) return -1;  // (a reconnect in progress wakes the loop when done)
   if (now >= reconnect_at_) return 0;
   return static_cast<int>((reconnect_at_ - now + 999'999) / 1'000'000);
 }

@@ -43,6 +43,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -225,7 +226,17 @@ class CoreLink {
     uint64_t until_ns = 0;
   };
   explicit CoreLink(const CoreLinkOptions& o);
+  // Connects every shard now, on this thread (the first connection, at start).
   VoidResult Open(std::chrono::milliseconds timeout);
+  // Takes connected transports in as the link's shards (cores_ set for etcd://) and watches
+  // them: the link is up.
+  VoidResult OpenWith(std::vector<std::unique_ptr<client::Transport>> transports,
+                      std::chrono::milliseconds timeout);
+  // The link is down: connects again in the background, to the target or to every
+  // registered core not passed over (a round of the connector's); FinishReconnect when all
+  // have answered or failed.
+  void StartReconnect(uint64_t now);
+  void FinishReconnect(uint64_t now);
   client::TransportOptions TransportOptionsFor(std::chrono::milliseconds timeout) const;
   // etcd://: connects to every registered core that answers (transports in shard order).
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMembers(
@@ -296,8 +307,17 @@ class CoreLink {
   std::vector<cluster::RendezvousNode> nodes_;  // cores_'s, same order
   std::map<std::string, PassedOver> passed_over_;
   uint64_t retry_members_at_ = 0;  // a member left out may be tried again then (0: none)
-  std::unique_ptr<CoreConnector> connector_;
   std::set<std::pair<std::string, int64_t>> connecting_;  // members (name, revision) in progress
+  // Every target (started at the first reconnect): joins and reconnects off the loop.
+  std::unique_ptr<CoreConnector> connector_;
+  // The reconnect in progress (round_ 0: none): the members asked, in name order, their
+  // results as they come, how many are still out, the membership it was started from.
+  uint64_t round_ = 0, rounds_ = 0;
+  std::vector<cluster::Member> round_members_;
+  std::vector<std::optional<Result<std::vector<std::unique_ptr<client::Transport>>>>>
+      round_results_;
+  size_t round_pending_ = 0;
+  uint64_t round_generation_ = 0;
   size_t lost_shards_ = 0;  // shard numbers of cores lost alone (unused until rebuilt)
 };
 
