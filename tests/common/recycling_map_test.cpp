@@ -74,7 +74,9 @@ TEST(RecyclingMap, MatchesAModelUnderChurn) {
         auto it = m.find(k);
         auto mt = model.find(k);
         ASSERT_EQ(it == m.end(), mt == model.end());
-        if (mt != model.end()) EXPECT_EQ(it->second, mt->second);
+        if (mt != model.end()) {
+          EXPECT_EQ(it->second, mt->second);
+        }
       }
     }
     ASSERT_EQ(m.size(), model.size());
