@@ -217,22 +217,6 @@ void CoreLink::LeaveOut(const cluster::Member& m, const Status& why, uint64_t no
   PassOver(m.name, m.mod_revision, now);
 }
 
-Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMember(
-    const cluster::Member& m, const client::TransportOptions& to, uint64_t now) {
-  if (PassedOverNow(m, now)) return goblin::Err(StatusCode::kUnavailable, "passed over");
-  auto route = RouteTo(m);
-  auto t =
-      route ? client::ConnectShards(route->first, route->second, to)
-            : Result<std::vector<std::unique_ptr<client::Transport>>>(goblin::Err(route.error()));
-  if (!t || t->empty() || shards_.size() + t->size() > UINT16_MAX) {
-    Status why = t ? Status(StatusCode::kResourceExhausted, "no shards, or too many") : t.error();
-    LeaveOut(m, why, now);
-    return goblin::Err(std::move(why));
-  }
-  passed_over_.erase(m.name);
-  return t;
-}
-
 void CoreLink::StartConnect(const cluster::Member& m, uint64_t now) {
   if (connecting_.contains({m.name, m.mod_revision})) return;  // (already on its way)
   auto route = RouteTo(m);
@@ -328,29 +312,51 @@ void CoreLink::PassOver(const std::string& name, int64_t mod_revision, uint64_t 
 Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::ConnectMembers(
     const client::TransportOptions& to) {
   auto snap = directory_->snapshot();
-  membership_generation_ = snap->generation;
+  const uint64_t now = MonotonicNanos();
+  std::vector<cluster::Member> members;
+  std::vector<MemberResult> results;
+  for (const cluster::Member& m : snap->members) {  // (sorted by name: shard 0 is the first's)
+    if (PassedOverNow(m, now)) continue;
+    auto route = RouteTo(m);
+    members.push_back(m);
+    results.emplace_back(route ? client::ConnectShards(route->first, route->second, to)
+                               : MemberResult::value_type(goblin::Err(route.error())));
+  }
+  return AssembleMembers(snap->generation, members, results, now);
+}
+
+Result<std::vector<std::unique_ptr<client::Transport>>> CoreLink::AssembleMembers(
+    uint64_t generation, const std::vector<cluster::Member>& members,
+    std::vector<MemberResult>& results, uint64_t now) {
+  membership_generation_ = generation;
   cores_.clear();
   nodes_.clear();
   std::vector<std::unique_ptr<client::Transport>> out;
-  const uint64_t now = MonotonicNanos();
   size_t skipped = 0;
-  for (const cluster::Member& m : snap->members) {  // (sorted by name: shard 0 is the first's)
-    auto t = ConnectMember(m, to, now);
-    if (!t || out.size() + t->size() > UINT16_MAX) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    const cluster::Member& m = members[i];
+    MemberResult& r = results[i];
+    if (!r || !*r || (*r)->empty() || out.size() + (*r)->size() > UINT16_MAX) {
+      LeaveOut(m,
+               !r    ? Status(StatusCode::kAborted, "no answer")
+               : !*r ? r->error()
+                     : Status(StatusCode::kResourceExhausted, "no shards, or too many"),
+               now);
       ++skipped;
       continue;
     }
+    passed_over_.erase(m.name);
     cores_.push_back({m.name, m.mod_revision, static_cast<uint16_t>(out.size()),
-                      static_cast<uint16_t>(t->size())});
+                      static_cast<uint16_t>((*r)->size())});
     nodes_.push_back({cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)});
-    for (auto& tr : *t) out.push_back(std::move(tr));
+    for (auto& t : **r) out.push_back(std::move(t));
   }
   if (out.empty()) {
     cores_.clear();
     nodes_.clear();
-    return goblin::Err(StatusCode::kUnavailable,
-                       "no goblin-core reachable under {} ({} registered)", directory_->prefix(),
-                       snap->members.size());
+    return goblin::Err(
+        StatusCode::kUnavailable, "no goblin-core reachable under {} ({} registered, {} tried)",
+        directory_->prefix(), directory_->snapshot()->members.size(), members.size());
   }
   GOBLIN_LOG_INFO(kLog, "{}: {} core{} ({} shards){}", options_.name, cores_.size(),
                   cores_.size() == 1 ? "" : "s", out.size(),
@@ -503,39 +509,11 @@ void CoreLink::FinishReconnect(uint64_t now) {
   std::vector<std::unique_ptr<client::Transport>> transports;
   Status err;
   if (directory_) {
-    membership_generation_ = round_generation_;
-    cores_.clear();
-    nodes_.clear();
-    size_t skipped = 0;
-    for (size_t i = 0; i < round_members_.size(); ++i) {
-      const cluster::Member& m = round_members_[i];
-      auto& r = round_results_[i];
-      if (!r || !*r || (*r)->empty() || transports.size() + (*r)->size() > UINT16_MAX) {
-        LeaveOut(m,
-                 !r    ? Status(StatusCode::kAborted, "no answer")
-                 : !*r ? r->error()
-                       : Status(StatusCode::kResourceExhausted, "no shards, or too many"),
-                 now);
-        ++skipped;
-        continue;
-      }
-      passed_over_.erase(m.name);
-      cores_.push_back({m.name, m.mod_revision, static_cast<uint16_t>(transports.size()),
-                        static_cast<uint16_t>((*r)->size())});
-      nodes_.push_back({cluster::RendezvousSeed(m.name), cluster::MemberWeight(m)});
-      for (auto& t : **r) transports.push_back(std::move(t));
-    }
-    if (transports.empty()) {
-      cores_.clear();
-      nodes_.clear();
-      err = Status(StatusCode::kUnavailable,
-                   fmt::format("no goblin-core reachable under {} ({} registered, {} tried)",
-                               directory_->prefix(), directory_->snapshot()->members.size(),
-                               round_members_.size()));
+    auto r = AssembleMembers(round_generation_, round_members_, round_results_, now);
+    if (r) {
+      transports = std::move(*r);
     } else {
-      GOBLIN_LOG_INFO(kLog, "{}: {} core{} ({} shards){}", options_.name, cores_.size(),
-                      cores_.size() == 1 ? "" : "s", transports.size(),
-                      skipped == 0 ? std::string() : fmt::format(", {} left out", skipped));
+      err = r.error();
     }
   } else if (!round_results_[0] || !*round_results_[0]) {
     err =

@@ -238,17 +238,22 @@ class CoreLink {
   void StartReconnect(uint64_t now);
   void FinishReconnect(uint64_t now);
   client::TransportOptions TransportOptionsFor(std::chrono::milliseconds timeout) const;
-  // etcd://: connects to every registered core that answers (transports in shard order).
+  // A member's connect: its transports or why not (empty: no answer yet).
+  using MemberResult = std::optional<Result<std::vector<std::unique_ptr<client::Transport>>>>;
+  // etcd://: connects to every registered core not passed over, on this thread.
   Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMembers(
       const client::TransportOptions& to);
+  // The connected members' transports in shard order (`members` by name: shard 0 is the
+  // first's), cores_ and nodes_ set; a member that failed is left out for 5 s. Error: none
+  // connected.
+  Result<std::vector<std::unique_ptr<client::Transport>>> AssembleMembers(
+      uint64_t generation, const std::vector<cluster::Member>& members,
+      std::vector<MemberResult>& results, uint64_t now);
   // How to reach a member: {ucx, address} (its ring socket when it runs on this host).
   Result<std::pair<bool, std::string>> RouteTo(const cluster::Member& m) const;
   bool PassedOverNow(const cluster::Member& m, uint64_t now) const;
   // Logs why and passes the member over.
   void LeaveOut(const cluster::Member& m, const Status& why, uint64_t now);
-  // One core's transports, on this thread; a core that fails is passed over for 5 s.
-  Result<std::vector<std::unique_ptr<client::Transport>>> ConnectMember(
-      const cluster::Member& m, const client::TransportOptions& to, uint64_t now);
   // Connects to a member in the background (CoreConnector); TakeConnected adds it.
   void StartConnect(const cluster::Member& m, uint64_t now);
   // Background connects that finished: cores still registered as they were are added in place.
@@ -314,8 +319,7 @@ class CoreLink {
   // results as they come, how many are still out, the membership it was started from.
   uint64_t round_ = 0, rounds_ = 0;
   std::vector<cluster::Member> round_members_;
-  std::vector<std::optional<Result<std::vector<std::unique_ptr<client::Transport>>>>>
-      round_results_;
+  std::vector<MemberResult> round_results_;
   size_t round_pending_ = 0;
   uint64_t round_generation_ = 0;
   size_t lost_shards_ = 0;  // shard numbers of cores lost alone (unused until rebuilt)
