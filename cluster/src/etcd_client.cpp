@@ -12,12 +12,10 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "etcd/v3.grpc.pb.h"
+#include "goblin/common/file.h"
 
 namespace goblin::cluster {
 namespace pb = etcdserverpb;
@@ -146,15 +144,9 @@ Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool*
 namespace {
 
 Result<std::string> ReadPem(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Err(StatusCode::kInvalidArgument, "etcd {} '{}': cannot read: {}", what, path,
-               std::strerror(errno));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string pem = ss.str();
-  if (pem.find("-----BEGIN ") == std::string::npos) {
+  auto pem = ReadFile(path);
+  if (!pem) return Err(StatusCode::kInvalidArgument, "etcd {} '{}': cannot read", what, path);
+  if (pem->find("-----BEGIN ") == std::string::npos) {
     return Err(StatusCode::kInvalidArgument, "etcd {} '{}': not a PEM file", what, path);
   }
   return pem;
@@ -173,20 +165,10 @@ VoidResult SplitEtcdUser(EtcdSecurity& s, const std::string& password_file) {
     s.user.resize(colon);
   }
   if (!password_file.empty()) {
-    std::ifstream in(password_file);
-    if (!in) {
-      return Err(StatusCode::kInvalidArgument, "etcd password file '{}': cannot read: {}",
-                 password_file, std::strerror(errno));
-    }
-    std::getline(in, s.password);
-    if (!s.password.empty() && s.password.back() == '\r') s.password.pop_back();
+    GOBLIN_ASSIGN_OR_RETURN(s.password, ReadSecretFile(password_file, "etcd password file"));
   }
   if (s.user.empty() && !s.password.empty()) {
     return Err(StatusCode::kInvalidArgument, "etcd: a password without a user name");
-  }
-  if (s.cert_file.empty() != s.key_file.empty()) {
-    return Err(StatusCode::kInvalidArgument,
-               "etcd: a client certificate needs its key and a key its certificate");
   }
   return {};
 }

@@ -304,6 +304,18 @@ class SecuredEtcd : public testing::Test {
     etcd_.reset();
     fs::remove_all(dir_);
   }
+  // A one-shard member registered under /t with a 2 s lease, through this secured etcd.
+  RegistrationOptions MemberOptions(const std::string& name, uint16_t port) const {
+    RegistrationOptions ro;
+    ro.etcd = etcd_->options();
+    ro.prefix = "/t";
+    ro.member.name = name;
+    ro.member.address = fmt::format("ucx://127.0.0.1:{}", port);
+    ro.member.shards = 1;
+    ro.member.capacity = 1ull << 30;
+    ro.ttl = 2s;
+    return ro;
+  }
   std::string dir_;
   std::unique_ptr<test::EtcdServer> etcd_;
 };
@@ -331,14 +343,7 @@ TEST_F(SecuredEtcd, KeysLeasesAndWatchesOverTlsWithAuthTokensRenewed) {
 
   // Membership end to end: a registration kept alive past several token lifetimes, seen and
   // seen leaving by a directory whose client is idle between watch events.
-  RegistrationOptions ro;
-  ro.etcd = etcd_->options();
-  ro.prefix = "/t";
-  ro.member.name = "core-s";
-  ro.member.address = "ucx://127.0.0.1:7400";
-  ro.member.shards = 1;
-  ro.member.capacity = 1ull << 30;
-  ro.ttl = 2s;
+  RegistrationOptions ro = MemberOptions("core-s", 7400);
   auto dir = Directory::Open(etcd_->options(), "/t");
   ASSERT_TRUE(dir) << dir.error().ToString();
   auto reg = Registration::Start(ro);
@@ -354,14 +359,7 @@ TEST_F(SecuredEtcd, KeysLeasesAndWatchesOverTlsWithAuthTokensRenewed) {
 // etcd forgets its simple tokens when it restarts: a registration and a directory that held
 // one carry on after it with new tokens (the record put again if its lease went too).
 TEST_F(SecuredEtcd, AfterAnEtcdRestartRegistrationsAndWatchesGetNewTokens) {
-  RegistrationOptions ro;
-  ro.etcd = etcd_->options();
-  ro.prefix = "/t";
-  ro.member.name = "core-r";
-  ro.member.address = "ucx://127.0.0.1:7500";
-  ro.member.shards = 1;
-  ro.member.capacity = 1ull << 30;
-  ro.ttl = 2s;
+  RegistrationOptions ro = MemberOptions("core-r", 7500);
   auto reg = Registration::Start(ro);
   ASSERT_TRUE(reg) << reg.error().ToString();
   auto dir = Directory::Open(etcd_->options(), "/t");
@@ -371,9 +369,7 @@ TEST_F(SecuredEtcd, AfterAnEtcdRestartRegistrationsAndWatchesGetNewTokens) {
   std::string log;
   ASSERT_TRUE(etcd_->Start(&log)) << log;
   // A member that registers after the restart is seen by the directory that watched before it.
-  ro.member.name = "core-s";
-  ro.member.address = "ucx://127.0.0.1:7600";
-  auto reg2 = Registration::Start(ro);
+  auto reg2 = Registration::Start(MemberOptions("core-s", 7600));
   ASSERT_TRUE(reg2) << reg2.error().ToString();
   EXPECT_TRUE((*dir)->WaitUntil([](const auto& ms) { return ms.size() == 2; }, 10s))
       << (*dir)->snapshot()->members.size();
@@ -446,22 +442,25 @@ TEST(EtcdSecurityEnvironment, ReadsTheVariablesAndSplitsTheUser) {
   EXPECT_EQ(s->ca_file, "/ca.pem");
   EXPECT_EQ(s->user, "alice");
   EXPECT_EQ(s->password, "pw1");
-  EXPECT_TRUE(s->any());
   setenv("GOBLIN_ETCD_USER", "bob", 1);
   setenv("GOBLIN_ETCD_PASSWORD_FILE", pw.c_str(), 1);
   s = EtcdSecurityFromEnvironment();
   ASSERT_TRUE(s);
   EXPECT_EQ(s->user, "bob");
   EXPECT_EQ(s->password, "s3cret");
-  setenv("GOBLIN_ETCD_CERT", "/c.pem", 1);  // a certificate without its key
-  EXPECT_FALSE(EtcdSecurityFromEnvironment());
+  setenv("GOBLIN_ETCD_PASSWORD_FILE", (pw + ".missing").c_str(), 1);
+  auto missing = EtcdSecurityFromEnvironment();
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find("etcd password file"), std::string::npos);
+  setenv("GOBLIN_ETCD_CERT", "/c.pem", 1);  // (a certificate without its key: Open refuses)
   for (const char* v : {"GOBLIN_ETCD_CACERT", "GOBLIN_ETCD_USER", "GOBLIN_ETCD_PASSWORD_FILE",
                         "GOBLIN_ETCD_CERT"}) {
     unsetenv(v);
   }
   s = EtcdSecurityFromEnvironment();
   ASSERT_TRUE(s);
-  EXPECT_FALSE(s->any());
+  EXPECT_TRUE(s->ca_file.empty() && s->cert_file.empty() && s->key_file.empty() &&
+              s->user.empty() && s->password.empty());
   fs::remove(pw);
 }
 

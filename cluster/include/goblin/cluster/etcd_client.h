@@ -29,8 +29,6 @@ struct EtcdSecurity {
   std::string ca_file;  // PEM: the CA of etcd's server certificates (empty: the system's roots)
   std::string cert_file, key_file;  // PEM: a client certificate and its key (both or neither)
   std::string user, password;       // etcd auth (empty user: none)
-
-  bool any() const { return tls || !ca_file.empty() || !cert_file.empty() || !user.empty(); }
 };
 
 // The GOBLIN_ETCD_CACERT, GOBLIN_ETCD_CERT, GOBLIN_ETCD_KEY and GOBLIN_ETCD_USER ("NAME" or

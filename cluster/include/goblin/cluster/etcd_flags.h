@@ -43,8 +43,7 @@ inline Result<EtcdSecurity> ResolveEtcdSecurity(const EtcdSecurityFlags& f) {
     if (!f.user.empty()) s.password.clear();
     GOBLIN_RETURN_IF_ERROR(SplitEtcdUser(s, f.password_file));
   }
-  GOBLIN_RETURN_IF_ERROR(SplitEtcdUser(s, ""));  // (the certificate and key checked together)
-  return s;
+  return s;  // (a certificate and its key are checked together by EtcdClient::Open)
 }
 
 }  // namespace goblin::cluster
