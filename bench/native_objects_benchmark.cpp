@@ -3,7 +3,7 @@
 //   native_objects_benchmark --target unix:PATH|ucx://HOST:PORT [--objects 256]
 //       [--object-size 256K] [--samples 5000] [--connections 1,2,4,8] [--seconds 3]
 //       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--copy] [--pause-spin]
-//       [--spin 50us]
+//       [--spin 50us] [--read-all]
 //   1. stores OBJECTS objects under bench/o/NNNNN (each byte a function of the key's index
 //      and the offset, so a wrong object or offset is seen; --no-store: a run with --keep
 //      stored them, e.g. before the core restarted), then reads each once;
@@ -15,11 +15,14 @@
 //      MB/s and Gbit/s of payload, gets/s, completion p50/p99; with --window W each
 //      connection keeps W gets in flight (Connection::StartGet/WaitGets, out of order).
 // Every get's length is checked and its bytes spot-checked (every 4 KiB and both ends:
-// checking each byte would measure the check). Prints Markdown rows; the caller chooses
-// UCX_TLS for ucx:// targets (bench/native_objects_benchmark.sh runs ucx_perftest beside it).
+// checking each byte would measure the check); --read-all copies every byte into the
+// reader's own buffer first (what a reader that needs the bytes elsewhere pays). Prints Markdown
+// rows; the caller chooses UCX_TLS for ucx:// targets (bench/native_objects_benchmark.sh runs
+// ucx_perftest beside it).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -46,6 +49,23 @@ struct Times {
   uint64_t header_ns = 0, ready_ns = 0, done_ns = 0;
 };
 
+bool g_read_all = false;  // --read-all
+
+// What a sink does with a piece of `object` at `off`: spot-checks it where it is, or
+// (--read-all) first copies all of it into the reader's own buffer, as GetInto does, and
+// checks the copy. False when a byte differs.
+bool TakePiece(uint32_t object, uint64_t off, std::span<const uint8_t> b) {
+  if (g_read_all) {
+    thread_local std::vector<uint8_t> own;
+    if (own.size() < off + b.size()) own.resize(off + b.size());
+    std::memcpy(own.data() + off, b.data(), b.size());
+    b = {own.data() + off, b.size()};
+  }
+  bool ok = true;
+  for (size_t i = 0; i < b.size(); i += 4096) ok &= b[i] == ObjectByte(object, off + i);
+  return ok && (b.empty() || b.back() == ObjectByte(object, off + b.size() - 1));
+}
+
 // One verified get of `object`: times from t0, or an error.
 Result<Times> ReadObject(client::Connection& c, uint32_t object, uint64_t size) {
   Times t;
@@ -55,8 +75,7 @@ Result<Times> ReadObject(client::Connection& c, uint32_t object, uint64_t size) 
       KeyOf(object),
       [&](uint64_t off, std::span<const uint8_t> b) {
         if (got == 0) t.ready_ns = MonotonicNanos() - t0;
-        for (size_t i = 0; i < b.size(); i += 4096) ok &= b[i] == ObjectByte(object, off + i);
-        ok &= b.empty() || b.back() == ObjectByte(object, off + b.size() - 1);
+        ok &= TakePiece(object, off, b);
         got += b.size();
         return VoidResult();
       },
@@ -92,9 +111,7 @@ VoidResult WindowedGets(client::Connection& c, std::mt19937_64& rng, uint32_t ob
       f->t0 = MonotonicNanos();
       GOBLIN_ASSIGN_OR_RETURN(
           uint64_t id, c.StartGet(KeyOf(f->object), [f](uint64_t off, std::span<const uint8_t> b) {
-            for (size_t i = 0; i < b.size(); i += 4096)
-              f->ok &= b[i] == ObjectByte(f->object, off + i);
-            f->ok &= b.empty() || b.back() == ObjectByte(f->object, off + b.size() - 1);
+            f->ok &= TakePiece(f->object, off, b);
             f->got += b.size();
             return VoidResult();
           }));
@@ -158,8 +175,12 @@ int main(int argc, char** argv) {
                  "Throughput: gets in flight per connection (StartGet/WaitGets; 1: one at a time)")
       ->capture_default_str();
   app.add_flag("--copy", copy,
-               "Ring plane: every byte copied through the ring (ConnectOptions::zero_copy = "
-               "false) instead of lent in place from the core's pools the client maps");
+               "Every byte copied through the ring or received by UCX's rendezvous "
+               "(ConnectOptions::zero_copy = false) instead of lent in place from the core's "
+               "pools the client maps");
+  app.add_flag("--read-all", g_read_all,
+               "Each sink copies every byte it is given into its own buffer (as GetInto does) "
+               "before checking, instead of spot-checking the bytes where they are");
   app.add_flag("--pause-spin", pause_spin,
                "Clients spin with pause, not yielding (a client with a CPU of its own)");
   std::chrono::nanoseconds spin = client::ConnectOptions{}.spin;

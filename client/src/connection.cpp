@@ -15,6 +15,7 @@
 #include "goblin/client/transport.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
+#include "goblin/common/file.h"
 #include "goblin/common/shard.h"
 #include "goblin/sbe/head_table.h"
 #include "goblin/sbe/runtime.h"
@@ -567,6 +568,61 @@ VoidResult Connection::MapPools(Link& l) {
   }
   if (l.head_pool.base == nullptr || l.io_pool.base == nullptr)
     return Err(StatusCode::kCorruption, "PoolMap without both pools");
+  return {};
+}
+
+VoidResult Connection::MapPoolsInPlace(Link& l) {
+  const std::string boot_id = HostBootId();
+  if (boot_id.empty()) return Err(StatusCode::kUnimplemented, "no boot id to compare");
+  GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
+                          SendRequest(l, boot_id.size(), [&](uint8_t* b, size_t cap, uint64_t id) {
+                            return wire::MapPoolsInPlaceEncoder(b, cap)
+                                .set_correlation_id(id)
+                                .set_boot_id(boot_id)
+                                .Finish();
+                          }));
+  GOBLIN_ASSIGN_OR_RETURN(auto reply, AwaitReply(l, corr));  // (an Error: another host)
+  auto map = wire::ProcessPoolsDecoder::Decode(reply);
+  if (!map) return Err(map.error());
+  Link::Mapping head, io;
+  auto unmap = [&] {
+    for (Link::Mapping* m : {&head, &io}) {
+      if (m->base != nullptr) munmap(m->base, m->bytes);
+    }
+  };
+  for (auto p : map->pools()) {
+    Link::Mapping* m = p.pool() == wire::PoolKind::kHead ? &head
+                       : p.pool() == wire::PoolKind::kIo ? &io
+                                                         : nullptr;
+    if (m == nullptr || m->base != nullptr) continue;
+    std::string path = fmt::format("/proc/{}/fd/{}", map->pid(), p.fd());
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || fstat(fd.get(), &st) != 0) {
+      unmap();
+      return ErrnoErr(fmt::format("open({}) of goblin-core's pool", path), errno);
+    }
+    // Another pid namespace, or a recycled fd number: not the core's pool.
+    if (static_cast<uint64_t>(st.st_dev) != p.device() ||
+        static_cast<uint64_t>(st.st_ino) != p.inode() ||
+        static_cast<uint64_t>(st.st_size) < p.bytes()) {
+      unmap();
+      return Err(StatusCode::kFailedPrecondition, "{} is not goblin-core's pool", path);
+    }
+    void* a = mmap(nullptr, p.bytes(), PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (a == MAP_FAILED) {
+      unmap();
+      return ErrnoErr("mmap(goblin-core pool)", errno);
+    }
+    m->base = static_cast<uint8_t*>(a);
+    m->bytes = p.bytes();
+  }
+  if (head.base == nullptr || io.base == nullptr) {
+    unmap();
+    return Err(StatusCode::kCorruption, "ProcessPools without both pools");
+  }
+  l.head_pool = head;
+  l.io_pool = io;
   return {};
 }
 

@@ -97,8 +97,15 @@ uint32_t GetFlags(const auto& l, const ConnectOptions& o, bool follow_fill) {
 
 Result<uint64_t> Connection::SendGet(Link& l, std::string_view key, uint64_t offset,
                                      uint64_t length, bool follow_fill) {
-  if (options_.zero_copy && !Mapped(l) && !l.map_failed && l.transport->local()) {
-    if (auto r = MapPools(l); !r) l.map_failed = true;  // copies through the ring instead
+  if (options_.zero_copy && !Mapped(l) && !l.map_failed) {
+    // (else copies: through the ring, or UCX's rendezvous)
+    if (l.transport->local()) {
+      if (auto r = MapPools(l); !r) l.map_failed = true;
+    } else if (l.transport->may_map_in_place()) {
+      if (auto r = MapPoolsInPlace(l); !r) l.map_failed = true;
+    } else {
+      l.map_failed = true;
+    }
   }
   const uint32_t flags = GetFlags(l, options_, follow_fill);
   return SendRequest(l, key.size(), [&](uint8_t* b, size_t cap, uint64_t id) {

@@ -82,6 +82,7 @@ class UcxTransport final : public Transport {
   void FinishSleep() override { ucx_->FinishSleep(); }
   VoidResult CheckAlive() override { return ucx_->CheckAlive(); }
   bool local() const override { return false; }
+  bool may_map_in_place() const override { return ucx_->shared_memory(); }
   VoidResult ReceiveSideFrame(std::vector<uint8_t>*, std::vector<UniqueFd>*,
                               std::chrono::milliseconds) override {
     return Err(StatusCode::kUnimplemented, "no side frames over UCX");

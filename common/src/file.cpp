@@ -20,6 +20,8 @@ std::string ReadFirstLine(const std::string& path) {
   return line;
 }
 
+std::string HostBootId() { return ReadFirstLine("/proc/sys/kernel/random/boot_id"); }
+
 Result<std::string> ReadSecretFile(const std::string& path, std::string_view what) {
   std::ifstream in(path);
   std::string line;

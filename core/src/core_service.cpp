@@ -4,10 +4,14 @@
 #include "goblin/common/shard.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "goblin/common/clock.h"
+#include "goblin/common/file.h"
 #include "goblin/common/log.h"
 #include "goblin/sbe/wire_flags.h"
 #include "goblin/wire/goblin_wire.h"
@@ -161,6 +165,7 @@ void CoreService::OnMessage(reactor::Session& session, std::span<const uint8_t> 
     case wire::ObjectGetDecoder::kTemplateId:
     case wire::ObjectDeleteDecoder::kTemplateId:
     case wire::MapPoolsDecoder::kTemplateId:
+    case wire::MapPoolsInPlaceDecoder::kTemplateId:
     case wire::LoanReleaseDecoder::kTemplateId:
     case wire::ObjectPurgeDecoder::kTemplateId:
     case wire::ObjectDescribeDecoder::kTemplateId:
@@ -460,6 +465,10 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       uint64_t first_n = 0;
       bool first_ends = false;
       uint64_t first_start = 0;
+      auto lender = lenders_.find(session.id());
+      const bool lend = lender != lenders_.end() &&
+                        ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
+      const bool in_place = lend && lender->second.in_place && (flags & wire::kGetLoans) != 0;
       // Not while replies wait for the ring already: a reader that asks for many objects at
       // once (a gateway's pipelined gets) would otherwise have each one's first bytes queued
       // here, past its output limit; they come as ObjectData instead, as its ring drains.
@@ -472,7 +481,13 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           first_n =
               std::min<uint64_t>({bytes.size(), kFirstInlineBytes, session.max_message() / 4});
           first_ends = stream->end() != UINT64_MAX && stream->position() + first_n == stream->end();
-          oi.set_first_bytes_end(first_ends ? 1 : 0).set_first_bytes(bytes.first(first_n));
+          // A reader that maps the pools in place gets a Loan of the whole piece right behind
+          // a small answer instead (a copy of the first bytes into the answer costs more than
+          // the Loan); unless they are the whole range: then one message is all there is.
+          if (!first_ends && in_place) first_n = 0;
+          if (first_n > 0) {
+            oi.set_first_bytes_end(first_ends ? 1 : 0).set_first_bytes(bytes.first(first_n));
+          }
         }
       }
       if (!Send(session, oi.Finish()) || !stream) return;
@@ -484,12 +499,11 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         if (first_ends) return;
       }
       reactor::Session* s = &session;
-      bool lend = lenders_.count(session.id()) != 0 &&
-                  ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
       Download* d = &NewDownload(downloads_[session.id()]);
       d->correlation_id = corr;
       d->stream = std::move(stream);
       d->lend = lend;
+      d->in_place = in_place;
       d->first_sent = first_n > 0;
       d->started_ns = first_n > 0 ? 0 : MonotonicNanos();
       d->stream->SetReadyCallback([s, d] {
@@ -562,6 +576,12 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("MapPools", e);
       return HandleMapPools(session, d.correlation_id());
+    }
+    case wire::MapPoolsInPlaceDecoder::kTemplateId: {
+      wire::MapPoolsInPlaceDecoder d;
+      if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+        return bad("MapPoolsInPlace", e);
+      return HandleMapPoolsInPlace(session, d.correlation_id(), d.boot_id());
     }
     case wire::LoanReleaseDecoder::kTemplateId: {
       wire::LoanReleaseDecoder d;
@@ -666,19 +686,20 @@ Result<UniqueFd> ReopenReadOnly(int fd) {
 }
 }  // namespace
 
+VoidResult CoreService::OpenReadOnlyPools() {
+  if (ro_pool_fd_) return {};
+  GOBLIN_ASSIGN_OR_RETURN(auto p, ReopenReadOnly(store_->pool().fd()));
+  GOBLIN_ASSIGN_OR_RETURN(auto b, ReopenReadOnly(store_->buffers().fd()));
+  GOBLIN_ASSIGN_OR_RETURN(auto t, ReopenReadOnly(store_->head_table().fd()));
+  ro_pool_fd_ = std::move(p);
+  ro_io_fd_ = std::move(b);
+  ro_table_fd_ = std::move(t);
+  return {};
+}
+
 void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation_id) {
   if (!session.local()) return HandleRemotePools(session, correlation_id);
-  if (!ro_pool_fd_) {
-    auto p = ReopenReadOnly(store_->pool().fd());
-    auto b = ReopenReadOnly(store_->buffers().fd());
-    auto t = ReopenReadOnly(store_->head_table().fd());
-    for (auto* r : {&p, &b, &t}) {
-      if (!*r) return SendStatusError(session, correlation_id, r->error());
-    }
-    ro_pool_fd_ = std::move(*p);
-    ro_io_fd_ = std::move(*b);
-    ro_table_fd_ = std::move(*t);
-  }
+  if (auto r = OpenReadOnlyPools(); !r) return SendStatusError(session, correlation_id, r.error());
   wire::PoolMapEncoder m(out_.data(), out_.size());
   m.set_correlation_id(correlation_id);
   auto g = m.BeginPools();
@@ -702,6 +723,45 @@ void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation
   lit->second.max_buffers =
       gateway ? std::max<size_t>(1, store_->buffers().count() / 2) : kMaxLoansPerSession;
   Send(session, n);
+}
+
+// A UCX client on this host maps the pools through /proc/PID/fd (no fds travel over UCX);
+// from then on its gets flagged kGetLoans are lent like a ring session's, read in place.
+void CoreService::HandleMapPoolsInPlace(reactor::Session& session, uint64_t correlation_id,
+                                        std::string_view boot_id) {
+  static const std::string kBootId = HostBootId();
+  auto lender = lenders_.find(session.id());
+  if (session.local() || lender == lenders_.end()) {
+    return SendError(session, correlation_id,
+                     static_cast<uint16_t>(wire::ErrorCode::kFailedPrecondition),
+                     "MapPoolsInPlace is for sessions of a plane without fd passing");
+  }
+  if (kBootId.empty() || boot_id != kBootId) {
+    return SendError(session, correlation_id,
+                     static_cast<uint16_t>(wire::ErrorCode::kUnimplemented),
+                     "the client is not on this goblin-core's host");
+  }
+  if (auto r = OpenReadOnlyPools(); !r) return SendStatusError(session, correlation_id, r.error());
+  wire::ProcessPoolsEncoder m(out_.data(), out_.size());
+  m.set_correlation_id(correlation_id).set_pid(static_cast<uint32_t>(getpid()));
+  auto g = m.BeginPools();
+  const uint64_t io_bytes = uint64_t{store_->buffers().count()} * store_->buffers().buffer_bytes();
+  for (auto [kind, fd, bytes] :
+       {std::tuple{wire::PoolKind::kHead, ro_pool_fd_.get(), uint64_t{store_->pool().size()}},
+        std::tuple{wire::PoolKind::kIo, ro_io_fd_.get(), io_bytes}}) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+      return SendStatusError(session, correlation_id, ErrnoStatus("fstat(pool)", errno));
+    }
+    g.Next()
+        .set_pool(kind)
+        .set_fd(fd)
+        .set_bytes(bytes)
+        .set_device(static_cast<uint64_t>(st.st_dev))
+        .set_inode(static_cast<uint64_t>(st.st_ino));
+  }
+  lender->second.in_place = true;
+  Send(session, m.Finish());
 }
 
 // A remote session gets each pool's address and a key for one-sided reads instead of fds.
@@ -1174,11 +1234,12 @@ bool CoreService::Pump(reactor::Session& session, Download& d) {
     }
     // A remote session's first piece goes inline (a copy of at most kFirstInlineBytes, sent
     // eager): the client's first byte does not wait for a rendezvous of a whole head.
+    // (by rendezvous: a UCX session whose client has not mapped the pools in place)
+    const bool by_reference = session.sends_by_reference() && !d.in_place;
     if (*step == store::Store::Stream::Step::kData && d.lend &&
-        st.where() != store::Store::Stream::Where::kPrivate &&
-        (d.first_sent || !session.sends_by_reference())) {
+        st.where() != store::Store::Stream::Where::kPrivate && (d.first_sent || !by_reference)) {
       bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
-      if (session.sends_by_reference() && d.first_sent) {
+      if (by_reference) {
         auto sent = SendByReference(session, d, bytes);
         if (!sent) {
           d.ready = false;  // OnPayloadSent resumes it
@@ -1207,7 +1268,7 @@ bool CoreService::Pump(reactor::Session& session, Download& d) {
     bool last = true;
     if (*step == store::Store::Stream::Step::kData) {
       n = std::min<uint64_t>(chunk_max, bytes.size());
-      if (!d.first_sent && session.sends_by_reference()) n = std::min(n, kFirstInlineBytes);
+      if (!d.first_sent && by_reference) n = std::min(n, kFirstInlineBytes);
       d.first_sent = true;
       last = st.end() != UINT64_MAX && st.position() + n == st.end();
     }

@@ -412,6 +412,30 @@ void ObjectCases() {
                                                                {PoolKind::kIo, 128ull << 20}}));
   }
   {
+    MapPoolsInPlaceEncoder e(b.data(), b.size());
+    e.set_correlation_id(14).set_boot_id("9b2a4f7e-0c61-4d7e-9a55-3f1b2c8d0e11");
+    auto d = RoundTrip<MapPoolsInPlaceDecoder>(b, e.Finish());
+    EXPECT_EQ(d.correlation_id(), 14u);
+    EXPECT_EQ(d.boot_id(), "9b2a4f7e-0c61-4d7e-9a55-3f1b2c8d0e11");
+    ProcessPoolsEncoder m(b.data(), b.size());
+    m.set_correlation_id(15).set_pid(4242);
+    auto g = m.BeginPools();
+    g.Next()
+        .set_pool(PoolKind::kHead)
+        .set_fd(17)
+        .set_bytes(1ull << 30)
+        .set_device(23)
+        .set_inode(1ull << 40);
+    g.Next().set_pool(PoolKind::kIo).set_fd(-1).set_bytes(16 << 20).set_device(23).set_inode(9);
+    auto p = RoundTrip<ProcessPoolsDecoder>(b, m.Finish());
+    EXPECT_EQ(p.pid(), 4242u);
+    std::vector<std::tuple<PoolKind, int32_t, uint64_t, uint64_t, uint64_t>> got;
+    for (auto e : p.pools()) got.emplace_back(e.pool(), e.fd(), e.bytes(), e.device(), e.inode());
+    EXPECT_EQ(got, (std::vector<std::tuple<PoolKind, int32_t, uint64_t, uint64_t, uint64_t>>{
+                       {PoolKind::kHead, 17, 1ull << 30, 23, 1ull << 40},
+                       {PoolKind::kIo, -1, 16 << 20, 23, 9}}));
+  }
+  {
     // A group whose entries end in var data (the packed rkeys), fields read after it.
     RemotePoolsEncoder m(b.data(), b.size());
     m.set_correlation_id(13);
@@ -542,7 +566,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x07, 0x00,  // blockLength 16, template 4, schema 7107, v7
+                               0x1b, 0x08, 0x00,  // blockLength 16, template 4, schema 7107, v8
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -560,7 +584,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x07, 0x00,  // blockLength 18, template 12, v7
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x08, 0x00,  // blockLength 18, template 12, v8
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 
 #include "goblin/client/connection.h"
 #include "goblin/common/config.h"
+#include "goblin/common/file.h"
 #include "goblin/wire/goblin_wire.h"
 #if GOBLIN_HAVE_UCX
 #include "goblin/verbs/ucx_client.h"
@@ -247,12 +249,34 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   EXPECT_TRUE(c->Delete("obj/3").value());
   EXPECT_FALSE(c->Delete("obj/3").value());
   EXPECT_EQ(GetAll(*c, "obj/3").error().code(), StatusCode::kNotFound);
-  // A second connection sees the same objects.
+  // How the bytes came: lent and read in place where the client shares the core's memory
+  // (the ring's fds; UCX with shared memory allowed: the pools opened through /proc), else
+  // copied by UCX's rendezvous (tcp).
+  const bool in_place = GetParam() != Plane::kUcxTcp;
+  EXPECT_EQ(c->pools_mapped(), in_place);
+  EXPECT_EQ(c->stats().loans > 0, in_place);
+  EXPECT_EQ(c->stats().bytes_lent > (3u << 20), in_place) << c->stats().bytes_lent;
+  // A second connection sees the same objects; one that asks for copies gets them copied.
   auto c2 = nc.Connect();
   ASSERT_TRUE(c2);
   EXPECT_NE(c2->client_id(), c->client_id());
   EXPECT_TRUE(GetAll(*c2, "obj/4").value() == big);
+  auto copying = Connection::Open(nc.target, {.timeout = 5s, .zero_copy = false});
+  ASSERT_TRUE(copying) << copying.error().ToString();
+  EXPECT_TRUE(GetAll(**copying, "obj/4").value() == big);
+  EXPECT_FALSE((*copying)->pools_mapped());
+  EXPECT_EQ((*copying)->stats().bytes_lent, 0u);
 }
+
+#if GOBLIN_HAVE_UCX
+// UCX_TLS decides whether a UCX client may look for the core in its own host's memory.
+TEST(UcxTls, SharedMemoryIsAllowedUnlessUcxWasToldOtherwise) {
+  for (const char* yes : {"all", "sm,tcp", "shm", "posix,tcp", "tcp,cma", "mm", "^tcp", "^cma"})
+    EXPECT_TRUE(verbs::TlsAllowsSharedMemory(yes)) << yes;
+  for (const char* no : {"tcp", "rc_verbs,ud_verbs", "^sm", "^shm,tcp", "^mm", "self,tcp", ""})
+    EXPECT_FALSE(verbs::TlsAllowsSharedMemory(no)) << no;
+}
+#endif
 
 // Every way of waiting for the core (sleep at once; spin pausing; spin yielding the CPU, the
 // default) gets every answer, with several connections in threads reading at once (more
@@ -1133,6 +1157,48 @@ TEST(UcxPlane, GarbageGetsAnErrorAndTheSessionCarriesOn) {
   auto ok = nc.Connect();
   ASSERT_TRUE(ok);
   EXPECT_TRUE(ok->Ping());
+}
+
+// MapPoolsInPlace: a client of another host (another boot id) is refused; one of this host
+// gets the core's pid and, per pool, an fd whose /proc path leads to that very memory.
+TEST(UcxPlane, PoolsInPlaceAreForClientsOfTheCoresHostOnly) {
+  SetUcxEnvironment(Plane::kUcxShm);
+  NativeCore nc("ucxinplace", Plane::kUcxShm);
+  auto c = verbs::UcxClient::Connect(nc.target.substr(6), {});
+  ASSERT_TRUE(c) << c.error().ToString();
+  auto ask = [&](std::string_view boot_id) {
+    uint8_t b[256];
+    size_t n = wire::MapPoolsInPlaceEncoder(b, sizeof b)
+                   .set_correlation_id(7)
+                   .set_boot_id(boot_id)
+                   .Finish();
+    EXPECT_TRUE((*c)->Send({b, n}, 5s));
+    std::vector<uint8_t> reply;
+    for (int i = 0; i < 500 && reply.empty(); ++i) {
+      EXPECT_TRUE((*c)->Wait(10ms));
+      EXPECT_TRUE(
+          (*c)->Poll([&](std::span<const uint8_t> m) { reply.assign(m.begin(), m.end()); }));
+    }
+    return reply;
+  };
+  auto refused = wire::ErrorDecoder::Decode(ask("0f0f0f0f-another-host"));
+  ASSERT_TRUE(refused) << "expected an Error";
+  EXPECT_EQ(refused->code(), wire::ErrorCode::kUnimplemented) << refused->text();
+  auto reply = ask(HostBootId());
+  auto pools = wire::ProcessPoolsDecoder::Decode(reply);
+  ASSERT_TRUE(pools) << pools.error().ToString();
+  EXPECT_EQ(pools->pid(), static_cast<uint32_t>(nc.core->proc.pid()));
+  int seen = 0;
+  for (auto p : pools->pools()) {
+    struct stat st {};
+    std::string path = fmt::format("/proc/{}/fd/{}", pools->pid(), p.fd());
+    ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(static_cast<uint64_t>(st.st_ino), p.inode()) << path;
+    EXPECT_GE(static_cast<uint64_t>(st.st_size), p.bytes()) << path;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2);
+  EXPECT_TRUE((*c)->CheckAlive());
 }
 
 // One-sided reads of the core's memory: MapPools answers with each pool's address and rkey;

@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <poll.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -46,6 +47,46 @@ Status UcsError(ucs_status_t status, std::string_view what) {
   return Status(code, fmt::format("{}: {}", what, ucs_status_string(status)));
 }
 
+namespace {
+
+// UCX_TLS as UCX read it (environment or ucx.conf): the printed configuration's TLS line.
+std::string ConfiguredTls(const ucp_config_t* config) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  if (f == nullptr) return "all";
+  ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  fclose(f);
+  std::string tls = "all";
+  std::string_view all(text, size);
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find('\n', at);
+    if (end == std::string_view::npos) end = all.size();
+    std::string_view line = all.substr(at, end - at);
+    if (line.starts_with("UCX_TLS=")) tls = std::string(line.substr(8));
+    at = end + 1;
+  }
+  free(text);
+  return tls;
+}
+
+}  // namespace
+
+bool TlsAllowsSharedMemory(std::string_view tls) {
+  bool negated = tls.starts_with('^');
+  if (negated) tls.remove_prefix(1);
+  bool names_all_of_it = false, names_some = false;
+  for (size_t at = 0; at <= tls.size();) {
+    size_t end = tls.find(',', at);
+    if (end == std::string_view::npos) end = tls.size();
+    std::string_view t = tls.substr(at, end - at);
+    if (t == "all" || t == "sm" || t == "shm" || t == "mm") names_all_of_it = true;
+    if (t == "posix" || t == "sysv" || t == "xpmem" || t == "cma" || t == "knem") names_some = true;
+    at = end + 1;
+  }
+  return negated ? !names_all_of_it : names_all_of_it || names_some;
+}
+
 Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
   // The tcp transport's PUT zcopy (its rendezvous) trips an assertion in UCX 1.13 when a
   // peer dies with puts of ours outstanding ("tcp_ep.c:939 Assertion `ep->flags &
@@ -68,6 +109,7 @@ Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   params.name = "goblin";
   std::unique_ptr<UcxContext> c(new UcxContext());
+  c->shared_memory_ = TlsAllowsSharedMemory(ConfiguredTls(config));
   st = ucp_init(&params, config, &c->context_);
   ucp_config_release(config);
   if (st != UCS_OK) return Err(UcsError(st, "ucp_init"));

@@ -43,7 +43,10 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(5);
   // Map the core's head pool and I/O buffers read-only and read object bytes in place
   // (the sink sees spans into that memory); false: every byte is copied through the ring.
-  // Ring plane only (the UCX plane copies).
+  // The ring plane passes the pools' fds; over UCX, with the core on this host and UCX
+  // allowed shared memory (UCX_TLS), they are opened as /proc/PID/fd/FD of the core (the
+  // permission UCX's cma transport needs too: ptrace read access); elsewhere UCX copies
+  // (rendezvous into its receive buffer).
   bool zero_copy = true;
   // Waiting for the core's answer: poll this long before sleeping (on the ring's doorbell or
   // the UCX worker's event fd), and while polling give the CPU away (sched_yield) so that a
@@ -245,6 +248,9 @@ class Connection {
   // Asks the core for read-only fds of its pools and maps them (once); on a remote plane
   // for their addresses and rkeys instead.
   VoidResult MapPools(Link& l);
+  // A UCX link to a core on this host: opens its pools as /proc/PID/fd/FD (the core names
+  // them, MapPoolsInPlace) and maps them read-only, for loans as on the ring plane.
+  VoidResult MapPoolsInPlace(Link& l);
   // Reads a head table entry (local: from the mapping, acquire; remote: a one-sided get).
   Result<std::array<uint64_t, 4>> ReadEntry(Link& l, uint32_t entry);
   void ReleaseLoan(Link& l, uint64_t loan_id);

@@ -72,6 +72,9 @@ class Transport {
   virtual VoidResult CheckAlive() = 0;
   // The core shares this host's memory with us: its pools can be mapped (zero-copy loans).
   virtual bool local() const = 0;
+  // A plane without fd passing whose client may still share the core's host memory (UCX
+  // allowed shared memory): Connection maps the pools through /proc (MapPoolsInPlace).
+  virtual bool may_map_in_place() const { return false; }
   virtual VoidResult ReceiveSideFrame(std::vector<uint8_t>* msg, std::vector<UniqueFd>* fds,
                                       std::chrono::milliseconds timeout) = 0;
   // Remote planes: one-sided reads of the core's pools. AttachRemotePools takes the core's

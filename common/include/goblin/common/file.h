@@ -17,5 +17,8 @@ std::string ReadFirstLine(const std::string& path);
 // A secret (token, password) kept in a file: its first line, blanks trimmed. InvalidArgument
 // naming `what` when the file is unreadable or the line is empty.
 Result<std::string> ReadSecretFile(const std::string& path, std::string_view what);
+// This boot of this host's kernel (/proc/sys/kernel/random/boot_id): two processes that read
+// the same value run on one host; "" when unreadable.
+std::string HostBootId();
 
 }  // namespace goblin

@@ -143,6 +143,9 @@ class CoreService : public reactor::Handler {
     uint64_t correlation_id = 0;
     store::Store::StreamPtr stream;
     bool lend = false;  // kGetLoans on a session that mapped the pools
+    // A session that sends by reference (UCX) whose client maps the pools in place
+    // (MapPoolsInPlace) and asked for loans: its pieces go as Loans, not rendezvous.
+    bool in_place = false;
     bool ready = true;  // may have bytes to send (the stream's callback sets it)
     bool done = false;
     bool first_sent = false;  // a piece went out already (remote sessions: inline first)
@@ -161,7 +164,8 @@ class CoreService : public reactor::Handler {
     RecyclingMap<uint64_t, Lent> loans;
     size_t buffers = 0;  // loans holding an I/O buffer
     size_t max_loans = 0, max_buffers = 0;
-    bool waiting = false;  // a download paused at a limit
+    bool waiting = false;   // a download paused at a limit
+    bool in_place = false;  // a UCX client on this host mapped the pools (MapPoolsInPlace)
   };
 
   void SendError(reactor::Session& session, uint64_t correlation_id, uint16_t code,
@@ -188,6 +192,9 @@ class CoreService : public reactor::Handler {
   void SendPubsub(reactor::Session& session, size_t n);
   void HandleMapPools(reactor::Session& session, uint64_t correlation_id);
   void HandleRemotePools(reactor::Session& session, uint64_t correlation_id);
+  void HandleMapPoolsInPlace(reactor::Session& session, uint64_t correlation_id,
+                             std::string_view boot_id);
+  VoidResult OpenReadOnlyPools();  // ro_pool_fd_ and the others, once
   void HandleLoanRelease(reactor::Session& session, uint64_t loan_id);
   // Purges by tag (ObjectPurge kPurgeTag): the objects carrying it when it came (their
   // digests), deleted (or marked stale) kTagPurgeSlice per loop round; answered once all

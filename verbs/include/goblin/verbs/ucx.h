@@ -36,11 +36,19 @@ class UcxContext {
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
   ucp_context_h get() const { return context_; }
+  // Whether the transports UCX was given (UCX_TLS, however set) include shared memory: a
+  // peer on this host may then be reached through memory (libgoblin maps the core's pools).
+  bool shared_memory() const { return shared_memory_; }
 
  private:
   UcxContext() = default;
   ucp_context_h context_ = nullptr;
+  bool shared_memory_ = true;
 };
+
+// Whether a UCX_TLS value lets UCX use shared memory: "all", "sm"/"shm"/"mm" or one of their
+// transports (posix, sysv, xpmem, cma, knem) named; a "^" list unless it excludes them all.
+bool TlsAllowsSharedMemory(std::string_view tls);
 
 class UcxWorker {
  public:

@@ -57,6 +57,8 @@ class UcxClient {
   uint16_t shard_count() const { return shard_count_; }
   // The core's Welcome.putAlignment (0: none).
   uint32_t put_alignment() const { return put_alignment_; }
+  // Whether UCX may use shared memory (UcxContext::shared_memory).
+  bool shared_memory() const { return context_->shared_memory(); }
   // Every shard's HOST:PORT in shard order, as the core's Welcome listed them.
   const std::string& shard_addresses() const { return shard_addresses_; }
 
