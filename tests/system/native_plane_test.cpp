@@ -1201,6 +1201,72 @@ TEST(UcxPlane, PoolsInPlaceAreForClientsOfTheCoresHostOnly) {
   EXPECT_TRUE((*c)->CheckAlive());
 }
 
+// A core in another pid namespace (a container) names its pools by a pid the client cannot
+// use: /proc/PID there is another process, whose fd is not the pool (the inode differs).
+// The client must not map it: its gets come by rendezvous, byte-exact, and go on working.
+TEST(UcxPlane, ACoreInAnotherPidNamespaceIsNotMappedAndGetsStillArrive) {
+  SetUcxEnvironment(Plane::kUcxShm);
+  const std::string sock = test::SocketPath("ucxpidns");
+  const std::string log = fmt::format("{}/core-ucxpidns-{}.log", test::TmpDir(), getpid());
+  const std::string tier = fmt::format("{}/native-ucxpidns-{}", test::TmpDir(), getpid());
+  std::filesystem::remove_all(tier);
+  auto [rc, out] = test::RunCommand({GOBLIN_CORE_BIN, "--prepare", tier}, tier + ".log");
+  ASSERT_EQ(rc, 0) << out;
+  test::Process core({"/usr/bin/unshare",
+                      "--pid",
+                      "--fork",
+                      "--kill-child",
+                      GOBLIN_CORE_BIN,
+                      "--listen-unix",
+                      sock,
+                      "--memory",
+                      "16M",
+                      "--block",
+                      "64K",
+                      "--ram-head",
+                      "64K",
+                      "--cores",
+                      "1",
+                      "--ssd-dir",
+                      tier,
+                      "--tier-file-size",
+                      "64M",
+                      "--rdma-listen",
+                      "127.0.0.1:0",
+                      "--rdma-max-message",
+                      "64K"},
+                     log);
+  std::string target;
+  std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
+  for (int i = 0; i < 1000 && target.empty(); ++i) {
+    std::smatch m;
+    std::string out = core.Output();
+    if (std::regex_search(out, m, re)) target = "ucx://127.0.0.1:" + m[1].str();
+    if (target.empty()) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_FALSE(target.empty()) << core.Output();
+  auto c = Connection::Open(target, {.timeout = 5s});
+  ASSERT_TRUE(c) << c.error().ToString() << "\n" << core.Output();
+  EXPECT_EQ((*c)->server_pid(), 1u);  // (its pid in its own namespace)
+  auto data = Pattern(300'000, 9);
+  ASSERT_TRUE((*c)->Put("pidns/obj", data));
+  for (int i = 0; i < 3; ++i) {
+    auto got = GetAll(**c, "pidns/obj");
+    ASSERT_TRUE(got) << got.error().ToString() << "\n" << core.Output();
+    EXPECT_TRUE(*got == data);
+  }
+  EXPECT_FALSE((*c)->pools_mapped());
+  EXPECT_EQ((*c)->stats().bytes_lent, 0u);
+  EXPECT_TRUE((*c)->Ping());
+  core.Signal(SIGKILL);
+  core.Wait(5s);
+  std::filesystem::remove(sock);
+  std::filesystem::remove(sock + ".admin");
+  std::filesystem::remove(log);
+  std::filesystem::remove_all(tier);
+  std::filesystem::remove(tier + ".log");
+}
+
 // One-sided reads of the core's memory: MapPools answers with each pool's address and rkey;
 // the head bytes of an object just stored are found by reading the whole head pool with
 // ucp_get (emulated over tcp, cma over shared memory), without the core's handler.
