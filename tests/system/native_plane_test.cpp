@@ -1181,7 +1181,8 @@ TEST(UcxPlane, PoolsInPlaceAreForClientsOfTheCoresHostOnly) {
     }
     return reply;
   };
-  auto refused = wire::ErrorDecoder::Decode(ask("0f0f0f0f-another-host"));
+  auto refusal = ask("0f0f0f0f-another-host");
+  auto refused = wire::ErrorDecoder::Decode(refusal);  // (a view of `refusal`)
   ASSERT_TRUE(refused) << "expected an Error";
   EXPECT_EQ(refused->code(), wire::ErrorCode::kUnimplemented) << refused->text();
   auto reply = ask(HostBootId());
