@@ -80,6 +80,19 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   return v;
 }
 
+// The ucx:// target of a core started with --rdma-listen 127.0.0.1:0, from its log (the
+// port it chose); "" when it does not log one within 10 s.
+std::string UcxTargetOf(const test::Process& core) {
+  static const std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
+  for (int i = 0; i < 1000; ++i) {
+    std::smatch m;
+    std::string log = core.Output();
+    if (std::regex_search(log, m, re)) return "ucx://127.0.0.1:" + m[1].str();
+    std::this_thread::sleep_for(10ms);
+  }
+  return "";
+}
+
 // A core with a small disk tier (1 MiB extents, 64 KiB RAM heads) and, for the UCX planes,
 // a UCX listener on a port of its choosing (read back from its log).
 struct NativeCore {
@@ -122,13 +135,7 @@ struct NativeCore {
       target = "unix:" + core->sock;
       return;
     }
-    std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
-    for (int i = 0; i < 1000 && target.empty(); ++i) {
-      std::smatch m;
-      std::string log = core->proc.Output();
-      if (std::regex_search(log, m, re)) target = "ucx://127.0.0.1:" + m[1].str();
-      if (target.empty()) std::this_thread::sleep_for(10ms);
-    }
+    target = UcxTargetOf(core->proc);
     EXPECT_FALSE(target.empty()) << core->proc.Output();
   }
   void Kill() {
@@ -1237,14 +1244,7 @@ TEST(UcxPlane, ACoreInAnotherPidNamespaceIsNotMappedAndGetsStillArrive) {
                       "--rdma-max-message",
                       "64K"},
                      log);
-  std::string target;
-  std::regex re(R"(UCX plane listening on \S+ \(port (\d+)\))");
-  for (int i = 0; i < 1000 && target.empty(); ++i) {
-    std::smatch m;
-    std::string out = core.Output();
-    if (std::regex_search(out, m, re)) target = "ucx://127.0.0.1:" + m[1].str();
-    if (target.empty()) std::this_thread::sleep_for(10ms);
-  }
+  const std::string target = UcxTargetOf(core);
   ASSERT_FALSE(target.empty()) << core.Output();
   auto c = Connection::Open(target, {.timeout = 5s});
   ASSERT_TRUE(c) << c.error().ToString() << "\n" << core.Output();
