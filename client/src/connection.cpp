@@ -106,11 +106,8 @@ VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
       if (RouteToGets(l, m)) return;  // (a get in flight's: its sink runs now)
       uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
       bool mine = corr == correlation_id && !done && error.ok();
-      if (!mine && TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
-        // A loan nobody will read (an abandoned or failed request): give it back at once.
-        if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
-        return;
-      }
+      // A loan nobody will read (an abandoned or failed request's): given back at once.
+      if (!mine && ReleaseOrphanLoan(l, m)) return;
       if (done || !error.ok()) return;
       if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
           (corr == correlation_id || corr == 0)) {
@@ -391,9 +388,7 @@ Result<std::optional<Connection::Message>> Connection::NextMessage(
   for (;;) {
     GOBLIN_RETURN_IF_ERROR(l.transport->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
-      if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {  // a loan nobody waits for
-        if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
-      }
+      (void)ReleaseOrphanLoan(l, m);  // (a loan nobody waits for)
     }));
     if (!inbox_.empty()) break;
     uint64_t now = MonotonicNanos();
@@ -477,11 +472,10 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
                                     if (e) handler.OnError(e->correlation_id(), ErrorReply(m));
                                     return;
                                   }
-                                  case wire::LoanDecoder::kTemplateId: {  // nobody waits for it
-                                    if (auto loan = wire::LoanDecoder::Decode(m))
-                                      ReleaseLoan(l, loan->loan_id());
+                                  case wire::LoanDecoder::kTemplateId:  // nobody waits for it
+                                  case wire::ObjectInfoDecoder::kTemplateId:
+                                    (void)ReleaseOrphanLoan(l, m);
                                     return;
-                                  }
                                   default:
                                     return;  // a late reply to an abandoned synchronous request
                                 }
@@ -527,6 +521,22 @@ Result<Connection::QueryResult> Connection::PubsubQuery(Query q,
   }));
   if (!bad.ok()) return Err(bad);
   return out;
+}
+
+bool Connection::ReleaseOrphanLoan(Link& l, std::span<const uint8_t> m) {
+  if (m.size() < 8) return false;
+  if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
+    if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
+    return true;
+  }
+  if (TemplateOf(m) == wire::ObjectInfoDecoder::kTemplateId) {
+    auto info = wire::ObjectInfoDecoder::Decode(m);
+    if (!info) return false;
+    const uint64_t loan = detail::AnswerLoan(*info);
+    if (loan != 0) ReleaseLoan(l, loan);
+    return loan != 0;
+  }
+  return false;
 }
 
 void Connection::ReleaseLoan(Link& l, uint64_t loan_id) {

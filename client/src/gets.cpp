@@ -14,6 +14,7 @@
 
 namespace goblin::client {
 
+using detail::AnswerLoan;
 using detail::ErrorReply;
 using detail::Mapped;
 using detail::MetaOf;
@@ -34,16 +35,27 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
     }
     g.have_info = true;
     g.meta = MetaOf(*info);
-    if (!g.meta.found) return true;  // a miss ends the exchange; a hit is followed by ObjectData
+    // Its first piece lent in the answer (kGetLoanInAnswer): given back whatever happens.
+    const uint64_t loan = AnswerLoan(*info);
+    if (!g.meta.found) {  // a miss ends the exchange; a hit is followed by ObjectData
+      if (loan != 0) ReleaseLoan(l, loan);
+      return true;
+    }
     if (g.on_meta != nullptr && *g.on_meta) (*g.on_meta)(g.meta);
     if (auto first = info->first_bytes_bytes(); !first.empty()) {
       stats_.bytes_copied += first.size();
-      if (auto r = (*g.sink)(g.offset, first); !r) {
-        g.error = r.error();
-        return true;
-      }
+      if (auto r = (*g.sink)(g.offset, first); !r) g.error = r.error();
     }
-    return info->first_bytes_end() != 0;  // (else ObjectData follows)
+    if (loan != 0) {
+      if (g.error.ok()) {
+        (void)TakeLentSegment(g, info->loan_pool() == wire::PoolKind::kHead,
+                              info->loan_pool_offset(), g.offset, info->loan_length());
+      }
+      ++stats_.loans;
+      ++stats_.answer_loans;
+      ReleaseLoan(l, loan);
+    }
+    return info->first_bytes_end() != 0 || !g.error.ok();  // (else Loans or ObjectData follow)
   }
   if (t == wire::LoanDecoder::kTemplateId) {
     auto loan = wire::LoanDecoder::Decode(msg);
@@ -53,17 +65,9 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
     }
     bool last = loan->last() != 0;
     for (auto seg : loan->segments()) {
-      const Link::Mapping& m = seg.pool() == wire::PoolKind::kHead ? l.head_pool : l.io_pool;
-      if (m.base == nullptr || seg.pool_offset() > m.bytes ||
-          seg.length() > m.bytes - seg.pool_offset()) {
-        g.error = Status(StatusCode::kCorruption, "a loan outside the mapped pools");
+      if (!TakeLentSegment(g, seg.pool() == wire::PoolKind::kHead, seg.pool_offset(),
+                           seg.object_offset(), seg.length()))
         break;
-      }
-      stats_.bytes_lent += seg.length();
-      if (auto r = (*g.sink)(seg.object_offset(), {m.base + seg.pool_offset(), seg.length()}); !r) {
-        g.error = r.error();
-        break;
-      }
     }
     ++stats_.loans;
     ReleaseLoan(l, loan->loan_id());
@@ -83,13 +87,30 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
   return d->last() != 0;
 }
 
+bool Connection::TakeLentSegment(GetState& g, bool head_pool, uint64_t pool_offset,
+                                 uint64_t object_offset, uint64_t length) {
+  const Link::Mapping& m = head_pool ? g.link->head_pool : g.link->io_pool;
+  if (m.base == nullptr || pool_offset > m.bytes || length > m.bytes - pool_offset) {
+    g.error = Status(StatusCode::kCorruption, "a loan outside the mapped pools");
+    return false;
+  }
+  stats_.bytes_lent += length;
+  if (auto r = (*g.sink)(object_offset, {m.base + pool_offset, length}); !r) {
+    g.error = r.error();
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 // An ObjectGet's flags for a link.
 uint32_t GetFlags(const auto& l, const ConnectOptions& o, bool follow_fill) {
-  // Remote planes take the first bytes in the answer (one message less before the first byte).
+  // Remote planes take the first bytes in the answer (one message less before the first
+  // byte); a reader of the pools takes the first piece lent in it (the same, in place).
+  const bool loans = o.zero_copy && Mapped(l);
   return (follow_fill ? wire::kGetFollowFill : 0) |
-         (o.zero_copy && Mapped(l) ? wire::kGetLoans : 0) |
+         (loans ? wire::kGetLoans | wire::kGetLoanInAnswer : 0) |
          (l.transport->local() ? 0 : wire::kGetFirstBytes);
 }
 
@@ -190,9 +211,8 @@ Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanos
       Link& l = *lp;
       auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
         if (TakeDelivery(m) || RouteToGets(l, m) || m.size() < 16) return;
-        if (TemplateOf(m) == wire::LoanDecoder::kTemplateId) {
-          // A loan nobody will read (an abandoned or failed request): give it back at once.
-          if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
+        if (ReleaseOrphanLoan(l, m)) {
+          // (a loan nobody will read: an abandoned or failed request's, given back at once)
         } else if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
                    sbe::Load<uint64_t>(m.data() + 8) == 0) {
           FailGets(l, ErrorReply(m));  // the session as a whole

@@ -490,7 +490,50 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           }
         }
       }
-      if (!Send(session, oi.Finish()) || !stream) return;
+      // Or the range's first piece lent in the answer (kGetLoanInAnswer: a reader of the pools
+      // in place), when it is in memory now: its first byte comes with the answer, not with
+      // a Loan one message later. The loan needs its download (Hold counts it there).
+      Downloads* list = nullptr;
+      Download* d = nullptr;
+      auto start_download = [&] {
+        list = &downloads_[session.id()];
+        d = &NewDownload(*list);
+        d->correlation_id = corr;
+        d->stream = std::move(stream);
+        d->lend = lend;
+        d->in_place = in_place;
+      };
+      bool lent_ends = false;
+      if (stream && first_n == 0 && lend && (flags & wire::kGetLoanInAnswer) != 0 &&
+          session.queued_bytes() == 0) {
+        const uint64_t start = MonotonicNanos();
+        std::span<const uint8_t> bytes;
+        auto step = stream->Peek(&bytes);
+        if (step && *step == store::Store::Stream::Step::kData && !bytes.empty() &&
+            stream->where() != store::Store::Stream::Where::kPrivate) {
+          start_download();
+          if (auto p = LendPiece(session, *d, bytes)) {
+            oi.set_loan_id(p->loan_id)
+                .set_loan_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
+                .set_loan_pool_offset(p->pool_offset)
+                .set_loan_length(p->length)
+                .set_first_bytes_end(p->last ? 1 : 0);
+            d->first_sent = true;
+            lent_ends = p->last;
+            histograms_.get_first_piece.Record(MonotonicNanos() - start);
+          } else {
+            d->started_ns = start;  // (at the session's loan limit: Pump lends it later)
+          }
+        }
+      }
+      auto end_download = [&] {  // (what it lent stays out until released, or the session ends)
+        EndDownload(*list, std::prev(list->end()));
+        if (list->empty()) downloads_.erase(session.id());
+      };
+      if (!Send(session, oi.Finish()) || (!stream && d == nullptr)) {
+        if (d != nullptr) end_download();
+        return;
+      }
       ++counters_.gets;
       if (first_n > 0) {
         stream->Consume(first_n);
@@ -498,14 +541,15 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         histograms_.get_first_piece.Record(MonotonicNanos() - first_start);
         if (first_ends) return;
       }
+      if (d == nullptr) {
+        start_download();
+        d->first_sent = first_n > 0;
+        d->started_ns = first_n > 0 ? 0 : MonotonicNanos();
+      } else if (lent_ends) {  // all of it went in the answer
+        end_download();
+        return;
+      }
       reactor::Session* s = &session;
-      Download* d = &NewDownload(downloads_[session.id()]);
-      d->correlation_id = corr;
-      d->stream = std::move(stream);
-      d->lend = lend;
-      d->in_place = in_place;
-      d->first_sent = first_n > 0;
-      d->started_ns = first_n > 0 ? 0 : MonotonicNanos();
       d->stream->SetReadyCallback([s, d] {
         d->ready = true;
         s->WantWritable(true);
@@ -863,32 +907,45 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
   return loan_id;
 }
 
-bool CoreService::Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes) {
+std::optional<CoreService::LentPiece> CoreService::LendPiece(reactor::Session& session, Download& d,
+                                                             std::span<const uint8_t> bytes) {
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
   const uint8_t* base = head ? store_->pool().data() : store_->buffers().Buffer(0);
-  uint64_t pool_offset = static_cast<uint64_t>(bytes.data() - base);
-  auto held = Hold(session, d);
-  if (!held) return false;
-  uint64_t loan_id = *held;
-  bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
-  wire::LoanEncoder e(out_.data(), out_.size());
-  e.set_correlation_id(d.correlation_id)
-      .set_loan_id(loan_id)
-      .set_generation(st.info().generation)
-      .set_object_size(st.end() == UINT64_MAX ? UINT64_MAX : st.info().size)
-      .set_last(last ? 1 : 0);
-  e.BeginSegments()
-      .Next()
-      .set_pool(head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
-      .set_pool_offset(pool_offset)
-      .set_object_offset(st.position())
-      .set_length(static_cast<uint32_t>(bytes.size()))
-      .set_checksum(0)
-      .set_flags(head && st.stable() ? wire::kSegmentStable : 0);
+  LentPiece p;
+  p.head = head;
+  p.pool_offset = static_cast<uint64_t>(bytes.data() - base);
+  auto held = Hold(session, d);  // (the bytes stay where they are: a pin, or a detached buffer)
+  if (!held) return std::nullopt;
+  p.loan_id = *held;
+  p.object_offset = st.position();
+  p.length = static_cast<uint32_t>(bytes.size());
+  p.stable = head && st.stable();
+  p.last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
   st.Consume(bytes.size());
   ++counters_.loans;
   counters_.bytes_lent += bytes.size();
+  return p;
+}
+
+bool CoreService::Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes) {
+  auto p = LendPiece(session, d, bytes);
+  if (!p) return false;
+  const store::Store::Stream& st = *d.stream;
+  wire::LoanEncoder e(out_.data(), out_.size());
+  e.set_correlation_id(d.correlation_id)
+      .set_loan_id(p->loan_id)
+      .set_generation(st.info().generation)
+      .set_object_size(st.end() == UINT64_MAX ? UINT64_MAX : st.info().size)
+      .set_last(p->last ? 1 : 0);
+  e.BeginSegments()
+      .Next()
+      .set_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
+      .set_pool_offset(p->pool_offset)
+      .set_object_offset(p->object_offset)
+      .set_length(p->length)
+      .set_checksum(0)
+      .set_flags(p->stable ? wire::kSegmentStable : 0);
   Send(session, e.Finish());
   return true;
 }

@@ -234,9 +234,17 @@ void ObjectCases() {
         .set_head_offset(1ull << 33)
         .set_head_length(4 << 20)
         .set_first_bytes_end(1)
+        .set_loan_id(0x1234567890ull)
+        .set_loan_pool(PoolKind::kIo)
+        .set_loan_pool_offset(3ull << 32)
+        .set_loan_length(UINT32_MAX - 1)
         .set_metadata("etag: x")
         .set_first_bytes(std::string_view("\x00\x01first", 7));
     auto d = RoundTrip<ObjectInfoDecoder>(b, e.Finish());
+    EXPECT_EQ(d.loan_id(), 0x1234567890ull);
+    EXPECT_EQ(d.loan_pool(), PoolKind::kIo);
+    EXPECT_EQ(d.loan_pool_offset(), 3ull << 32);
+    EXPECT_EQ(d.loan_length(), UINT32_MAX - 1);
     EXPECT_EQ(d.status(), LookupStatus::kFilling);
     EXPECT_EQ(d.object_size(), 5ull << 30);
     EXPECT_EQ(d.generation(), 9u);
@@ -566,7 +574,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x08, 0x00,  // blockLength 16, template 4, schema 7107, v8
+                               0x1b, 0x09, 0x00,  // blockLength 16, template 4, schema 7107, v9
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -584,7 +592,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x08, 0x00,  // blockLength 18, template 12, v8
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x09, 0x00,  // blockLength 18, template 12, v9
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId
@@ -592,6 +600,22 @@ TEST(Golden, SubscribeGroupAndVarData) {
       0x02, 0,    0,    0,    'a',  '*',               // name (uint32 length)
       0x01, 0,    0,    0,    'b'};
   EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + static_cast<long>(n)), want);
+}
+
+// An ObjectInfo from a core of schema version 8 (before the answer could lend its first
+// piece): the loan fields read as their null values, which libgoblin takes for "no loan".
+TEST(Versions, AnOlderObjectInfoLendsNothing) {
+  Buf b;
+  ObjectInfoEncoder e(b.data(), b.size());
+  e.set_correlation_id(3).set_status(LookupStatus::kHit).set_object_size(10).set_loan_id(7);
+  size_t n = e.Finish();
+  b[6] = 8;  // the header's version
+  b[7] = 0;
+  auto d = ObjectInfoDecoder::Decode({b.data(), n});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->object_size(), 10u);
+  EXPECT_EQ(d->loan_id(), UINT64_MAX);
+  EXPECT_EQ(d->loan_length(), UINT32_MAX);
 }
 
 TEST(Encoder, FailsWhenTheBufferIsTooSmall) {

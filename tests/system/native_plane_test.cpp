@@ -217,6 +217,23 @@ std::map<std::string, uint64_t> CoreStats(const NativeCore& nc, std::string* tex
   return counters;
 }
 
+// Waits (bounded: 10 s) until the core holds no loan and no open stream for anyone, and
+// says so; what it saw last in *text.
+void ExpectNothingHeld(const NativeCore& nc, std::string* text = nullptr) {
+  std::string stats;
+  uint64_t loans_out = 1, streams_open = 1;
+  for (int i = 0; i < 100 && (loans_out != 0 || streams_open != 0); ++i) {
+    if (i > 0) std::this_thread::sleep_for(100ms);
+    auto counters = CoreStats(nc, &stats);
+    ASSERT_TRUE(counters.contains("loans_out") && counters.contains("streams_open")) << stats;
+    loans_out = counters["loans_out"];
+    streams_open = counters["streams_open"];
+  }
+  EXPECT_EQ(loans_out, 0u) << stats;
+  EXPECT_EQ(streams_open, 0u) << stats;
+  if (text != nullptr) *text = stats;
+}
+
 TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   NativeCore nc(Tag("ops"), GetParam());
   auto c = nc.Connect();
@@ -263,6 +280,13 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   EXPECT_EQ(c->pools_mapped(), in_place);
   EXPECT_EQ(c->stats().loans > 0, in_place);
   EXPECT_EQ(c->stats().bytes_lent > (3u << 20), in_place) << c->stats().bytes_lent;
+  // A head in RAM comes lent in the answer itself (kGetLoanInAnswer), the rest as Loans; all
+  // of it given back.
+  EXPECT_EQ(c->stats().answer_loans > 0, in_place);
+  if (in_place) {
+    EXPECT_LT(c->stats().answer_loans, c->stats().loans);
+  }
+  ExpectNothingHeld(nc);
   // A second connection sees the same objects; one that asks for copies gets them copied.
   auto c2 = nc.Connect();
   ASSERT_TRUE(c2);
@@ -273,6 +297,7 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   EXPECT_TRUE(GetAll(**copying, "obj/4").value() == big);
   EXPECT_FALSE((*copying)->pools_mapped());
   EXPECT_EQ((*copying)->stats().bytes_lent, 0u);
+  EXPECT_EQ((*copying)->stats().answer_loans, 0u);
 }
 
 #if GOBLIN_HAVE_UCX
@@ -398,9 +423,83 @@ TEST_P(NativePlane, FirstBytesInTheAnswerEndExactlyAndLeaveNothingBehind) {
       EXPECT_TRUE(std::equal(got->begin(), got->end(), data.begin() + static_cast<long>(k.offset)));
     }
   }
-  // A miss after all that is a clean miss; a ping is answered.
+  // A miss after all that is a clean miss; a ping is answered; every piece lent in an
+  // answer was given back. On the ring each range's first piece is lent in its answer; UCX
+  // in place takes a range that fits the first bytes copied in the answer, the others' first
+  // pieces lent; tcp lends nothing.
   EXPECT_EQ(GetAll(*c, "first/none").error().code(), StatusCode::kNotFound);
   EXPECT_TRUE(c->Ping("after"));
+  if (GetParam() == Plane::kRing) {
+    EXPECT_EQ(c->stats().answer_loans, 2 * cases.size());
+  } else {
+    EXPECT_EQ(c->stats().answer_loans > 0, GetParam() == Plane::kUcxShm);
+  }
+  ExpectNothingHeld(nc);
+}
+
+// A reader whose sink fails on the piece lent in the answer (kGetLoanInAnswer), or on a
+// Loan after it, gets the sink's error and gives every loan back; a get whose window is
+// abandoned the same way; the next gets of the same objects arrive whole.
+TEST_P(NativePlane, ASinkThatFailsOnLentBytesGivesTheLoansBack) {
+  NativeCore nc(Tag("sinkfail"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto small = Pattern(300000, 61), big = Pattern((3 << 20) + 5, 62);
+  ASSERT_TRUE(c->Put("sinkfail/small", small));
+  ASSERT_TRUE(c->Put("sinkfail/big", big));
+  for (int round = 0; round < 3; ++round) {
+    for (int fail_at : {0, 1}) {  // the first piece (the answer's), the second (a Loan)
+      for (const char* key : {"sinkfail/small", "sinkfail/big"}) {
+        if (fail_at == 1 && std::string_view(key) == "sinkfail/small") continue;  // one piece
+        SCOPED_TRACE(fmt::format("round {}, {} failing at piece {}", round, key, fail_at));
+        int calls = 0;
+        auto m = c->Get(key, [&](uint64_t, std::span<const uint8_t>) {
+          return calls++ == fail_at ? VoidResult(Err(StatusCode::kAborted, "the reader gave up"))
+                                    : VoidResult();
+        });
+        ASSERT_FALSE(m);
+        EXPECT_EQ(m.error().code(), StatusCode::kAborted) << m.error().ToString();
+      }
+    }
+    // In flight: the sink of one of three fails; the others finish with their bytes.
+    std::vector<uint8_t> a, b;
+    auto into = [](std::vector<uint8_t>* out) {
+      return [out](uint64_t, std::span<const uint8_t> bytes) {
+        out->insert(out->end(), bytes.begin(), bytes.end());
+        return VoidResult();
+      };
+    };
+    auto ga = c->StartGet("sinkfail/big", into(&a));
+    auto gf = c->StartGet("sinkfail/small", [](uint64_t, std::span<const uint8_t>) {
+      return VoidResult(Err(StatusCode::kAborted, "the reader gave up"));
+    });
+    auto gb = c->StartGet("sinkfail/small", into(&b));
+    ASSERT_TRUE(ga && gf && gb);
+    size_t done = 0, failed = 0;
+    for (int i = 0; i < 500 && done < 3; ++i) {
+      auto finished = c->WaitGets(20ms);
+      ASSERT_TRUE(finished) << finished.error().ToString();
+      for (auto& f : *finished) {
+        ++done;
+        if (f.id == *gf) {
+          ASSERT_FALSE(f.result);
+          ++failed;
+        } else {
+          ASSERT_TRUE(f.result) << f.result.error().ToString();
+        }
+      }
+    }
+    EXPECT_EQ(done, 3u);
+    EXPECT_EQ(failed, 1u);
+    EXPECT_TRUE(a == big);
+    EXPECT_TRUE(b == small);
+    ExpectNothingHeld(nc);
+    // What the next reader sees: every byte, from the same pieces.
+    EXPECT_TRUE(GetAll(*c, "sinkfail/small").value() == small);
+    EXPECT_TRUE(GetAll(*c, "sinkfail/big").value() == big);
+  }
+  EXPECT_EQ(c->stats().answer_loans > 0, GetParam() != Plane::kUcxTcp);
+  ExpectNothingHeld(nc);
 }
 
 // Many gets in flight on one connection (StartGet/WaitGets): a large object whose tail comes
@@ -1077,17 +1176,7 @@ TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
   // Nothing stays pinned for the dead readers: every loan of pool memory to a send in
   // flight comes back and every stream closes once the core has seen them go (the
   // surviving client holds none: it is idle).
-  std::string stats;
-  uint64_t loans_out = 1, streams_open = 1;
-  for (int i = 0; i < 100 && (loans_out != 0 || streams_open != 0); ++i) {
-    if (i > 0) std::this_thread::sleep_for(100ms);
-    auto counters = CoreStats(nc, &stats);
-    ASSERT_TRUE(counters.contains("loans_out") && counters.contains("streams_open")) << stats;
-    loans_out = counters["loans_out"];
-    streams_open = counters["streams_open"];
-  }
-  EXPECT_EQ(loans_out, 0u) << stats;
-  EXPECT_EQ(streams_open, 0u) << stats;
+  ExpectNothingHeld(nc);
   // The core is alive, serves everyone else, and holds nothing for the dead reader: the
   // object can be replaced and deleted.
   auto ping = c->Ping();

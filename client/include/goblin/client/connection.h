@@ -229,9 +229,10 @@ class Connection {
   Result<bool> ReadHead(const HeadDescriptor& d, std::span<uint8_t> dst);
 
   struct Stats {
-    uint64_t bytes_lent = 0;    // received in place (zero-copy)
-    uint64_t bytes_copied = 0;  // received through the ring
-    uint64_t loans = 0;
+    uint64_t bytes_lent = 0;       // received in place (zero-copy)
+    uint64_t bytes_copied = 0;     // received through the ring
+    uint64_t loans = 0;            // lent pieces (Loans, and answers that lent one)
+    uint64_t answer_loans = 0;     // of which lent in the core's answer itself (kGetLoanInAnswer)
     uint64_t one_sided_reads = 0;  // ReadHead calls that returned the head
     uint64_t stale_reads = 0;      // ReadHead calls that found the descriptor stale
   };
@@ -254,6 +255,13 @@ class Connection {
   // Reads a head table entry (local: from the mapping, acquire; remote: a one-sided get).
   Result<std::array<uint64_t, 4>> ReadEntry(Link& l, uint32_t entry);
   void ReleaseLoan(Link& l, uint64_t loan_id);
+  // A message nobody will read that holds a loan (a Loan, or an ObjectInfo that lent its
+  // first piece: an abandoned or failed request's) gives it back; true if `m` was one.
+  bool ReleaseOrphanLoan(Link& l, std::span<const uint8_t> m);
+  // One lent segment to the get's sink; false (state.error set) when it lies outside the
+  // mapped pools or the sink fails.
+  bool TakeLentSegment(GetState& state, bool head_pool, uint64_t pool_offset,
+                       uint64_t object_offset, uint64_t length);
   // Keeps a Delivery for NextMessage; false if `m` is not one.
   bool TakeDelivery(std::span<const uint8_t> m);
   // Calls fn for each received message carrying this correlation id until it returns true;

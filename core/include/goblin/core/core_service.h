@@ -218,6 +218,18 @@ class CoreService : public reactor::Handler {
   // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
   std::optional<uint64_t> Hold(reactor::Session& session, Download& d);
+  // The peeked bytes held (Hold) and consumed from the stream: what a Loan, or an
+  // ObjectInfo lending its first piece (kGetLoanInAnswer), says of them.
+  struct LentPiece {
+    uint64_t loan_id = 0;
+    bool head = true;  // in the head pool (else an I/O buffer)
+    uint64_t pool_offset = 0, object_offset = 0;
+    uint32_t length = 0;
+    bool stable = false;  // kSegmentStable
+    bool last = false;    // it ends the requested range
+  };
+  std::optional<LentPiece> LendPiece(reactor::Session& session, Download& d,
+                                     std::span<const uint8_t> bytes);
   // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
   bool Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes);
   // A remote session: sends the peeked bytes as an ObjectData payload straight from the
