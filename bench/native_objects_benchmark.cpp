@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "Key order seed")->capture_default_str();
   app.add_option("--label", label, "Row label");
-  bool no_store = false, keep = false, pause_spin = false, copy = false;
+  bool no_store = false, keep = false, pause_spin = false, copy = false, compare = false;
   uint32_t window = 1;
   app.add_option("--window", window,
                  "Throughput: gets in flight per connection (StartGet/WaitGets; 1: one at a time)")
@@ -186,6 +186,11 @@ int main(int argc, char** argv) {
   std::chrono::nanoseconds spin = client::ConnectOptions{}.spin;
   AddDurationOption(app, "--spin", &spin,
                     "Clients poll this long for an answer before sleeping (ConnectOptions::spin)");
+  app.add_flag("--compare-answer-loans", compare,
+               "Serial part: alternate gets between a connection whose first piece comes lent "
+               "in the core's answer (the default) and one whose answer and first Loan come "
+               "apart (ConnectOptions::loan_in_answer = false), and print both tables: the "
+               "same core, the same moment");
   app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -209,24 +214,43 @@ int main(int argc, char** argv) {
     if (auto r = ReadObject(c, o, object_size); !r) return Fail(r.error().ToString());
   }
 
-  // Serial: one get at a time in a fixed-seed order.
+  // Serial: one get at a time in a fixed-seed order (--compare-answer-loans: every other one
+  // on a second connection without the first piece lent in the answer).
+  std::unique_ptr<client::Connection> apart;
+  if (compare) {
+    client::ConnectOptions o = copts;
+    o.loan_in_answer = false;
+    auto a = client::Connection::Open(target, o);
+    if (!a) return Fail(fmt::format("{}: {}", target, a.error().ToString()));
+    apart = std::move(*a);
+  }
+  struct Serial {
+    std::vector<double> header_us, ready_us, done_us;
+  } serial[2];
   std::mt19937_64 rng(seed);
-  std::vector<double> header_us, ready_us, done_us;
   for (int i = 0; i < samples; ++i) {
     auto object = static_cast<uint32_t>(rng() % objects);
-    auto r = ReadObject(c, object, object_size);
+    const int which = apart && (i & 1) ? 1 : 0;
+    auto r = ReadObject(which == 1 ? *apart : c, object, object_size);
     if (!r) return Fail(r.error().ToString());
-    header_us.push_back(static_cast<double>(r->header_ns) / 1e3);
-    ready_us.push_back(static_cast<double>(r->ready_ns) / 1e3);
-    done_us.push_back(static_cast<double>(r->done_ns) / 1e3);
+    serial[which].header_us.push_back(static_cast<double>(r->header_ns) / 1e3);
+    serial[which].ready_us.push_back(static_cast<double>(r->ready_ns) / 1e3);
+    serial[which].done_us.push_back(static_cast<double>(r->done_ns) / 1e3);
   }
-  fmt::print("\n{}: one connection, {} gets of {}-byte objects one after another (us)\n\n", label,
-             samples, object_size);
-  fmt::print(
-      "| time to | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n");
-  fmt::print("| response header | {} |\n", Row(bench::Summarize(header_us)));
-  fmt::print("| payload ready | {} |\n", Row(bench::Summarize(ready_us)));
-  fmt::print("| complete | {} |\n", Row(bench::Summarize(done_us)));
+  for (int which = 0; which < (apart ? 2 : 1); ++which) {
+    const Serial& s = serial[which];
+    fmt::print("\n{}: one connection{}, {} gets of {}-byte objects one after another (us)\n\n",
+               label,
+               !apart       ? ""
+               : which == 0 ? " (first piece lent in the answer)"
+                            : " (answer and first Loan apart; interleaved with the above)",
+               s.header_us.size(), object_size);
+    fmt::print(
+        "| time to | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    fmt::print("| response header | {} |\n", Row(bench::Summarize(s.header_us)));
+    fmt::print("| payload ready | {} |\n", Row(bench::Summarize(s.ready_us)));
+    fmt::print("| complete | {} |\n", Row(bench::Summarize(s.done_us)));
+  }
 
   // Throughput: N connections, closed loop.
   fmt::print("\n{}: N connections, {} get{} in flight on each, for {} s each\n\n", label, window,

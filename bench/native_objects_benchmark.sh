@@ -14,8 +14,10 @@
 # SAMPLES (5000), CONNECTIONS (1,2,4,8), TURN_SECONDS (3: per connection count), PERF_ITERS (20000), CORE_ARGS (extra
 # goblin-core options, e.g. "--cpus 0 --polling pause" for a core with a CPU of its own),
 # CLIENT_ARGS (e.g. --pause-spin: clients spin without yielding), WINDOW (1: gets in flight
-# per connection in the throughput rows), NET_DEVICES (lo),
-# BUILD_DIR (build/release),
+# per connection in the throughput rows), NET_DEVICES (lo), PIN (0; 1: the latency mode,
+# each side on a CPU of its own: goblin-core and ucx_perftest's server on CPU 0, the core
+# with `--cpus 0 --polling pause`; the clients and ucx_perftest's client on CPU 1, spinning
+# with --pause-spin; use it with CONNECTIONS=1), BUILD_DIR (build/release),
 # OUT (var/bench/native-objects-<time>). Results: OUT/results.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +33,13 @@ CORE_ARGS=${CORE_ARGS:-}
 CLIENT_ARGS=${CLIENT_ARGS:-}
 WINDOW=${WINDOW:-1}
 NET_DEVICES=${NET_DEVICES:-lo}
+PIN=${PIN:-0}
+SERVER_CPU=() CLIENT_CPU=()
+if [ "$PIN" = 1 ]; then
+  SERVER_CPU=(taskset -c 0) CLIENT_CPU=(taskset -c 1)
+  CORE_ARGS="--cpus 0 --polling pause $CORE_ARGS"
+  CLIENT_ARGS="--pause-spin $CLIENT_ARGS"
+fi
 OUT=${OUT:-$ROOT/var/bench/native-objects-$(date -u +%Y%m%d-%H%M%S)}
 [ "${1:-}" = "--no-build" ] ||
   cmake --build "$BUILD_DIR" --target goblin-core native_objects_benchmark >/dev/null
@@ -62,10 +71,11 @@ ucx_tls() {  # transport -> UCX_TLS
 # ucx_perftest TEST SIZE on transport TLS: prints the "Final:" line's fields.
 perftest() {  # tls test size
   local tls=$1 test=$2 size=$3 port=$((13337 + RANDOM % 1000)) out
-  UCX_TLS=$tls ucx_perftest -p "$port" > "$RUN/perf-server.out" 2>&1 &
+  UCX_TLS=$tls "${SERVER_CPU[@]}" ucx_perftest -p "$port" > "$RUN/perf-server.out" 2>&1 &
   local server=$!
   sleep 0.5
-  out=$(UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" \
+  out=$(UCX_TLS=$tls timeout 120 "${CLIENT_CPU[@]}" ucx_perftest 127.0.0.1 -p "$port" \
+        -t "$test" -s "$size" \
         -n "$PERF_ITERS" 2>&1 | tee -a "$OUT/perftest.log" | sed -n 's/^Final:\s*//p')
   wait "$server" 2>/dev/null || true
   echo "$out"
@@ -74,7 +84,7 @@ perftest() {  # tls test size
 "$BUILD_DIR/core/goblin-core" --prepare "$RUN/tier" > /dev/null
 # Every object whole in a RAM head: heads and blocks of the object size at least.
 head=$(( size_bytes > 262144 ? size_bytes : 262144 ))
-UCX_TLS=all "$BUILD_DIR/core/goblin-core" --listen-unix "$RUN/core.sock" --ssd-dir "$RUN/tier" \
+UCX_TLS=all "${SERVER_CPU[@]}" "$BUILD_DIR/core/goblin-core" --listen-unix "$RUN/core.sock" --ssd-dir "$RUN/tier" \
   --memory 1G --block "$head" --ram-head "$head" --rdma-listen 127.0.0.1:0 \
   --rdma-max-message 1M --cores 1 $CORE_ARGS > "$RUN/core.log" 2>&1 &
 PIDS+=($!)
@@ -83,7 +93,7 @@ UCX_PORT=$(sed -n 's/.*UCX plane listening on .* (port \([0-9]*\)).*/\1/p' "$RUN
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD) $CORE_ARGS; clients: $CLIENT_ARGS"
+  echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD) $CORE_ARGS; clients: $CLIENT_ARGS; pinned: $PIN"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
   echo "ucx: $(ucx_info -v | sed -n 's/# Version //p')"
   echo "objects: $OBJECTS x $OBJECT_SIZE; samples $SAMPLES; connections $CONNECTIONS x ${TURN_SECONDS} s; window $WINDOW"
@@ -105,11 +115,11 @@ for t in $TRANSPORTS; do
       echo "ucx_perftest on UCX_TLS=${tls%%,tcp}: ucp_am_lat 16 B one-way p50 $one_way us" \
            "(round trip ~$(awk -v x="$one_way" 'BEGIN{printf "%.2f", 2 * x}') us);" \
            "ucp_put_bw $OBJECT_SIZE $(awk '{print $6}' <<< "$bw") MB/s"
-      UCX_TLS=$tls "$B" --target "ucx://127.0.0.1:$UCX_PORT" --objects "$OBJECTS" \
+      UCX_TLS=$tls "${CLIENT_CPU[@]}" "$B" --target "ucx://127.0.0.1:$UCX_PORT" --objects "$OBJECTS" \
         --object-size "$OBJECT_SIZE" --samples "$SAMPLES" --connections "$CONNECTIONS" \
         --seconds "$TURN_SECONDS" --label "native, UCX $t" --window "$WINDOW" $CLIENT_ARGS
     else
-      "$B" --target "unix:$RUN/core.sock" --objects "$OBJECTS" --object-size "$OBJECT_SIZE" \
+      "${CLIENT_CPU[@]}" "$B" --target "unix:$RUN/core.sock" --objects "$OBJECTS" --object-size "$OBJECT_SIZE" \
         --samples "$SAMPLES" --connections "$CONNECTIONS" --seconds "$TURN_SECONDS" \
         --label "native, ring plane" --window "$WINDOW" $CLIENT_ARGS
     fi

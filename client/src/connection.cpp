@@ -473,7 +473,7 @@ Result<size_t> Connection::PollPubsub(PubsubHandler& handler, size_t max) {
                                     return;
                                   }
                                   case wire::LoanDecoder::kTemplateId:  // nobody waits for it
-                                  case wire::ObjectInfoDecoder::kTemplateId:
+                                  case wire::ObjectLentDecoder::kTemplateId:
                                     (void)ReleaseOrphanLoan(l, m);
                                     return;
                                   default:
@@ -529,12 +529,9 @@ bool Connection::ReleaseOrphanLoan(Link& l, std::span<const uint8_t> m) {
     if (auto loan = wire::LoanDecoder::Decode(m)) ReleaseLoan(l, loan->loan_id());
     return true;
   }
-  if (TemplateOf(m) == wire::ObjectInfoDecoder::kTemplateId) {
-    auto info = wire::ObjectInfoDecoder::Decode(m);
-    if (!info) return false;
-    const uint64_t loan = detail::AnswerLoan(*info);
-    if (loan != 0) ReleaseLoan(l, loan);
-    return loan != 0;
+  if (TemplateOf(m) == wire::ObjectLentDecoder::kTemplateId) {
+    if (auto lent = wire::ObjectLentDecoder::Decode(m)) ReleaseLoan(l, lent->loan_id());
+    return true;
   }
   return false;
 }

@@ -63,14 +63,8 @@ inline Status ErrorReply(std::span<const uint8_t> m) {
   return Status(sc, fmt::format("goblin-core: {}", e->text()));
 }
 
-// The loan of an answer that lent its first piece (kGetLoanInAnswer); 0: none (an older
-// core's answer decodes the field as its null value).
-inline uint64_t AnswerLoan(const wire::ObjectInfoDecoder& info) {
-  const uint64_t id = info.loan_id();
-  return id == UINT64_MAX ? 0 : id;
-}
-
-inline Connection::ObjectMeta MetaOf(const wire::ObjectInfoDecoder& info) {
+// (an ObjectInfo's, or an ObjectLent's)
+inline Connection::ObjectMeta MetaOf(const auto& info) {
   Connection::ObjectMeta m;
   m.found = info.status() != wire::LookupStatus::kMiss;
   m.filling = info.status() == wire::LookupStatus::kFilling;

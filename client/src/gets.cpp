@@ -14,7 +14,6 @@
 
 namespace goblin::client {
 
-using detail::AnswerLoan;
 using detail::ErrorReply;
 using detail::Mapped;
 using detail::MetaOf;
@@ -27,6 +26,23 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
     g.error = ErrorReply(msg);
     return true;
   }
+  if (!g.have_info && t == wire::ObjectLentDecoder::kTemplateId) {
+    // The answer with its first piece lent (kGetLoanInAnswer): given back whatever happens.
+    auto lent = wire::ObjectLentDecoder::Decode(msg);
+    if (!lent) {
+      g.error = lent.error();
+      return true;
+    }
+    g.have_info = true;
+    g.meta = MetaOf(*lent);
+    if (g.on_meta != nullptr && *g.on_meta) (*g.on_meta)(g.meta);
+    (void)TakeLentSegment(g, lent->pool() == wire::PoolKind::kHead, lent->pool_offset(), g.offset,
+                          lent->length());
+    ++stats_.loans;
+    ++stats_.answer_loans;
+    ReleaseLoan(l, lent->loan_id());
+    return lent->last() != 0 || !g.error.ok();  // (else Loans or ObjectData follow)
+  }
   if (!g.have_info) {
     auto info = wire::ObjectInfoDecoder::Decode(msg);
     if (!info) {
@@ -35,27 +51,16 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
     }
     g.have_info = true;
     g.meta = MetaOf(*info);
-    // Its first piece lent in the answer (kGetLoanInAnswer): given back whatever happens.
-    const uint64_t loan = AnswerLoan(*info);
-    if (!g.meta.found) {  // a miss ends the exchange; a hit is followed by ObjectData
-      if (loan != 0) ReleaseLoan(l, loan);
-      return true;
-    }
+    if (!g.meta.found) return true;  // a miss ends the exchange; a hit is followed by ObjectData
     if (g.on_meta != nullptr && *g.on_meta) (*g.on_meta)(g.meta);
     if (auto first = info->first_bytes_bytes(); !first.empty()) {
       stats_.bytes_copied += first.size();
-      if (auto r = (*g.sink)(g.offset, first); !r) g.error = r.error();
-    }
-    if (loan != 0) {
-      if (g.error.ok()) {
-        (void)TakeLentSegment(g, info->loan_pool() == wire::PoolKind::kHead,
-                              info->loan_pool_offset(), g.offset, info->loan_length());
+      if (auto r = (*g.sink)(g.offset, first); !r) {
+        g.error = r.error();
+        return true;
       }
-      ++stats_.loans;
-      ++stats_.answer_loans;
-      ReleaseLoan(l, loan);
     }
-    return info->first_bytes_end() != 0 || !g.error.ok();  // (else Loans or ObjectData follow)
+    return info->first_bytes_end() != 0;  // (else Loans or ObjectData follow)
   }
   if (t == wire::LoanDecoder::kTemplateId) {
     auto loan = wire::LoanDecoder::Decode(msg);
@@ -109,8 +114,8 @@ uint32_t GetFlags(const auto& l, const ConnectOptions& o, bool follow_fill) {
   // Remote planes take the first bytes in the answer (one message less before the first
   // byte); a reader of the pools takes the first piece lent in it (the same, in place).
   const bool loans = o.zero_copy && Mapped(l);
-  return (follow_fill ? wire::kGetFollowFill : 0) |
-         (loans ? wire::kGetLoans | wire::kGetLoanInAnswer : 0) |
+  return (follow_fill ? wire::kGetFollowFill : 0) | (loans ? wire::kGetLoans : 0) |
+         (loans && o.loan_in_answer ? wire::kGetLoanInAnswer : 0) |
          (l.transport->local() ? 0 : wire::kGetFirstBytes);
 }
 

@@ -491,8 +491,9 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         }
       }
       // Or the range's first piece lent in the answer (kGetLoanInAnswer: a reader of the pools
-      // in place), when it is in memory now: its first byte comes with the answer, not with
-      // a Loan one message later. The loan needs its download (Hold counts it there).
+      // in place), when it is in memory now: an ObjectLent instead of the ObjectInfo, so the
+      // first byte comes with the answer, not with a Loan one message later. The loan needs
+      // its download (Hold counts it there).
       Downloads* list = nullptr;
       Download* d = nullptr;
       auto start_download = [&] {
@@ -504,6 +505,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         d->in_place = in_place;
       };
       bool lent_ends = false;
+      size_t answer = 0;  // (an ObjectLent's length, written over the ObjectInfo begun in out_)
       if (stream && first_n == 0 && lend && (flags & wire::kGetLoanInAnswer) != 0 &&
           session.queued_bytes() == 0) {
         const uint64_t start = MonotonicNanos();
@@ -513,11 +515,21 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             stream->where() != store::Store::Stream::Where::kPrivate) {
           start_download();
           if (auto p = LendPiece(session, *d, bytes)) {
-            oi.set_loan_id(p->loan_id)
-                .set_loan_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
-                .set_loan_pool_offset(p->pool_offset)
-                .set_loan_length(p->length)
-                .set_first_bytes_end(p->last ? 1 : 0);
+            answer = wire::ObjectLentEncoder(out_.data(), out_.size())
+                         .set_correlation_id(corr)
+                         .set_status(status)
+                         .set_object_size(info->size)
+                         .set_generation(info->generation)
+                         .set_created_nanos(info->created_unix_ns)
+                         .set_expires_nanos(info->expires_unix_ns)
+                         .set_loan_id(p->loan_id)
+                         .set_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
+                         .set_pool_offset(p->pool_offset)
+                         .set_length(p->length)
+                         .set_last(p->last ? 1 : 0)
+                         .set_metadata(
+                             std::string_view(info->metadata).substr(0, session.max_message() / 2))
+                         .Finish();
             d->first_sent = true;
             lent_ends = p->last;
             histograms_.get_first_piece.Record(MonotonicNanos() - start);
@@ -530,7 +542,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         EndDownload(*list, std::prev(list->end()));
         if (list->empty()) downloads_.erase(session.id());
       };
-      if (!Send(session, oi.Finish()) || (!stream && d == nullptr)) {
+      if (!Send(session, answer != 0 ? answer : oi.Finish()) || (!stream && d == nullptr)) {
         if (d != nullptr) end_download();
         return;
       }

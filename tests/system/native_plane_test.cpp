@@ -298,6 +298,13 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   EXPECT_FALSE((*copying)->pools_mapped());
   EXPECT_EQ((*copying)->stats().bytes_lent, 0u);
   EXPECT_EQ((*copying)->stats().answer_loans, 0u);
+  // One that wants the answer and the first Loan apart gets them so, and the same bytes.
+  auto apart = Connection::Open(nc.target, {.timeout = 5s, .loan_in_answer = false});
+  ASSERT_TRUE(apart) << apart.error().ToString();
+  EXPECT_TRUE(GetAll(**apart, "obj/4").value() == big);
+  EXPECT_EQ((*apart)->stats().loans > 0, in_place);
+  EXPECT_EQ((*apart)->stats().answer_loans, 0u);
+  ExpectNothingHeld(nc);
 }
 
 #if GOBLIN_HAVE_UCX

@@ -48,6 +48,10 @@ struct ConnectOptions {
   // permission UCX's cma transport needs too: ptrace read access); elsewhere UCX copies
   // (rendezvous into its receive buffer).
   bool zero_copy = true;
+  // With zero_copy and the pools mapped: a get's first piece, when the core has it in memory,
+  // comes lent in the core's answer itself (ObjectLent) instead of a Loan one message later.
+  // false: the answer and the first Loan come apart (for comparisons).
+  bool loan_in_answer = true;
   // Waiting for the core's answer: poll this long before sleeping (on the ring's doorbell or
   // the UCX worker's event fd), and while polling give the CPU away (sched_yield) so that a
   // core shard or another thread with work on the same CPU runs meanwhile. A client on a CPU
@@ -255,8 +259,8 @@ class Connection {
   // Reads a head table entry (local: from the mapping, acquire; remote: a one-sided get).
   Result<std::array<uint64_t, 4>> ReadEntry(Link& l, uint32_t entry);
   void ReleaseLoan(Link& l, uint64_t loan_id);
-  // A message nobody will read that holds a loan (a Loan, or an ObjectInfo that lent its
-  // first piece: an abandoned or failed request's) gives it back; true if `m` was one.
+  // A message nobody will read that holds a loan (a Loan, or an ObjectLent: an abandoned or
+  // failed request's) gives it back; true if `m` was one.
   bool ReleaseOrphanLoan(Link& l, std::span<const uint8_t> m);
   // One lent segment to the get's sink; false (state.error set) when it lies outside the
   // mapped pools or the sink fails.

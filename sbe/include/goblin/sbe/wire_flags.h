@@ -39,10 +39,11 @@ inline constexpr uint32_t kGetMeta = 1u << 6;
 // kPutIfGeneration); other gets read the committed version meanwhile (an HTTP cache may
 // serve it stale), a reader whose stale copy may not be served waits with this flag.
 inline constexpr uint32_t kGetAwaitReserved = 1u << 7;
-// With kGetLoans: the range's first piece, when it is in memory at once, is lent in the
-// ObjectInfo itself (loanId, loanPool, loanPoolOffset, loanLength) instead of a Loan behind
-// it: a reader's first byte arrives with the answer, one message sooner; the rest follows as
-// Loans (schema version 9). libgoblin asks wherever it reads the pools in place.
+// With kGetLoans: when the range's first piece is in memory at once, the answer is an
+// ObjectLent (the object's info and the loan of that piece in one message) instead of an
+// ObjectInfo with a Loan behind it: a reader's first byte arrives with the answer, one
+// message sooner; the rest follows as Loans (schema version 9). libgoblin asks wherever it
+// reads the pools in place.
 inline constexpr uint32_t kGetLoanInAnswer = 1u << 8;
 
 // ObjectPurge.flags (schema version 7): mark the objects stale (as ObjectDelete
