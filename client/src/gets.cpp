@@ -216,10 +216,9 @@ Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanos
       Link& l = *lp;
       auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
         if (TakeDelivery(m) || RouteToGets(l, m) || m.size() < 16) return;
-        if (ReleaseOrphanLoan(l, m)) {
-          // (a loan nobody will read: an abandoned or failed request's, given back at once)
-        } else if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
-                   sbe::Load<uint64_t>(m.data() + 8) == 0) {
+        if (ReleaseOrphanLoan(l, m)) return;  // (an abandoned or failed request's loan)
+        if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
+            sbe::Load<uint64_t>(m.data() + 8) == 0) {
           FailGets(l, ErrorReply(m));  // the session as a whole
         }
       });

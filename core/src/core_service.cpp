@@ -438,6 +438,16 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           info = &*head_info;
         }
       }
+      auto lender = lenders_.find(session.id());
+      const bool lend = lender != lenders_.end() &&
+                        ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
+      const bool in_place = lend && lender->second.in_place && (flags & wire::kGetLoans) != 0;
+      // A reader of the pools in place may get the range's first piece lent in the answer.
+      if (stream && lend && (flags & wire::kGetLoanInAnswer) != 0 && session.queued_bytes() == 0 &&
+          AnswerLent(session, corr, status, *info, stream, in_place,
+                     (flags & wire::kGetFirstBytes) != 0)) {
+        return;
+      }
       wire::ObjectInfoEncoder oi(out_.data(), out_.size());
       oi.set_correlation_id(corr).set_status(status);
       if (info) {
@@ -465,10 +475,6 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       uint64_t first_n = 0;
       bool first_ends = false;
       uint64_t first_start = 0;
-      auto lender = lenders_.find(session.id());
-      const bool lend = lender != lenders_.end() &&
-                        ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
-      const bool in_place = lend && lender->second.in_place && (flags & wire::kGetLoans) != 0;
       // Not while replies wait for the ring already: a reader that asks for many objects at
       // once (a gateway's pipelined gets) would otherwise have each one's first bytes queued
       // here, past its output limit; they come as ObjectData instead, as its ring drains.
@@ -477,9 +483,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         std::span<const uint8_t> bytes;
         auto step = stream->Peek(&bytes);
         if (step && *step == store::Store::Stream::Step::kData && !bytes.empty()) {
-          // (within the session's largest message, beside metadata of up to half of it)
-          first_n =
-              std::min<uint64_t>({bytes.size(), kFirstInlineBytes, session.max_message() / 4});
+          first_n = FirstInlineBytes(session, bytes.size());
           first_ends = stream->end() != UINT64_MAX && stream->position() + first_n == stream->end();
           // A reader that maps the pools in place gets a Loan of the whole piece right behind
           // a small answer instead (a copy of the first bytes into the answer costs more than
@@ -490,62 +494,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           }
         }
       }
-      // Or the range's first piece lent in the answer (kGetLoanInAnswer: a reader of the pools
-      // in place), when it is in memory now: an ObjectLent instead of the ObjectInfo, so the
-      // first byte comes with the answer, not with a Loan one message later. The loan needs
-      // its download (Hold counts it there).
-      Downloads* list = nullptr;
-      Download* d = nullptr;
-      auto start_download = [&] {
-        list = &downloads_[session.id()];
-        d = &NewDownload(*list);
-        d->correlation_id = corr;
-        d->stream = std::move(stream);
-        d->lend = lend;
-        d->in_place = in_place;
-      };
-      bool lent_ends = false;
-      size_t answer = 0;  // (an ObjectLent's length, written over the ObjectInfo begun in out_)
-      if (stream && first_n == 0 && lend && (flags & wire::kGetLoanInAnswer) != 0 &&
-          session.queued_bytes() == 0) {
-        const uint64_t start = MonotonicNanos();
-        std::span<const uint8_t> bytes;
-        auto step = stream->Peek(&bytes);
-        if (step && *step == store::Store::Stream::Step::kData && !bytes.empty() &&
-            stream->where() != store::Store::Stream::Where::kPrivate) {
-          start_download();
-          if (auto p = LendPiece(session, *d, bytes)) {
-            answer = wire::ObjectLentEncoder(out_.data(), out_.size())
-                         .set_correlation_id(corr)
-                         .set_status(status)
-                         .set_object_size(info->size)
-                         .set_generation(info->generation)
-                         .set_created_nanos(info->created_unix_ns)
-                         .set_expires_nanos(info->expires_unix_ns)
-                         .set_loan_id(p->loan_id)
-                         .set_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
-                         .set_pool_offset(p->pool_offset)
-                         .set_length(p->length)
-                         .set_last(p->last ? 1 : 0)
-                         .set_metadata(
-                             std::string_view(info->metadata).substr(0, session.max_message() / 2))
-                         .Finish();
-            d->first_sent = true;
-            lent_ends = p->last;
-            histograms_.get_first_piece.Record(MonotonicNanos() - start);
-          } else {
-            d->started_ns = start;  // (at the session's loan limit: Pump lends it later)
-          }
-        }
-      }
-      auto end_download = [&] {  // (what it lent stays out until released, or the session ends)
-        EndDownload(*list, std::prev(list->end()));
-        if (list->empty()) downloads_.erase(session.id());
-      };
-      if (!Send(session, answer != 0 ? answer : oi.Finish()) || (!stream && d == nullptr)) {
-        if (d != nullptr) end_download();
-        return;
-      }
+      if (!Send(session, oi.Finish()) || !stream) return;
       ++counters_.gets;
       if (first_n > 0) {
         stream->Consume(first_n);
@@ -553,20 +502,10 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         histograms_.get_first_piece.Record(MonotonicNanos() - first_start);
         if (first_ends) return;
       }
-      if (d == nullptr) {
-        start_download();
-        d->first_sent = first_n > 0;
-        d->started_ns = first_n > 0 ? 0 : MonotonicNanos();
-      } else if (lent_ends) {  // all of it went in the answer
-        end_download();
-        return;
-      }
-      reactor::Session* s = &session;
-      d->stream->SetReadyCallback([s, d] {
-        d->ready = true;
-        s->WantWritable(true);
-      });
-      session.WantWritable(true);
+      Download& d = StartDownload(session, corr, stream, lend, in_place);
+      d.first_sent = first_n > 0;
+      d.started_ns = first_n > 0 ? 0 : MonotonicNanos();
+      WatchDownload(session, d);
       return;
     }
     case wire::ObjectPurgeDecoder::kTemplateId: {
@@ -938,6 +877,89 @@ std::optional<CoreService::LentPiece> CoreService::LendPiece(reactor::Session& s
   ++counters_.loans;
   counters_.bytes_lent += bytes.size();
   return p;
+}
+
+uint64_t CoreService::FirstInlineBytes(const reactor::Session& session, uint64_t available) {
+  // (within the session's largest message, beside metadata of up to half of it)
+  return std::min<uint64_t>({available, kFirstInlineBytes, session.max_message() / 4});
+}
+
+CoreService::Download& CoreService::StartDownload(reactor::Session& session, uint64_t corr,
+                                                  store::Store::StreamPtr& stream, bool lend,
+                                                  bool in_place) {
+  Download& d = NewDownload(downloads_[session.id()]);
+  d.correlation_id = corr;
+  d.stream = std::move(stream);
+  d.lend = lend;
+  d.in_place = in_place;
+  return d;
+}
+
+void CoreService::EndLastDownload(reactor::Session& session) {
+  auto it = downloads_.find(session.id());
+  EndDownload(it->second, std::prev(it->second.end()));
+  if (it->second.empty()) downloads_.erase(it);
+}
+
+void CoreService::WatchDownload(reactor::Session& session, Download& d) {
+  reactor::Session* s = &session;
+  Download* dp = &d;
+  d.stream->SetReadyCallback([s, dp] {
+    dp->ready = true;
+    s->WantWritable(true);
+  });
+  session.WantWritable(true);
+}
+
+bool CoreService::AnswerLent(reactor::Session& session, uint64_t corr, wire::LookupStatus status,
+                             const store::ObjectInfo& info, store::Store::StreamPtr& stream,
+                             bool in_place, bool first_bytes_wanted) {
+  const uint64_t start = MonotonicNanos();
+  std::span<const uint8_t> bytes;
+  auto step = stream->Peek(&bytes);
+  if (!step || *step != store::Store::Stream::Step::kData || bytes.empty() ||
+      stream->where() == store::Store::Stream::Where::kPrivate) {
+    return false;  // (nothing in memory now: the ObjectInfo, and the stream's pieces later)
+  }
+  // Where the first bytes are copied into an ObjectInfo instead (a reader not in place; a
+  // range they cover whole: one message and no loan to give back), they are.
+  if (first_bytes_wanted &&
+      (!in_place ||
+       (stream->end() != UINT64_MAX &&
+        stream->position() + FirstInlineBytes(session, bytes.size()) == stream->end())))
+    return false;
+  Download& d = StartDownload(session, corr, stream, /*lend=*/true, in_place);
+  auto p = LendPiece(session, d, bytes);
+  if (!p) {  // at the session's loan limit: answered as usual, lent when a loan comes back
+    stream = std::move(d.stream);
+    EndLastDownload(session);
+    return false;
+  }
+  const size_t n =
+      wire::ObjectLentEncoder(out_.data(), out_.size())
+          .set_correlation_id(corr)
+          .set_status(status)
+          .set_object_size(info.size)
+          .set_generation(info.generation)
+          .set_created_nanos(info.created_unix_ns)
+          .set_expires_nanos(info.expires_unix_ns)
+          .set_loan_id(p->loan_id)
+          .set_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
+          .set_pool_offset(p->pool_offset)
+          .set_length(p->length)
+          .set_last(p->last ? 1 : 0)
+          .set_metadata(std::string_view(info.metadata).substr(0, session.max_message() / 2))
+          .Finish();
+  histograms_.get_first_piece.Record(MonotonicNanos() - start);
+  const bool sent = Send(session, n);
+  counters_.gets += sent ? 1 : 0;
+  if (!sent || p->last) {  // (what it lent stays out until released, or the session ends)
+    EndLastDownload(session);
+    return true;
+  }
+  d.first_sent = true;
+  WatchDownload(session, d);
+  return true;
 }
 
 bool CoreService::Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes) {

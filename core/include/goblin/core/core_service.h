@@ -43,6 +43,10 @@
 #include "goblin/sbe/runtime.h"
 #include "goblin/store/store.h"
 
+namespace goblin::wire {
+enum class LookupStatus : uint8_t;  // (goblin/wire/goblin_wire.h, generated)
+}  // namespace goblin::wire
+
 namespace goblin::core {
 
 class KeyspaceEvents;
@@ -219,7 +223,7 @@ class CoreService : public reactor::Handler {
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
   std::optional<uint64_t> Hold(reactor::Session& session, Download& d);
   // The peeked bytes held (Hold) and consumed from the stream: what a Loan, or an
-  // ObjectInfo lending its first piece (kGetLoanInAnswer), says of them.
+  // ObjectLent (the answer lending the first piece, kGetLoanInAnswer), says of them.
   struct LentPiece {
     uint64_t loan_id = 0;
     bool head = true;  // in the head pool (else an I/O buffer)
@@ -230,6 +234,21 @@ class CoreService : public reactor::Handler {
   };
   std::optional<LentPiece> LendPiece(reactor::Session& session, Download& d,
                                      std::span<const uint8_t> bytes);
+  // Answers an ObjectGet with kGetLoanInAnswer by an ObjectLent when the range's first piece
+  // is in memory now and is not to be copied into an ObjectInfo (first_bytes_wanted: a
+  // reader not in place, or a range the first bytes cover whole); the rest, if any, follows
+  // from a download. false: answer with an ObjectInfo as usual (`stream` is left as it was).
+  bool AnswerLent(reactor::Session& session, uint64_t corr, wire::LookupStatus status,
+                  const store::ObjectInfo& info, store::Store::StreamPtr& stream, bool in_place,
+                  bool first_bytes_wanted);
+  // How many of `available` first bytes an ObjectInfo carries (kGetFirstBytes).
+  static uint64_t FirstInlineBytes(const reactor::Session& session, uint64_t available);
+  // A download of `stream` (moved in) at the end of the session's list; EndLastDownload
+  // ends that one again; WatchDownload lets the stream's readiness pump it (OnWritable).
+  Download& StartDownload(reactor::Session& session, uint64_t corr, store::Store::StreamPtr& stream,
+                          bool lend, bool in_place);
+  void EndLastDownload(reactor::Session& session);
+  void WatchDownload(reactor::Session& session, Download& d);
   // Lends the peeked bytes as a Loan; false when the session is at its loan limit.
   bool Lend(reactor::Session& session, Download& d, std::span<const uint8_t> bytes);
   // A remote session: sends the peeked bytes as an ObjectData payload straight from the
