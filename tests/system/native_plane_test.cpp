@@ -913,7 +913,8 @@ TEST_P(NativePlane, AOneGiBPutFromMemoryIsByteExact) {
 // from memory (rendezvous) and streamed from a source (copied, eager). Over UCX shared memory
 // a putter killed in the middle of writing a message into the core's receive FIFO blocks
 // that FIFO for every peer; the core replaces the worker (ucx_worker_restarts), so a client
-// connecting meanwhile may be dropped once and reconnects, as from any core that went away.
+// connecting meanwhile may be dropped once (or left unanswered until its timeout) and
+// reconnects, as from any core that went away.
 TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
   setenv("UCX_RNDV_THRESH", "4K", 1);
   NativeCore nc(Tag("killput"), GetParam());
@@ -955,7 +956,11 @@ TEST_P(NativePlane, AClientKilledMidPutLeavesNoFillBehind) {
       c = std::move(*o);
     } else {
       errors += o.error().ToString() + "\n";
-      ASSERT_EQ(o.error().code(), StatusCode::kUnavailable) << errors;
+      // (dropped by a worker being replaced: over shared memory the client may not hear of
+      // it, its endpoint's peer process lives on, and it waits out its timeout instead)
+      ASSERT_TRUE(o.error().code() == StatusCode::kUnavailable ||
+                  o.error().code() == StatusCode::kTimeout)
+          << errors << nc.core->proc.Output();
     }
   }
   ASSERT_TRUE(c) << errors << nc.core->proc.Output();
