@@ -29,12 +29,12 @@ goblin_optional_pkg(GOBLIN_WITH_NUMA GOBLIN_HAVE_NUMA GOBLIN_PKG_NUMA numa)
 goblin_optional_pkg(GOBLIN_WITH_VERBS GOBLIN_HAVE_VERBS GOBLIN_PKG_VERBS libibverbs librdmacm)
 
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
+# HTTP/2 on the gateway (also in fuzz-only builds: fuzz_h2 runs nghttp2's server session)
+pkg_check_modules(GOBLIN_PKG_NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2)
 
 if(NOT GOBLIN_FUZZ_ONLY)
   # HTTPS on the gateway (TLS 1.2/1.3, SNI, ALPN, kTLS) and its tests
   find_package(OpenSSL 3 REQUIRED)
-  # HTTP/2 on the gateway
-  pkg_check_modules(GOBLIN_PKG_NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2)
   find_package(CLI11 CONFIG QUIET)
   if(NOT CLI11_FOUND)
     find_path(GOBLIN_CLI11_INCLUDE CLI/CLI.hpp REQUIRED)

@@ -24,26 +24,6 @@ constexpr std::string_view kLog = "http";
 // drains): a stream's lent bytes wait in its own conn meanwhile.
 constexpr size_t kH2QueueHigh = 1 << 20;
 
-bool ConnectionSpecific(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade";
-}
-// An HTTP2-Settings payload a SETTINGS frame could carry (RFC 9113 6.5): whole entries,
-// ENABLE_PUSH 0 or 1, INITIAL_WINDOW_SIZE up to 2^31-1, MAX_FRAME_SIZE 2^14 to 2^24-1
-// (nghttp2 takes any other as a connection error once upgraded; the upgrade is declined).
-bool ValidSettingsPayload(std::string_view p) {
-  if (p.size() % 6 != 0) return false;
-  for (size_t at = 0; at < p.size(); at += 6) {
-    const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(p[at + i])); };
-    const uint32_t id = (b(0) << 8) | b(1);
-    const uint32_t v = (b(2) << 24) | (b(3) << 16) | (b(4) << 8) | b(5);
-    if ((id == NGHTTP2_SETTINGS_ENABLE_PUSH && v > 1) ||
-        (id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE && v > (1u << 31) - 1) ||
-        (id == NGHTTP2_SETTINGS_MAX_FRAME_SIZE && (v < (1u << 14) || v > (1u << 24) - 1)))
-      return false;
-  }
-  return true;
-}
 }  // namespace
 
 HttpServer::Impl::Conn* HttpServer::Impl::H2StreamConn(H2Session& h, int32_t id) {
@@ -69,13 +49,7 @@ void HttpServer::Impl::StartH2(Conn& c) {
   nghttp2_session_callbacks_set_on_frame_send_callback(cb, &Impl::H2OnFrameSend);
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
-  // The flood limits, as nghttp2 sets them by default, written down: RST_STREAM (rapid
-  // reset) 1000 at once then 33/s, 1000 queued SETTINGS/PING acks, 32 settings per frame,
-  // 8 CONTINUATION frames per header block.
-  nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);
-  nghttp2_option_set_max_outbound_ack(opt, 1000);
-  nghttp2_option_set_max_settings(opt, 32);
-  nghttp2_option_set_max_continuations(opt, 8);
+  h2::SetServerLimits(opt);  // (the flood limits)
   int r = nghttp2_session_server_new2(&h->session, cb, h.get(), opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cb);
@@ -116,7 +90,7 @@ bool HttpServer::Impl::UpgradeToH2(Conn& c, const http::Request& r) {
   const std::string_view rest = std::string_view(c.in).substr(r.head_bytes);
   if (rest.substr(0, kH2Preface.size()) != kH2Preface.substr(0, rest.size())) return false;
   std::string payload;
-  if (!http::DecodeBase64Url(settings->value, &payload) || !ValidSettingsPayload(payload))
+  if (!http::DecodeBase64Url(settings->value, &payload) || !h2::ValidSettingsPayload(payload))
     return false;
   const bool head = r.method == "HEAD";
   StartH2(c);
@@ -324,27 +298,10 @@ int HttpServer::Impl::H2OnHeader(nghttp2_session*, const nghttp2_frame* frame, c
   auto& self = *static_cast<Impl*>(h.impl);
   Conn* s = self.H2StreamConn(h, frame->hd.stream_id);
   if (s == nullptr) return 0;
-  H2Stream& st = *s->h2s;
   std::string_view n(reinterpret_cast<const char*>(name), namelen);
   std::string_view v(reinterpret_cast<const char*>(value), valuelen);
-  st.header_bytes += namelen + valuelen + 32;  // (RFC 9113's size of a field)
-  if (st.header_bytes > self.options_.limits.max_header_bytes)
+  if (!s->h2s->request.Add(n, v, self.options_.limits.max_header_bytes))
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // (the stream is reset)
-  if (n == ":method") {
-    st.method.assign(v);
-  } else if (n == ":path") {
-    st.path.assign(v);
-  } else if (n == ":authority") {
-    st.authority.assign(v);
-  } else if (n.starts_with(':')) {  // (:scheme; nghttp2 refuses the others)
-  } else if (n == "host") {
-    if (st.authority.empty()) st.authority.assign(v);
-  } else if (n == "cookie") {  // (HTTP/2 splits it: one header again, RFC 9113 8.2.3)
-    if (!st.cookies.empty()) st.cookies += "; ";
-    st.cookies.append(v);
-  } else if (n != "content-length") {  // (set from the body received)
-    st.lines.append(n).append(": ").append(v).append("\r\n");
-  }
   return 0;
 }
 
@@ -403,19 +360,11 @@ int HttpServer::Impl::H2OnFrameSend(nghttp2_session*, const nghttp2_frame* frame
 void HttpServer::Impl::DispatchH2Stream(Conn& s) {
   H2Stream& st = *s.h2s;
   st.dispatched = true;
-  st.head = st.method == "HEAD";
-  std::string& r = s.in;
-  r.clear();
-  r.append(st.method).append(" ").append(st.path.empty() ? st.authority : st.path);
-  r.append(" HTTP/1.1\r\nHost: ").append(st.authority).append("\r\n").append(st.lines);
-  if (!st.cookies.empty()) r.append("cookie: ").append(st.cookies).append("\r\n");
-  if (!st.body.empty() || (st.method != "GET" && st.method != "HEAD"))
-    r.append(fmt::format("content-length: {}\r\n", st.body.size()));
-  r.append("\r\n");
-  if (st.body.size() <= options_.max_body) r.append(st.body);  // (else 413 without it)
+  st.head = st.request.method() == "HEAD";
+  st.request.ToHttp1(st.body, st.body.size() <= options_.max_body, &s.in);  // (else 413)
   st.body.clear();
   st.body.shrink_to_fit();
-  st.lines.clear();
+  st.request.Clear();
   ProcessRequests(s);
 }
 
@@ -428,7 +377,8 @@ void HttpServer::Impl::FlushH2Stream(Conn& s) {
   while (!st.submitted && s.out_bytes > 0) {
     // The response head, from the front of the stream conn's output (what Respond,
     // HitHead and the fills write: an HTTP/1.1 status line and headers).
-    std::string probe;
+    std::string& probe = h2_probe_;  // (its capacity kept from one response to the next)
+    probe.clear();
     for (size_t i = 0; i < s.out.size() && probe.find("\r\n\r\n") == std::string::npos; ++i) {
       const Piece& p = s.out[i];
       const size_t off = i == 0 ? s.first_off : 0;
@@ -436,7 +386,7 @@ void HttpServer::Impl::FlushH2Stream(Conn& s) {
       probe.append(b + off, (p.owned.empty() ? p.len : p.owned.size()) - off);
       if (probe.size() > 2 * options_.limits.max_header_bytes) break;
     }
-    http::Response resp;
+    http::Response& resp = h2_response_;
     http::Parse pr = http::ParseResponse(probe, options_.limits, st.head, &resp);
     if (pr == http::Parse::kNeedMore && probe.size() <= 2 * options_.limits.max_header_bytes)
       return;
@@ -451,23 +401,7 @@ void HttpServer::Impl::FlushH2Stream(Conn& s) {
       (void)Advance(s, resp.head_bytes);
       continue;
     }
-    std::string status = std::to_string(resp.status);
-    std::vector<std::string> names;
-    names.reserve(resp.headers.size());
-    std::vector<nghttp2_nv> nv;
-    nv.reserve(resp.headers.size() + 1);
-    auto add = [&](std::string_view n, std::string_view v) {
-      nv.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
-                    reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
-                    NGHTTP2_NV_FLAG_NONE});
-    };
-    add(":status", status);
-    for (const http::Header& hd : resp.headers) {
-      std::string& n = names.emplace_back(hd.name);
-      detail::LowerInPlace(&n);
-      if (ConnectionSpecific(n)) continue;
-      add(n, hd.value);
-    }
+    const std::span<const nghttp2_nv> nv = h2_head_.From(resp);
     if (st.head || resp.status == 204 || resp.status == 304) {
       st.framing = H2Stream::Body::kNone;
     } else if (resp.framing.chunked) {

@@ -41,6 +41,7 @@
 #include "goblin/common/recycling_map.h"
 #include "goblin/gateway/access_log.h"
 #include "goblin/gateway/cache_policy.h"
+#include "goblin/gateway/h2_message.h"
 #include "goblin/gateway/http.h"
 #include "goblin/gateway/http_server.h"
 #include "goblin/wire/goblin_wire.h"
@@ -97,11 +98,11 @@ struct H2Session {
 // response becomes frames.
 struct H2Stream {
   int32_t id = 0;
-  std::string method, path, authority, lines, cookies, body;  // lines: "name: value\r\n"
-  size_t header_bytes = 0;
-  bool dispatched = false;  // its request went to the stream conn
-  bool head = false;        // a HEAD request: no body in the answer
-  bool submitted = false;   // the response's HEADERS were submitted
+  h2::RequestBuilder request;  // its fields until dispatched
+  std::string body;            // the request's body until dispatched
+  bool dispatched = false;     // its request went to the stream conn
+  bool head = false;           // a HEAD request: no body in the answer
+  bool submitted = false;      // the response's HEADERS were submitted
   enum class Body { kNone, kLength, kChunked, kUntilClose } framing = Body::kNone;
   uint64_t left = 0;      // kLength: body bytes not yet given to the session
   uint64_t reserved = 0;  // given to the session (read callback), not yet framed
@@ -461,6 +462,10 @@ class HttpServer::Impl {
   int64_t log_time_second_ = -1;
 
   // ---- HTTP/2 (http_h2.cpp) ----
+  // A response head being made into HEADERS (FlushH2Stream): kept, so their capacity is.
+  std::string h2_probe_;
+  http::Response h2_response_;
+  h2::ResponseHead h2_head_;
   // `c` speaks HTTP/2 from now on (ALPN h2, or the h2c preface on a plain port).
   void StartH2(Conn& c);
   // Feeds what `c` has read to its session (streams start; requests go to stream conns).
