@@ -6,11 +6,13 @@
 // are encrypted by it. Checked: every body byte-exact over TLS 1.2 and 1.3, several
 // responses on one connection, a range, and the gateway's own count of connections sending
 // through kTLS (all of them; its exit line, printed, also says how many bytes went by
-// sendfile). Skips where the kernel has no TLS (setsockopt TCP_ULP "tls" fails);
+// sendfile); the same over HTTP/2 (ALPN h2, many streams on each connection). Skips where
+// the kernel has no TLS (setsockopt TCP_ULP "tls" fails);
 // KTLS_TEST_ANYWAY=1 runs it regardless (its kTLS checks then fail: for work on the test).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -19,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -94,7 +97,8 @@ bool MakeCertificate(const std::string& cn, const std::string& cert, const std::
 // One TLS connection (blocking), several requests on it, each answer read by its length.
 class TlsClient {
  public:
-  TlsClient(int port, int max_version) {
+  // `alpn`: the protocols offered, in ALPN's wire form ("\x02h2"); none when empty.
+  TlsClient(int port, int max_version, std::string_view alpn = {}) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -108,8 +112,19 @@ class TlsClient {
     ssl_ = SSL_new(ctx_);
     SSL_set_fd(ssl_, fd_);
     SSL_set_tlsext_host_name(ssl_, "ktls.test");
+    if (!alpn.empty()) {
+      SSL_set_alpn_protos(ssl_, reinterpret_cast<const unsigned char*>(alpn.data()),
+                          static_cast<unsigned>(alpn.size()));
+    }
     ok_ = SSL_connect(ssl_) == 1;
   }
+  std::string Alpn() const {
+    const unsigned char* p = nullptr;
+    unsigned n = 0;
+    SSL_get0_alpn_selected(ssl_, &p, &n);
+    return std::string(reinterpret_cast<const char*>(p), n);
+  }
+  SSL* ssl() { return ssl_; }
   ~TlsClient() {
     if (ssl_ != nullptr) SSL_free(ssl_);
     if (ctx_ != nullptr) SSL_CTX_free(ctx_);
@@ -153,6 +168,99 @@ class TlsClient {
   bool ok_ = false;
   std::string in_;
 };
+
+// HTTP/2 over a TLS connection (ALPN h2): the requests at once, each its own stream, until
+// every stream has closed. Each answer: status and body, by stream, in request order.
+struct H2Answer {
+  int status = 0;
+  std::string body;
+  uint32_t error = 0;  // RST_STREAM's code, 0 when the stream ended normally
+  bool closed = false;
+};
+std::vector<H2Answer> H2Exchange(TlsClient& c,
+                                 const std::vector<std::pair<std::string, std::string>>& requests) {
+  struct State {
+    SSL* ssl;
+    std::map<int32_t, H2Answer> streams;
+    bool failed = false;
+  } st{c.ssl(), {}, false};
+  nghttp2_session_callbacks* cb = nullptr;
+  nghttp2_session_callbacks_new(&cb);
+  nghttp2_session_callbacks_set_send_callback(
+      cb, [](nghttp2_session*, const uint8_t* d, size_t len, int, void* user) -> ssize_t {
+        auto& s = *static_cast<State*>(user);
+        int n = SSL_write(s.ssl, d, static_cast<int>(len));
+        if (n <= 0) {
+          s.failed = true;
+          return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        return n;
+      });
+  nghttp2_session_callbacks_set_on_header_callback(
+      cb,
+      [](nghttp2_session*, const nghttp2_frame* f, const uint8_t* name, size_t nlen,
+         const uint8_t* value, size_t vlen, uint8_t, void* user) -> int {
+        auto& s = *static_cast<State*>(user);
+        if (std::string_view(reinterpret_cast<const char*>(name), nlen) == ":status")
+          s.streams[f->hd.stream_id].status =
+              std::atoi(std::string(reinterpret_cast<const char*>(value), vlen).c_str());
+        return 0;
+      });
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+      cb,
+      [](nghttp2_session*, uint8_t, int32_t id, const uint8_t* d, size_t len, void* user) -> int {
+        static_cast<State*>(user)->streams[id].body.append(reinterpret_cast<const char*>(d), len);
+        return 0;
+      });
+  nghttp2_session_callbacks_set_on_stream_close_callback(
+      cb, [](nghttp2_session*, int32_t id, uint32_t code, void* user) -> int {
+        auto& a = static_cast<State*>(user)->streams[id];
+        a.closed = true;
+        a.error = code;
+        return 0;
+      });
+  nghttp2_session* session = nullptr;
+  nghttp2_session_client_new(&session, cb, &st);
+  nghttp2_session_callbacks_del(cb);
+  // Windows large enough for a whole object in flight (the connection's and each stream's).
+  const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30}};
+  nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, settings, 1);
+  nghttp2_session_set_local_window_size(session, NGHTTP2_FLAG_NONE, 0, 1 << 30);
+  std::vector<int32_t> ids;
+  for (const auto& [path, range] : requests) {
+    std::vector<nghttp2_nv> nv;
+    const auto add = [&](std::string_view n, std::string_view v) {
+      nv.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
+                    reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
+                    NGHTTP2_NV_FLAG_NONE});
+    };
+    add(":method", "GET");
+    add(":scheme", "https");
+    add(":authority", "ktls.test");
+    add(":path", path);
+    if (!range.empty()) add("range", range);
+    ids.push_back(nghttp2_submit_request(session, nullptr, nv.data(), nv.size(), nullptr, nullptr));
+  }
+  const auto all_closed = [&] {
+    for (int32_t id : ids) {
+      if (!st.streams[id].closed) return false;
+    }
+    return true;
+  };
+  char buf[65536];
+  while (!st.failed && !all_closed()) {
+    if (nghttp2_session_send(session) != 0) break;
+    int n = SSL_read(st.ssl, buf, sizeof buf);  // (SO_RCVTIMEO bounds it: 20 s)
+    if (n <= 0) break;
+    if (nghttp2_session_mem_recv(session, reinterpret_cast<const uint8_t*>(buf),
+                                 static_cast<size_t>(n)) < 0)
+      break;
+  }
+  nghttp2_session_del(session);
+  std::vector<H2Answer> out;
+  for (int32_t id : ids) out.push_back(st.streams[id]);
+  return out;
+}
 
 class Ktls : public testing::TestWithParam<std::string> {
  protected:
@@ -226,18 +334,40 @@ class Ktls : public testing::TestWithParam<std::string> {
   int port_ = 0;
   std::map<std::string, std::string> files_;
   std::unique_ptr<test::Process> core_, gateway_;
+  // The preload is done when the last file answers (a miss would be a 502: no origin).
+  // One TLS connection (its handshake counted by the gateway) per try.
+  void WaitForPreload() {
+    bool loaded = false;
+    for (int i = 0; i < 600 && !loaded; ++i) {
+      TlsClient c(port_, TLS1_3_VERSION);
+      ASSERT_TRUE(c.ok());
+      loaded = c.Get("/big").first == 200;
+      if (!loaded) std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_TRUE(loaded) << core_->Output();
+  }
+  // Stops the gateway and reads its exit line: at least `connections` handshakes, none
+  // failed, every one sending through kTLS (and the line printed).
+  void ExpectEveryConnectionSentThroughKtls(int connections) {
+    gateway_->Signal(SIGTERM);
+    ASSERT_EQ(gateway_->Wait(20s), 0) << gateway_->Output();
+    std::string log = gateway_->Output();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m,
+                                  std::regex("TLS: ([0-9]+) handshakes \\(([0-9]+) resumed, "
+                                             "([0-9]+) failed\\), ([0-9]+) with kTLS send")))
+        << log;
+    const int handshakes = std::stoi(m[1]);
+    EXPECT_GE(handshakes, connections);
+    EXPECT_EQ(std::stoi(m[3]), 0);
+    EXPECT_EQ(std::stoi(m[4]), handshakes) << "every connection should send through kTLS\n" << log;
+    EXPECT_EQ(log.find("kTLS is not available"), std::string::npos) << log;
+    std::cout << log.substr(log.find("HTTP: ")) << std::endl;
+  }
 };
 
 TEST_P(Ktls, HitsGoOutThroughTheKernelsTlsByteExact) {
-  // The preload is done when the last file answers (a miss would be a 502: no origin).
-  bool loaded = false;
-  for (int i = 0; i < 600 && !loaded; ++i) {
-    TlsClient c(port_, TLS1_3_VERSION);
-    ASSERT_TRUE(c.ok());
-    loaded = c.Get("/big").first == 200;
-    if (!loaded) std::this_thread::sleep_for(50ms);
-  }
-  ASSERT_TRUE(loaded) << core_->Output();
+  ASSERT_NO_FATAL_FAILURE(WaitForPreload());
   int connections = 0;
   for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
     for (int round = 0; round < 2; ++round) {
@@ -254,20 +384,47 @@ TEST_P(Ktls, HitsGoOutThroughTheKernelsTlsByteExact) {
       EXPECT_TRUE(part == files_["big"].substr(1000000, 1000000)) << part.size();
     }
   }
-  gateway_->Signal(SIGTERM);
-  ASSERT_EQ(gateway_->Wait(20s), 0) << gateway_->Output();
-  std::string log = gateway_->Output();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m,
-                                std::regex("TLS: ([0-9]+) handshakes \\(([0-9]+) resumed, "
-                                           "([0-9]+) failed\\), ([0-9]+) with kTLS send")))
-      << log;
-  const int handshakes = std::stoi(m[1]);
-  EXPECT_GE(handshakes, connections + 1);
-  EXPECT_EQ(std::stoi(m[3]), 0);
-  EXPECT_EQ(std::stoi(m[4]), handshakes) << "every connection should send through kTLS\n" << log;
-  EXPECT_EQ(log.find("kTLS is not available"), std::string::npos) << log;
-  std::cout << log.substr(log.find("HTTP: ")) << std::endl;
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryConnectionSentThroughKtls(connections + 1));
+}
+
+// HTTP/2 by ALPN over the same kTLS connections: many streams on one connection, hits of
+// every size and a range, byte-exact, and each connection counted as sending through kTLS.
+TEST_P(Ktls, H2StreamsGoOutThroughTheKernelsTlsByteExact) {
+  std::signal(SIGPIPE, SIG_IGN);  // (a connection the gateway closes: an error, not a death)
+  ASSERT_NO_FATAL_FAILURE(WaitForPreload());
+  int connections = 1;
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    TlsClient c(port_, version, std::string_view("\x02h2\x08http/1.1", 12));
+    ASSERT_TRUE(c.ok());
+    ++connections;
+    ASSERT_EQ(c.Alpn(), "h2");
+    // (one session per connection: each stream of it, two rounds of five, at once)
+    const char* names[] = {"small", "big", "mid", "big", "small"};
+    std::vector<std::pair<std::string, std::string>> requests;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < std::size(names); ++i) {
+        requests.emplace_back(std::string("/") + names[i], i == 3 ? "bytes=1000000-1999999" : "");
+      }
+    }
+    auto answers = H2Exchange(c, requests);
+    ASSERT_EQ(answers.size(), requests.size());
+    if (!answers[0].closed) ADD_FAILURE() << gateway_->Output();
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const size_t k = i % std::size(names);
+      SCOPED_TRACE(fmt::format("{} #{} over {}", names[k], i, c.version()));
+      EXPECT_TRUE(answers[i].closed);
+      EXPECT_EQ(answers[i].error, 0u);
+      if (k == 3) {
+        EXPECT_EQ(answers[i].status, 206);
+        EXPECT_TRUE(answers[i].body == files_["big"].substr(1000000, 1000000))
+            << answers[i].body.size();
+      } else {
+        EXPECT_EQ(answers[i].status, 200);
+        EXPECT_TRUE(answers[i].body == files_[names[k]]) << answers[i].body.size();
+      }
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryConnectionSentThroughKtls(connections));
 }
 
 INSTANTIATE_TEST_SUITE_P(Net, Ktls, testing::Values("sync", "async"));
