@@ -37,7 +37,9 @@ void S3Fifo::Insert(std::string_view key) {
   entries_.emplace(std::move(k), e);
 }
 
-void S3Fifo::Touch(std::string_view key) {
+void S3Fifo::Touch(std::string_view key) { Touch(HashedKey(key)); }
+
+void S3Fifo::Touch(const HashedKey& key) {
   auto it = entries_.find(key);
   if (it != entries_.end() && it->second.freq < 3) ++it->second.freq;
 }

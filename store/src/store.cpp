@@ -916,13 +916,13 @@ bool Store::EvictOne(int tier) {
   return true;
 }
 
-Result<const ObjectRecord*> Store::FindLive(std::string_view key) {
+Result<const ObjectRecord*> Store::FindLive(std::string_view key, uint64_t now) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) {
     ++stats_.misses;
     return r;
   }
-  if (Expired(*r, NowNs())) {
+  if (Expired(*r, now)) {
     ++stats_.expired;
     ++stats_.misses;
     GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
@@ -969,6 +969,10 @@ void Store::AdoptHead(Loan& loan, std::span<const uint8_t> data) {
 }
 
 void Store::MakeLoan(const ObjectRecord& rec, Loan* loan) {
+  MakeLoan(rec, loan, HashedKey(rec.key));
+}
+
+void Store::MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key) {
   ObjectInfo& info = loan->info;
   info.key.assign(rec.key);
   info.size = rec.size;
@@ -979,7 +983,7 @@ void Store::MakeLoan(const ObjectRecord& rec, Loan* loan) {
   loan->extents = rec.extents;
   loan->head.reset();
   loan->head_bytes = 0;
-  if (auto h = heads_.find(rec.key); h != heads_.end() && h->second.generation == rec.generation) {
+  if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == rec.generation) {
     h->second.referenced = true;
     if (Reads(h->second) < UINT8_MAX) ++h->second.reads;
     if (++loans_this_epoch_ >= 4 * std::max<uint64_t>(heads_.size(), 16)) {
@@ -1241,12 +1245,13 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
                                         bool follow_fill, const AccessRequest* access,
                                         AccessMarks* marks) {
   Opened o;
+  const HashedKey hashed(key);  // (one hash for the three maps it is looked up in)
   if (follow_fill) {
     // (a committing fill that was purged is gone for new readers already)
     // (a reserved fill without its head yet cannot be followed: read past it)
-    if (auto f = filling_.find(key); f != filling_.end() &&
-                                     !fills_.at(f->second).delete_after_commit &&
-                                     !fills_.at(f->second).head_pending) {
+    if (auto f = filling_.find(hashed); f != filling_.end() &&
+                                        !fills_.at(f->second).delete_after_commit &&
+                                        !fills_.at(f->second).head_pending) {
       Fill& fill = fills_.at(f->second);
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.
@@ -1276,10 +1281,10 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* rec,
                           FindForRead(key, access, marks));  // (no copy of its info)
   if (rec == nullptr) return o;
-  policy_.Touch(key);
+  policy_.Touch(hashed);
   o.status = Lookup::kHit;
   StreamPtr s = NewStream();
-  MakeLoan(*rec, &s->loan_);
+  MakeLoan(*rec, &s->loan_, hashed);
   o.info = &s->loan_.info;
   uint64_t size = rec->size;
   s->pos_ = std::min(offset, size);

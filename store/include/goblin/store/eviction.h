@@ -40,6 +40,7 @@ class S3Fifo {
 
   void Insert(std::string_view key);  // a newly committed object (replaces a tracked one)
   void Touch(std::string_view key);   // a read
+  void Touch(const HashedKey& key);   // (the same, its hash computed already)
   void Remove(std::string_view key);  // deleted or expired (not an eviction)
   // Chooses and forgets the next victim. `can_evict(key)` false keeps it for another round.
   // nullopt when nothing is tracked or every tracked object was vetoed.

@@ -489,7 +489,8 @@ class Store {
   Store() = default;
   // The committed record of `key`, counted as a hit; nullptr (a miss) when there is none or
   // it has expired (then deleted).
-  Result<const ObjectRecord*> FindLive(std::string_view key);
+  // (`now`: NowNs(), read once by the caller for all of a request's checks)
+  Result<const ObjectRecord*> FindLive(std::string_view key, uint64_t now);
   // FindLive for a read: vivifies a miss and does the read's bookkeeping (AccessRequest).
   Result<const ObjectRecord*> FindForRead(std::string_view key, const AccessRequest* access,
                                           AccessMarks* marks);
@@ -567,6 +568,8 @@ class Store {
   // Pins `rec`'s generation for a new loan (Get and streams).
   // A loan on `rec`'s version, written into `*loan` (whose strings keep their capacity).
   void MakeLoan(const ObjectRecord& rec, Loan* loan);
+  // (the same, `key` being rec.key with its hash computed already)
+  void MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key);
   void AddResident(const std::string& key, Resident r);
   // A stream read object bytes [0, data.size()) of `loan`'s object from disk: keep them as
   // its head if it has none in RAM (a restart's lazy refill, without an extra read).
@@ -597,7 +600,7 @@ class Store {
   std::unique_ptr<IoRouter> io_;
   std::unordered_map<FillId, Fill> fills_;
   std::unordered_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
-  std::unordered_map<std::string, Resident> heads_;
+  std::unordered_map<std::string, Resident, StringHash, std::equal_to<>> heads_;
   RecyclingMap<uint64_t, Loaned> loaned_;             // generation -> loans
   RecyclingMap<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
   // A stream for this store: a kept one, else a new one.

@@ -1,0 +1,114 @@
+// store_hit_bench: what a hit costs the store itself, in process (Google Benchmark): the
+// lookup and stream of an ObjectGet as goblin-core's loop makes it (Store::OpenStream with
+// follow_fill and an AccessRequest, Peek, Consume, the stream given back), for RAM-head
+// objects of a few sizes, over a set of keys larger than the CPU's L1 (so each hit walks
+// the index, the eviction policy and the head table as a shard does under load). No I/O,
+// no transport: the part of a get's microseconds that is the store's (docs/benchmarks/).
+//   store_hit_bench [--benchmark_*] (its tier lives in $TMPDIR, removed at exit)
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "goblin/store/store.h"
+#include "goblin/store/tier_dir.h"
+
+namespace {
+
+using namespace goblin;
+using namespace goblin::store;
+namespace fs = std::filesystem;
+
+constexpr size_t kKeys = 4096;
+
+struct Fixture {
+  std::string dir;
+  std::unique_ptr<Store> store;
+  std::vector<std::string> keys;
+
+  explicit Fixture(size_t object_size) {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/store_hit_bench." +
+          std::to_string(getpid()) + "." + std::to_string(object_size);
+    fs::remove_all(dir);
+    if (!PrepareTier(dir)) std::abort();
+    StoreOptions o;
+    o.pool.memory = 512ull << 20;
+    o.pool.block = 64 << 10;
+    o.pool.hugepages = HugePages::kOff;
+    o.pool.lock = false;
+    o.ram_head = 64 << 10;
+    o.tier_dirs = {{dir}};
+    o.tier.extent_bytes = 64 << 10;
+    o.tier.file_bytes = 64 << 20;
+    o.tier.max_files = 64;
+    o.io_buffers = 16;
+    auto s = Store::Open(o);
+    if (!s) {
+      std::fprintf(stderr, "store: %s\n", s.error().ToString().c_str());
+      std::abort();
+    }
+    store = std::move(*s);
+    std::vector<uint8_t> data(object_size, 0x5a);
+    for (size_t i = 0; i < kKeys; ++i) {
+      // (keys shaped like a gateway's: host + path, ~40 bytes)
+      keys.push_back("www.example.com/static/assets/obj-" + std::to_string(i * 7919));
+      auto f = store->BeginFill(keys.back(), 0, "content-type: application/octet-stream");
+      if (!f || f->first != Store::FillStart::kGranted) std::abort();
+      if (!store->Append(f->second, data) || !store->Commit(f->second, data.size())) std::abort();
+    }
+    while (store->Poll() && store->MillisUntilDue() == 0) {
+    }
+  }
+  ~Fixture() {
+    store.reset();
+    fs::remove_all(dir);
+  }
+};
+
+void BM_Hit(benchmark::State& state) {
+  Fixture f(static_cast<size_t>(state.range(0)));
+  AccessRequest access;  // (the core's defaults: bump, no vivify, no meta)
+  size_t i = 0;
+  uint64_t bytes = 0;
+  for (auto _ : state) {
+    const std::string& key = f.keys[i];
+    i = (i + 1531) % kKeys;  // (a stride: no two neighbours in a row)
+    AccessMarks marks;
+    auto o = f.store->OpenStream(key, 0, UINT64_MAX, /*follow_fill=*/true, &access, &marks);
+    if (!o || !o->stream) std::abort();
+    std::span<const uint8_t> b;
+    auto step = o->stream->Peek(&b);
+    if (!step || *step != Store::Stream::Step::kData) std::abort();
+    bytes += b.size();
+    o->stream->Consume(b.size());
+    benchmark::DoNotOptimize(b.data());
+  }
+  state.counters["first_piece_bytes"] =
+      benchmark::Counter(static_cast<double>(bytes) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_Hit)->Arg(1024)->Arg(64 << 10);
+
+void BM_Miss(benchmark::State& state) {
+  Fixture f(1024);
+  AccessRequest access;
+  std::vector<std::string> absent;
+  for (const std::string& k : f.keys) absent.push_back(k + "-absent");
+  size_t i = 0;
+  for (auto _ : state) {
+    const std::string& key = absent[i];
+    i = (i + 1531) % kKeys;
+    AccessMarks marks;
+    auto o = f.store->OpenStream(key, 0, UINT64_MAX, true, &access, &marks);
+    if (!o || o->stream) std::abort();
+  }
+}
+BENCHMARK(BM_Miss);
+
+}  // namespace
+
+BENCHMARK_MAIN();
