@@ -916,13 +916,14 @@ bool Store::EvictOne(int tier) {
   return true;
 }
 
-Result<const ObjectRecord*> Store::FindLive(std::string_view key, uint64_t now) {
+Result<const ObjectRecord*> Store::FindLive(std::string_view key, uint64_t* now) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) {
     ++stats_.misses;
     return r;
   }
-  if (Expired(*r, now)) {
+  *now = NowNs();
+  if (Expired(*r, *now)) {
     ++stats_.expired;
     ++stats_.misses;
     GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));

@@ -32,14 +32,15 @@ Result<const ObjectRecord*> Store::Vivify(std::string_view key, uint64_t ttl_ns)
 
 Result<const ObjectRecord*> Store::FindForRead(std::string_view key, const AccessRequest* access,
                                                AccessMarks* marks) {
-  const uint64_t now = NowNs();
-  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindLive(key, now));
+  uint64_t now = 0;
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindLive(key, &now));
   bool won = false;
   if (r == nullptr) {
     if (access == nullptr || !access->vivify) return r;
     GOBLIN_ASSIGN_OR_RETURN(r, Vivify(key, access->vivify_ttl_ns));
     if (r == nullptr) return r;
     won = true;  // (memcached's order: created, then neither R nor Z applies)
+    now = NowNs();
   }
   const auto now_s = static_cast<uint32_t>(now / 1'000'000'000ULL);
   uint8_t m = 0;

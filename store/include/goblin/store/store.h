@@ -489,8 +489,9 @@ class Store {
   Store() = default;
   // The committed record of `key`, counted as a hit; nullptr (a miss) when there is none or
   // it has expired (then deleted).
-  // (`now`: NowNs(), read once by the caller for all of a request's checks)
-  Result<const ObjectRecord*> FindLive(std::string_view key, uint64_t now);
+  // `*now`: NowNs() when the key is there (the clock read once for all of a request's
+  // checks; not at all for a miss).
+  Result<const ObjectRecord*> FindLive(std::string_view key, uint64_t* now);
   // FindLive for a read: vivifies a miss and does the read's bookkeeping (AccessRequest).
   Result<const ObjectRecord*> FindForRead(std::string_view key, const AccessRequest* access,
                                           AccessMarks* marks);
