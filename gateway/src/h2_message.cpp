@@ -89,7 +89,7 @@ std::span<const nghttp2_nv> ResponseHead::From(const http::Response& resp) {
   for (const http::Header& hd : resp.headers) total += hd.name.size();
   names_.clear();
   names_.reserve(total);  // (the names' addresses stay put from here on)
-  bool length = false;  // a Content-Length went in already
+  bool length = false;    // a Content-Length went in already
   for (const http::Header& hd : resp.headers) {
     const size_t at = names_.size();
     for (char ch : hd.name) names_.push_back(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
