@@ -85,21 +85,25 @@ bool Connection::pools_mapped() const {
 }
 
 VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
-                               const std::function<bool(std::span<const uint8_t>)>& fn) {
+                               FunctionRef<bool(std::span<const uint8_t>)> fn) {
   // The timeout bounds silence, not the whole exchange: a large object may take longer.
+  // (The clock is read once per wait, not per message: a reply that is all there in one
+  // poll costs no read after it.)
   const uint64_t patience = static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
-  uint64_t deadline = MonotonicNanos() + patience;
+  uint64_t now = MonotonicNanos(), deadline = now + patience;
   bool done = false;
   Status error;
   while (!done && error.ok()) {
-    uint64_t now = MonotonicNanos();
     if (now >= deadline) return Err(StatusCode::kTimeout, "no reply from goblin-core in time");
     auto ready = l.transport->Wait(std::chrono::nanoseconds(deadline - now));
     if (!ready) {
       FailGets(l, ready.error());
       return Err(ready.error());
     }
-    if (!*ready) continue;
+    if (!*ready) {
+      now = MonotonicNanos();
+      continue;
+    }
     auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
       if (TakeDelivery(m)) return;
       if (m.size() < 16) return;
@@ -121,7 +125,9 @@ VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
       FailGets(l, polled.error());
       return Err(polled.error());
     }
-    if (*polled > 0) deadline = MonotonicNanos() + patience;
+    if (done || !error.ok()) break;
+    now = MonotonicNanos();
+    if (*polled > 0) deadline = now + patience;
   }
   if (!error.ok()) return Err(error);
   return {};
@@ -137,7 +143,7 @@ Result<std::vector<uint8_t>> Connection::AwaitReply(Link& l, uint64_t correlatio
 }
 
 VoidResult Connection::SendEncoded(Link& l, uint32_t max,
-                                   const std::function<size_t(uint8_t*, size_t)>& encode) {
+                                   FunctionRef<size_t(uint8_t*, size_t)> encode) {
   const uint64_t deadline =
       MonotonicNanos() + static_cast<uint64_t>(options_.timeout.count()) * 1'000'000;
   for (;;) {
@@ -166,18 +172,17 @@ VoidResult Connection::SendEncoded(Link& l, uint32_t max,
   }
 }
 
-Result<uint64_t> Connection::SendRequest(
-    Link& l, size_t variable_bytes,
-    const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode) {
+Result<uint64_t> Connection::SendRequest(Link& l, size_t variable_bytes,
+                                         FunctionRef<size_t(uint8_t*, size_t, uint64_t)> encode) {
   uint64_t corr = next_correlation_++;
-  std::vector<uint8_t> buf(256 + variable_bytes);
-  size_t n = encode(buf.data(), buf.size(), corr);
+  if (request_.size() < 256 + variable_bytes) request_.resize(256 + variable_bytes);
+  size_t n = encode(request_.data(), 256 + variable_bytes, corr);
   if (n == 0 || n > l.transport->max_message()) {
     return Err(StatusCode::kInvalidArgument,
                "request does not fit a {}-byte ring message (key or metadata too long)",
                l.transport->max_message());
   }
-  GOBLIN_RETURN_IF_ERROR(l.transport->Send({buf.data(), n}, options_.timeout));
+  GOBLIN_RETURN_IF_ERROR(l.transport->Send({request_.data(), n}, options_.timeout));
   return corr;
 }
 

@@ -68,21 +68,22 @@ void Loop::Stop() {
 VoidResult Loop::Run(int stop_fd) {
   stop_fd_ = stop_fd;
   if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, kTagStop));
-  uint64_t last_work = MonotonicNanos();
+  uint64_t last_work = MonotonicNanos(), last_events = last_work;
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
-  uint32_t iter = 0;
+  const uint64_t events_ns = static_cast<uint64_t>(options_.events_every.count());
   while (!stop_.load(std::memory_order_acquire)) {
     size_t n = handler_ != nullptr ? handler_->OnPoll() : 0;
     for (EventSource* src : sources_) n += src->Poll();
-    ++iter;
+    const uint64_t now = MonotonicNanos();
+    if (now - last_events >= events_ns) {  // accepts and closes while busy
+      HandleEvents(0);
+      last_events = now;
+    }
     if (n > 0) {
-      last_work = MonotonicNanos();
-      if ((iter & 255) == 0) HandleEvents(0);  // accepts and closes while busy
+      last_work = now;
       continue;
     }
-    uint64_t now = MonotonicNanos();
     if (options_.never_sleep || now - last_work < busy_ns) {
-      if ((iter & 63) == 0) HandleEvents(0);
       if (options_.yield_when_polling) {
         sched_yield();
       } else {
@@ -104,7 +105,7 @@ VoidResult Loop::Run(int stop_fd) {
       HandleEvents(0);
     }
     for (EventSource* src : sources_) src->FinishSleep();
-    last_work = MonotonicNanos();
+    last_work = last_events = MonotonicNanos();
   }
   for (EventSource* src : sources_) src->Close();
   return {};

@@ -85,7 +85,7 @@ void RingClient::Commit(uint32_t len) {
 }
 
 VoidResult RingClient::Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) {
-  const uint64_t deadline = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  uint64_t deadline = 0;  // (the clock is read only when the ring is full)
   for (;;) {
     switch (TrySend(msg)) {
       case SendStatus::kOk:
@@ -99,6 +99,7 @@ VoidResult RingClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecon
     }
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     uint64_t now = MonotonicNanos();
+    if (deadline == 0) deadline = now + static_cast<uint64_t>(timeout.count());
     if (now >= deadline)
       return Err(StatusCode::kTimeout, "the core did not drain the ring in time");
     channel_.Wait(options_.spin, std::chrono::nanoseconds(deadline - now), /*want_space=*/true,

@@ -297,7 +297,7 @@ UcxClient::SendStatus UcxClient::TrySend(std::span<const uint8_t> msg) {
 }
 
 VoidResult UcxClient::Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout) {
-  uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
+  uint64_t end = 0;  // (the clock is read only when the message does not go at once)
   for (;;) {
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
     switch (TrySend(msg)) {
@@ -310,6 +310,7 @@ VoidResult UcxClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecond
         break;
     }
     uint64_t now = MonotonicNanos();
+    if (end == 0) end = now + static_cast<uint64_t>(timeout.count());
     if (now >= end) return Err(StatusCode::kTimeout, "the core took nothing for too long");
     worker_->WaitForEvents(std::chrono::nanoseconds(std::min<uint64_t>(end - now, 1'000'000)));
   }

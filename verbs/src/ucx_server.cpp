@@ -588,9 +588,10 @@ size_t UcxServer::Poll() {
     payloads_done_.clear();
   }
   std::vector<uint64_t> dead;
-  uint64_t now = MonotonicNanos();
+  uint64_t now = 0;  // (read only while a session has not said Hello: not every round)
   for (auto& [id, sp] : sessions_) {
     UcxSession& s = *sp;
+    if (!s.welcomed_ && !s.closing_ && now == 0) now = MonotonicNanos();
     if (!s.welcomed_ && !s.closing_ &&
         now - s.connected_ns_ > static_cast<uint64_t>(options_.hello_timeout.count())) {
       ++stats_.hello_timeouts;

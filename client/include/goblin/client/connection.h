@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "goblin/common/function_ref.h"
 #include "goblin/common/status.h"
 
 namespace goblin::client {
@@ -271,7 +272,7 @@ class Connection {
   // Calls fn for each received message carrying this correlation id until it returns true;
   // an Error with this id (or with id 0, a session-level error) ends it as a Status.
   VoidResult Receive(Link& l, uint64_t correlation_id,
-                     const std::function<bool(std::span<const uint8_t>)>& fn);
+                     FunctionRef<bool(std::span<const uint8_t>)> fn);
   // One message of a get's reply: true when the get is over (its last bytes, a miss, or an
   // error in state.error).
   bool HandleGetMessage(GetState& state, std::span<const uint8_t> msg);
@@ -289,12 +290,11 @@ class Connection {
   // Waits for the single reply with this correlation id and copies it out.
   Result<std::vector<uint8_t>> AwaitReply(Link& l, uint64_t correlation_id);
   // Encodes a request (encode(buffer, capacity, correlation_id) -> length, 0 if it did not
-  // fit) into a buffer sized for `variable_bytes` of key/metadata, sends it, returns its id.
+  // fit) into request_, sized for `variable_bytes` of key/metadata, sends it, returns its id.
   Result<uint64_t> SendRequest(Link& l, size_t variable_bytes,
-                               const std::function<size_t(uint8_t*, size_t, uint64_t)>& encode);
+                               FunctionRef<size_t(uint8_t*, size_t, uint64_t)> encode);
   // Encodes a message of at most `max` bytes straight into the ring and sends it.
-  VoidResult SendEncoded(Link& l, uint32_t max,
-                         const std::function<size_t(uint8_t*, size_t)>& encode);
+  VoidResult SendEncoded(Link& l, uint32_t max, FunctionRef<size_t(uint8_t*, size_t)> encode);
   // A put's PutBegin and its lease (AlreadyExists when another fill holds the key), then its
   // PutCommit and result. Between them the caller sends the PutData.
   struct PutStarted {
@@ -313,7 +313,8 @@ class Connection {
   std::vector<std::unique_ptr<Link>> links_;  // by shard
   ConnectOptions options_;
   uint64_t next_correlation_ = 1;
-  std::deque<Message> inbox_;  // deliveries received while awaiting replies (shard 0's)
+  std::vector<uint8_t> request_;  // SendRequest's encoding buffer (kept: no allocation per request)
+  std::deque<Message> inbox_;     // deliveries received while awaiting replies (shard 0's)
   std::unordered_map<uint64_t, std::unique_ptr<GetState>> gets_;  // in flight, by id
   std::vector<GetDone> gets_done_;                                // finished, not yet taken
   Stats stats_;
