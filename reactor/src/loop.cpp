@@ -75,14 +75,13 @@ VoidResult Loop::Run(int stop_fd) {
     size_t n = handler_ != nullptr ? handler_->OnPoll() : 0;
     for (EventSource* src : sources_) n += src->Poll();
     const uint64_t now = MonotonicNanos();
-    if (now - last_events >= events_ns) {  // accepts and closes while busy
+    if (n > 0) last_work = now;
+    if (now - last_events >= events_ns) {  // accepts, hang-ups and wake fds while busy
       HandleEvents(0);
       last_events = now;
+      continue;  // (what it took in, a drained wake fd's work, is polled before any sleep)
     }
-    if (n > 0) {
-      last_work = now;
-      continue;
-    }
+    if (n > 0) continue;
     if (options_.never_sleep || now - last_work < busy_ns) {
       if (options_.yield_when_polling) {
         sched_yield();

@@ -1,0 +1,95 @@
+// reactor::Loop: work announced through a wake fd (an eventfd written after the work is
+// queued, as the store's sync thread and io_uring completions do) is polled before the loop
+// sleeps, whatever its polling options. A loop that drained the fd and then slept without
+// another poll round lost the work until something else woke it (a put's answer, 5 s).
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "goblin/common/clock.h"
+#include "goblin/common/fd.h"
+#include "goblin/reactor/handler.h"
+#include "goblin/reactor/loop.h"
+
+namespace goblin {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Takes what another thread posted, once per loop round (as CoreService::OnPoll takes the
+// store's completions).
+class PostedWork : public reactor::Handler {
+ public:
+  void OnMessage(reactor::Session&, std::span<const uint8_t>) override {}
+  size_t OnPoll() override {
+    const uint64_t p = posted.load(std::memory_order_acquire);
+    if (p == taken_) return 0;
+    taken_ = p;
+    taken.store(p, std::memory_order_release);
+    return 1;
+  }
+  std::atomic<uint64_t> posted{0}, taken{0};
+
+ private:
+  uint64_t taken_ = 0;
+};
+
+struct Options {
+  const char* name;
+  std::chrono::nanoseconds busy_poll, events_every;
+};
+void PrintTo(const Options& o, std::ostream* os) { *os << o.name; }
+
+class LoopWakeFd : public ::testing::TestWithParam<Options> {};
+
+TEST_P(LoopWakeFd, WorkAnnouncedThroughAWakeFdIsPolledBeforeTheLoopSleeps) {
+  PostedWork h;
+  reactor::LoopOptions o;
+  o.busy_poll = GetParam().busy_poll;
+  o.events_every = GetParam().events_every;
+  auto loop = reactor::Loop::Create(o, &h);
+  ASSERT_TRUE(loop) << loop.error().ToString();
+  UniqueFd efd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  ASSERT_TRUE(efd);
+  ASSERT_TRUE((*loop)->AddWakeFd(efd.get()));
+  std::thread t([&] { (void)(*loop)->Run(); });
+  // Each post lands at a random moment of the loop's round (polling, looking at its fds,
+  // going to sleep) and must be taken within 2 s.
+  std::mt19937 rng(7);
+  uint64_t lost = 0;
+  for (uint64_t i = 1; i <= 20'000 && lost == 0; ++i) {
+    for (uint32_t spin = rng() % 2000; spin > 0; --spin) asm volatile("" ::: "memory");
+    h.posted.store(i, std::memory_order_release);
+    uint64_t one = 1;
+    ASSERT_EQ(write(efd.get(), &one, sizeof one), 8);
+    const uint64_t deadline = MonotonicNanos() + 2'000'000'000;
+    while (h.taken.load(std::memory_order_acquire) != i) {
+      if (MonotonicNanos() > deadline) {
+        lost = i;
+        break;
+      }
+      std::this_thread::yield();
+    }
+  }
+  (*loop)->Stop();
+  t.join();
+  EXPECT_EQ(lost, 0u) << "post " << lost << " was not taken within 2 s (a lost wake-up)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Options, LoopWakeFd,
+                         ::testing::Values(Options{"SleepsAtOnceLooksAtFdsEveryRound", 0ns, 0ns},
+                                           Options{"SleepsAtOnce", 0ns, 20us},
+                                           Options{"Defaults", reactor::LoopOptions{}.busy_poll,
+                                                   reactor::LoopOptions{}.events_every}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace goblin
