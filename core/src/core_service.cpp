@@ -834,7 +834,7 @@ void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id)
   }
 }
 
-std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d) {
+std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d, bool last_piece) {
   Lender& lender = lenders_.at(session.id());
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
@@ -849,7 +849,8 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
   lent.download_loans = d.loans_out;
   ++*d.loans_out;
   if (head) {
-    lent.pin = store_->Pin(st.loan());
+    // (the range's last piece: the stream's own pin goes with it; it reads nothing more)
+    lent.pin = last_piece && st.loan().id != 0 ? st.TakePin() : store_->Pin(st.loan());
   } else {
     lent.buffer = st.DetachChunk();
     ++lender.buffers;
@@ -866,13 +867,14 @@ std::optional<CoreService::LentPiece> CoreService::LendPiece(reactor::Session& s
   LentPiece p;
   p.head = head;
   p.pool_offset = static_cast<uint64_t>(bytes.data() - base);
-  auto held = Hold(session, d);  // (the bytes stay where they are: a pin, or a detached buffer)
+  p.last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
+  // (the bytes stay where they are: a pin, or a detached buffer)
+  auto held = Hold(session, d, p.last);
   if (!held) return std::nullopt;
   p.loan_id = *held;
   p.object_offset = st.position();
   p.length = static_cast<uint32_t>(bytes.size());
   p.stable = head && st.stable();
-  p.last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
   st.Consume(bytes.size());
   ++counters_.loans;
   counters_.bytes_lent += bytes.size();
@@ -950,8 +952,8 @@ bool CoreService::AnswerLent(reactor::Session& session, uint64_t corr, wire::Loo
           .set_last(p->last ? 1 : 0)
           .set_metadata(std::string_view(info.metadata).substr(0, session.max_message() / 2))
           .Finish();
-  histograms_.get_first_piece.Record(MonotonicNanos() - start);
   const bool sent = Send(session, n);
+  histograms_.get_first_piece.Record(MonotonicNanos() - start);  // (read after the send)
   counters_.gets += sent ? 1 : 0;
   if (!sent || p->last) {  // (what it lent stays out until released, or the session ends)
     EndLastDownload(session);
@@ -988,10 +990,10 @@ std::optional<reactor::SendOutcome> CoreService::SendByReference(reactor::Sessio
                                                                  Download& d,
                                                                  std::span<const uint8_t> bytes) {
   store::Store::Stream& st = *d.stream;
-  auto held = Hold(session, d);
+  const bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
+  auto held = Hold(session, d, last);
   if (!held) return std::nullopt;
   uint64_t token = *held;
-  bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
   wire::ObjectDataEncoder od(out_.data(), out_.size());
   od.set_correlation_id(d.correlation_id).set_offset(st.position()).set_last(last ? 1 : 0);
   od.set_bytes(std::span<const uint8_t>());  // the bytes travel as the payload

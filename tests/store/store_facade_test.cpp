@@ -1514,6 +1514,47 @@ TEST_F(StoreTest, StreamsServeHeadAndTailWithoutCopiesAndRanges) {
   EXPECT_EQ(store_->buffers().free_count(), store_->buffers().count());
 }
 
+// A reader lent a range's last piece takes the stream's own pin on the version
+// (Stream::TakePin) instead of a second one: the bytes stay where they are, past the
+// stream's end and past a replacement of the object, until ReleasePin; taken once only.
+TEST_F(StoreTest, APinTakenFromAStreamHoldsTheVersionUntilReleased) {
+  opts_.ram_tails = false;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  const auto old_data = Data(kHead / 2, 21);
+  ASSERT_TRUE(Put("/pin", old_data));
+  auto o = store_->OpenStream("/pin");
+  ASSERT_TRUE(o && o->stream);
+  std::span<const uint8_t> bytes;
+  auto step = o->stream->Peek(&bytes);
+  ASSERT_TRUE(step && *step == Store::Stream::Step::kData);
+  ASSERT_EQ(o->stream->where(), Store::Stream::Where::kHeadPool);
+  ASSERT_EQ(bytes.size(), old_data.size());  // (the whole object: its last piece)
+  const uint64_t pin = o->stream->TakePin();
+  EXPECT_NE(pin, 0u);
+  EXPECT_EQ(o->stream->TakePin(), 0u);  // once
+  o->stream->Consume(bytes.size());
+  o->stream.reset();
+  EXPECT_EQ(store_->stats().loans_out, 1u);  // the pin, not the closed stream's loan
+  // A new version and more objects take pool space; the pinned bytes stay.
+  ASSERT_TRUE(Put("/pin", Data(kHead / 2, 22)));
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Put("/more/" + std::to_string(i), Data(kHead, 30 + i)));
+  EXPECT_EQ(std::memcmp(bytes.data(), old_data.data(), old_data.size()), 0);
+  store_->ReleasePin(pin);
+  EXPECT_EQ(store_->stats().loans_out, 0u);
+  store_->ReleasePin(pin);  // (twice: ignored)
+  EXPECT_EQ(store_->stats().loans_out, 0u);
+  EXPECT_EQ(GetAll("/pin").value(), Data(kHead / 2, 22));
+  // A stream following a fill holds no pin to take.
+  auto start = store_->BeginFill("/filling", 0, "", 100);
+  ASSERT_TRUE(start);
+  auto f = store_->OpenStream("/filling", 0, UINT64_MAX, /*follow_fill=*/true);
+  ASSERT_TRUE(f && f->stream);
+  EXPECT_EQ(f->stream->TakePin(), 0u);
+  f->stream.reset();
+  store_->Abort(start->second);
+  EXPECT_EQ(store_->stats().loans_out, 0u);
+}
+
 TEST_F(StoreTest, AReaderFollowsAFillToItsCommit) {
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto data = Data(6 * kExtent + 5, 4);

@@ -221,7 +221,8 @@ class CoreService : public reactor::Handler {
                            std::optional<store::Store::Touched> t);
   // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
-  std::optional<uint64_t> Hold(reactor::Session& session, Download& d);
+  // The range's last piece of a head takes the stream's own pin (Stream::TakePin).
+  std::optional<uint64_t> Hold(reactor::Session& session, Download& d, bool last_piece);
   // The peeked bytes held (Hold) and consumed from the stream: what a Loan, or an
   // ObjectLent (the answer lending the first piece, kGetLoanInAnswer), says of them.
   struct LentPiece {

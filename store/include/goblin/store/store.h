@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "goblin/common/recycling_map.h"
@@ -669,6 +670,11 @@ class Store::Stream {
   uint32_t DetachChunk();
   // The loan the stream holds on a committed object (id 0 while following a fill).
   const Loan& loan() const { return loan_; }
+  // Hands the stream's pin on its object version (its loan's id, 0 while following a fill)
+  // to the caller, who ends it with Store::ReleasePin: for a reader lent the range's last
+  // piece, one pin instead of a second one (Store::Pin) and the stream's release. The
+  // stream reads nothing after it.
+  uint64_t TakePin() { return std::exchange(loan_.id, 0); }
 
   uint64_t position() const { return pos_; }
   uint64_t end() const { return end_; }  // UINT64_MAX: following a fill of unknown size
