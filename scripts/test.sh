@@ -141,7 +141,7 @@ for b in $builds; do
       # UCX's mmap/madvise hooks (libucm) take a lock TSan has already torn down when a
       # thread exits (glibc madvises its stack): a segfault at every thread exit under TSan.
       UCX_MEM_MMAP_HOOK_MODE=none \
-        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|CoreSystem|LoopExecutor|AdminTest|IndexTest|StoreTest.*(GroupCommit|Durable)|HttpMirrorShards|HttpMirror.ParallelMissesOnSeveralWorkers|AccessLog.WorkersWriteOneFile|Metrics.CoreAndGateway|Metrics.MemcacheAndResp|Etcd'
+        run_ctest tsan build/tsan -L 'unit|system' -R 'SpscRing|Channel|RingServer|LoopWakeFd|CoreSystem|LoopExecutor|AdminTest|IndexTest|StoreTest.*(GroupCommit|Durable)|HttpMirrorShards|HttpMirror.ParallelMissesOnSeveralWorkers|AccessLog.WorkersWriteOneFile|Metrics.CoreAndGateway|Metrics.MemcacheAndResp|Etcd'
       phase_done "tsan tests" ;;
     fuzz)
       CC=clang-16 CXX=clang++-16 configure build/fuzz -DCMAKE_BUILD_TYPE=Fuzz -DGOBLIN_FUZZ_ONLY=ON
