@@ -588,10 +588,10 @@ size_t UcxServer::Poll() {
     payloads_done_.clear();
   }
   std::vector<uint64_t> dead;
-  uint64_t now = 0;  // (read only while a session has not said Hello: not every round)
+  // (the clock only while a session has not said Hello: not every round)
+  const uint64_t now = awaiting_hello_ > 0 ? MonotonicNanos() : 0;
   for (auto& [id, sp] : sessions_) {
     UcxSession& s = *sp;
-    if (!s.welcomed_ && !s.closing_ && now == 0) now = MonotonicNanos();
     if (!s.welcomed_ && !s.closing_ &&
         now - s.connected_ns_ > static_cast<uint64_t>(options_.hello_timeout.count())) {
       ++stats_.hello_timeouts;
