@@ -160,6 +160,7 @@ VoidResult UcxServer::StartWorker() {
   }
   busy_since_ns_ = stuck_since_ns_ = 0;
   peer_pids_.clear();
+  lost_before_hello_ = false;
   return {};
 }
 
@@ -277,6 +278,7 @@ void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   ++self->stats_.failed_endpoints;
   GOBLIN_LOG_DEBUG(kLog, "client {} ({}): endpoint failed: {}", sit->first, sit->second->peer_,
                    ucs_status_string(status));
+  if (!sit->second->welcomed_) self->lost_before_hello_ = true;
   sit->second->failed_ = true;
   sit->second->closing_ = true;
 }
@@ -595,6 +597,7 @@ size_t UcxServer::Poll() {
     if (!s.welcomed_ && !s.closing_ &&
         now - s.connected_ns_ > static_cast<uint64_t>(options_.hello_timeout.count())) {
       ++stats_.hello_timeouts;
+      lost_before_hello_ = true;
       GOBLIN_LOG_WARN(kLog, "dropping UCX client {} ({}): no Hello within {} ms", id, s.peer_,
                       options_.hello_timeout.count() / 1'000'000);
       s.closing_ = true;
@@ -639,7 +642,7 @@ bool UcxServer::PrepareSleep() {
   if (progressed_ || sending || stuck_since_ns_ == 0) {
     stuck_since_ns_ = now;
   } else if (now - stuck_since_ns_ > kStuckNs) {
-    if (APeerDied()) {
+    if (APeerDied(now)) {
       RestartWorker();
       return false;
     }
@@ -656,9 +659,14 @@ bool UcxServer::PrepareSleep() {
   return false;
 }
 
-bool UcxServer::APeerDied() const {
+bool UcxServer::APeerDied(uint64_t now) const {
+  if (lost_before_hello_) return true;
   for (uint32_t pid : peer_pids_) {
     if (pid != 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  }
+  if (awaiting_hello_ == 0) return false;
+  for (const auto& [id, s] : sessions_) {  // (a Hello sent at once, kept behind the element)
+    if (!s->welcomed_ && !s->closing_ && now - s->connected_ns_ > kStuckNs) return true;
   }
   return false;
 }

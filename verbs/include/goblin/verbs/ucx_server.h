@@ -141,14 +141,17 @@ class UcxServer final : public reactor::EventSource {
   // that is never marked, and the worker reads nothing after it, from anyone, while the loop spins.
   // The only way out is a new worker (and FIFO): its sessions are closed (their clients see the
   // connection fail and reconnect), the listener reopens on the same port. Counted as
-  // worker_restarts. Only when a peer of this worker has died (its Hello's pid is gone): a
-  // worker is also busy without progress while a live client does not progress its own
-  // worker (UCX's wire-up and protocol messages to it wait), e.g. for a second while it
-  // fills a 1 GiB buffer after connecting; that is waited out, dozing (1 ms sleeps).
-  // Limit: a client that exited normally also leaves a dead pid, so on a core whose clients
-  // come and go this check passes and a slow live client can still cost the others their
-  // connection; telling a killed sender from an exited one needs UCX's help (not found:
-  // tried keeping only endpoint failures since the last arm, which missed real blockages).
+  // worker_restarts. Only when a peer of this worker has died (its Hello's pid is gone, or
+  // a client was lost before its Hello: its endpoint failed or it timed out; UCX's own
+  // wire-up and keepalive messages go into the FIFO before the Hello, so a client killed
+  // while connecting blocks it as well) or a client connected kStuckNs ago still has not
+  // said Hello (its Hello waits behind the blocked element): a worker is also busy without progress
+  // while a live client does not progress its own worker (UCX's wire-up and protocol messages to it
+  // wait), e.g. for a second while it fills a 1 GiB buffer after connecting; that is waited out,
+  // dozing (1 ms sleeps). Limit: a client that exited normally also leaves a dead pid, so on a core
+  // whose clients come and go this check passes and a slow live client can still cost the others
+  // their connection; telling a killed sender from an exited one needs UCX's help (not found: tried
+  // keeping only endpoint failures since the last arm, which missed real blockages).
   static constexpr uint64_t kStuckNs = 1'000'000'000;
   static constexpr uint64_t kDozeAfterNs = 2'000'000;
   // Messages of one client received by rendezvous at once, each into a buffer of the
@@ -222,7 +225,9 @@ class UcxServer final : public reactor::EventSource {
   bool dozing_ = false;                   // PrepareSleep let the loop sleep 1 ms without arming
   std::vector<uint32_t> peer_pids_;       // welcomed clients' pids since the worker started
   static constexpr size_t kMaxPeerPids = 4096;
-  bool APeerDied() const;
+  bool lost_before_hello_ = false;  // (since the worker started: a pid we never learnt)
+  // Whether a blockage of the worker's FIFO has a culprit: see kStuckNs.
+  bool APeerDied(uint64_t now) const;
   bool progressed_ = false;  // the last Poll's progress did something
   int port_ = 0;
   uint64_t next_id_ = 0;
