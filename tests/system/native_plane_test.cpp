@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "goblin/client/connection.h"
+#include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/file.h"
 #include "goblin/wire/goblin_wire.h"
@@ -1570,6 +1571,36 @@ TEST_P(UcxOneSided, TheHeadPoolIsReadableWithTheKeyFromMapPools) {
 
 INSTANTIATE_TEST_SUITE_P(Planes, UcxOneSided, testing::Values(Plane::kUcxTcp, Plane::kUcxShm),
                          [](const testing::TestParamInfo<Plane>& i) { return PlaneName(i.param); });
+
+// A process forked while a UCX connection is open cannot use UCX (UCX's async thread does
+// not survive fork): its Open says so at once instead of waiting out its timeout, and the
+// parent's connection is unharmed. Forked after the parent closed them all, it connects.
+TEST(UcxPlane, AChildForkedWithAConnectionOpenIsToldItCannotUseUcx) {
+  SetUcxEnvironment(Plane::kUcxTcp);
+  NativeCore nc("ucxfork", Plane::kUcxTcp);
+  auto forked = [&](bool expect_ok) {
+    pid_t child = fork();
+    if (child == 0) {
+      const uint64_t start = MonotonicNanos();
+      auto c = Connection::Open(nc.target, {.timeout = 5s});
+      const bool quick = MonotonicNanos() - start < 2'000'000'000ULL;
+      if (expect_ok) _exit(c && (*c)->Ping() ? 0 : 1);
+      if (c) _exit(2);
+      fprintf(stderr, "child: %s\n", c.error().ToString().c_str());
+      _exit(c.error().code() == StatusCode::kFailedPrecondition && quick ? 0 : 3);
+    }
+    int status = 0;
+    EXPECT_EQ(waitpid(child, &status, 0), child);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + status;
+  };
+  auto parent = nc.Connect();
+  ASSERT_TRUE(parent);
+  EXPECT_EQ(forked(false), 0);
+  EXPECT_TRUE(parent->Ping());
+  ASSERT_TRUE(parent->Put("fork/k", Pattern(1000, 3)));
+  parent.reset();
+  EXPECT_EQ(forked(true), 0);
+}
 
 // A UCX endpoint that never says Hello is dropped after --rdma-hello-timeout; others are
 // served meanwhile.

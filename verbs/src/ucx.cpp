@@ -2,7 +2,9 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +12,14 @@
 #include "goblin/common/clock.h"
 
 namespace goblin::verbs {
+
+namespace {
+// UCX contexts alive in this process, and the process that made them: a child forked while
+// one lived cannot use UCX (UCX's async thread, which carries connection set-up, is not
+// copied by fork but its state says it runs; a connect then waits out its timeout).
+std::atomic<int> live_contexts{0};
+std::atomic<pid_t> contexts_pid{0};
+}  // namespace
 
 Status UcsError(ucs_status_t status, std::string_view what) {
   StatusCode code = StatusCode::kInternal;
@@ -88,6 +98,14 @@ bool TlsAllowsSharedMemory(std::string_view tls) {
 }
 
 Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
+  if (const pid_t me = getpid(); live_contexts.load() > 0 && contexts_pid.load() != me) {
+    return Err(
+        Status(StatusCode::kFailedPrecondition,
+               fmt::format("UCX cannot be used in this process: it was forked from pid {} while "
+                           "UCX connections were open there, and UCX does not survive fork (fork "
+                           "before opening them or after closing them all, or exec in the child)",
+                           contexts_pid.load())));
+  }
   // The tcp transport's PUT zcopy (its rendezvous) trips an assertion in UCX 1.13 when a
   // peer dies with puts of ours outstanding ("tcp_ep.c:939 Assertion `ep->flags &
   // UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK' failed", and the process aborts; openucx/ucx#4680 is
@@ -113,11 +131,14 @@ Result<std::unique_ptr<UcxContext>> UcxContext::Create() {
   st = ucp_init(&params, config, &c->context_);
   ucp_config_release(config);
   if (st != UCS_OK) return Err(UcsError(st, "ucp_init"));
+  if (live_contexts.fetch_add(1) == 0) contexts_pid.store(getpid());
   return c;
 }
 
 UcxContext::~UcxContext() {
-  if (context_ != nullptr) ucp_cleanup(context_);
+  if (context_ == nullptr) return;
+  ucp_cleanup(context_);
+  live_contexts.fetch_sub(1);
 }
 
 Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxContext& context, bool serialized) {

@@ -6,7 +6,8 @@
 // carry correlation ids. A core with several shards (--cores) gets one transport per shard
 // (ring pair or UCX endpoint), and each keyed request goes straight to its key's shard
 // (goblin::ShardOf); pub/sub and Ping go to shard 0. Threading: one thread uses a
-// Connection at a time.
+// Connection at a time. Fork: a child forked while a ucx:// Connection is open cannot use
+// UCX (Open says so: kFailedPrecondition); one forked before or after them can.
 #pragma once
 
 #include <array>
