@@ -994,9 +994,8 @@ void Store::MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key) 
     loan->head = h->second.slot;
     loan->head_bytes = h->second.length;
   }
-  loan->id = next_loan_++;
+  loan->id = loan_ids_.Add(rec.generation);
   ++loaned_[rec.generation].count;
-  loan_generation_[loan->id] = rec.generation;
   ++stats_.loans_out;
 }
 
@@ -1069,10 +1068,10 @@ std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> Store::PublishHead(const
 }
 
 void Store::ReleasePin(uint64_t id) {
-  auto lg = loan_generation_.find(id);
-  if (lg == loan_generation_.end()) return;  // released twice: ignore
-  uint64_t gen = lg->second;
-  loan_generation_.erase(lg);
+  const uint64_t* held = loan_ids_.Find(id);
+  if (held == nullptr) return;  // released twice: ignore
+  const uint64_t gen = *held;
+  loan_ids_.Remove(id);
   --stats_.loans_out;
   auto it = loaned_.find(gen);
   if (it == loaned_.end() || --it->second.count > 0) return;
@@ -1091,12 +1090,11 @@ Loan Store::Retain(const Loan& loan) {
 }
 
 uint64_t Store::Pin(const Loan& loan) {
-  uint64_t id = next_loan_++;
   // (the version the loan holds now: an invalidation gives it a new generation)
   uint64_t gen = loan.info.generation;
-  if (auto g = loan_generation_.find(loan.id); g != loan_generation_.end()) gen = g->second;
+  if (const uint64_t* g = loan_ids_.Find(loan.id)) gen = *g;
   ++loaned_[gen].count;
-  loan_generation_[id] = gen;
+  const uint64_t id = loan_ids_.Add(gen);
   ++stats_.loans_out;
   return id;
 }

@@ -134,9 +134,9 @@ void Store::Reissued(const std::string& key, uint64_t old, uint64_t gen) {
     Loaned moved = std::move(l->second);
     loaned_.erase(l);
     loaned_[gen] = std::move(moved);
-    for (auto& [id, g] : loan_generation_) {
+    loan_ids_.ForEachGeneration([&](uint64_t& g) {
       if (g == old) g = gen;
-    }
+    });
   }
 }
 

@@ -44,6 +44,7 @@
 #include "goblin/store/head_table.h"
 #include "goblin/store/index.h"
 #include "goblin/store/io_router.h"
+#include "goblin/store/loan_slots.h"
 #include "goblin/store/object_io.h"
 #include "goblin/store/tier_space.h"
 
@@ -603,8 +604,8 @@ class Store {
   std::unordered_map<FillId, Fill> fills_;
   std::unordered_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
   std::unordered_map<std::string, Resident, StringHash, std::equal_to<>> heads_;
-  RecyclingMap<uint64_t, Loaned> loaned_;             // generation -> loans
-  RecyclingMap<uint64_t, uint64_t> loan_generation_;  // loan id -> generation
+  RecyclingMap<uint64_t, Loaned> loaned_;  // generation -> loans
+  LoanSlots loan_ids_;                     // loan id -> generation
   // A stream for this store: a kept one, else a new one.
   StreamPtr NewStream();
   static void ReturnStream(Stream* s);  // (StreamDeleter)
@@ -623,7 +624,7 @@ class Store {
   // Objects with a TTL: (expiry, key), earliest first; entries are checked against the index.
   using Due = std::pair<uint64_t, std::string>;
   std::priority_queue<Due, std::vector<Due>, std::greater<>> expiries_;
-  uint64_t next_fill_ = 1, next_loan_ = 1;
+  uint64_t next_fill_ = 1;
   std::vector<FillId> timed_out_;
   std::vector<FillId> commits_written_;  // CommitAsync fills whose writes have all landed
   struct PendingFree {
