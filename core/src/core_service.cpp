@@ -38,11 +38,14 @@ wire::ErrorCode ToWire(StatusCode c) {
 
 void CoreService::OnOpen(reactor::Session& session) {
   ++counters_.sessions_opened;
-  sessions_[session.id()] = &session;
+  auto& per = sessions_[session.id()];
+  per = std::make_unique<PerSession>();
+  per->session = &session;
+  session.set_handler_data(per.get());
   if (store_ != nullptr && session.sends_by_reference()) {
     // A remote session (UCX): object bytes are sent straight from the pools, each piece
     // held (pinned head, detached I/O buffer) until the transport is done with it.
-    Lender& l = lenders_[session.id()];
+    Lender& l = per->lender.emplace();
     l.max_loans = kMaxLoansPerSession * 4;
     l.max_buffers = std::max<size_t>(1, store_->buffers().count() / 4);
   }
@@ -52,7 +55,10 @@ void CoreService::OnOpen(reactor::Session& session) {
 
 void CoreService::OnClose(reactor::Session& session) {
   ++counters_.sessions_closed;
-  sessions_.erase(session.id());
+  auto node = sessions_.extract(session.id());  // (its state goes at the end)
+  if (node.empty()) return;                     // (never opened)
+  PerSession& per = *node.mapped();
+  session.set_handler_data(nullptr);
   DropSubscribers(session);
   if (store_ != nullptr) {
     for (auto it = uploads_.begin(); it != uploads_.end();) {
@@ -63,12 +69,12 @@ void CoreService::OnClose(reactor::Session& session) {
         ++it;
       }
     }
-    downloads_.erase(session.id());  // the stream releases what it holds
-    ReplayParked();  // (its own parked gets are dropped; others' fills it reserved ended)
+    per.downloads.clear();  // the stream releases what it holds
+    ReplayParked();         // (its own parked gets are dropped; others' fills it reserved ended)
     describes_.remove_if([&](const PendingDescribe& p) { return p.session == session.id(); });
-    if (auto l = lenders_.find(session.id()); l != lenders_.end()) {
-      for (auto& [id, lent] : l->second.loans) ReleaseLent(lent);
-      lenders_.erase(l);
+    if (per.lender) {
+      for (auto& [id, lent] : per.lender->loans) ReleaseLent(lent);
+      per.lender.reset();
     }
   }
   GOBLIN_LOG_INFO(kLog, "client {} disconnected", session.id());
@@ -395,7 +401,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       access.meta = (flags & wire::kGetMeta) != 0;
       store::AccessMarks marks;
       if (!OwnsKey(session, corr, key)) return;
-      if (get && downloads_[session.id()].size() >= kMaxDownloadsPerSession) {
+      PerSession& per = Of(session);
+      if (get && per.downloads.size() >= kMaxDownloadsPerSession) {
         return SendError(
             session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
             fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
@@ -438,10 +445,9 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
           info = &*head_info;
         }
       }
-      auto lender = lenders_.find(session.id());
-      const bool lend = lender != lenders_.end() &&
-                        ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
-      const bool in_place = lend && lender->second.in_place && (flags & wire::kGetLoans) != 0;
+      const bool lend =
+          per.lender && ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
+      const bool in_place = lend && per.lender->in_place && (flags & wire::kGetLoans) != 0;
       // A reader of the pools in place may get the range's first piece lent in the answer.
       if (stream && lend && (flags & wire::kGetLoanInAnswer) != 0 && session.queued_bytes() == 0 &&
           AnswerLent(session, corr, status, *info, stream, in_place,
@@ -712,10 +718,11 @@ void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation
   if (auto r = session.SendSideFrame({out_.data(), n}, fds); !r) {
     return SendStatusError(session, correlation_id, r.error());
   }
-  auto [lit, inserted] = lenders_.try_emplace(session.id());
+  PerSession& per = Of(session);
+  Lender& lender = per.lender ? *per.lender : per.lender.emplace();
   bool gateway = session.peer_kind() == static_cast<uint8_t>(wire::PeerKind::kGateway);
-  lit->second.max_loans = gateway ? kMaxLoansPerGateway : kMaxLoansPerSession;
-  lit->second.max_buffers =
+  lender.max_loans = gateway ? kMaxLoansPerGateway : kMaxLoansPerSession;
+  lender.max_buffers =
       gateway ? std::max<size_t>(1, store_->buffers().count() / 2) : kMaxLoansPerSession;
   Send(session, n);
 }
@@ -725,8 +732,8 @@ void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation
 void CoreService::HandleMapPoolsInPlace(reactor::Session& session, uint64_t correlation_id,
                                         std::string_view boot_id) {
   static const std::string kBootId = HostBootId();
-  auto lender = lenders_.find(session.id());
-  if (session.local() || lender == lenders_.end()) {
+  std::optional<Lender>& lender = Of(session).lender;
+  if (session.local() || !lender) {
     return SendError(session, correlation_id,
                      static_cast<uint16_t>(wire::ErrorCode::kFailedPrecondition),
                      "MapPoolsInPlace is for sessions of a plane without fd passing");
@@ -755,7 +762,7 @@ void CoreService::HandleMapPoolsInPlace(reactor::Session& session, uint64_t corr
         .set_device(static_cast<uint64_t>(st.st_dev))
         .set_inode(static_cast<uint64_t>(st.st_ino));
   }
-  lender->second.in_place = true;
+  lender->in_place = true;
   Send(session, m.Finish());
 }
 
@@ -818,24 +825,23 @@ void CoreService::AckTouchWhenDurable(reactor::Session& session, uint64_t corr,
 }
 
 void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id) {
-  auto l = lenders_.find(session.id());
-  if (l == lenders_.end()) return;
-  auto it = l->second.loans.find(loan_id);
-  if (it == l->second.loans.end()) return;  // unknown or released twice: ignore
-  if (it->second.buffer != UINT32_MAX) --l->second.buffers;
+  PerSession& per = Of(session);
+  if (!per.lender) return;
+  Lender& l = *per.lender;
+  auto it = l.loans.find(loan_id);
+  if (it == l.loans.end()) return;  // unknown or released twice: ignore
+  if (it->second.buffer != UINT32_MAX) --l.buffers;
   ReleaseLent(it->second);
-  l->second.loans.erase(it);
-  if (l->second.waiting) {
-    l->second.waiting = false;
-    if (auto d = downloads_.find(session.id()); d != downloads_.end()) {
-      for (Download& dl : d->second) dl.ready = true;
-    }
+  l.loans.erase(it);
+  if (l.waiting) {
+    l.waiting = false;
+    for (Download& dl : per.downloads) dl.ready = true;
     session.WantWritable(true);
   }
 }
 
 std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d, bool last_piece) {
-  Lender& lender = lenders_.at(session.id());
+  Lender& lender = *Of(session).lender;
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
   if (!d.loans_out) d.loans_out = std::make_shared<uint32_t>(0);
@@ -889,7 +895,7 @@ uint64_t CoreService::FirstInlineBytes(const reactor::Session& session, uint64_t
 CoreService::Download& CoreService::StartDownload(reactor::Session& session, uint64_t corr,
                                                   store::Store::StreamPtr& stream, bool lend,
                                                   bool in_place) {
-  Download& d = NewDownload(downloads_[session.id()]);
+  Download& d = NewDownload(Of(session).downloads);
   d.correlation_id = corr;
   d.stream = std::move(stream);
   d.lend = lend;
@@ -898,9 +904,8 @@ CoreService::Download& CoreService::StartDownload(reactor::Session& session, uin
 }
 
 void CoreService::EndLastDownload(reactor::Session& session) {
-  auto it = downloads_.find(session.id());
-  EndDownload(it->second, std::prev(it->second.end()));
-  if (it->second.empty()) downloads_.erase(it);
+  Downloads& list = Of(session).downloads;
+  EndDownload(list, std::prev(list.end()));
 }
 
 void CoreService::WatchDownload(reactor::Session& session, Download& d) {
@@ -1017,11 +1022,11 @@ int CoreService::max_sleep_ms() const {
 std::vector<CoreService::SessionView> CoreService::Sessions() const {
   std::vector<SessionView> out;
   out.reserve(sessions_.size());
-  for (const auto& [id, s] : sessions_) {
+  for (const auto& [id, per] : sessions_) {
     SessionView v;
-    v.session = s;
-    if (auto l = lenders_.find(id); l != lenders_.end()) v.loans = l->second.loans.size();
-    if (auto d = downloads_.find(id); d != downloads_.end()) v.downloads = d->second.size();
+    v.session = per->session;
+    if (per->lender) v.loans = per->lender->loans.size();
+    v.downloads = per->downloads.size();
     if (auto p = sub_ids_.find(id); p != sub_ids_.end()) v.subscribers = p->second.size();
     out.push_back(v);
   }
@@ -1145,7 +1150,7 @@ CoreService::Uploads::iterator CoreService::OwnUpload(reactor::Session& session,
 void CoreService::FailUpload(Upload& up, Status why) {
   up.failed = std::move(why);
   auto s = sessions_.find(up.session);
-  if (s != sessions_.end()) SendStatusError(*s->second, up.begin_correlation, up.failed);
+  if (s != sessions_.end()) SendStatusError(*s->second->session, up.begin_correlation, up.failed);
   ReplayParked();
 }
 
@@ -1169,11 +1174,11 @@ void CoreService::ReplayParked(std::string_view as_miss) {
     auto s = sessions_.find(p.session);
     if (s == sessions_.end()) continue;
     if (again) {
-      HandleObject(*s->second, wire::ObjectGetDecoder::kTemplateId, p.msg, p.block_length,
+      HandleObject(*s->second->session, wire::ObjectGetDecoder::kTemplateId, p.msg, p.block_length,
                    p.version);
     } else {
       const uint64_t corr = p.msg.size() >= 16 ? sbe::Load<uint64_t>(p.msg.data() + 8) : 0;
-      SendError(*s->second, corr, static_cast<uint16_t>(wire::ErrorCode::kAborted),
+      SendError(*s->second->session, corr, static_cast<uint16_t>(wire::ErrorCode::kAborted),
                 fmt::format("the fill of '{}' it followed was aborted before its head", p.key));
     }
   }
@@ -1263,13 +1268,12 @@ CoreService::Downloads::iterator CoreService::EndDownload(Downloads& list, Downl
 }
 
 void CoreService::CancelDownload(reactor::Session& session, uint64_t correlation_id) {
-  if (auto it = downloads_.find(session.id()); it != downloads_.end()) {
-    for (auto d = it->second.begin(); d != it->second.end(); ++d) {
-      if (d->correlation_id != correlation_id) continue;
-      ++counters_.gets_cancelled;
-      EndDownload(it->second, d);  // (what it lent stays out until released)
-      return;
-    }
+  Downloads& list = Of(session).downloads;
+  for (auto d = list.begin(); d != list.end(); ++d) {
+    if (d->correlation_id != correlation_id) continue;
+    ++counters_.gets_cancelled;
+    EndDownload(list, d);  // (what it lent stays out until released)
+    return;
   }
   auto p = std::find_if(parked_.begin(), parked_.end(), [&](const ParkedGet& g) {
     return g.session == session.id() && g.msg.size() >= 16 &&
@@ -1282,17 +1286,17 @@ void CoreService::CancelDownload(reactor::Session& session, uint64_t correlation
 }
 
 void CoreService::OnWritable(reactor::Session& session) {
-  auto it = downloads_.find(session.id());
-  if (it == downloads_.end() || it->second.empty()) {
+  Downloads& list = Of(session).downloads;
+  if (list.empty()) {
     session.WantWritable(false);
     return;
   }
   // Each ready stream gets a turn; streams with nothing to send wait for their callback.
   bool any_ready = false;
-  for (auto d = it->second.begin(); d != it->second.end();) {
+  for (auto d = list.begin(); d != list.end();) {
     if (session.closing()) return;
     if (d->ready && !Pump(session, *d)) {
-      d = EndDownload(it->second, d);  // (its last piece may be the one that filled the ring)
+      d = EndDownload(list, d);  // (its last piece may be the one that filled the ring)
     } else {
       any_ready |= d->ready;
       ++d;
@@ -1302,7 +1306,6 @@ void CoreService::OnWritable(reactor::Session& session) {
       break;
     }
   }
-  if (it->second.empty()) downloads_.erase(it);
   if (!any_ready) session.WantWritable(false);
 }
 

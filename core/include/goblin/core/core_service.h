@@ -182,7 +182,7 @@ class CoreService : public reactor::Handler {
   bool Send(reactor::Session& session, size_t n);  // sends out_[0, n); false: the client is gone
   reactor::Session* SessionById(uint64_t id) {
     auto it = sessions_.find(id);
-    return it == sessions_.end() ? nullptr : it->second;
+    return it == sessions_.end() ? nullptr : it->second->session;
   }
   // Sends what one download can send now; false when it is finished (or failed).
   bool Pump(reactor::Session& session, Download& d);
@@ -272,15 +272,23 @@ class CoreService : public reactor::Handler {
   uint16_t shard_ = 0, shard_count_ = 1;
   CoreCounters counters_;
   CoreHistograms histograms_;
-  std::unordered_map<uint64_t, reactor::Session*> sessions_;  // open sessions by id
-  ByteBuffer out_ = ByteBuffer(1 << 20);                      // not zero-filled: resident as used
+  // What the service keeps for one open session, reached from it (Session::handler_data):
+  // its downloads and, for a session that may be lent bytes, its loans.
+  struct PerSession {
+    reactor::Session* session = nullptr;
+    Downloads downloads;  // streams in progress
+    std::optional<Lender> lender;
+  };
+  static PerSession& Of(reactor::Session& session) {
+    return *static_cast<PerSession*>(session.handler_data());
+  }
+  std::unordered_map<uint64_t, std::unique_ptr<PerSession>> sessions_;  // open sessions by id
+  ByteBuffer out_ = ByteBuffer(1 << 20);  // not zero-filled: resident as used
   using Uploads = std::unordered_map<uint64_t, Upload>;
   Uploads uploads_;  // fill id -> owner
   // The session's own fill `put_id`, or end() after answering `what` with NotFound.
   Uploads::iterator OwnUpload(reactor::Session& session, uint64_t put_id, std::string_view what,
                               uint64_t corr);
-  RecyclingMap<uint64_t, Downloads> downloads_;   // session id -> streams in progress
-  std::unordered_map<uint64_t, Lender> lenders_;  // session id -> loans out
   // Ended downloads, their list nodes kept for the next ObjectGet (no allocation per GET).
   Downloads spare_downloads_;
   Download& NewDownload(Downloads& list);

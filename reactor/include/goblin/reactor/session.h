@@ -38,6 +38,10 @@ class Session {
   // Drops the session after the current callback returns.
   void Close() { closing_ = true; }
   bool closing() const { return closing_; }
+  // The Handler's own state for this session (set in OnOpen, cleared in OnClose): reached
+  // without a lookup by id on every message. The transport never touches it.
+  void* handler_data() const { return handler_data_; }
+  void set_handler_data(void* data) { handler_data_ = data; }
   // Whether the client shares this host's memory (may map the core's pools read-only).
   virtual bool local() const { return false; }
   // Sends a frame with `fds` on the session's socket (not the ring): shared-memory fds for
@@ -72,6 +76,7 @@ class Session {
   std::string name_;
   bool closing_ = false;
   bool want_writable_ = false;
+  void* handler_data_ = nullptr;
 };
 
 }  // namespace goblin::reactor
