@@ -45,7 +45,8 @@ void CoreService::OnOpen(reactor::Session& session) {
   if (store_ != nullptr && session.sends_by_reference()) {
     // A remote session (UCX): object bytes are sent straight from the pools, each piece
     // held (pinned head, detached I/O buffer) until the transport is done with it.
-    Lender& l = per->lender.emplace();
+    per->lends = true;
+    Lender& l = per->lender;
     l.max_loans = kMaxLoansPerSession * 4;
     l.max_buffers = std::max<size_t>(1, store_->buffers().count() / 4);
   }
@@ -72,9 +73,10 @@ void CoreService::OnClose(reactor::Session& session) {
     per.downloads.clear();  // the stream releases what it holds
     ReplayParked();         // (its own parked gets are dropped; others' fills it reserved ended)
     describes_.remove_if([&](const PendingDescribe& p) { return p.session == session.id(); });
-    if (per.lender) {
-      for (auto& [id, lent] : per.lender->loans) ReleaseLent(lent);
-      per.lender.reset();
+    if (per.lends) {
+      for (auto& [id, lent] : per.lender.loans) ReleaseLent(lent);
+      per.lender.loans.clear();
+      per.lends = false;
     }
   }
   GOBLIN_LOG_INFO(kLog, "client {} disconnected", session.id());
@@ -446,8 +448,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         }
       }
       const bool lend =
-          per.lender && ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
-      const bool in_place = lend && per.lender->in_place && (flags & wire::kGetLoans) != 0;
+          per.lends && ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
+      const bool in_place = lend && per.lender.in_place && (flags & wire::kGetLoans) != 0;
       // A reader of the pools in place may get the range's first piece lent in the answer.
       if (stream && lend && (flags & wire::kGetLoanInAnswer) != 0 && session.queued_bytes() == 0 &&
           AnswerLent(session, corr, status, *info, stream, in_place,
@@ -719,7 +721,8 @@ void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation
     return SendStatusError(session, correlation_id, r.error());
   }
   PerSession& per = Of(session);
-  Lender& lender = per.lender ? *per.lender : per.lender.emplace();
+  per.lends = true;
+  Lender& lender = per.lender;
   bool gateway = session.peer_kind() == static_cast<uint8_t>(wire::PeerKind::kGateway);
   lender.max_loans = gateway ? kMaxLoansPerGateway : kMaxLoansPerSession;
   lender.max_buffers =
@@ -732,8 +735,8 @@ void CoreService::HandleMapPools(reactor::Session& session, uint64_t correlation
 void CoreService::HandleMapPoolsInPlace(reactor::Session& session, uint64_t correlation_id,
                                         std::string_view boot_id) {
   static const std::string kBootId = HostBootId();
-  std::optional<Lender>& lender = Of(session).lender;
-  if (session.local() || !lender) {
+  PerSession& per = Of(session);
+  if (session.local() || !per.lends) {
     return SendError(session, correlation_id,
                      static_cast<uint16_t>(wire::ErrorCode::kFailedPrecondition),
                      "MapPoolsInPlace is for sessions of a plane without fd passing");
@@ -762,7 +765,7 @@ void CoreService::HandleMapPoolsInPlace(reactor::Session& session, uint64_t corr
         .set_device(static_cast<uint64_t>(st.st_dev))
         .set_inode(static_cast<uint64_t>(st.st_ino));
   }
-  lender->in_place = true;
+  per.lender.in_place = true;
   Send(session, m.Finish());
 }
 
@@ -826,8 +829,8 @@ void CoreService::AckTouchWhenDurable(reactor::Session& session, uint64_t corr,
 
 void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id) {
   PerSession& per = Of(session);
-  if (!per.lender) return;
-  Lender& l = *per.lender;
+  if (!per.lends) return;
+  Lender& l = per.lender;
   auto it = l.loans.find(loan_id);
   if (it == l.loans.end()) return;  // unknown or released twice: ignore
   if (it->second.buffer != UINT32_MAX) --l.buffers;
@@ -841,7 +844,7 @@ void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id)
 }
 
 std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d, bool last_piece) {
-  Lender& lender = *Of(session).lender;
+  Lender& lender = Of(session).lender;
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
   if (!d.loans_out) d.loans_out = std::make_shared<uint32_t>(0);
@@ -1025,7 +1028,7 @@ std::vector<CoreService::SessionView> CoreService::Sessions() const {
   for (const auto& [id, per] : sessions_) {
     SessionView v;
     v.session = per->session;
-    if (per->lender) v.loans = per->lender->loans.size();
+    v.loans = per->lender.loans.size();
     v.downloads = per->downloads.size();
     if (auto p = sub_ids_.find(id); p != sub_ids_.end()) v.subscribers = p->second.size();
     out.push_back(v);

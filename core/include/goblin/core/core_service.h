@@ -277,7 +277,8 @@ class CoreService : public reactor::Handler {
   struct PerSession {
     reactor::Session* session = nullptr;
     Downloads downloads;  // streams in progress
-    std::optional<Lender> lender;
+    Lender lender;
+    bool lends = false;  // it may be lent bytes (mapped the pools; or sends by reference)
   };
   static PerSession& Of(reactor::Session& session) {
     return *static_cast<PerSession*>(session.handler_data());
