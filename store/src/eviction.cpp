@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+
 namespace goblin::store {
 
 uint64_t S3Fifo::Hash(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
@@ -52,6 +54,12 @@ void S3Fifo::Remove(std::string_view key) {
 }
 
 std::optional<std::string> S3Fifo::Evict(const std::function<bool(const std::string&)>& can_evict) {
+  return Evict(can_evict, nullptr);
+}
+
+std::optional<std::string> S3Fifo::Evict(
+    const std::function<bool(const std::string&)>& can_evict,
+    const std::function<uint8_t(const std::string&)>& take_reads) {
   // Each object is looked at a bounded number of times: at most 4 rounds (freq <= 3) + veto.
   size_t budget = 5 * entries_.size() + 1;
   while (!entries_.empty() && budget-- > 0) {
@@ -60,6 +68,9 @@ std::optional<std::string> S3Fifo::Evict(const std::function<bool(const std::str
     std::list<std::string>& q = from_small ? small_ : main_;
     auto node = std::prev(q.end());
     Entry& e = entries_.at(*node);
+    if (take_reads) {  // (as many Touches: the count saturates the same way)
+      e.freq = static_cast<uint8_t>(std::min<unsigned>(3, e.freq + take_reads(*node)));
+    }
     if (from_small) {
       if (e.freq >= 1 || !can_evict(*node)) {
         if (e.freq >= 1)

@@ -101,8 +101,8 @@ VoidResult WriteFileAtomically(const std::string& path, std::span<const uint8_t>
 }  // namespace
 
 KeyDigest KeyDigest::Of(std::string_view key) {
-  XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
-  return {h.high64, h.low64};
+  const KeyHash128 h = HashKey128(key);  // (XXH3-128, what a HashedKey carries)
+  return {h.hi, h.lo};
 }
 
 std::vector<uint8_t> EncodeRecord(const ObjectRecord& r) {
@@ -251,7 +251,11 @@ Result<std::unique_ptr<Index>> Index::Open(const std::string& dir) {
 }
 
 ObjectRecord* Index::FindMutable(std::string_view key) {
-  auto it = map_.find(KeyDigest::Of(key));
+  return FindMutable(key, KeyDigest::Of(key));
+}
+
+ObjectRecord* Index::FindMutable(std::string_view key, const KeyDigest& digest) {
+  auto it = map_.find(digest);
   if (it == map_.end()) return nullptr;
   for (ObjectRecord& r : it->second) {
     if (r.key == key) return &r;
@@ -261,6 +265,10 @@ ObjectRecord* Index::FindMutable(std::string_view key) {
 
 const ObjectRecord* Index::Find(std::string_view key) const {
   return const_cast<Index*>(this)->FindMutable(key);
+}
+
+const ObjectRecord* Index::Find(const HashedKey& key) const {
+  return const_cast<Index*>(this)->FindMutable(key.key, KeyDigest{key.digest.hi, key.digest.lo});
 }
 
 namespace {

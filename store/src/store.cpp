@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
+#include <utility>
 
 #include <xxhash.h>
 
@@ -23,6 +24,12 @@ constexpr size_t kExpiriesPerPoll = 16;
 uint64_t Store::NowNs() const {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t Store::CoarseNowNs() const {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
@@ -887,19 +894,26 @@ bool Store::DemoteOneHead() {
 }
 
 bool Store::EvictOne(int tier) {
-  auto victim = policy_.Evict([&](const std::string& key) {
-    const ObjectRecord* r = index_->Find(key);
-    if (r == nullptr) return true;  // stale: nothing to keep
-    if (loaned_.count(r->generation)) return false;
-    // A head read where the core did not see it (a gateway's local hit): another round.
-    if (auto h = heads_.find(key); h != heads_.end() && TakeTouch(h->second)) {
-      h->second.referenced = true;
-      return false;
-    }
-    if (tier < 0) return true;
-    return std::any_of(r->extents.begin(), r->extents.end(),
-                       [&](const Extent& e) { return e.tier == tier; });
-  });
+  auto victim = policy_.Evict(
+      [&](const std::string& key) {
+        const ObjectRecord* r = index_->Find(key);
+        if (r == nullptr) return true;  // stale: nothing to keep
+        if (loaned_.count(r->generation)) return false;
+        // A head read where the core did not see it (a gateway's local hit): another round.
+        if (auto h = heads_.find(key); h != heads_.end() && TakeTouch(h->second)) {
+          h->second.referenced = true;
+          return false;
+        }
+        if (tier < 0) return true;
+        return std::any_of(r->extents.begin(), r->extents.end(),
+                           [&](const Extent& e) { return e.tier == tier; });
+      },
+      [&](const std::string& key) -> uint8_t {
+        // (the hits OpenStream counted in the record since the policy last judged it)
+        const ObjectRecord* r = index_->Find(key);
+        if (r == nullptr) return 0;
+        return std::exchange(r->policy_reads, 0);
+      });
   if (!victim) {
     ++stats_.eviction_failures;
     return false;
@@ -916,13 +930,15 @@ bool Store::EvictOne(int tier) {
   return true;
 }
 
-Result<const ObjectRecord*> Store::FindLive(std::string_view key, uint64_t* now) {
-  const ObjectRecord* r = index_->Find(key);
+Result<const ObjectRecord*> Store::FindLive(const HashedKey& hashed, uint64_t* now) {
+  const std::string_view key = hashed.key;
+  const ObjectRecord* r = index_->Find(hashed);
   if (r == nullptr) {
     ++stats_.misses;
     return r;
   }
-  *now = NowNs();
+  // (exact where the expiry is judged by it; else only a read's access stamp takes it)
+  *now = r->expires_unix_ns != 0 ? NowNs() : CoarseNowNs();
   if (Expired(*r, *now)) {
     ++stats_.expired;
     ++stats_.misses;
@@ -936,7 +952,7 @@ Result<const ObjectRecord*> Store::FindLive(std::string_view key, uint64_t* now)
 
 Result<std::optional<ObjectInfo>> Store::Head(std::string_view key, const AccessRequest* access,
                                               AccessMarks* marks) {
-  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindForRead(key, access, marks));
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindForRead(HashedKey(key), access, marks));
   if (r == nullptr) return std::optional<ObjectInfo>();
   return std::optional<ObjectInfo>(ObjectInfo{r->key, r->size, r->generation, r->created_unix_ns,
                                               r->expires_unix_ns, r->metadata});
@@ -1244,7 +1260,7 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
                                         bool follow_fill, const AccessRequest* access,
                                         AccessMarks* marks) {
   Opened o;
-  const HashedKey hashed(key);  // (one hash for the three maps it is looked up in)
+  const HashedKey hashed(key);  // (one hash: the fills, the index and the heads take it)
   if (follow_fill) {
     // (a committing fill that was purged is gone for new readers already)
     // (a reserved fill without its head yet cannot be followed: read past it)
@@ -1278,9 +1294,9 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
     }
   }
   GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* rec,
-                          FindForRead(key, access, marks));  // (no copy of its info)
+                          FindForRead(hashed, access, marks));  // (no copy of its info)
   if (rec == nullptr) return o;
-  policy_.Touch(hashed);
+  if (rec->policy_reads < 3) ++rec->policy_reads;  // (the policy takes it when it judges it)
   o.status = Lookup::kHit;
   StreamPtr s = NewStream();
   MakeLoan(*rec, &s->loan_, hashed);

@@ -30,10 +30,11 @@ Result<const ObjectRecord*> Store::Vivify(std::string_view key, uint64_t ttl_ns)
   return r;
 }
 
-Result<const ObjectRecord*> Store::FindForRead(std::string_view key, const AccessRequest* access,
+Result<const ObjectRecord*> Store::FindForRead(const HashedKey& hashed, const AccessRequest* access,
                                                AccessMarks* marks) {
+  const std::string_view key = hashed.key;
   uint64_t now = 0;
-  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindLive(key, &now));
+  GOBLIN_ASSIGN_OR_RETURN(const ObjectRecord* r, FindLive(hashed, &now));
   bool won = false;
   if (r == nullptr) {
     if (access == nullptr || !access->vivify) return r;

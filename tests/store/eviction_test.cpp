@@ -4,7 +4,9 @@
 
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace goblin::store {
 namespace {
@@ -90,6 +92,74 @@ TEST(S3Fifo, KeepsTheHotSetUnderScanPressure) {
     if (hot) ++hot_requests;
   }
   EXPECT_GT(static_cast<double>(hits) / static_cast<double>(hot_requests), 0.9);
+}
+
+// Reads counted by the caller (a store counts a hit in the record it found) and handed over
+// when an object is judged (Evict's take_reads) evict exactly what the same reads as Touches
+// would: one policy fed each way, the same random inserts, reads, removes and evictions.
+TEST(S3Fifo, ReadsHandedOverWhenJudgedEvictExactlyAsTouchesWould) {
+  for (uint32_t small_percent : {0u, 10u, 50u}) {
+    S3Fifo eager(small_percent), lazy(small_percent);
+    std::unordered_map<std::string, uint8_t>
+        counted;  // the caller's count (capped like a record's)
+    auto take = [&](const std::string& k) -> uint8_t {
+      auto it = counted.find(k);
+      if (it == counted.end()) return 0;
+      const uint8_t n = it->second;
+      counted.erase(it);
+      return n;
+    };
+    std::mt19937_64 rng(1234 + small_percent);
+    std::unordered_set<std::string> live;
+    std::vector<std::string> keys;
+    for (int i = 0; i < 300; ++i) keys.push_back("k" + std::to_string(i));
+    size_t evictions = 0, took = 0;
+    for (int step = 0; step < 200'000; ++step) {
+      const std::string& k = keys[rng() % keys.size()];
+      switch (rng() % 8) {
+        case 0:
+        case 1:  // a (re)put: a new version has no reads yet
+          eager.Insert(k);
+          lazy.Insert(k);
+          counted.erase(k);
+          live.insert(k);
+          break;
+        case 2:
+          eager.Remove(k);
+          lazy.Remove(k);
+          counted.erase(k);
+          live.erase(k);
+          break;
+        case 3:
+        case 4:
+        case 5:
+          if (live.count(k) == 0) break;
+          eager.Touch(k);
+          if (uint8_t& n = counted[k]; n < 3) ++n;
+          break;
+        default: {
+          // (a veto for some keys, the same in both)
+          auto veto = [&](const std::string& key) { return key.back() != '7'; };
+          auto a = eager.Evict(veto);
+          auto b = lazy.Evict(veto, [&](const std::string& key) {
+            ++took;
+            return take(key);
+          });
+          ASSERT_EQ(a, b) << "step " << step;
+          if (a) {
+            live.erase(*a);
+            counted.erase(*a);
+            ++evictions;
+          }
+        }
+      }
+      ASSERT_EQ(eager.size(), lazy.size());
+    }
+    EXPECT_GT(evictions, 10'000u);
+    EXPECT_GT(took, evictions);
+    EXPECT_EQ(eager.stats().promoted, lazy.stats().promoted);
+    EXPECT_EQ(eager.stats().vetoed, lazy.stats().vetoed);
+  }
 }
 
 }  // namespace

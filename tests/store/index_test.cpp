@@ -61,6 +61,11 @@ TEST_F(IndexTest, CommitFindReplaceDelete) {
   EXPECT_EQ(a->size, 100u);
   EXPECT_EQ(a->generation, *g1);
   EXPECT_EQ(idx->Find("/c"), nullptr);
+  // A HashedKey's digest is the index's own: the same records, no second hash.
+  EXPECT_EQ(idx->Find(HashedKey("/a")), a);
+  EXPECT_EQ(idx->Find(HashedKey("/c")), nullptr);
+  const HashedKey h("/b");
+  EXPECT_EQ(KeyDigest::Of("/b"), (KeyDigest{h.digest.hi, h.digest.lo}));
   // Replacing hands back the old extents.
   ASSERT_TRUE(idx->Commit(Obj("/a", 300, 7), &released));
   ASSERT_EQ(released.size(), 2u);

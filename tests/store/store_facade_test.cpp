@@ -1021,6 +1021,40 @@ TEST_F(StoreTest, AFullTierEvictsTheColdestObjects) {
   EXPECT_EQ(store_->eviction().stats().evicted_small, 1u);
 }
 
+// The same through streams, as goblin-core reads: a hit counts its read in the object's
+// record, and eviction takes it from there when it judges the object.
+TEST_F(StoreTest, ObjectsReadThroughStreamsAreKeptOverTheColdOnes) {
+  opts_.tier.max_files = 1;
+  opts_.tier.file_bytes = 16 * kExtent;
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto read = [&](const std::string& key) {
+    auto o = store_->OpenStream(key);
+    EXPECT_TRUE(o && o->stream) << key;
+    auto got =
+        o && o->stream ? Drain(*o->stream) : Result<std::vector<uint8_t>>(std::vector<uint8_t>());
+    EXPECT_TRUE(got) << got.error().ToString();
+    return got ? *got : std::vector<uint8_t>();
+  };
+  auto cold = Data(5 * kExtent, 5), hot = Data(5 * kExtent, 6);
+  ASSERT_TRUE(Put("/cold", cold));
+  ASSERT_TRUE(Put("/hot", hot));
+  EXPECT_EQ(read("/hot"), hot);
+  EXPECT_EQ(read("/hot"), hot);
+  auto next = Data(5 * kExtent, 7);
+  ASSERT_TRUE(Put("/next", next));  // 15 of 16 extents
+  auto last = Data(10 * kExtent, 8);
+  // 25 > 16: the small queue's oldest go: /cold, then /hot is judged (read: promoted, on
+  // the reads its record counted), then /next.
+  ASSERT_TRUE(Put("/last", last));
+  EXPECT_FALSE(store_->Head("/cold").value());
+  EXPECT_FALSE(store_->Head("/next").value());
+  EXPECT_EQ(read("/hot"), hot);
+  EXPECT_EQ(read("/last"), last);
+  EXPECT_EQ(store_->stats().evicted, 2u);
+  EXPECT_EQ(store_->eviction().stats().evicted_small, 2u);
+  EXPECT_EQ(store_->eviction().stats().promoted, 1u);
+}
+
 // ---- group commit (goblin-core's mode) ----
 
 TEST_F(StoreTest, GroupCommitAcknowledgesOnceTheSyncIsDone) {

@@ -6,7 +6,8 @@
 // passed gets another round (frequency decremented, capped at 3), else it is evicted.
 // The policy only orders keys; the store decides when to evict (a full tier, too many
 // objects) and may veto a victim (an object with readers), which then gets another round.
-// No allocation per Touch; Insert allocates one queue node.
+// No allocation per Touch; Insert allocates one queue node. Reads may also be counted by
+// the caller and handed over when an object is judged (Evict's take_reads).
 // Threading: one owner thread (a core shard).
 #pragma once
 
@@ -45,6 +46,12 @@ class S3Fifo {
   // Chooses and forgets the next victim. `can_evict(key)` false keeps it for another round.
   // nullopt when nothing is tracked or every tracked object was vetoed.
   std::optional<std::string> Evict(const std::function<bool(const std::string&)>& can_evict);
+  // The same, with reads counted outside the policy: before an object is judged,
+  // `take_reads(key)` returns the reads of it counted elsewhere since it was last asked (and
+  // forgets them); each counts as a Touch. (A store counts a hit in the record it found
+  // anyway: no lookup here per hit.)
+  std::optional<std::string> Evict(const std::function<bool(const std::string&)>& can_evict,
+                                   const std::function<uint8_t(const std::string&)>& take_reads);
 
   size_t size() const { return entries_.size(); }
   size_t small_size() const { return small_.size(); }

@@ -74,6 +74,10 @@ struct ObjectRecord {
   // (unix seconds), are bookkeeping of reads, updated through a const record (mutable).
   uint8_t marks = 0;
   mutable uint8_t read_marks = 0;  // kMarkTokenSent | kMarkFetched
+  // Reads not yet handed to the eviction policy (saturating at 3, S3-FIFO's cap): a hit
+  // counts here, in the record it found, and the policy takes them when it judges the
+  // object (S3Fifo::Evict's take_reads), instead of a lookup of its own per hit.
+  mutable uint8_t policy_reads = 0;
   // Tags (an HTTP response's surrogate keys), space-separated: purge by tag finds the
   // objects carrying one (Index::KeysWithTag). Journaled with the record.
   std::string tags;
@@ -140,6 +144,7 @@ class Index {
   Result<uint64_t> Refresh(std::string_view key, std::string metadata, uint64_t created_unix_ns,
                            uint64_t expires_unix_ns, uint64_t* lsn = nullptr);
   const ObjectRecord* Find(std::string_view key) const;
+  const ObjectRecord* Find(const HashedKey& key) const;  // (its digest computed already)
   // The digests of the records carrying `tag` (each record's tags are indexed when it is
   // recorded and dropped when it leaves; 16 bytes each: a snapshot of 100,000 is a copy of
   // 1.6 MB), and the keys of those of `digests` that still carry it: a purge takes the
@@ -199,6 +204,7 @@ class Index {
   void Apply(ObjectRecord r, std::vector<Extent>* released);
   bool Remove(std::string_view key, std::vector<Extent>* released);
   ObjectRecord* FindMutable(std::string_view key);
+  ObjectRecord* FindMutable(std::string_view key, const KeyDigest& digest);
   void SetExpiry(ObjectRecord* r, uint64_t expires_unix_ns);
   // Journals `next` (r's record under the next generation) as a put; r then takes its
   // generation. The caller updates the rest of r in place (its extents keep their address).
