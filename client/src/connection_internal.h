@@ -64,17 +64,23 @@ inline Status ErrorReply(std::span<const uint8_t> m) {
 }
 
 // (an ObjectInfo's, or an ObjectLent's)
-inline Connection::ObjectMeta MetaOf(const auto& info) {
-  Connection::ObjectMeta m;
+// Into `m`, whose metadata string keeps its capacity (a get's answer allocates nothing).
+inline void AssignMeta(Connection::ObjectMeta& m, const auto& info) {
   m.found = info.status() != wire::LookupStatus::kMiss;
   m.filling = info.status() == wire::LookupStatus::kFilling;
+  m.size = m.found ? info.object_size() : 0;
+  m.generation = m.found ? info.generation() : 0;
+  m.created_unix_ns = m.found ? info.created_nanos() : 0;
+  m.expires_unix_ns = m.found ? info.expires_nanos() : 0;
   if (m.found) {
-    m.size = info.object_size();
-    m.generation = info.generation();
-    m.created_unix_ns = info.created_nanos();
-    m.expires_unix_ns = info.expires_nanos();
-    m.metadata = std::string(info.metadata());
+    m.metadata.assign(info.metadata());
+  } else {
+    m.metadata.clear();
   }
+}
+inline Connection::ObjectMeta MetaOf(const auto& info) {
+  Connection::ObjectMeta m;
+  AssignMeta(m, info);
   return m;
 }
 

@@ -14,9 +14,9 @@
 
 namespace goblin::client {
 
+using detail::AssignMeta;
 using detail::ErrorReply;
 using detail::Mapped;
-using detail::MetaOf;
 using detail::TemplateOf;
 
 bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
@@ -34,7 +34,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
       return true;
     }
     g.have_info = true;
-    g.meta = MetaOf(*lent);
+    AssignMeta(g.meta, *lent);
     if (g.on_meta != nullptr && *g.on_meta) (*g.on_meta)(g.meta);
     (void)TakeLentSegment(g, lent->pool() == wire::PoolKind::kHead, lent->pool_offset(), g.offset,
                           lent->length());
@@ -50,7 +50,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
       return true;
     }
     g.have_info = true;
-    g.meta = MetaOf(*info);
+    AssignMeta(g.meta, *info);
     if (!g.meta.found) return true;  // a miss ends the exchange; a hit is followed by ObjectData
     if (g.on_meta != nullptr && *g.on_meta) (*g.on_meta)(g.meta);
     if (auto first = info->first_bytes_bytes(); !first.empty()) {
@@ -159,7 +159,7 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
   GOBLIN_RETURN_IF_ERROR(
       Receive(l, corr, [&](std::span<const uint8_t> m) { return HandleGetMessage(g, m); }));
   if (!g.error.ok()) return Err(g.error);
-  return g.meta;
+  return std::move(g.meta);  // (a member: no implicit move)
 }
 
 Result<uint64_t> Connection::StartGet(std::string_view key, Sink sink, uint64_t offset,
@@ -187,7 +187,7 @@ bool Connection::RouteToGets(Link& l, std::span<const uint8_t> m) {
   GetState& g = *it->second;
   if (!HandleGetMessage(g, m)) return true;
   if (g.error.ok()) {
-    gets_done_.push_back({g.id, g.meta});
+    gets_done_.push_back({g.id, std::move(g.meta)});  // (g is erased next)
   } else {
     gets_done_.push_back({g.id, Err(g.error)});
   }
