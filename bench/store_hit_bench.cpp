@@ -24,7 +24,6 @@ using namespace goblin;
 using namespace goblin::store;
 namespace fs = std::filesystem;
 
-
 struct Fixture {
   std::string dir;
   std::unique_ptr<Store> store;
