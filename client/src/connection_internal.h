@@ -68,15 +68,16 @@ inline Status ErrorReply(std::span<const uint8_t> m) {
 inline void AssignMeta(Connection::ObjectMeta& m, const auto& info) {
   m.found = info.status() != wire::LookupStatus::kMiss;
   m.filling = info.status() == wire::LookupStatus::kFilling;
-  m.size = m.found ? info.object_size() : 0;
-  m.generation = m.found ? info.generation() : 0;
-  m.created_unix_ns = m.found ? info.created_nanos() : 0;
-  m.expires_unix_ns = m.found ? info.expires_nanos() : 0;
-  if (m.found) {
-    m.metadata.assign(info.metadata());
-  } else {
+  if (!m.found) {  // (a miss carries nothing else)
+    m.size = m.generation = m.created_unix_ns = m.expires_unix_ns = 0;
     m.metadata.clear();
+    return;
   }
+  m.size = info.object_size();
+  m.generation = info.generation();
+  m.created_unix_ns = info.created_nanos();
+  m.expires_unix_ns = info.expires_nanos();
+  m.metadata.assign(info.metadata());
 }
 inline Connection::ObjectMeta MetaOf(const auto& info) {
   Connection::ObjectMeta m;

@@ -21,17 +21,17 @@ constexpr int kMaxDemotionsPerAllocation = 64;
 constexpr size_t kExpiriesPerPoll = 16;
 }  // namespace
 
-uint64_t Store::NowNs() const {
+namespace {
+uint64_t RealtimeNs(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
+}  // namespace
 
-uint64_t Store::CoarseNowNs() const {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t Store::NowNs() const { return RealtimeNs(CLOCK_REALTIME); }
+
+uint64_t Store::CoarseNowNs() const { return RealtimeNs(CLOCK_REALTIME_COARSE); }
 
 Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
   if (o.tier_dirs.empty())
