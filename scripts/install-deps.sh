@@ -17,6 +17,7 @@ PKGS=(
   libnghttp2-dev nghttp2-client goaccess libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   # libraries we choose
   libfmt-dev libspdlog-dev libcli11-dev libssl-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
+  libabsl-dev  # (Swiss-table hash maps: the store index and resident heads)
   nlohmann-json3-dev  # (the membership records cores keep in etcd)
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev

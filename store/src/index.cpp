@@ -284,6 +284,7 @@ void TakeExtents(std::vector<Extent>& from, std::vector<Extent>* to) {
 }  // namespace
 
 void Index::Apply(ObjectRecord r, std::vector<Extent>* released) {
+  r.loan_handle = 0;  // a new version: no loans yet (the store retired the old one's)
   expiring_ += r.expires_unix_ns != 0 ? 1 : 0;
   const KeyDigest d = KeyDigest::Of(r.key);
   if (ObjectRecord* old = FindMutable(r.key)) {

@@ -434,6 +434,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
     rec.access_unix_s = old->access_unix_s;
   }
   uint64_t old_generation = old ? old->generation : 0;
+  const uint64_t old_loans = old ? old->loan_handle : 0;
   std::vector<Extent> released;
   uint64_t lsn = 0;
   auto gen = index_->Commit(std::move(rec), &released, &lsn);
@@ -442,7 +443,7 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
     Abort(id);
     return Err(gen.error());
   }
-  if (old_generation) Retire(f.key, old_generation, std::move(released), lsn);
+  if (old_generation) Retire(f.key, old_generation, old_loans, std::move(released), lsn);
   // A small object keeps a slot of its own size, not a full head slot.
   std::optional<PoolSlot> head = f.head;
   uint64_t head_alloc = options_.ram_head;  // the length `head` was allocated for
@@ -579,8 +580,8 @@ void Store::AddResident(const std::string& key, Resident r) {
   }
 }
 
-void Store::Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
-                   uint64_t lsn) {
+void Store::Retire(const std::string& key, uint64_t generation, uint64_t loan_handle,
+                   std::vector<Extent> extents, uint64_t lsn) {
   std::optional<PoolSlot> head;
   uint64_t head_len = 0, head_bytes = 0, tail_bytes = 0;
   std::vector<PoolSlot> tail;
@@ -593,15 +594,15 @@ void Store::Retire(const std::string& key, uint64_t generation, std::vector<Exte
     Withdraw(h->second);
     heads_.erase(h);
   }
-  if (auto l = loaned_.find(generation); l != loaned_.end()) {
-    l->second.retired = true;
-    l->second.retired_lsn = lsn;
-    l->second.extents = std::move(extents);
-    l->second.head = head;
-    l->second.head_len = head_len;
-    l->second.tail = std::move(tail);
-    l->second.head_bytes = head_bytes;
-    l->second.tail_bytes = tail_bytes;
+  if (VersionLoans::Version* v = versions_.Find(loan_handle)) {
+    v->retired = true;
+    v->retired_lsn = lsn;
+    v->extents = std::move(extents);
+    v->head = head;
+    v->head_len = head_len;
+    v->tail = std::move(tail);
+    v->head_bytes = head_bytes;
+    v->tail_bytes = tail_bytes;
     return;
   }
   FreeWhenDurable(std::move(extents), lsn);
@@ -782,7 +783,7 @@ bool Store::DropOneTail(int colder_than) {
     auto h = heads_.find(key);
     if (h == heads_.end() || h->second.tail.empty()) continue;  // stale
     Resident& r = h->second;
-    if (r.tail_referenced || loaned_.count(r.generation)) {
+    if (r.tail_referenced || Lent(key, r.generation)) {
       r.tail_referenced = false;
       tail_clock_.push_back(std::move(key));
       continue;
@@ -808,10 +809,12 @@ std::span<const uint8_t> Store::TailBytes(const Loan& loan, uint64_t pos) {
     tail = &h->second.tail;
     start = h->second.length;
     bytes = h->second.tail_bytes;
-  } else if (auto l = loaned_.find(loan.info.generation); l != loaned_.end() && l->second.retired) {
-    tail = &l->second.tail;
-    start = l->second.head_bytes;
-    bytes = l->second.tail_bytes;
+  } else if (const uint64_t* slot = loan_ids_.Find(loan.id);
+             slot != nullptr && versions_.at(*slot).retired) {
+    const VersionLoans::Version& v = versions_.at(*slot);
+    tail = &v.tail;
+    start = v.head_bytes;
+    bytes = v.tail_bytes;
   }
   if (tail == nullptr || pos < start || pos >= start + bytes) return {};
   const uint64_t block = pool_->block_size();
@@ -877,7 +880,7 @@ bool Store::DemoteOneHead() {
     if (h == heads_.end()) continue;      // stale
     bool touched = TakeTouch(h->second);  // (read where the core did not see it)
     if (touched) policy_.Touch(key);
-    if (touched || h->second.referenced || loaned_.count(h->second.generation)) {
+    if (touched || h->second.referenced || Lent(key, h->second.generation)) {
       h->second.referenced = false;
       head_clock_.push_back(std::move(key));
       continue;
@@ -898,7 +901,7 @@ bool Store::EvictOne(int tier) {
       [&](const std::string& key) {
         const ObjectRecord* r = index_->Find(key);
         if (r == nullptr) return true;  // stale: nothing to keep
-        if (loaned_.count(r->generation)) return false;
+        if (Lent(*r)) return false;
         // A head read where the core did not see it (a gateway's local hit): another round.
         if (auto h = heads_.find(key); h != heads_.end() && TakeTouch(h->second)) {
           h->second.referenced = true;
@@ -1010,8 +1013,7 @@ void Store::MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key) 
     loan->head = h->second.slot;
     loan->head_bytes = h->second.length;
   }
-  loan->id = loan_ids_.Add(rec.generation);
-  ++loaned_[rec.generation].count;
+  loan->id = loan_ids_.Add(versions_.Lend(&rec.loan_handle));
   ++stats_.loans_out;
 }
 
@@ -1086,17 +1088,19 @@ std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> Store::PublishHead(const
 void Store::ReleasePin(uint64_t id) {
   const uint64_t* held = loan_ids_.Find(id);
   if (held == nullptr) return;  // released twice: ignore
-  const uint64_t gen = *held;
+  const auto slot = static_cast<uint32_t>(*held);
   loan_ids_.Remove(id);
   --stats_.loans_out;
-  auto it = loaned_.find(gen);
-  if (it == loaned_.end() || --it->second.count > 0) return;
-  if (it->second.retired) {
-    FreeWhenDurable(std::move(it->second.extents), it->second.retired_lsn);
-    if (it->second.head) FreeHead(*it->second.head, it->second.head_len);
-    FreeTail(&it->second.tail, it->second.tail_bytes);
-  }
-  loaned_.erase(it);
+  VersionLoans::Version* last = versions_.Return(slot);
+  if (last == nullptr || !last->retired) return;
+  FreeWhenDurable(std::move(last->extents), last->retired_lsn);
+  if (last->head) FreeHead(*last->head, last->head_len);
+  FreeTail(&last->tail, last->tail_bytes);
+}
+
+bool Store::Lent(const std::string& key, uint64_t generation) {
+  const ObjectRecord* r = index_->Find(key);
+  return r != nullptr && r->generation == generation && Lent(*r);
 }
 
 Loan Store::Retain(const Loan& loan) {
@@ -1106,11 +1110,19 @@ Loan Store::Retain(const Loan& loan) {
 }
 
 uint64_t Store::Pin(const Loan& loan) {
-  // (the version the loan holds now: an invalidation gives it a new generation)
-  uint64_t gen = loan.info.generation;
-  if (const uint64_t* g = loan_ids_.Find(loan.id)) gen = *g;
-  ++loaned_[gen].count;
-  const uint64_t id = loan_ids_.Add(gen);
+  uint32_t slot;
+  if (const uint64_t* held = loan_ids_.Find(loan.id)) {
+    slot = static_cast<uint32_t>(*held);
+    versions_.LendAgain(slot);
+  } else {
+    // The loan's own id was given up (a stream's pin taken): its version by its record while
+    // that is current; else (replaced, deleted) a count of its own, which holds nothing.
+    const ObjectRecord* r = index_->Find(loan.info.key);
+    uint64_t unlinked = 0;
+    slot = versions_.Lend(r != nullptr && r->generation == loan.info.generation ? &r->loan_handle
+                                                                                : &unlinked);
+  }
+  const uint64_t id = loan_ids_.Add(slot);
   ++stats_.loans_out;
   return id;
 }
@@ -1202,13 +1214,13 @@ Result<bool> Store::Delete(std::string_view key) {
 Result<bool> Store::DeleteCommitted(std::string_view key) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) return false;
-  uint64_t gen = r->generation;
+  const uint64_t gen = r->generation, loans = r->loan_handle;
   std::vector<Extent> released;
   uint64_t lsn = 0;
   GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released, &lsn));
   if (removed) {
     policy_.Remove(key);
-    Retire(std::string(key), gen, std::move(released), lsn);
+    Retire(std::string(key), gen, loans, std::move(released), lsn);
   }
   stats_.objects = index_->size();
   return removed;

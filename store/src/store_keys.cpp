@@ -126,18 +126,11 @@ Result<std::optional<Store::Touched>> Store::Refresh(std::string_view key, uint6
 
 void Store::Reissued(const std::string& key, uint64_t old, uint64_t gen) {
   // The same bytes under the new generation: the RAM head and the loans on the old one are
-  // the new one's (their extents are the record's own list, which stayed where it was).
+  // the new one's (their extents are the record's own list, which stayed where it was; the
+  // loans are counted in the record's VersionLoans slot, which it keeps).
   if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == old) {
     Withdraw(h->second);  // (local readers come back to the core and learn the new version)
     h->second.generation = gen;
-  }
-  if (auto l = loaned_.find(old); l != loaned_.end()) {
-    Loaned moved = std::move(l->second);
-    loaned_.erase(l);
-    loaned_[gen] = std::move(moved);
-    loan_ids_.ForEachGeneration([&](uint64_t& g) {
-      if (g == old) g = gen;
-    });
   }
 }
 

@@ -26,6 +26,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "goblin/common/status.h"
 #include "goblin/common/string_hash.h"
 #include "goblin/store/journal.h"
@@ -82,6 +83,9 @@ struct ObjectRecord {
   // objects carrying one (Index::KeysWithTag). Journaled with the record.
   std::string tags;
   mutable uint32_t access_unix_s = 0;
+  // The store's VersionLoans slot for this version's loans (0, or a slot whose loans all came
+  // back: none out). Never journaled, never copied into a new version (Index::Apply clears it).
+  mutable uint64_t loan_handle = 0;
   // Equal as stored: read bookkeeping aside.
   friend bool operator==(const ObjectRecord& a, const ObjectRecord& b) {
     return a.key == b.key && a.size == b.size && a.generation == b.generation &&
@@ -222,7 +226,7 @@ class Index {
   std::string dir_;
   Journal journal_;
   // Buckets by digest; a bucket holds more than one record only on a digest collision.
-  std::unordered_map<KeyDigest, std::vector<ObjectRecord>, DigestHash> map_;
+  absl::node_hash_map<KeyDigest, std::vector<ObjectRecord>, DigestHash> map_;
   // A set of digests kept dense: a snapshot of it is one copy of contiguous memory (a tag
   // purge's of 100,000 members: well under a millisecond, where walking a node-based set
   // took 36 ms), a member is found by a scan up to kLinear members and through a position

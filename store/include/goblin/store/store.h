@@ -31,11 +31,10 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "goblin/common/recycling_map.h"
+#include "absl/container/node_hash_map.h"
 #include "goblin/common/status.h"
 #include "goblin/common/string_hash.h"
 #include "goblin/store/disk_io.h"
@@ -47,6 +46,7 @@
 #include "goblin/store/loan_slots.h"
 #include "goblin/store/object_io.h"
 #include "goblin/store/tier_space.h"
+#include "goblin/store/version_loans.h"
 
 namespace goblin::store {
 
@@ -478,16 +478,6 @@ class Store {
     uint8_t reads = 0;             // loans made on it (saturating; aged, see Reads())
     uint32_t reads_epoch = 0;
   };
-  struct Loaned {  // per generation with loans out
-    uint32_t count = 0;
-    bool retired = false;          // replaced or deleted: free what it held at the last release
-    uint64_t retired_lsn = 0;      // the record that retired it (its space waits for it)
-    std::vector<Extent> extents;   // (when retired)
-    std::optional<PoolSlot> head;  // (when retired)
-    uint64_t head_len = 0;
-    std::vector<PoolSlot> tail;  // (when retired) its RAM tail, whose readers may still be on it
-    uint64_t head_bytes = 0, tail_bytes = 0;  // (when retired) where the tail starts, its length
-  };
   Store() = default;
   // The committed record of `key`, counted as a hit; nullptr (a miss) when there is none or
   // it has expired (then deleted).
@@ -500,9 +490,13 @@ class Store {
                                           AccessMarks* marks);
   Result<const ObjectRecord*> Vivify(std::string_view key, uint64_t ttl_ns);
   // A version of `key` left the index (replaced or deleted): free its extents and head now,
-  // or at the last release of its loans.
-  void Retire(const std::string& key, uint64_t generation, std::vector<Extent> extents,
-              uint64_t lsn);
+  // or at the last release of its loans (`loan_handle`: its record's, read before it left).
+  void Retire(const std::string& key, uint64_t generation, uint64_t loan_handle,
+              std::vector<Extent> extents, uint64_t lsn);
+  // `rec`'s version has loans out.
+  bool Lent(const ObjectRecord& rec) { return versions_.Find(rec.loan_handle) != nullptr; }
+  // The record of `key` at `generation` has loans out (a resident head's or tail's veto).
+  bool Lent(const std::string& key, uint64_t generation);
   // Extents of a version that left the index at record `lsn`: free once it is durable (a
   // crash before that replays the version, whose bytes must still be there).
   void FreeWhenDurable(std::vector<Extent> extents, uint64_t lsn);
@@ -605,11 +599,11 @@ class Store {
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<IoBufferPool> buffers_;
   std::unique_ptr<IoRouter> io_;
-  std::unordered_map<FillId, Fill> fills_;
-  std::unordered_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
-  std::unordered_map<std::string, Resident, StringHash, std::equal_to<>> heads_;
-  RecyclingMap<uint64_t, Loaned> loaned_;  // generation -> loans
-  LoanSlots loan_ids_;                     // loan id -> generation
+  absl::node_hash_map<FillId, Fill> fills_;
+  absl::node_hash_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
+  absl::node_hash_map<std::string, Resident, StringHash, std::equal_to<>> heads_;
+  VersionLoans versions_;  // loans out per version (ObjectRecord::loan_handle)
+  LoanSlots loan_ids_;     // loan id -> its version's slot in versions_
   // A stream for this store: a kept one, else a new one.
   StreamPtr NewStream();
   static void ReturnStream(Stream* s);  // (StreamDeleter)
