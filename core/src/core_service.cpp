@@ -74,8 +74,8 @@ void CoreService::OnClose(reactor::Session& session) {
     ReplayParked();         // (its own parked gets are dropped; others' fills it reserved ended)
     describes_.remove_if([&](const PendingDescribe& p) { return p.session == session.id(); });
     if (per.lends) {
-      for (auto& [id, lent] : per.lender.loans) ReleaseLent(lent);
-      per.lender.loans.clear();
+      per.lender.loans.ForEach([&](const Lent& lent) { ReleaseLent(lent); });
+      per.lender.loans.Clear();
       per.lends = false;
     }
   }
@@ -831,11 +831,11 @@ void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id)
   PerSession& per = Of(session);
   if (!per.lends) return;
   Lender& l = per.lender;
-  auto it = l.loans.find(loan_id);
-  if (it == l.loans.end()) return;  // unknown or released twice: ignore
-  if (it->second.buffer != UINT32_MAX) --l.buffers;
-  ReleaseLent(it->second);
-  l.loans.erase(it);
+  const Lent* lent = l.loans.Find(loan_id);
+  if (lent == nullptr) return;  // unknown or released twice: ignore
+  if (lent->buffer != UINT32_MAX) --l.buffers;
+  ReleaseLent(*lent);
+  l.loans.Remove(loan_id);
   if (l.waiting) {
     l.waiting = false;
     for (Download& dl : per.downloads) dl.ready = true;
@@ -853,7 +853,6 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
     lender.waiting = true;
     return std::nullopt;
   }
-  uint64_t loan_id = next_loan_id_++;
   Lent lent;
   lent.download_loans = d.loans_out;
   ++*d.loans_out;
@@ -864,8 +863,7 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
     lent.buffer = st.DetachChunk();
     ++lender.buffers;
   }
-  lender.loans.emplace(loan_id, std::move(lent));
-  return loan_id;
+  return lender.loans.Add(std::move(lent));
 }
 
 std::optional<CoreService::LentPiece> CoreService::LendPiece(reactor::Session& session, Download& d,

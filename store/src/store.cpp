@@ -809,12 +809,12 @@ std::span<const uint8_t> Store::TailBytes(const Loan& loan, uint64_t pos) {
     tail = &h->second.tail;
     start = h->second.length;
     bytes = h->second.tail_bytes;
-  } else if (const uint64_t* slot = loan_ids_.Find(loan.id);
-             slot != nullptr && versions_.at(*slot).retired) {
-    const VersionLoans::Version& v = versions_.at(*slot);
-    tail = &v.tail;
-    start = v.head_bytes;
-    bytes = v.tail_bytes;
+  } else if (const uint64_t* held = loan_ids_.Find(loan.id)) {
+    if (const VersionLoans::Version* v = versions_.Find(*held); v != nullptr && v->retired) {
+      tail = &v->tail;
+      start = v->head_bytes;
+      bytes = v->tail_bytes;
+    }
   }
   if (tail == nullptr || pos < start || pos >= start + bytes) return {};
   const uint64_t block = pool_->block_size();
@@ -1088,14 +1088,14 @@ std::optional<std::pair<uint32_t, sbe::HeadTableEntry>> Store::PublishHead(const
 void Store::ReleasePin(uint64_t id) {
   const uint64_t* held = loan_ids_.Find(id);
   if (held == nullptr) return;  // released twice: ignore
-  const auto slot = static_cast<uint32_t>(*held);
+  const uint64_t version = *held;
   loan_ids_.Remove(id);
   --stats_.loans_out;
-  VersionLoans::Version* last = versions_.Return(slot);
-  if (last == nullptr || !last->retired) return;
-  FreeWhenDurable(std::move(last->extents), last->retired_lsn);
-  if (last->head) FreeHead(*last->head, last->head_len);
-  FreeTail(&last->tail, last->tail_bytes);
+  versions_.Return(version, [&](VersionLoans::Version& last) {
+    FreeWhenDurable(std::move(last.extents), last.retired_lsn);
+    if (last.head) FreeHead(*last.head, last.head_len);
+    FreeTail(&last.tail, last.tail_bytes);
+  });
 }
 
 bool Store::Lent(const std::string& key, uint64_t generation) {
@@ -1110,19 +1110,19 @@ Loan Store::Retain(const Loan& loan) {
 }
 
 uint64_t Store::Pin(const Loan& loan) {
-  uint32_t slot;
+  uint64_t version;
   if (const uint64_t* held = loan_ids_.Find(loan.id)) {
-    slot = static_cast<uint32_t>(*held);
-    versions_.LendAgain(slot);
+    version = *held;
+    versions_.Lend(&version);
   } else {
     // The loan's own id was given up (a stream's pin taken): its version by its record while
     // that is current; else (replaced, deleted) a count of its own, which holds nothing.
     const ObjectRecord* r = index_->Find(loan.info.key);
     uint64_t unlinked = 0;
-    slot = versions_.Lend(r != nullptr && r->generation == loan.info.generation ? &r->loan_handle
-                                                                                : &unlinked);
+    version = versions_.Lend(r != nullptr && r->generation == loan.info.generation ? &r->loan_handle
+                                                                                   : &unlinked);
   }
-  const uint64_t id = loan_ids_.Add(slot);
+  const uint64_t id = loan_ids_.Add(version);
   ++stats_.loans_out;
   return id;
 }

@@ -1,5 +1,5 @@
-// LoanSlots: ids find their value until removed; a removed, repeated or made-up id
-// finds nothing, also after its slot was reused; ids are never 0.
+// LoanSlots (IdSlab<uint64_t>): ids find their value until removed; a removed, repeated or
+// made-up id finds nothing, also after its slot was reused; ids are never 0.
 // VersionLoans: a handle finds its version while it has loans out and never after, also
 // when its slot is reused; counts match a model.
 #include "goblin/store/loan_slots.h"
@@ -76,69 +76,109 @@ TEST(VersionLoans, AHandleFindsItsVersionWhileItHasLoansOut) {
   VersionLoans v;
   EXPECT_EQ(v.Find(0), nullptr);
   uint64_t a = 0, b = 0;
-  const uint32_t sa = v.Lend(&a);
+  const uint64_t ha = v.Lend(&a);
   EXPECT_NE(a, 0u);
-  const uint64_t a_first = a;
-  EXPECT_EQ(v.Lend(&a), sa);  // (the same version: the same slot and handle)
-  EXPECT_EQ(a, a_first);
-  const uint32_t sb = v.Lend(&b);
-  EXPECT_NE(sb, sa);
-  v.LendAgain(sb);
+  EXPECT_EQ(ha, a);
+  EXPECT_EQ(v.Lend(&a), ha);  // (the same version: the same slot and handle)
+  EXPECT_EQ(a, ha);
+  uint64_t copy = b;
+  const uint64_t hb = v.Lend(&b);
+  EXPECT_NE(hb, ha);
+  copy = hb;
+  EXPECT_EQ(v.Lend(&copy), hb);  // (a pin through a loan's handle)
   ASSERT_NE(v.Find(a), nullptr);
   EXPECT_EQ(v.Find(a)->count, 2u);
   EXPECT_EQ(v.Find(b)->count, 2u);
   EXPECT_EQ(v.size(), 2u);
   v.Find(a)->retired = true;
   v.Find(a)->tail_bytes = 7;
-  EXPECT_EQ(v.Return(sa), nullptr);
-  VersionLoans::Version* last = v.Return(sa);
-  ASSERT_NE(last, nullptr);  // the last one: what it held, to free
-  EXPECT_TRUE(last->retired);
-  EXPECT_EQ(last->tail_bytes, 7u);
+  v.Find(a)->extents.push_back(Extent{});
+  int freed = 0;
+  auto count_freed = [&](VersionLoans::Version& last) {
+    ++freed;
+    EXPECT_TRUE(last.retired);
+    EXPECT_EQ(last.tail_bytes, 7u);
+    EXPECT_EQ(last.extents.size(), 1u);
+  };
+  v.Return(a, count_freed);
+  EXPECT_EQ(freed, 0);
+  v.Return(a, count_freed);  // the last one of a retired version: what it held, to free
+  EXPECT_EQ(freed, 1);
   EXPECT_EQ(v.Find(a), nullptr);  // gone, though its record may keep the handle
+  v.Return(b, count_freed);
+  v.Return(b, count_freed);  // the last one of a live version: nothing to free
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(v.Find(b), nullptr);
   uint64_t c = 0;
-  EXPECT_EQ(v.Lend(&c), sa);  // (its slot again, under another handle, fresh)
+  v.Lend(&c);  // (a's slot again, under another handle, fresh)
   EXPECT_NE(c, a);
   EXPECT_EQ(v.Find(a), nullptr);
   EXPECT_FALSE(v.Find(c)->retired);
   EXPECT_EQ(v.Find(c)->tail_bytes, 0u);
+  EXPECT_TRUE(v.Find(c)->extents.empty());
   EXPECT_EQ(v.Find(c)->count, 1u);
   uint64_t stale = a;  // a record whose handle went stale lends on a new slot
-  EXPECT_NE(v.Lend(&stale), sa);
+  v.Lend(&stale);
   EXPECT_NE(stale, a);
-  EXPECT_EQ(v.size(), 3u);
+  EXPECT_NE(stale, c);
+  EXPECT_EQ(v.size(), 2u);
 }
 
 TEST(VersionLoans, MatchesAModelThroughRandomUse) {
   VersionLoans v;
   constexpr int kVersions = 64;
   std::vector<uint64_t> handle(kVersions, 0);
-  std::vector<uint32_t> count(kVersions, 0);
-  std::vector<std::pair<int, uint32_t>> loans;  // (version, slot)
+  // Versions 0..63 are current ones; kVersions + k, k's retired predecessor (one at a time).
+  std::vector<uint32_t> count(2 * kVersions, 0);
+  std::vector<bool> retired(2 * kVersions, false);
+  std::vector<std::pair<int, uint64_t>> loans;  // (version, the handle its loan id holds)
   std::mt19937_64 rng(11);
   for (int step = 0; step < 200000; ++step) {
     const int k = static_cast<int>(rng() % kVersions);
-    if (loans.empty() || rng() % 2 == 0) {
-      uint32_t slot;
-      if (count[k] > 0 && rng() % 2 == 0) {  // (a pin through a loan's slot)
-        slot = loans[std::find_if(loans.begin(), loans.end(),
-                                  [&](const auto& l) { return l.first == k; }) -
-                     loans.begin()]
-                   .second;
-        v.LendAgain(slot);
+    const uint64_t r = rng() % 8;
+    if (r == 0 && count[k] > 0 && count[kVersions + k] == 0) {
+      // The version leaves the index (replaced): retired; the key's next version starts.
+      v.Find(handle[k])->retired = true;
+      v.Find(handle[k])->tail_bytes = static_cast<uint64_t>(k) + 1;
+      retired[k] = true;
+      handle[k] = 0;
+      for (auto& l : loans) {
+        if (l.first == k) l.first = kVersions + k;
+      }
+      count[kVersions + k] = count[k];
+      retired[kVersions + k] = true;
+      count[k] = 0;
+      retired[k] = false;
+    } else if (loans.empty() || r < 4) {
+      uint64_t h;
+      if (count[k] > 0 && r == 1) {  // (a pin through a loan's handle)
+        h = handle[k];
+        v.Lend(&h);
       } else {
-        slot = v.Lend(&handle[k]);
+        h = v.Lend(&handle[k]);
       }
       ++count[k];
-      loans.emplace_back(k, slot);
+      loans.emplace_back(k, h);
     } else {
       const size_t i = rng() % loans.size();
-      auto [version, slot] = loans[i];
+      auto [version, h] = loans[i];
       loans[i] = loans.back();
       loans.pop_back();
-      VersionLoans::Version* last = v.Return(slot);
+      bool freed = false;
+      uint64_t freed_tail = 0;
+      v.Return(h, [&](VersionLoans::Version& last) {
+        freed = true;
+        freed_tail = last.tail_bytes;
+      });
       --count[version];
-      ASSERT_EQ(last != nullptr, count[version] == 0) << "step " << step;
+      ASSERT_EQ(freed, count[version] == 0 && retired[version]) << "step " << step;
+      if (freed) {
+        ASSERT_EQ(freed_tail, static_cast<uint64_t>(version - kVersions) + 1);
+        retired[version] = false;
+      }
+      if (count[version] == 0) {
+        ASSERT_EQ(v.Find(h), nullptr) << "step " << step;
+      }
     }
     for (int j = 0; j < kVersions; ++j) {
       VersionLoans::Version* found = v.Find(handle[j]);

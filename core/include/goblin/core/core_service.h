@@ -36,7 +36,7 @@
 #include "goblin/common/buffer.h"
 #include "goblin/common/fd.h"
 #include "goblin/common/histogram.h"
-#include "goblin/common/recycling_map.h"
+#include "goblin/common/id_slab.h"
 #include "goblin/pubsub/engine.h"
 #include "goblin/reactor/handler.h"
 #include "goblin/reactor/session.h"
@@ -164,8 +164,8 @@ class CoreService : public reactor::Handler {
     uint64_t pin = 0;                          // a pin on an object version (head pool bytes)
     std::shared_ptr<uint32_t> download_loans;  // its stream's count (the stream may be gone)
   };
-  struct Lender {  // per session that mapped the pools
-    RecyclingMap<uint64_t, Lent> loans;
+  struct Lender {        // per session that mapped the pools
+    IdSlab<Lent> loans;  // by loan id (minted here, per session: an index, no hashing)
     size_t buffers = 0;  // loans holding an I/O buffer
     size_t max_loans = 0, max_buffers = 0;
     bool waiting = false;   // a download paused at a limit
@@ -320,7 +320,6 @@ class CoreService : public reactor::Handler {
   void ReplayParked(std::string_view as_miss = {});
   bool describes_ready_ = false;
   UniqueFd ro_pool_fd_, ro_io_fd_, ro_table_fd_;  // read-only fds of the pools
-  uint64_t next_loan_id_ = 1;
 
   pubsub::Engine pubsub_;
   KeyspaceEvents* keyspace_ = nullptr;

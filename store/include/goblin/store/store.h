@@ -603,7 +603,7 @@ class Store {
   absl::node_hash_map<std::string, FillId, StringHash, std::equal_to<>> filling_;  // key -> fill
   absl::node_hash_map<std::string, Resident, StringHash, std::equal_to<>> heads_;
   VersionLoans versions_;  // loans out per version (ObjectRecord::loan_handle)
-  LoanSlots loan_ids_;     // loan id -> its version's slot in versions_
+  LoanSlots loan_ids_;     // loan id -> its version's handle in versions_
   // A stream for this store: a kept one, else a new one.
   StreamPtr NewStream();
   static void ReturnStream(Stream* s);  // (StreamDeleter)

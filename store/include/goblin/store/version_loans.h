@@ -1,6 +1,6 @@
 // VersionLoans: how many loans are out on each object version, and what a replaced or
-// deleted version still holds for them, in a slab. A version's record keeps the handle of
-// its slot (ObjectRecord::loan_handle) and each loan id names the slot (LoanSlots), so
+// deleted version still holds for them, in a slab (an IdSlab). A version's record keeps the
+// handle of its slot (ObjectRecord::loan_handle) and each loan id holds it (LoanSlots), so
 // lending, pinning and releasing reach the count by index, with no lookup by generation per
 // get (this replaced a hash map, generation -> loans, looked up three times per get). A
 // slot is taken at a version's first loan and freed at its last release: the record's
@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "goblin/common/id_slab.h"
 #include "goblin/store/head_pool.h"
 #include "goblin/store/index.h"
 
@@ -34,66 +35,34 @@ class VersionLoans {
   };
 
   // One loan more on the version whose handle is `*handle`: on its slot while that has loans
-  // out, else on a new slot, whose handle is written to `*handle`. Returns the slot.
-  uint32_t Lend(uint64_t* handle) {
-    if (Version* v = Find(*handle)) {
+  // out, else on a new slot, whose handle is written to `*handle`. Returns the handle.
+  uint64_t Lend(uint64_t* handle) {
+    if (Version* v = slab_.Find(*handle)) {
       ++v->count;
-      return Index(*handle);
-    }
-    uint32_t i;
-    if (!free_.empty()) {
-      i = free_.back();
-      free_.pop_back();
     } else {
-      i = static_cast<uint32_t>(slots_.size());
-      slots_.emplace_back();
+      Version fresh;
+      fresh.count = 1;
+      *handle = slab_.Add(std::move(fresh));
     }
-    Slot& s = slots_[i];
-    s.live = true;
-    s.version = Version{};
-    s.version.count = 1;
-    ++size_;
-    *handle = (uint64_t{s.use} << 32) | (uint64_t{i} + 1);
-    return i;
+    return *handle;
   }
-  // One loan more on slot `i` (which has loans out: a loan id names it).
-  void LendAgain(uint32_t i) { ++slots_[i].version.count; }
   // The version `handle` names while it has loans out, else nullptr (0, a stale or made-up
   // handle).
-  Version* Find(uint64_t handle) {
-    const uint64_t i = (handle & 0xffff'ffffULL) - 1;
-    if (i >= slots_.size()) return nullptr;  // (handle 0 too: i wraps)
-    Slot& s = slots_[i];
-    return s.live && s.use == static_cast<uint32_t>(handle >> 32) ? &s.version : nullptr;
+  Version* Find(uint64_t handle) { return slab_.Find(handle); }
+  // One loan fewer on the version `handle` names (one with loans out). At the last one its
+  // slot is freed (the handle finds nothing from now on), after `free_retired(version)` if
+  // the version was retired, for the caller to free what it held.
+  template <class F>
+  void Return(uint64_t handle, F&& free_retired) {
+    Version* v = slab_.Find(handle);
+    if (--v->count > 0) return;
+    if (v->retired) free_retired(*v);
+    slab_.Remove(handle);
   }
-  // Slot `i`'s version (one with loans out).
-  Version& at(uint32_t i) { return slots_[i].version; }
-  // One loan fewer on slot `i`. At the last one the slot is freed (the handle naming it finds
-  // nothing from now on) and its version is returned, for the caller to free what it held if
-  // it was retired (valid until the next Lend); otherwise nullptr.
-  Version* Return(uint32_t i) {
-    Slot& s = slots_[i];
-    if (--s.version.count > 0) return nullptr;
-    s.live = false;
-    ++s.use;
-    free_.push_back(i);
-    --size_;
-    return &s.version;
-  }
-  size_t size() const { return size_; }  // versions with loans out
+  size_t size() const { return slab_.size(); }  // versions with loans out
 
  private:
-  static uint32_t Index(uint64_t handle) {
-    return static_cast<uint32_t>((handle & 0xffff'ffffULL) - 1);
-  }
-  struct Slot {
-    Version version;
-    uint32_t use = 0;
-    bool live = false;
-  };
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
-  size_t size_ = 0;
+  IdSlab<Version> slab_;
 };
 
 }  // namespace goblin::store
