@@ -594,7 +594,7 @@ void Store::Retire(const std::string& key, uint64_t generation, uint64_t loan_ha
     Withdraw(h->second);
     heads_.erase(h);
   }
-  if (VersionLoans::Version* v = versions_.Find(loan_handle)) {
+  if (VersionLoans::Version* v = versions_.Find(loan_handle, generation)) {
     v->retired = true;
     v->retired_lsn = lsn;
     v->extents = std::move(extents);
@@ -1013,7 +1013,7 @@ void Store::MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key) 
     loan->head = h->second.slot;
     loan->head_bytes = h->second.length;
   }
-  loan->id = loan_ids_.Add(versions_.Lend(&rec.loan_handle));
+  loan->id = loan_ids_.Add(versions_.Lend(&rec.loan_handle, rec.generation));
   ++stats_.loans_out;
 }
 
@@ -1113,14 +1113,15 @@ uint64_t Store::Pin(const Loan& loan) {
   uint64_t version;
   if (const uint64_t* held = loan_ids_.Find(loan.id)) {
     version = *held;
-    versions_.Lend(&version);
+    versions_.LendAgain(version);
   } else {
     // The loan's own id was given up (a stream's pin taken): its version by its record while
     // that is current; else (replaced, deleted) a count of its own, which holds nothing.
     const ObjectRecord* r = index_->Find(loan.info.key);
     uint64_t unlinked = 0;
-    version = versions_.Lend(r != nullptr && r->generation == loan.info.generation ? &r->loan_handle
-                                                                                   : &unlinked);
+    version = versions_.Lend(
+        r != nullptr && r->generation == loan.info.generation ? &r->loan_handle : &unlinked,
+        loan.info.generation);
   }
   const uint64_t id = loan_ids_.Add(version);
   ++stats_.loans_out;

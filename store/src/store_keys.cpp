@@ -132,6 +132,7 @@ void Store::Reissued(const std::string& key, uint64_t old, uint64_t gen) {
     Withdraw(h->second);  // (local readers come back to the core and learn the new version)
     h->second.generation = gen;
   }
+  if (const ObjectRecord* r = index_->Find(key)) versions_.Reissue(r->loan_handle, old, gen);
 }
 
 Store::ScanPage Store::Scan(uint64_t cursor, size_t count, size_t max_key_bytes) const {

@@ -75,24 +75,24 @@ TEST(LoanSlots, MatchesAModelThroughRandomUse) {
 TEST(VersionLoans, AHandleFindsItsVersionWhileItHasLoansOut) {
   VersionLoans v;
   EXPECT_EQ(v.Find(0), nullptr);
+  EXPECT_EQ(v.Find(0, 0), nullptr);
   uint64_t a = 0, b = 0;
-  const uint64_t ha = v.Lend(&a);
+  const uint64_t ha = v.Lend(&a, 5);
   EXPECT_NE(a, 0u);
   EXPECT_EQ(ha, a);
-  EXPECT_EQ(v.Lend(&a), ha);  // (the same version: the same slot and handle)
+  EXPECT_EQ(v.Lend(&a, 5), ha);  // (the same version: the same slot and handle)
   EXPECT_EQ(a, ha);
-  uint64_t copy = b;
-  const uint64_t hb = v.Lend(&b);
+  const uint64_t hb = v.Lend(&b, 6);
   EXPECT_NE(hb, ha);
-  copy = hb;
-  EXPECT_EQ(v.Lend(&copy), hb);  // (a pin through a loan's handle)
-  ASSERT_NE(v.Find(a), nullptr);
-  EXPECT_EQ(v.Find(a)->count, 2u);
-  EXPECT_EQ(v.Find(b)->count, 2u);
+  v.LendAgain(hb);  // (a pin through a loan's handle)
+  ASSERT_NE(v.Find(a, 5), nullptr);
+  EXPECT_EQ(v.Find(a, 5)->count, 2u);
+  EXPECT_EQ(v.Find(b, 6)->count, 2u);
+  EXPECT_EQ(v.Find(b), v.Find(b, 6));
   EXPECT_EQ(v.size(), 2u);
-  v.Find(a)->retired = true;
-  v.Find(a)->tail_bytes = 7;
-  v.Find(a)->extents.push_back(Extent{});
+  v.Find(a, 5)->retired = true;
+  v.Find(a, 5)->tail_bytes = 7;
+  v.Find(a, 5)->extents.push_back(Extent{});
   int freed = 0;
   auto count_freed = [&](VersionLoans::Version& last) {
     ++freed;
@@ -104,30 +104,54 @@ TEST(VersionLoans, AHandleFindsItsVersionWhileItHasLoansOut) {
   EXPECT_EQ(freed, 0);
   v.Return(a, count_freed);  // the last one of a retired version: what it held, to free
   EXPECT_EQ(freed, 1);
-  EXPECT_EQ(v.Find(a), nullptr);  // gone, though its record may keep the handle
+  EXPECT_EQ(v.Find(a, 5), nullptr);  // gone, though its record may keep the handle
   v.Return(b, count_freed);
   v.Return(b, count_freed);  // the last one of a live version: nothing to free
   EXPECT_EQ(freed, 1);
-  EXPECT_EQ(v.Find(b), nullptr);
+  EXPECT_EQ(v.Find(b, 6), nullptr);
   uint64_t c = 0;
-  v.Lend(&c);  // (a's slot again, under another handle, fresh)
+  v.Lend(&c, 8);  // (a's slot again, under another handle, fresh)
   EXPECT_NE(c, a);
-  EXPECT_EQ(v.Find(a), nullptr);
-  EXPECT_FALSE(v.Find(c)->retired);
-  EXPECT_EQ(v.Find(c)->tail_bytes, 0u);
-  EXPECT_TRUE(v.Find(c)->extents.empty());
-  EXPECT_EQ(v.Find(c)->count, 1u);
+  EXPECT_EQ(v.Find(a, 5), nullptr);
+  EXPECT_FALSE(v.Find(c, 8)->retired);
+  EXPECT_EQ(v.Find(c, 8)->tail_bytes, 0u);
+  EXPECT_TRUE(v.Find(c, 8)->extents.empty());
+  EXPECT_EQ(v.Find(c, 8)->count, 1u);
   uint64_t stale = a;  // a record whose handle went stale lends on a new slot
-  v.Lend(&stale);
+  v.Lend(&stale, 5);
   EXPECT_NE(stale, a);
   EXPECT_NE(stale, c);
   EXPECT_EQ(v.size(), 2u);
+}
+
+// A record's handle that names a live slot of another version (what a slot's use wrapping
+// around 2^32 would make of an old handle) finds nothing and lends on a slot of its own.
+TEST(VersionLoans, AHandleOfAnotherVersionIsNotItsSlot) {
+  VersionLoans v;
+  uint64_t x = 0;
+  v.Lend(&x, 10);
+  uint64_t r = x;  // (the same slot and use, version 11)
+  EXPECT_EQ(v.Find(r, 11), nullptr);
+  v.Lend(&r, 11);
+  EXPECT_NE(r, x);
+  EXPECT_EQ(v.Find(x, 10)->count, 1u);
+  EXPECT_EQ(v.Find(r, 11)->count, 1u);
+  // Reissued in place: the slot follows the version's new generation.
+  v.Reissue(x, 10, 12);
+  EXPECT_EQ(v.Find(x, 10), nullptr);
+  ASSERT_NE(v.Find(x, 12), nullptr);
+  EXPECT_EQ(v.Find(x, 12)->count, 1u);
+  v.Reissue(r, 10, 13);  // (not r's version: nothing changes)
+  EXPECT_NE(v.Find(r, 11), nullptr);
 }
 
 TEST(VersionLoans, MatchesAModelThroughRandomUse) {
   VersionLoans v;
   constexpr int kVersions = 64;
   std::vector<uint64_t> handle(kVersions, 0);
+  std::vector<uint64_t> generation(kVersions);
+  uint64_t next_generation = 1;
+  for (uint64_t& g : generation) g = next_generation++;
   // Versions 0..63 are current ones; kVersions + k, k's retired predecessor (one at a time).
   std::vector<uint32_t> count(2 * kVersions, 0);
   std::vector<bool> retired(2 * kVersions, false);
@@ -138,10 +162,11 @@ TEST(VersionLoans, MatchesAModelThroughRandomUse) {
     const uint64_t r = rng() % 8;
     if (r == 0 && count[k] > 0 && count[kVersions + k] == 0) {
       // The version leaves the index (replaced): retired; the key's next version starts.
-      v.Find(handle[k])->retired = true;
-      v.Find(handle[k])->tail_bytes = static_cast<uint64_t>(k) + 1;
+      v.Find(handle[k], generation[k])->retired = true;
+      v.Find(handle[k], generation[k])->tail_bytes = static_cast<uint64_t>(k) + 1;
       retired[k] = true;
       handle[k] = 0;
+      generation[k] = next_generation++;
       for (auto& l : loans) {
         if (l.first == k) l.first = kVersions + k;
       }
@@ -153,9 +178,9 @@ TEST(VersionLoans, MatchesAModelThroughRandomUse) {
       uint64_t h;
       if (count[k] > 0 && r == 1) {  // (a pin through a loan's handle)
         h = handle[k];
-        v.Lend(&h);
+        v.LendAgain(h);
       } else {
-        h = v.Lend(&handle[k]);
+        h = v.Lend(&handle[k], generation[k]);
       }
       ++count[k];
       loans.emplace_back(k, h);
@@ -181,7 +206,7 @@ TEST(VersionLoans, MatchesAModelThroughRandomUse) {
       }
     }
     for (int j = 0; j < kVersions; ++j) {
-      VersionLoans::Version* found = v.Find(handle[j]);
+      VersionLoans::Version* found = v.Find(handle[j], generation[j]);
       ASSERT_EQ(found != nullptr, count[j] > 0) << "step " << step << " version " << j;
       if (found != nullptr) {
         ASSERT_EQ(found->count, count[j]);

@@ -494,7 +494,9 @@ class Store {
   void Retire(const std::string& key, uint64_t generation, uint64_t loan_handle,
               std::vector<Extent> extents, uint64_t lsn);
   // `rec`'s version has loans out.
-  bool Lent(const ObjectRecord& rec) { return versions_.Find(rec.loan_handle) != nullptr; }
+  bool Lent(const ObjectRecord& rec) {
+    return versions_.Find(rec.loan_handle, rec.generation) != nullptr;
+  }
   // The record of `key` at `generation` has loans out (a resident head's or tail's veto).
   bool Lent(const std::string& key, uint64_t generation);
   // Extents of a version that left the index at record `lsn`: free once it is durable (a

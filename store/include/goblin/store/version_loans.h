@@ -5,8 +5,12 @@
 // get (this replaced a hash map, generation -> loans, looked up three times per get). A
 // slot is taken at a version's first loan and freed at its last release: the record's
 // handle then names a slot whose use moved on and finds nothing, and the next loan takes a
-// new slot. A version given a new generation in place (Invalidate, Refresh) keeps its record
-// and so its slot; its loans are the new version's.
+// new slot. A record's handle stays behind long after (every version once lent keeps one),
+// and a slot's use is 32 bits: one reused 2^32 times (an hour of gets at a million a second)
+// matches an old handle again, so a record finds its slot only with its generation too
+// (generations are unique per version). A version given a new generation in place
+// (Invalidate, Refresh) keeps its record and so its slot (Reissue moves the slot's
+// generation along); its loans are the new version's.
 // Threading: the owning store's loop thread only.
 #pragma once
 
@@ -24,6 +28,7 @@ namespace goblin::store {
 class VersionLoans {
  public:
   struct Version {
+    uint64_t generation = 0;  // the version's (a record's handle finds it only with this)
     uint32_t count = 0;
     bool retired = false;          // replaced or deleted: free what it held at the last release
     uint64_t retired_lsn = 0;      // the record that retired it (its space waits for it)
@@ -34,21 +39,36 @@ class VersionLoans {
     uint64_t head_bytes = 0, tail_bytes = 0;  // (when retired) where the tail starts, its length
   };
 
-  // One loan more on the version whose handle is `*handle`: on its slot while that has loans
-  // out, else on a new slot, whose handle is written to `*handle`. Returns the handle.
-  uint64_t Lend(uint64_t* handle) {
-    if (Version* v = slab_.Find(*handle)) {
+  // One loan more on version `generation`, whose record's handle is `*handle`: on its slot
+  // while that has loans out, else on a new slot, whose handle is written to `*handle`.
+  // Returns the handle.
+  uint64_t Lend(uint64_t* handle, uint64_t generation) {
+    if (Version* v = Find(*handle, generation)) {
       ++v->count;
     } else {
       Version fresh;
+      fresh.generation = generation;
       fresh.count = 1;
       *handle = slab_.Add(std::move(fresh));
     }
     return *handle;
   }
-  // The version `handle` names while it has loans out, else nullptr (0, a stale or made-up
-  // handle).
+  // One loan more on the version a loan's id holds the handle of (which has loans out: that
+  // loan's).
+  void LendAgain(uint64_t handle) { ++slab_.Find(handle)->count; }
+  // The version `generation` with loans out, found by its record's `handle`, else nullptr
+  // (0, a stale handle, or one whose slot another version took).
+  Version* Find(uint64_t handle, uint64_t generation) {
+    Version* v = slab_.Find(handle);
+    return v != nullptr && v->generation == generation ? v : nullptr;
+  }
+  // The version a loan's id holds the handle of (its slot is live while the id is), else
+  // nullptr.
   Version* Find(uint64_t handle) { return slab_.Find(handle); }
+  // The version `old` (record handle `handle`) is now `generation`, the same bytes.
+  void Reissue(uint64_t handle, uint64_t old, uint64_t generation) {
+    if (Version* v = Find(handle, old)) v->generation = generation;
+  }
   // One loan fewer on the version `handle` names (one with loans out). At the last one its
   // slot is freed (the handle finds nothing from now on), after `free_retired(version)` if
   // the version was retired, for the caller to free what it held.
