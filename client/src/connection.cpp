@@ -260,7 +260,8 @@ Result<uint64_t> Connection::PutByReference(Link& l, std::string_view key,
                                             std::string_view metadata) {
   GOBLIN_ASSIGN_OR_RETURN(PutStarted put, BeginPut(l, key, data.size(), ttl_ns, metadata));
   // Each piece: a PutData whose bytes are the AM data.
-  const PieceCut cut(l.transport->max_message() - 64, l.transport->put_alignment());
+  const PieceCut cut(l.transport->max_message() - 64, l.transport->put_alignment(),
+                     l.transport->put_head_cut());
   Result<uint64_t> result = uint64_t{0};
   VoidResult sent = l.transport->RegisterPayloads(data);
   for (uint64_t offset = 0, len; offset < data.size() && sent; offset += len) {

@@ -62,6 +62,7 @@ class UcxTransport final : public Transport {
   void Commit(uint32_t len) override { ucx_->Commit(len); }
   bool sends_payload_by_reference() const override { return true; }
   uint32_t put_alignment() const override { return ucx_->put_alignment(); }
+  uint32_t put_head_cut() const override { return ucx_->put_head_cut(); }
   VoidResult SendWithPayload(std::span<const uint8_t> header, std::span<const uint8_t> payload,
                              std::chrono::nanoseconds timeout) override {
     return ucx_->SendWithPayload(header, payload, timeout);

@@ -563,6 +563,8 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
       m["served_bytes_ram_head"] += s.head_bytes_served;  // (one labelled metric family)
       m["served_bytes_ram_tail"] += s.tail_bytes_served;
       m["served_bytes_disk"] += s.disk_bytes_served;
+      m["chunks_parked"] += s.chunks_parked;
+      m["chunks_unparked"] += s.chunks_unparked;
       m["served_bytes_fill"] += s.fill_bytes_served;
       m["pool_blocks_punched"] += sh.store->pool().stats().blocks_punched;
       // The head pool's use: live slots' capacities, and the blocks their classes hold.

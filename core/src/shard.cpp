@@ -53,7 +53,11 @@ Result<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& o) {
   if (o.ucx) {
     verbs::UcxServerOptions uo = *o.ucx;
     // Puts' pieces that cross no extent land whole in the extent's write buffer.
-    if (s->store_) uo.put_alignment = s->store_->tier().extent_bytes();
+    if (s->store_) {
+      uo.put_alignment = s->store_->tier().extent_bytes();
+      uo.put_head_cut =
+          static_cast<uint32_t>(std::min<uint64_t>(s->store_->ram_head(), uint64_t{UINT32_MAX}));
+    }
     auto u = verbs::UcxServer::Listen(uo, s->service_.get());
     if (!u) return Err(ctx(u.error().WithContext("--rdma-listen")));
     s->ucx_ = std::move(*u);

@@ -264,6 +264,7 @@ Result<std::unique_ptr<IoBufferPool>> IoBufferPool::Create(uint32_t count, uint3
   p->free_.reserve(count);
   for (uint32_t i = count; i-- > 0;) p->free_.push_back(i);
   p->pins_.assign(count, 0);
+  p->shares_.assign(count, 0);
   p->released_pinned_.assign(count, false);
   return p;
 }
@@ -280,6 +281,10 @@ std::optional<uint32_t> IoBufferPool::Acquire() {
 }
 
 void IoBufferPool::Release(uint32_t index) {
+  if (shares_[index] > 0) {  // (another owner still holds it)
+    --shares_[index];
+    return;
+  }
   if (pins_[index] > 0) {
     released_pinned_[index] = true;
     return;

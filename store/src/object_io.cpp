@@ -14,11 +14,12 @@ uint32_t RoundUp4K(uint32_t n) {
 
 }  // namespace
 
-ObjectWriter::ObjectWriter(IoRouter* io, Tiers tiers, uint64_t tier0_bytes)
+ObjectWriter::ObjectWriter(IoRouter* io, Tiers tiers, uint64_t tier0_bytes, uint64_t head_cut)
     : io_(io),
       buffers_(&io->buffers()),
       tiers_(tiers.begin(), tiers.end()),
-      tier0_bytes_(tiers.size() > 1 ? tier0_bytes : UINT64_MAX) {
+      tier0_bytes_(tiers.size() > 1 ? tier0_bytes : UINT64_MAX),
+      head_cut_(head_cut) {
   client_ = io_->Register(this);
 }
 
@@ -73,10 +74,11 @@ VoidResult ObjectWriter::WaitFor(uint32_t max_in_flight) {
 }
 
 uint32_t ObjectWriter::LimitAt(uint64_t start) const {
-  uint32_t ext = tiers_[0]->extent_bytes();
-  if (start < tier0_bytes_ && tier0_bytes_ - start < ext)
-    return static_cast<uint32_t>(tier0_bytes_ - start);
-  return ext;
+  uint64_t ext = tiers_[0]->extent_bytes();
+  for (uint64_t cut : {head_cut_, tier0_bytes_}) {  // (extents end at each)
+    if (start < cut && cut - start < ext) ext = cut - start;
+  }
+  return static_cast<uint32_t>(ext);
 }
 
 void ObjectWriter::DropCurrent() {

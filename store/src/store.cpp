@@ -167,6 +167,7 @@ Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& o) {
 }
 
 Store::~Store() {
+  DropParked(0);
   for (Stream* s : spare_streams_) delete s;
   for (auto& [id, f] : fills_) {
     for (Stream* st : f.followers) st->fill_ = 0;
@@ -224,7 +225,8 @@ Result<std::pair<Store::FillStart, Store::FillId>> Store::BeginFill(
   f.head_pending = head_pending;
   f.condition = condition;
   Placement place = Place(UINT64_MAX, options_.ram_head, options_.ssd_prefix, tiers_.size() > 1);
-  f.writer = std::make_unique<ObjectWriter>(io_.get(), tiers(), place.tier0_bytes);
+  f.writer =
+      std::make_unique<ObjectWriter>(io_.get(), tiers(), place.tier0_bytes, options_.ram_head);
   f.writer->SetMakeRoom([this](uint16_t tier) { return MakeRoom(tier); });
   filling_[f.key] = id;
   fills_.emplace(id, std::move(f));
@@ -1434,6 +1436,13 @@ VoidResult Store::Poll() {
     return r;
   }
   FinishDurability();
+  if (!parked_.empty()) {
+    if (!starved_.empty() && buffers_->free_count() == 0) {
+      DropParked(0);  // (a reader waiting for a buffer comes before a chunk nobody may want)
+    } else if ((++parked_polls_ & 63) == 0) {  // (the loop polls in a tight spin)
+      DropParked(MonotonicNanos() - kParkedNs);
+    }
+  }
   if (!starved_.empty() && buffers_->free_count() > 0) WakeAll(&starved_);
   if (!expiries_.empty()) ExpireDue(NowNs(), kExpiriesPerPoll);
   if (options_.fill_timeout_ns != 0 && !fills_.empty() && (++polls_ & 63) == 0) {
@@ -1475,7 +1484,22 @@ void Store::ReturnStream(Stream* s) {
   }
 }
 
+const Extent* Store::Stream::ChunkExtent() const {
+  uint64_t start = 0;
+  for (const Extent& e : loan_.extents) {
+    if (start == chunk_->object_offset) return e.length == chunk_->length ? &e : nullptr;
+    start += e.length;
+  }
+  return nullptr;
+}
+
 void Store::Stream::Close() {
+  if (chunk_ && fill_ == 0 && loan_.id != 0 && pos_ < chunk_->object_offset + chunk_->length) {
+    if (const Extent* e = ChunkExtent()) {  // (parked for whoever reads on from here)
+      store_->Park(*e, *chunk_);
+      chunk_.reset();
+    }
+  }
   DropReader();
   for (auto* list : {&store_->starved_, &store_->drive_waiters_}) {
     list->erase(std::remove(list->begin(), list->end(), this), list->end());
@@ -1507,6 +1531,36 @@ void Store::Stream::Close() {
   ready_ = nullptr;
 }
 
+void Store::Park(const Extent& e, const ExtentReader::Chunk& c) {
+  parked_.push_back({e, c, MonotonicNanos()});
+  ++stats_.chunks_parked;
+  const size_t most = std::max<size_t>(1, buffers_->count() / 4);
+  while (parked_.size() > most) {
+    buffers_->Release(parked_.front().chunk.buffer);
+    parked_.pop_front();
+  }
+}
+
+std::optional<ExtentReader::Chunk> Store::Unpark(const Extent& e, uint64_t object_offset) {
+  for (auto it = parked_.rbegin(); it != parked_.rend(); ++it) {
+    // (the same extent: the same bytes, its checksum verified when it was read)
+    if (it->extent == e && it->chunk.object_offset == object_offset) {
+      ExtentReader::Chunk c = it->chunk;
+      parked_.erase(std::next(it).base());
+      ++stats_.chunks_unparked;
+      return c;
+    }
+  }
+  return std::nullopt;
+}
+
+void Store::DropParked(uint64_t older_than_ns) {
+  while (!parked_.empty() && (older_than_ns == 0 || parked_.front().parked_ns < older_than_ns)) {
+    buffers_->Release(parked_.front().chunk.buffer);
+    parked_.pop_front();
+  }
+}
+
 void Store::Stream::DropReader() {
   if (chunk_) {
     store_->buffers_->Release(chunk_->buffer);
@@ -1533,6 +1587,14 @@ void Store::Stream::FillEnded(const ObjectRecord* rec) {
 
 uint32_t Store::Stream::DetachChunk() {
   uint32_t b = chunk_->buffer;
+  if (fill_ == 0 && end_ < chunk_->object_offset + chunk_->length) {
+    // The range ends inside the chunk: parked as well, for whoever reads on from here (the
+    // loan and the parked entry each own the buffer).
+    if (const Extent* e = ChunkExtent()) {
+      store_->buffers_->Share(b);
+      store_->Park(*e, *chunk_);
+    }
+  }
   chunk_.reset();
   where_ = Where::kPrivate;
   return b;
@@ -1578,8 +1640,18 @@ Result<Store::Stream::Step> Store::Stream::PeekDisk(std::span<const Extent> exte
   if (i >= durable_end) return Err(StatusCode::kInternal, "stream position beyond the extents");
   if (!reader_ || reader_->next_offset() != start || reader_->remaining_extents() == 0) {
     reader_.reset();
+    if (auto parked = store_->Unpark(extents[i], start)) {  // read by a stream before this one
+      chunk_ = *parked;
+      from_chunk();
+      return Step::kData;
+    }
+    // Only the extents the range covers: nothing is read ahead past its end (a reader of
+    // pieces, as the memcache front, opens a stream per piece).
+    size_t last = i + 1;
+    for (uint64_t at = start + extents[i].length; last < durable_end && at < end_; ++last)
+      at += extents[last].length;
     std::vector<Extent> todo(extents.begin() + static_cast<ptrdiff_t>(i),
-                             extents.begin() + static_cast<ptrdiff_t>(durable_end));
+                             extents.begin() + static_cast<ptrdiff_t>(last));
     // Readers leave a quarter of the buffers for writers.
     reader_ =
         std::make_unique<ExtentReader>(store_->io_.get(), store_->tiers(), std::move(todo), start,

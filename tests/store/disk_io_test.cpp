@@ -196,6 +196,27 @@ TEST(IoBufferPool, LendsABoundedSetAndIsMappable) {
   EXPECT_FALSE(IoBufferPool::Create(4, 1000));
 }
 
+// A shared buffer is free once every owner released it, pins or not.
+TEST(IoBufferPool, ASharedBufferIsFreeAfterEveryOwnerReleasedIt) {
+  auto pool = IoBufferPool::Create(2, 8192);
+  ASSERT_TRUE(pool);
+  IoBufferPool& p = **pool;
+  const uint32_t b = p.Acquire().value();
+  p.Share(b);
+  p.Share(b);
+  p.Release(b);
+  p.Release(b);
+  EXPECT_EQ(p.free_count(), 1u);  // (one owner left)
+  p.Pin(b);
+  p.Release(b);  // the last owner, while pinned
+  EXPECT_EQ(p.free_count(), 1u);
+  p.Unpin(b);
+  EXPECT_EQ(p.free_count(), 2u);
+  const uint32_t again = p.Acquire().value();  // (reused: one owner again)
+  p.Release(again);
+  EXPECT_EQ(p.free_count(), 2u);
+}
+
 TEST(ExtentFile, RefusesFileSystemsWithoutODirect) {
   if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
   std::string path = "/dev/shm/goblin-extent-" + std::to_string(getpid());

@@ -228,6 +228,121 @@ TEST_F(StoreTest, AReadBringsATailBackFromDiskWhileThePoolHasRoom) {
   EXPECT_EQ(store_->tier().stats().read_bytes, disk0);
 }
 
+// An extent ends at the RAM head's end: reading what follows a resident head reads only
+// those bytes from disk (an extent is read whole, its checksum covers it), and a read of the
+// whole object from disk still gets every byte.
+TEST_F(StoreTest, TheTailIsReadFromDiskWithoutTheHeadsBytes) {
+  constexpr uint64_t kSmallHead = 16 << 10;  // (extents are 64 KiB)
+  opts_.ram_head = kSmallHead;
+  opts_.ram_tails = false;  // (the tail always from disk)
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  for (uint64_t size : {kSmallHead + 1, uint64_t{kExtent}, 3 * uint64_t{kExtent} + 5}) {
+    SCOPED_TRACE(size);
+    const std::string key = "/cut/" + std::to_string(size);
+    auto data = Data(size, static_cast<uint32_t>(size));
+    ASSERT_TRUE(Put(key, data));
+    {
+      auto loan = store_->Get(key);
+      ASSERT_TRUE(loan && *loan);
+      ASSERT_FALSE((*loan)->extents.empty());
+      EXPECT_EQ((*loan)->extents[0].length, kSmallHead);
+      ASSERT_TRUE((*loan)->head.has_value());
+      store_->Release(**loan);
+    }
+    auto read = [&](uint64_t from) {
+      first_offset_ = from;
+      auto o = store_->OpenStream(key, from);
+      EXPECT_TRUE(o && o->stream);
+      auto got = Drain(*o->stream);
+      EXPECT_TRUE(got) << got.error().ToString();
+      EXPECT_EQ(*got,
+                std::vector<uint8_t>(data.begin() + static_cast<ptrdiff_t>(from), data.end()));
+    };
+    const uint64_t disk0 = store_->tier().stats().read_bytes;
+    read(0);  // the head from RAM, the tail from disk
+    const uint64_t tail = size - kSmallHead, tail_padded = (tail + 4095) / 4096 * 4096;
+    EXPECT_GE(store_->tier().stats().read_bytes - disk0, tail);
+    EXPECT_LE(store_->tier().stats().read_bytes - disk0, tail_padded + 4096 * 3);
+    read(std::min<uint64_t>(kSmallHead + 3, size - 1));
+  }
+  ASSERT_NO_FATAL_FAILURE(OpenStore());  // a restart: heads come back from disk, whole
+  for (uint64_t size : {kSmallHead + 1, 3 * uint64_t{kExtent} + 5}) {
+    auto got = GetAll("/cut/" + std::to_string(size));
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(*got, Data(size, static_cast<uint32_t>(size)));
+  }
+}
+
+// A range that ends inside an extent leaves the extent's chunk parked, and the next range
+// reads on from it instead of reading the extent again: whether the stream still held the
+// chunk when it closed, or had given it away (a loan of the I/O buffer) first.
+TEST_F(StoreTest, ARangeEndingInsideAnExtentLeavesItsChunkToTheNextRange) {
+  opts_.ram_tails = false;  // (the tail always from disk)
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto data = Data(kHead + 4 * kExtent + 100, 9);
+  ASSERT_TRUE(Put("/p", data));
+  const uint64_t tail_bytes = (data.size() - kHead + 4095) / 4096 * 4096;
+  auto read_bytes = [&] { return store_->tier().stats().read_bytes; };
+  const uint64_t disk0 = read_bytes();
+  constexpr uint64_t kPiece = 40 << 10;                     // (extents are 64 KiB)
+  auto in_pieces = [&](const std::vector<uint8_t>& want) {  // the object, a range at a time
+    std::vector<uint8_t> got;
+    for (uint64_t off = 0; off < want.size(); off += kPiece) {
+      first_offset_ = off;
+      auto o = store_->OpenStream("/p", off, kPiece);
+      ASSERT_TRUE(o && o->stream);
+      auto part = Drain(*o->stream);
+      ASSERT_TRUE(part) << part.error().ToString();
+      got.insert(got.end(), part->begin(), part->end());
+    }
+    EXPECT_EQ(got, want);
+  };
+  in_pieces(data);
+  EXPECT_EQ(read_bytes() - disk0, tail_bytes);  // every extent read once
+  EXPECT_GT(store_->stats().chunks_unparked, 0u);
+
+  // The chunk lent away: the loan and the parked entry each hold the buffer.
+  auto lent = store_->OpenStream("/p", kHead, 10 << 10);
+  ASSERT_TRUE(lent && lent->stream);
+  std::span<const uint8_t> bytes;
+  for (int i = 0; i < 10000; ++i) {
+    auto step = lent->stream->Peek(&bytes);
+    ASSERT_TRUE(step);
+    if (*step == Store::Stream::Step::kData) break;
+    ASSERT_TRUE(store_->Poll());
+  }
+  ASSERT_EQ(lent->stream->where(), Store::Stream::Where::kIoBuffer);
+  ASSERT_EQ(bytes.size(), 10u << 10);
+  EXPECT_EQ(std::memcmp(bytes.data(), data.data() + kHead, bytes.size()), 0);
+  const uint64_t disk1 = read_bytes();
+  const uint32_t buffer = lent->stream->DetachChunk();
+  lent->stream->Consume(bytes.size());
+  lent->stream.reset();
+  first_offset_ = kHead + (10 << 10);
+  auto next = store_->OpenStream("/p", first_offset_, kExtent);
+  ASSERT_TRUE(next && next->stream);
+  auto rest = Drain(*next->stream);
+  ASSERT_TRUE(rest) << rest.error().ToString();
+  EXPECT_EQ(*rest,
+            std::vector<uint8_t>(data.begin() + static_cast<ptrdiff_t>(first_offset_),
+                                 data.begin() + static_cast<ptrdiff_t>(first_offset_ + kExtent)));
+  // (the first extent from the lent buffer; the second read for the rest of the range)
+  EXPECT_EQ(read_bytes() - disk1, uint64_t{kExtent});
+  EXPECT_EQ(std::memcmp(store_->buffers().Buffer(buffer), data.data() + kHead, 10 << 10), 0);
+  store_->ReleaseBuffer(buffer);  // the loan comes back
+  next->stream.reset();
+
+  // A replaced object's parked chunks are not the new version's bytes.
+  auto other = Data(data.size(), 10);
+  ASSERT_TRUE(Put("/p", other));
+  in_pieces(other);
+
+  // Parked chunks age out: every buffer comes back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  for (int i = 0; i < 128; ++i) ASSERT_TRUE(store_->Poll());
+  EXPECT_EQ(store_->buffers().free_count(), store_->buffers().count());
+}
+
 // With the pool full of tails, a read from disk takes a tail's place only from an object
 // read less often than the reader (counting the reader's reads before this one): a sweep
 // over more objects than RAM holds keeps the tails it has instead of copying every disk

@@ -188,7 +188,7 @@ TEST_F(AdminTest, TiersAndObjectsListShowEvictPurge) {
     total += data.size();
   }
   ASSERT_TRUE(c->Put("q/0", Bytes(10, 1)));
-  ASSERT_TRUE(c->Put("q/1", Bytes(3 << 20, 2)));  // three extents
+  ASSERT_TRUE(c->Put("q/1", Bytes(3 << 20, 2)));  // four extents: the head's, then 1M each
   // An HTTP variant's key (a NUL before its headers) and a control byte: shown escaped.
   ASSERT_TRUE(c->Put(std::string("q/v\0#x-device=a\\\x01", 17), Bytes(10, 3)));
 
@@ -221,7 +221,7 @@ TEST_F(AdminTest, TiersAndObjectsListShowEvictPurge) {
 
   auto show = Json<v1::ObjectDetail>({"objects", "show", "q/1"});
   EXPECT_EQ(show.summary().size(), 3u << 20);
-  EXPECT_EQ(show.extents_size(), 3);
+  EXPECT_EQ(show.extents_size(), 4);
   EXPECT_EQ(show.head_bytes_in_ram(), 64u << 10);
   auto missing = Ctl({"objects", "show", "no/such"});
   EXPECT_EQ(missing.rc, 2);

@@ -839,8 +839,9 @@ TEST_P(NativePlane, PutsFromMemoryGoByReferenceAndArriveExactly) {
   unsetenv("UCX_RNDV_THRESH");
 }
 
-// Pieces of a put sent by reference: within the message limit, none across an extent,
-// equal within an extent, covering the object exactly.
+// Pieces of a put sent by reference: within the message limit, none across an extent (the
+// store's boundaries: multiples of the extent size up to the head cut, the cut, then every
+// extent from it), equal within an extent, covering the object exactly.
 TEST(PieceCut, PiecesFitTheLimitAndNeverCrossAnExtent) {
   for (auto [max, align] : {std::pair<uint64_t, uint64_t>{(1 << 20) - 64, 4 << 20},
                             {(256 << 10) - 64, 4 << 20},
@@ -848,34 +849,44 @@ TEST(PieceCut, PiecesFitTheLimitAndNeverCrossAnExtent) {
                             {(1 << 20) - 64, 64 << 10},
                             {(1 << 20) - 64, 0},
                             {4096, 3 * 4096 + 1}}) {
-    const client::PieceCut cut(max, align);
-    for (uint64_t size :
-         {uint64_t{1}, uint64_t{100'000}, align + 1, 3 * align + 12'345, uint64_t{9 << 20} + 5}) {
-      uint64_t pieces = 0, offset = 0;
-      while (offset < size) {
-        const uint64_t len = cut.Length(offset, size);
-        ASSERT_GT(len, 0u);
-        ASSERT_LE(len, max);
-        if (align != 0) {
-          ASSERT_EQ(offset / align, (offset + len - 1) / align) << offset;
+    for (uint64_t head_cut : {uint64_t{0}, uint64_t{256 << 10}, align, align * 2 + 4096}) {
+      const client::PieceCut cut(max, align, head_cut);
+      // The extent holding byte `at` (its index), as ObjectWriter cuts them.
+      auto extent_of = [&](uint64_t at) -> uint64_t {
+        if (align == 0) return 0;
+        if (head_cut == 0 || at < head_cut) return at / align;
+        return (head_cut + align - 1) / align + (at - head_cut) / align;
+      };
+      for (uint64_t size :
+           {uint64_t{1}, uint64_t{100'000}, align + 1, 3 * align + 12'345, uint64_t{9 << 20} + 5}) {
+        uint64_t pieces = 0, offset = 0;
+        while (offset < size) {
+          const uint64_t len = cut.Length(offset, size);
+          ASSERT_GT(len, 0u);
+          ASSERT_LE(len, max);
+          ASSERT_EQ(extent_of(offset), extent_of(offset + len - 1))
+              << offset << " +" << len << " cut " << head_cut << " align " << align;
+          offset += len;
+          ++pieces;
         }
-        offset += len;
-        ++pieces;
+        EXPECT_EQ(offset, size);
+        // As few as the limit allows: one more than the bound per extent at most.
+        const uint64_t extents = extent_of(size - 1) + 1;
+        EXPECT_LE(pieces, (size + max - 1) / max + extents) << max << " " << align << " " << size;
       }
-      EXPECT_EQ(offset, size);
-      // As few as the limit allows: one more than the bound per extent at most.
-      const uint64_t extents = align == 0 ? 1 : (size + align - 1) / align;
-      EXPECT_LE(pieces, (size + max - 1) / max + extents) << max << " " << align << " " << size;
     }
   }
   // 4 MiB extents, 1 MiB messages: five pieces per extent, not four and a sliver.
   const client::PieceCut cut((1 << 20) - 64, 4 << 20);
   EXPECT_EQ(cut.Length(0, 8 << 20), 838'912u);
   EXPECT_EQ(cut.Length(4 * 838'912, 8 << 20), (4u << 20) - 4 * 838'912);
+  // A 256 KiB head: its extent is one piece, the next extents start from its end.
+  const client::PieceCut headed((1 << 20) - 64, 4 << 20, 256 << 10);
+  EXPECT_EQ(headed.Length(0, 8 << 20), 256u << 10);
+  EXPECT_EQ(headed.Length(256 << 10, 8 << 20), 838'912u);
+  EXPECT_EQ(headed.Length((256 << 10) + 4 * 838'912, 8 << 20), (4u << 20) - 4 * 838'912);
 }
 
-// A put of 1 GiB from memory, by reference over the UCX planes (the core reads each
-// 64 KiB piece out of the caller's buffer), read back and compared piece by piece.
 TEST_P(NativePlane, AOneGiBPutFromMemoryIsByteExact) {
   if (GetParam().shards != 1) GTEST_SKIP() << "(one shard: the size is the point, not the spread)";
   NativeCore nc(Tag("gib"), GetParam());

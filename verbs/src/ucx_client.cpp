@@ -77,6 +77,7 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   c->shard_count_ = w->shard_count() == 0 ? 1 : w->shard_count();
   // (a core of schema version 2 has none: SBE's null value)
   c->put_alignment_ = w->put_alignment() == UINT32_MAX ? 0 : w->put_alignment();
+  c->put_head_cut_ = w->put_head_cut() == UINT32_MAX ? 0 : w->put_head_cut();  // (< version 10)
   c->shard_addresses_ = std::string(w->shard_addresses());
   return c;
 }

@@ -509,6 +509,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_shard(options_.shard)
       .set_shard_count(options_.shard_count)
       .set_put_alignment(options_.put_alignment)
+      .set_put_head_cut(options_.put_head_cut)
       .set_server_name(options_.server_name)
       .set_shard_addresses(shard_addresses_);
   if (s.Send({buf, w.Finish()}) == reactor::SendOutcome::kOverLimit) return;

@@ -52,6 +52,9 @@ class Transport {
   // The core's disk extent size (Welcome.putAlignment): pieces of a put sent by reference
   // that cross no multiple of it land whole in the core's write buffers. 0: none.
   virtual uint32_t put_alignment() const { return 0; }
+  // Where the first extent ends (Welcome.putHeadCut): extents after it start every
+  // put_alignment() bytes from there. 0: at multiples of put_alignment().
+  virtual uint32_t put_head_cut() const { return 0; }
   virtual VoidResult SendWithPayload(std::span<const uint8_t> /*header*/,
                                      std::span<const uint8_t> /*payload*/,
                                      std::chrono::nanoseconds /*timeout*/) {

@@ -99,9 +99,11 @@ class IoBufferPool {
 
   // A free buffer's index, or nullopt when all are lent (back-pressure).
   std::optional<uint32_t> Acquire();
-  // Every acquired buffer is released exactly once. A pinned buffer (a transport is still
-  // receiving into it) goes back to the free list at its last Unpin.
+  // Every acquired buffer is released exactly once by each of its owners (one, plus one per
+  // Share). A pinned buffer (a transport is still receiving into it) goes back to the free
+  // list at its last Unpin.
   void Release(uint32_t index);
+  void Share(uint32_t index) { ++shares_[index]; }  // one more owner, who Releases it too
   void Pin(uint32_t index) { ++pins_[index]; }
   void Unpin(uint32_t index);
   uint32_t pins(uint32_t index) const { return pins_[index]; }
@@ -123,6 +125,7 @@ class IoBufferPool {
   uint32_t count_ = 0;
   std::vector<uint32_t> free_;
   std::vector<uint32_t> pins_;
+  std::vector<uint32_t> shares_;       // owners beyond the first
   std::vector<bool> released_pinned_;  // released while pinned: freed at the last Unpin
 };
 

@@ -36,8 +36,10 @@ using Tiers = std::span<TierSpace* const>;
 class ObjectWriter final : public IoClient {
  public:
   // Buffers must be at least the tiers' extent size. `tier0_bytes`: object bytes on the first
-  // tier (UINT64_MAX: all of them).
-  ObjectWriter(IoRouter* io, Tiers tiers, uint64_t tier0_bytes = UINT64_MAX);
+  // tier (UINT64_MAX: all of them). `head_cut`: an extent ends there (the RAM head's end), so
+  // a read of the bytes after a resident head never reads the head's bytes from disk too
+  // (an extent is read whole: its checksum covers it); 0: no cut.
+  ObjectWriter(IoRouter* io, Tiers tiers, uint64_t tier0_bytes = UINT64_MAX, uint64_t head_cut = 0);
   ~ObjectWriter();  // aborts an unfinished write
   ObjectWriter(const ObjectWriter&) = delete;
   ObjectWriter& operator=(const ObjectWriter&) = delete;
@@ -100,6 +102,7 @@ class ObjectWriter final : public IoClient {
   IoBufferPool* buffers_;
   std::vector<TierSpace*> tiers_;
   uint64_t tier0_bytes_;
+  uint64_t head_cut_;
   uint64_t client_ = 0;
   std::vector<Extent> extents_;
   std::vector<uint64_t> starts_;  // object offset of each extent

@@ -112,6 +112,9 @@ struct StoreStats {
   // Bytes streams handed out, by where they came from: RAM heads (the pool), RAM tails
   // (tail_bytes_served), disk (I/O buffers), fills in progress (followers).
   uint64_t head_bytes_served = 0, disk_bytes_served = 0, fill_bytes_served = 0;
+  // Disk chunks a stream left unfinished (a piece or range ending inside an extent), kept
+  // for the next stream that reads on from there; taken up by one, dropped unused.
+  uint64_t chunks_parked = 0, chunks_unparked = 0;
 };
 
 // What a lookup returns: enough to answer HEAD and to plan a read.
@@ -426,6 +429,8 @@ class Store {
   const TierSpace& tier(size_t i = 0) const { return *tiers_[i]; }
   size_t tier_count() const { return tiers_.size(); }
   const IoBufferPool& buffers() const { return *buffers_; }
+  // Bytes of an object kept in RAM; its first extent on disk ends there too.
+  uint64_t ram_head() const { return options_.ram_head; }
   const S3Fifo& eviction() const { return policy_; }
   const Index& index() const { return *index_; }
   VoidResult Checkpoint() { return index_->Checkpoint(); }
@@ -613,6 +618,23 @@ class Store {
   std::vector<Stream*> starved_;        // streams waiting for a buffer
   std::vector<Stream*> drive_waiters_;  // streams waiting for room in a drive's queue
   std::vector<Stream*> waking_;         // (WakeAll's)
+  // Parked chunks: a chunk read from disk whose stream ended before its last byte (the
+  // memcache front asks for a value in pieces, HTTP clients for ranges one after another: a
+  // stream each), kept briefly, by the extent it holds, for the stream that reads on: an
+  // extent is read whole (its checksum covers it), so without this each piece would read it
+  // again. At most a quarter of the I/O buffers, for kParkedNs; given back at once when a
+  // reader finds no free buffer.
+  struct ParkedChunk {
+    Extent extent;
+    ExtentReader::Chunk chunk;
+    uint64_t parked_ns;
+  };
+  static constexpr uint64_t kParkedNs = 100'000'000;
+  std::deque<ParkedChunk> parked_;
+  uint32_t parked_polls_ = 0;
+  void Park(const Extent& e, const ExtentReader::Chunk& c);
+  std::optional<ExtentReader::Chunk> Unpark(const Extent& e, uint64_t object_offset);
+  void DropParked(uint64_t older_than_ns);  // (0: all)
   // Wakes every stream on `list`, leaving it empty (streams that wait again are put back).
   void WakeAll(std::vector<Stream*>* list);
   std::deque<std::string> head_clock_;  // CLOCK order of resident heads (stale entries skipped)
@@ -699,6 +721,8 @@ class Store::Stream {
   Result<Step> PeekDisk(std::span<const Extent> extents, size_t first_durable_end,
                         std::span<const uint8_t>* out);
   void DropReader();
+  // The loan's extent chunk_ holds (nullptr: none whole, as in a fill's).
+  const Extent* ChunkExtent() const;
 
   Store* store_;
   Loan loan_;               // valid once the stream is on a committed object

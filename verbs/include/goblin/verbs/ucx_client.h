@@ -57,6 +57,7 @@ class UcxClient {
   uint16_t shard_count() const { return shard_count_; }
   // The core's Welcome.putAlignment (0: none).
   uint32_t put_alignment() const { return put_alignment_; }
+  uint32_t put_head_cut() const { return put_head_cut_; }  // Welcome.putHeadCut
   // Whether UCX may use shared memory (UcxContext::shared_memory).
   bool shared_memory() const { return context_->shared_memory(); }
   // Every shard's HOST:PORT in shard order, as the core's Welcome listed them.
@@ -143,6 +144,7 @@ class UcxClient {
   uint32_t server_pid_ = 0;
   uint16_t shard_count_ = 1;
   uint32_t put_alignment_ = 0;
+  uint32_t put_head_cut_ = 0;
   std::string shard_addresses_;
   uint32_t max_message_ = 0;
   std::vector<uint8_t> staging_;

@@ -36,6 +36,9 @@ struct UcxServerOptions {
   // Welcome.putAlignment: the store's extent size (pieces of a put sent by reference that
   // do not cross one land whole in the extent's write buffer); 0: none.
   uint32_t put_alignment = 0;
+  // Welcome.putHeadCut: where an object's first extent ends (the store's RAM head size);
+  // extents after it start every put_alignment bytes from there. 0: none.
+  uint32_t put_head_cut = 0;
   uint32_t max_clients = 1024;
   // Output a session may have in flight before Send() says kQueued (streaming pauses), and
   // past which it says kOverLimit (a subscriber too slow: the handler drops it).
