@@ -8,7 +8,9 @@
 #               --memory GOBLIN_MEM_LARGE (heads in RAM, the rest on its disk tier).
 #   large-disk: the same mix, DISK_COUNT values, larger than the memory given: memcached
 #               + extstore (-m EXT_MEM, ext_path on the disk under test) vs goblin with
-#               --memory EXT_MEM.
+#               --memory GOBLIN_MEM_DISK (EXT_MEM unless given; each may list several
+#               sizes, a row each; a blank one: no such rows) and GOBLIN_DISK_IO_BUFFERS
+#               I/O buffers (unset: the core's default).
 #   small:      SMALL_COUNT values of 100 B - 2 KB: memcached vs goblin.
 #   large-rate: the large-mem set at a fixed offered load (an open loop of RATE gets/s:
 #               latency at the same load, not at saturation): memcached with all of it in
@@ -46,6 +48,8 @@ RATE=${RATE:-400}
 GOBLIN_MEM_RATE=${GOBLIN_MEM_RATE:-128M}
 GOBLIN_RATE_IO_BUFFERS=${GOBLIN_RATE_IO_BUFFERS:-8}
 EXT_OPTS=${EXT_OPTS:-ext_wbuf_size=16,ext_threads=2}
+GOBLIN_MEM_DISK=${GOBLIN_MEM_DISK:-$EXT_MEM}
+GOBLIN_DISK_IO_BUFFERS=${GOBLIN_DISK_IO_BUFFERS:-}
 EXT_FILL_RATE=${EXT_FILL_RATE:-0}
 CLIENT_GBPS=${CLIENT_GBPS:-0.5}
 SERVER_MEM_LIMIT=${SERVER_MEM_LIMIT:-}
@@ -219,8 +223,14 @@ for row in $ROWS; do
         run_row "$row" goblin "$mem" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
       done ;;
     large-disk)
-      run_row "$row" extstore "${EXT_MEM%M}" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}"
-      run_row "$row" goblin "$EXT_MEM" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}" ;;
+      for mem in $EXT_MEM; do
+        run_row "$row" extstore "${mem%M}" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}"
+      done
+      [ -z "$GOBLIN_DISK_IO_BUFFERS" ] || GOBLIN_EXTRA=("--core-arg=--io-buffers=$GOBLIN_DISK_IO_BUFFERS")
+      for mem in $GOBLIN_MEM_DISK; do
+        run_row "$row" goblin "$mem" -- --count "$DISK_COUNT" --seed 12 "${LARGE[@]}"
+      done
+      GOBLIN_EXTRA=() ;;
     large-rate)
       GET_EXTRA=(--rate "$RATE")
       run_row "$row" memcached "$((LARGE_COUNT * 2))" -- --count "$LARGE_COUNT" --seed 11 "${LARGE[@]}"
