@@ -594,7 +594,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x09, 0x00,  // blockLength 16, template 4, schema 7107, v9
+                               0x1b, 0x0a, 0x00,  // blockLength 16, template 4, schema 7107, v10
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -612,7 +612,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x09, 0x00,  // blockLength 18, template 12, v9
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x0a, 0x00,  // blockLength 18, template 12, v10
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId
