@@ -384,7 +384,7 @@ Result<ExtentReader::Step> ExtentReader::TryNext(Chunk* out) {
     return Err(StatusCode::kCorruption, "checksum mismatch in tier {} extent file {} at offset {}",
                tiers_[e.tier]->DrivePath(e), e.file, e.offset);
   }
-  *out = Chunk{s.buffer, static_cast<uint32_t>(e.length), offset_};
+  *out = Chunk{s.buffer, static_cast<uint32_t>(e.length), offset_, e};
   offset_ += e.length;
   Fill();  // keep the read-ahead full while the caller sends this chunk
   return Step::kChunk;

@@ -1436,16 +1436,17 @@ VoidResult Store::Poll() {
     return r;
   }
   FinishDurability();
+  const bool every_64th = (++polls_ & 63) == 0;  // (the loop polls in a tight spin)
   if (!parked_.empty()) {
     if (!starved_.empty() && buffers_->free_count() == 0) {
       DropParked(0);  // (a reader waiting for a buffer comes before a chunk nobody may want)
-    } else if ((++parked_polls_ & 63) == 0) {  // (the loop polls in a tight spin)
+    } else if (every_64th) {
       DropParked(MonotonicNanos() - kParkedNs);
     }
   }
   if (!starved_.empty() && buffers_->free_count() > 0) WakeAll(&starved_);
   if (!expiries_.empty()) ExpireDue(NowNs(), kExpiriesPerPoll);
-  if (options_.fill_timeout_ns != 0 && !fills_.empty() && (++polls_ & 63) == 0) {
+  if (options_.fill_timeout_ns != 0 && !fills_.empty() && every_64th) {
     uint64_t now = MonotonicNanos();  // (every 64th round: the loop polls in a tight spin)
     if (now >= next_stall_check_) AbortStalledFills(now);
   }
@@ -1484,21 +1485,10 @@ void Store::ReturnStream(Stream* s) {
   }
 }
 
-const Extent* Store::Stream::ChunkExtent() const {
-  uint64_t start = 0;
-  for (const Extent& e : loan_.extents) {
-    if (start == chunk_->object_offset) return e.length == chunk_->length ? &e : nullptr;
-    start += e.length;
-  }
-  return nullptr;
-}
-
 void Store::Stream::Close() {
-  if (chunk_ && fill_ == 0 && loan_.id != 0 && pos_ < chunk_->object_offset + chunk_->length) {
-    if (const Extent* e = ChunkExtent()) {  // (parked for whoever reads on from here)
-      store_->Park(*e, *chunk_);
-      chunk_.reset();
-    }
+  if (chunk_ && fill_ == 0 && pos_ < chunk_->object_offset + chunk_->length) {
+    store_->Park(*chunk_);  // (for whoever reads on from here)
+    chunk_.reset();
   }
   DropReader();
   for (auto* list : {&store_->starved_, &store_->drive_waiters_}) {
@@ -1531,8 +1521,8 @@ void Store::Stream::Close() {
   ready_ = nullptr;
 }
 
-void Store::Park(const Extent& e, const ExtentReader::Chunk& c) {
-  parked_.push_back({e, c, MonotonicNanos()});
+void Store::Park(const ExtentReader::Chunk& c) {
+  parked_.push_back({c, MonotonicNanos()});
   ++stats_.chunks_parked;
   const size_t most = std::max<size_t>(1, buffers_->count() / 4);
   while (parked_.size() > most) {
@@ -1544,7 +1534,7 @@ void Store::Park(const Extent& e, const ExtentReader::Chunk& c) {
 std::optional<ExtentReader::Chunk> Store::Unpark(const Extent& e, uint64_t object_offset) {
   for (auto it = parked_.rbegin(); it != parked_.rend(); ++it) {
     // (the same extent: the same bytes, its checksum verified when it was read)
-    if (it->extent == e && it->chunk.object_offset == object_offset) {
+    if (it->chunk.extent == e && it->chunk.object_offset == object_offset) {
       ExtentReader::Chunk c = it->chunk;
       parked_.erase(std::next(it).base());
       ++stats_.chunks_unparked;
@@ -1590,10 +1580,8 @@ uint32_t Store::Stream::DetachChunk() {
   if (fill_ == 0 && end_ < chunk_->object_offset + chunk_->length) {
     // The range ends inside the chunk: parked as well, for whoever reads on from here (the
     // loan and the parked entry each own the buffer).
-    if (const Extent* e = ChunkExtent()) {
-      store_->buffers_->Share(b);
-      store_->Park(*e, *chunk_);
-    }
+    store_->buffers_->Share(b);
+    store_->Park(*chunk_);
   }
   chunk_.reset();
   where_ = Where::kPrivate;

@@ -151,6 +151,7 @@ class ExtentReader final : public IoClient {
     uint32_t buffer;  // IoBufferPool index; Release() it when done
     uint32_t length;  // object bytes in it
     uint64_t object_offset;
+    Extent extent;  // the extent read into it (its identity: the same bytes wherever read)
   };
   enum class Step { kChunk, kWait, kEnd };
   // The next verified chunk in object order if its read has landed (kWait: not yet, the

@@ -625,14 +625,12 @@ class Store {
   // again. At most a quarter of the I/O buffers, for kParkedNs; given back at once when a
   // reader finds no free buffer.
   struct ParkedChunk {
-    Extent extent;
     ExtentReader::Chunk chunk;
     uint64_t parked_ns;
   };
   static constexpr uint64_t kParkedNs = 100'000'000;
   std::deque<ParkedChunk> parked_;
-  uint32_t parked_polls_ = 0;
-  void Park(const Extent& e, const ExtentReader::Chunk& c);
+  void Park(const ExtentReader::Chunk& c);
   std::optional<ExtentReader::Chunk> Unpark(const Extent& e, uint64_t object_offset);
   void DropParked(uint64_t older_than_ns);  // (0: all)
   // Wakes every stream on `list`, leaving it empty (streams that wait again are put back).
@@ -721,8 +719,6 @@ class Store::Stream {
   Result<Step> PeekDisk(std::span<const Extent> extents, size_t first_durable_end,
                         std::span<const uint8_t>* out);
   void DropReader();
-  // The loan's extent chunk_ holds (nullptr: none whole, as in a fill's).
-  const Extent* ChunkExtent() const;
 
   Store* store_;
   Loan loan_;               // valid once the stream is on a committed object
