@@ -506,6 +506,7 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
     m["gets_parked"] += k.gets_parked;
     m["gets_cancelled"] += k.gets_cancelled;
     m["scans"] += k.scans;
+    m["loan_pauses"] += k.loan_pauses;
     const ring::ServerStats& rs = sh.ring->stats();
     m["ring_accepted"] += rs.accepted;
     m["ring_rejected"] += rs.rejected;

@@ -70,8 +70,10 @@ void CoreService::OnClose(reactor::Session& session) {
         ++it;
       }
     }
+    for (Download& d : per.downloads) Unpause(d);
     per.downloads.clear();  // the stream releases what it holds
-    ReplayParked();         // (its own parked gets are dropped; others' fills it reserved ended)
+    per.lender.paused.clear();
+    ReplayParked();  // (its own parked gets are dropped; others' fills it reserved ended)
     describes_.remove_if([&](const PendingDescribe& p) { return p.session == session.id(); });
     if (per.lends) {
       per.lender.loans.ForEach([&](const Lent& lent) { ReleaseLent(lent); });
@@ -804,7 +806,7 @@ void CoreService::HandleRemotePools(reactor::Session& session, uint64_t correlat
 }
 
 void CoreService::ReleaseLent(const Lent& l) {
-  if (l.download_loans) --*l.download_loans;
+  if (l.tally) --l.tally->out;
   if (l.buffer != UINT32_MAX) {
     store_->ReleaseBuffer(l.buffer);
   } else {
@@ -835,11 +837,38 @@ void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id)
   if (lent == nullptr) return;  // unknown or released twice: ignore
   if (lent->buffer != UINT32_MAX) --l.buffers;
   ReleaseLent(*lent);
+  std::shared_ptr<LoanTally> tally = lent->tally;  // (moved out: the slot goes now)
   l.loans.Remove(loan_id);
-  if (l.waiting) {
-    l.waiting = false;
-    for (Download& dl : per.downloads) dl.ready = true;
+  if (tally) WakeAfterRelease(session, l, *tally);
+}
+
+void CoreService::PauseLending(Lender& lender, Download& d, Pause why) {
+  ++counters_.loan_pauses;
+  d.tally->pause = why;
+  d.tally->paused = &d;
+  if (why == Pause::kSessionLimit && !d.tally->queued) {
+    d.tally->queued = true;
+    lender.paused.push_back(d.tally);
+  }
+}
+
+void CoreService::WakeAfterRelease(reactor::Session& session, Lender& lender, LoanTally& tally) {
+  auto wake = [&](LoanTally& t) {
+    t.paused->ready = true;
+    t.paused = nullptr;
+    t.pause = Pause::kNone;
     session.WantWritable(true);
+  };
+  if (tally.paused != nullptr && tally.pause == Pause::kOwnLimit) wake(tally);
+  // The session has room for one more loan: the first download that paused for it.
+  while (!lender.paused.empty()) {
+    std::shared_ptr<LoanTally> t = std::move(lender.paused.front());
+    lender.paused.pop_front();
+    t->queued = false;
+    if (t->paused != nullptr && t->pause == Pause::kSessionLimit) {
+      wake(*t);
+      break;
+    }
   }
 }
 
@@ -847,15 +876,18 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
   Lender& lender = Of(session).lender;
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
-  if (!d.loans_out) d.loans_out = std::make_shared<uint32_t>(0);
-  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers) ||
-      *d.loans_out >= kMaxLoansPerDownload) {
-    lender.waiting = true;
+  if (!d.tally) d.tally = std::make_shared<LoanTally>();
+  if (d.tally->out >= kMaxLoansPerDownload) {
+    PauseLending(lender, d, Pause::kOwnLimit);
+    return std::nullopt;
+  }
+  if (lender.loans.size() >= lender.max_loans || (!head && lender.buffers >= lender.max_buffers)) {
+    PauseLending(lender, d, Pause::kSessionLimit);
     return std::nullopt;
   }
   Lent lent;
-  lent.download_loans = d.loans_out;
-  ++*d.loans_out;
+  lent.tally = d.tally;
+  ++d.tally->out;
   if (head) {
     // (the range's last piece: the stream's own pin goes with it; it reads nothing more)
     lent.pin = last_piece && st.loan().id != 0 ? st.TakePin() : store_->Pin(st.loan());
@@ -1247,18 +1279,19 @@ CoreService::Download& CoreService::NewDownload(Downloads& list) {
   if (spare_downloads_.empty()) return list.emplace_back();
   list.splice(list.end(), spare_downloads_, spare_downloads_.begin());
   Download& d = list.back();
-  // A loan of its last stream may still count on the old counter: then a new one.
-  std::shared_ptr<uint32_t> loans = std::move(d.loans_out);
+  // A loan of its last stream may still count on the old tally: then a new one.
+  std::shared_ptr<LoanTally> tally = std::move(d.tally);
   d = Download{};
-  if (loans.use_count() == 1) {
-    *loans = 0;
-    d.loans_out = std::move(loans);
+  if (tally.use_count() == 1) {
+    *tally = LoanTally{};
+    d.tally = std::move(tally);
   }
   return d;
 }
 
 CoreService::Downloads::iterator CoreService::EndDownload(Downloads& list, Downloads::iterator it) {
   auto next = std::next(it);
+  Unpause(*it);
   it->stream.reset();  // releases what the stream holds now
   if (spare_downloads_.size() < kMaxDownloadsPerSession) {
     spare_downloads_.splice(spare_downloads_.end(), list, it);

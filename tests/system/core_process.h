@@ -9,6 +9,8 @@
 #include <algorithm>
 
 #include <filesystem>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -49,5 +51,25 @@ struct CoreProcess {
   std::string sock, log;
   Process proc;
 };
+
+// The core's admin counters by name: `ctl_bin --target unix:SOCK.admin stats` (the admin
+// API's socket beside the core's, as CoreProcess and goblin-store place it); its output is
+// kept in `log` meanwhile, and the whole text returned in *text.
+inline std::map<std::string, uint64_t> CoreCounters(const std::string& ctl_bin,
+                                                    const std::string& core_sock,
+                                                    const std::string& log,
+                                                    std::string* text = nullptr) {
+  auto [rc, out] = RunCommand({ctl_bin, "--target", "unix:" + core_sock + ".admin", "stats"}, log);
+  EXPECT_EQ(rc, 0) << out;
+  std::filesystem::remove(log);
+  std::map<std::string, uint64_t> counters;
+  static const std::regex line(R"((\w+)\s+(\d+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
+       ++it) {
+    counters[(*it)[1].str()] = std::stoull((*it)[2].str());
+  }
+  if (text != nullptr) *text = out;
+  return counters;
+}
 
 }  // namespace goblin::test

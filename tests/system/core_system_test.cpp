@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -529,6 +530,23 @@ TEST(CoreSystem, ZeroCopyGetReadsTheCoresMemoryInPlace) {
   for (int i = 0; i < 20; ++i) ASSERT_EQ(GetAll(**c, "/zc").value(), data) << i;
 }
 
+// A raw ring client asks for the pools' fds (MapPools): from then on its gets may be lent.
+void MapPools(ring::RingClient& raw, std::vector<UniqueFd>* fds) {
+  uint8_t buf[256];
+  ASSERT_TRUE(
+      raw.Send({buf, wire::MapPoolsEncoder(buf, sizeof buf).set_correlation_id(1).Finish()}, 5s));
+  // (Wait may return early: the side frame makes the socket readable before the reply.)
+  for (int i = 0; i < 100 && !raw.Wait(50ms).value_or(false);) ++i;
+  ASSERT_TRUE(
+      raw.Poll([](std::span<const uint8_t> m) { EXPECT_TRUE(wire::PoolMapDecoder::Decode(m)); }));
+  std::vector<uint8_t> side;
+  ASSERT_TRUE(raw.ReceiveSideFrame(&side, fds, 5s));
+}
+
+std::map<std::string, uint64_t> CoreStats(const StoreCore& sc) {  // goblinctl stats
+  return test::CoreCounters(GOBLIN_CTL_BIN, sc.core->sock, sc.tier + ".st");
+}
+
 // The fds a client receives cannot be mapped writable, and a client that keeps its loans
 // stalls only itself: at the per-session limit the core stops lending, and everything it
 // held comes back when it goes away.
@@ -542,15 +560,8 @@ TEST(CoreSystem, LoansAreReadOnlyBoundedAndReturnedWhenTheClientLeaves) {
   auto raw = ring::RingClient::Connect(sc.core->sock, {});
   ASSERT_TRUE(raw);
   uint8_t buf[256];
-  ASSERT_TRUE((*raw)->Send(
-      {buf, wire::MapPoolsEncoder(buf, sizeof buf).set_correlation_id(1).Finish()}, 5s));
-  // (Wait may return early: the side frame makes the socket readable before the reply.)
-  for (int i = 0; i < 100 && !(*raw)->Wait(50ms).value_or(false);) ++i;
-  ASSERT_TRUE((*raw)->Poll(
-      [](std::span<const uint8_t> m) { EXPECT_TRUE(wire::PoolMapDecoder::Decode(m)); }));
-  std::vector<uint8_t> side;
   std::vector<UniqueFd> fds;
-  ASSERT_TRUE((*raw)->ReceiveSideFrame(&side, &fds, 5s));
+  ASSERT_NO_FATAL_FAILURE(MapPools(**raw, &fds));
   // Head pool, I/O buffers, head table: none writable; then the touch table, the one
   // writable mapping (a reader marks the heads it served itself: nothing else there).
   ASSERT_EQ(fds.size(), 4u);
@@ -591,6 +602,79 @@ TEST(CoreSystem, LoansAreReadOnlyBoundedAndReturnedWhenTheClientLeaves) {
   EXPECT_EQ(GetAll(**c, "/held").value(), data);
   raw->reset();  // leaves holding its loans: the core takes them back
   for (int i = 0; i < 10; ++i) ASSERT_EQ(GetAll(**c, "/held").value(), data) << i;
+}
+
+// Streams paused at the session's loan limit take turns: each returned loan wakes the stream
+// that paused first (not every stream of the session, which then all but one pause again,
+// and not always the first stream in the session's list, which starved the others).
+TEST(CoreSystem, ReturnedLoansWakeThePausedStreamsInTurn) {
+  StoreCore sc("loanturns");
+  auto c = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> keys{"/turn/a", "/turn/b", "/turn/c"};
+  for (size_t k = 0; k < keys.size(); ++k) {
+    ASSERT_TRUE((*c)->Put(keys[k], Pattern(24 << 20, static_cast<uint8_t>(k))));
+  }
+  auto raw = ring::RingClient::Connect(sc.core->sock, {});
+  ASSERT_TRUE(raw);
+  std::vector<UniqueFd> fds;
+  ASSERT_NO_FATAL_FAILURE(MapPools(**raw, &fds));
+  uint8_t buf[256];
+  for (size_t k = 0; k < keys.size(); ++k) {
+    size_t n = wire::ObjectGetEncoder(buf, sizeof buf)
+                   .set_correlation_id(10 + k)
+                   .set_length(UINT64_MAX)
+                   .set_flags(wire::kGetLoans)
+                   .set_key(keys[k])
+                   .Finish();
+    ASSERT_TRUE((*raw)->Send({buf, n}, 5s));
+  }
+  std::deque<std::pair<uint64_t, uint64_t>> held;  // (correlation id, loan id), oldest first
+  auto poll = [&](std::chrono::milliseconds wait) {
+    if ((*raw)->Wait(wait).value_or(false)) {
+      ASSERT_TRUE((*raw)->Poll([&](std::span<const uint8_t> m) {
+        if (auto l = wire::LoanDecoder::Decode(m))
+          held.emplace_back(l->correlation_id(), l->loan_id());
+      }));
+    }
+  };
+  // The session's limit (CoreService::kMaxLoansPerSession), then all three streams pause.
+  for (int i = 0; i < 100 && held.size() < 6; ++i) ASSERT_NO_FATAL_FAILURE(poll(100ms));
+  ASSERT_EQ(held.size(), 6u);
+  uint64_t pauses = 0;
+  for (int i = 0; i < 100 && pauses < 3; ++i) {
+    if (i > 0) std::this_thread::sleep_for(50ms);
+    pauses = CoreStats(sc)["loan_pauses"];
+  }
+  ASSERT_GE(pauses, 3u);
+  ASSERT_NO_FATAL_FAILURE(poll(200ms));
+  ASSERT_EQ(held.size(), 6u);
+  // One loan back at a time: exactly one new loan each time, the streams in turn.
+  std::map<uint64_t, int> turns;
+  constexpr int kReleases = 9;
+  for (int r = 0; r < kReleases; ++r) {
+    size_t n = wire::LoanReleaseEncoder(buf, sizeof buf).set_loan_id(held.front().second).Finish();
+    held.pop_front();
+    ASSERT_TRUE((*raw)->Send({buf, n}, 5s));
+    for (int i = 0; i < 100 && held.size() < 6; ++i) ASSERT_NO_FATAL_FAILURE(poll(50ms));
+    ASSERT_NO_FATAL_FAILURE(poll(100ms));  // (nothing more: the session is at its limit again)
+    ASSERT_EQ(held.size(), 6u) << "release " << r;
+    ++turns[held.back().first];
+  }
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(turns[10 + k], kReleases / 3) << keys[k];
+  }
+  // Each returned loan woke one stream, which lent once and paused again (the streams' own
+  // disk reads may wake one now and then): not all three per loan.
+  uint64_t after = CoreStats(sc)["loan_pauses"];
+  EXPECT_LE(after - pauses, uint64_t{kReleases} + 3) << after << " " << pauses;
+  EXPECT_GE(after - pauses, uint64_t{kReleases});
+  // Other clients are served meanwhile, byte-exactly; the raw client leaves with its loans.
+  EXPECT_EQ(GetAll(**c, keys[1]).value(), Pattern(24 << 20, 1));
+  raw->reset();
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(GetAll(**c, keys[k]).value(), Pattern(24 << 20, static_cast<uint8_t>(k)));
+  }
 }
 
 TEST(CoreSystem, KilledClientDoesNotDisturbTheCore) {

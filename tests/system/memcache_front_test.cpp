@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "tests/system/core_process.h"
 #include "tests/system/memcache_test_client.h"
 #include "tests/system/process.h"
 
@@ -86,16 +87,7 @@ class MemcacheFront : public testing::Test {
     return fmt::format("VALUE {} {} {}\r\n", key, flags, v.size()) + v + "\r\nEND\r\n";
   }
   std::map<std::string, uint64_t> CoreStats() {  // goblinctl stats: name -> count
-    auto [rc, out] = test::RunCommand(
-        {GOBLIN_CTL_BIN, "--target", "unix:" + core_sock_ + ".admin", "stats"}, dir_ + "/stats");
-    EXPECT_EQ(rc, 0) << out;
-    std::map<std::string, uint64_t> counters;
-    static const std::regex line(R"((\w+)\s+(\d+))");
-    for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
-         ++it) {
-      counters[(*it)[1].str()] = std::stoull((*it)[2].str());
-    }
-    return counters;
+    return test::CoreCounters(GOBLIN_CTL_BIN, core_sock_, dir_ + "/stats");
   }
   std::vector<std::string> core_args_;  // (more goblin-core options, set before SetUp)
   std::string dir_, core_sock_;

@@ -207,19 +207,7 @@ Connection::Source StreamFrom(std::span<const uint8_t> data) {
 
 // The core's admin counters (`goblinctl stats`), by name; the whole text in *text.
 std::map<std::string, uint64_t> CoreStats(const NativeCore& nc, std::string* text = nullptr) {
-  auto [rc, out] =
-      test::RunCommand({GOBLIN_CTL_BIN, "--target", "unix:" + nc.core->sock + ".admin", "stats"},
-                       nc.tier + ".stats");
-  EXPECT_EQ(rc, 0) << out;
-  std::filesystem::remove(nc.tier + ".stats");
-  std::map<std::string, uint64_t> counters;
-  static const std::regex line(R"((\w+)\s+(\d+))");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
-       ++it) {
-    counters[(*it)[1].str()] = std::stoull((*it)[2].str());
-  }
-  if (text != nullptr) *text = out;
-  return counters;
+  return test::CoreCounters(GOBLIN_CTL_BIN, nc.core->sock, nc.tier + ".stats", text);
 }
 
 // Waits (bounded: 10 s) until the core holds no loan and no open stream for anyone, and

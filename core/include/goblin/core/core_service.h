@@ -65,6 +65,7 @@ struct CoreCounters {
   uint64_t gets_parked = 0;     // follow-ObjectGets that waited for a reserved fill's head
   uint64_t gets_cancelled = 0;  // ObjectGets whose reader left before their last byte
   uint64_t scans = 0;           // ObjectScan pages served
+  uint64_t loan_pauses = 0;     // downloads paused at a lending limit until a loan came back
 };
 
 struct CoreHistograms {
@@ -143,6 +144,7 @@ class CoreService : public reactor::Handler {
   // The fill failed on the core's side (a write error, a full tier, no data for too long):
   // the store has aborted it; its owner gets an Error with the PutBegin's correlation id.
   void FailUpload(Upload& up, Status why);
+  struct LoanTally;
   struct Download {
     uint64_t correlation_id = 0;
     store::Store::StreamPtr stream;
@@ -156,21 +158,44 @@ class CoreService : public reactor::Handler {
     uint64_t started_ns = 0;  // when the request arrived (0: its first piece is timed)
     // Its pieces lent out, shared with their Lents (the stream may end first); made at the
     // first loan, and reused by the next download on this node when nobody else holds it.
-    std::shared_ptr<uint32_t> loans_out;
+    std::shared_ptr<LoanTally> tally;
   };
   using Downloads = std::list<Download>;  // a session's streams (stable addresses)
+  // What a download has lent out, and whether it paused at a lending limit: a returned loan
+  // wakes the download it belonged to, or the first one paused at the session's limit; never
+  // every download of the session (a gateway's session carries hundreds of them).
+  enum class Pause : uint8_t { kNone, kOwnLimit, kSessionLimit };
+  struct LoanTally {
+    uint32_t out = 0;
+    Pause pause = Pause::kNone;
+    bool queued = false;         // in its Lender's `paused` queue
+    Download* paused = nullptr;  // the download, while it is paused (cleared when it ends)
+  };
   struct Lent {
-    uint32_t buffer = UINT32_MAX;              // an I/O buffer, or
-    uint64_t pin = 0;                          // a pin on an object version (head pool bytes)
-    std::shared_ptr<uint32_t> download_loans;  // its stream's count (the stream may be gone)
+    uint32_t buffer = UINT32_MAX;      // an I/O buffer, or
+    uint64_t pin = 0;                  // a pin on an object version (head pool bytes)
+    std::shared_ptr<LoanTally> tally;  // its stream's (the stream may be gone)
   };
   struct Lender {        // per session that mapped the pools
     IdSlab<Lent> loans;  // by loan id (minted here, per session: an index, no hashing)
     size_t buffers = 0;  // loans holding an I/O buffer
     size_t max_loans = 0, max_buffers = 0;
-    bool waiting = false;   // a download paused at a limit
+    // Downloads paused at the session's limits, first paused first woken (entries whose
+    // download was woken otherwise or ended are skipped).
+    std::deque<std::shared_ptr<LoanTally>> paused;
     bool in_place = false;  // a UCX client on this host mapped the pools (MapPoolsInPlace)
   };
+  // A download that cannot lend now: paused until a loan comes back (counted).
+  void PauseLending(Lender& lender, Download& d, Pause why);
+  // A loan of `tally` came back to `session`: wakes its download if it waited for its own,
+  // and the first download paused at the session's limits.
+  void WakeAfterRelease(reactor::Session& session, Lender& lender, LoanTally& tally);
+  static void Unpause(Download& d) {  // (the download ends: nothing may wake it any more)
+    if (d.tally && d.tally->paused == &d) {
+      d.tally->paused = nullptr;
+      d.tally->pause = Pause::kNone;
+    }
+  }
 
   void SendError(reactor::Session& session, uint64_t correlation_id, uint16_t code,
                  std::string_view text);
