@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include "epoll_ctl.h"
 #include "goblin/common/clock.h"
@@ -101,6 +102,7 @@ VoidResult HttpServer::Impl::Init() {
   tl.reuse_port = tl.reuse_port_required = options_.reuse_port;
   tl.nodelay = true;
   tl.defer_accept_s = 1;
+  tl.send_buffer = static_cast<int>(std::min<uint64_t>(options_.send_buffer, INT_MAX / 2));
   if (options_.port != 0) {
     tl.what = "HTTP";
     GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));

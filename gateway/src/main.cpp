@@ -336,6 +336,12 @@ int main(int argc, char** argv) {
                 "worker's other connections get their turn; a response's first rounds write "
                 "64 KiB, doubling up to this (0: no limit, until its socket is full)",
                 /*allow_zero=*/true);
+  AddSizeOption(
+      app, "--send-buffer", &h.send_buffer,
+      "HTTP front: SO_SNDBUF of client connections, at least 256K (Linux doubles it; 0: the "
+      "kernel's autotuning). A fixed size caps a connection at about twice it per "
+      "round trip: for clients near the cache (docs/benchmarks/concurrency.md)",
+      /*allow_zero=*/true);
   AddDurationOption(app, "--core-reply-poll", &h.core_reply_poll,
                     "HTTP front: after asking the core for an object, poll this long for the "
                     "answer before sleeping (0: sleep at once)");
@@ -440,6 +446,12 @@ int main(int argc, char** argv) {
 
   // The core: its ring socket on this host, or its UCX plane (another host, or this one).
   std::string core_target = core.starts_with("unix:") ? core.substr(5) : core;
+  // (loopback's segments are 64 KiB: a buffer of a few of them waits for each delayed ACK)
+  if (h.send_buffer != 0 && h.send_buffer < (256 << 10)) {
+    return Fail(Status(StatusCode::kInvalidArgument,
+                       "--send-buffer: at least 256K (or 0, the kernel's autotuning); a smaller "
+                       "buffer stalls on the client's delayed acknowledgements"));
+  }
   bool http = !h.mirror.empty();
   bool resp = r.port != 0 || !r.unix_path.empty();
   bool memcache = mc.port != 0 || !mc.unix_path.empty();

@@ -25,6 +25,7 @@ struct TcpListenOptions {
   bool reuse_port_required = false;  // ... and failing to set it is an error
   bool nodelay = false;              // accepted connections inherit TCP_NODELAY
   int defer_accept_s = 0;            // TCP_DEFER_ACCEPT: accepted once their first bytes are in
+  int send_buffer = 0;               // accepted connections inherit SO_SNDBUF (0: autotuned)
   int backlog = 1024;
   std::string_view what;  // for errors ("memcache", ...)
 };
@@ -44,6 +45,10 @@ inline Result<std::pair<UniqueFd, int>> ListenTcp(const std::string& address, in
   if (o.nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (o.defer_accept_s > 0) {
     setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &o.defer_accept_s, sizeof o.defer_accept_s);
+  }
+  if (o.send_buffer > 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &o.send_buffer, sizeof o.send_buffer) != 0) {
+    return ErrnoErr("setsockopt SO_SNDBUF", errno);
   }
   sockaddr_in a{};
   a.sin_family = AF_INET;

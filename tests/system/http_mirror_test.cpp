@@ -68,6 +68,34 @@ TEST_P(HttpMirror, MissThenHitByteExactWithCacheHeaders) {
   EXPECT_EQ(OriginHits("/gen/3M/a"), 2);  // ours above, and the gateway's one fetch
 }
 
+// A fixed send buffer (--send-buffer) on every client connection: misses and hits of an
+// object many times the buffer arrive whole, also for several clients at once. One too
+// small to hold a few of loopback's 64 KiB segments is refused (each window would wait for
+// the client's delayed ACK: 20 MiB took 12 s with 32 KiB).
+TEST_P(HttpMirror, AFixedSendBufferDeliversBigObjectsWhole) {
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-buffer", "256K"}));
+  std::string want = Origin("/gen/20M/sb");
+  auto miss = Curl("/gen/20M/sb");
+  EXPECT_EQ(miss.code, 200);
+  EXPECT_EQ(miss.body, want);
+  std::vector<Background> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.push_back(CurlInBackground("/gen/20M/sb", fmt::format("r{}", i)));
+  }
+  for (Background& b : readers) {
+    Reply hit = Finish(b);
+    EXPECT_EQ(hit.code, 200);
+    EXPECT_TRUE(hit.body == want) << b.tag << ": " << hit.body.size() << " bytes";
+  }
+  EXPECT_EQ(OriginHits("/gen/20M/sb"), 2);  // ours, and the gateway's one fetch
+  StopAll();
+  auto [rc, out] = test::RunCommand({GOBLIN_GATEWAY_BIN, "--send-buffer", "64K", "--mirror",
+                                     "http://127.0.0.1:1", "--http-port=-1"},
+                                    test::TmpDir() + "/sb-refused.log");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--send-buffer"), std::string::npos) << out;
+}
+
 TEST_P(HttpMirror, RangesConditionalsAndHead) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::string want = Origin("/gen/2M/r");

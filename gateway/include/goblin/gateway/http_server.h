@@ -99,6 +99,10 @@ struct HttpServerOptions {
   // response's first rounds write less (64 KiB, doubling up to this). 0: no limit (until
   // the socket is full).
   uint64_t write_chunk = 1 << 20;
+  // SO_SNDBUF of the HTTP(S) listeners, which their connections inherit (no system call per
+  // connection; nginx's `listen ... sndbuf=`). 0: the kernel's autotuning, which grows a
+  // busy socket's buffer to net.ipv4.tcp_wmem's maximum. Linux doubles the value.
+  uint64_t send_buffer = 0;
   // HTTP/2 (h2 by ALPN on the HTTPS port, h2c by prior knowledge on the plain one): streams
   // a client may open at once, and the window it may send a request body into.
   bool http2 = true;
