@@ -837,9 +837,13 @@ void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id)
   if (lent == nullptr) return;  // unknown or released twice: ignore
   if (lent->buffer != UINT32_MAX) --l.buffers;
   ReleaseLent(*lent);
-  std::shared_ptr<LoanTally> tally = lent->tally;  // (moved out: the slot goes now)
+  // Its own download, if it waited for one of its loans (before the slot and, maybe, the
+  // tally's last owner go); then the session has room for one more loan.
+  if (LoanTally* t = lent->tally.get(); t && t->paused && t->pause == Pause::kOwnLimit) {
+    Wake(session, *t);
+  }
   l.loans.Remove(loan_id);
-  if (tally) WakeAfterRelease(session, l, *tally);
+  WakeFirstPaused(session, l);
 }
 
 void CoreService::PauseLending(Lender& lender, Download& d, Pause why) {
@@ -852,23 +856,19 @@ void CoreService::PauseLending(Lender& lender, Download& d, Pause why) {
   }
 }
 
-void CoreService::WakeAfterRelease(reactor::Session& session, Lender& lender, LoanTally& tally) {
-  auto wake = [&](LoanTally& t) {
-    t.paused->ready = true;
-    t.paused = nullptr;
-    t.pause = Pause::kNone;
-    session.WantWritable(true);
-  };
-  if (tally.paused != nullptr && tally.pause == Pause::kOwnLimit) wake(tally);
-  // The session has room for one more loan: the first download that paused for it.
-  while (!lender.paused.empty()) {
+void CoreService::Wake(reactor::Session& session, LoanTally& t) {
+  t.paused->ready = true;
+  t.paused = nullptr;
+  t.pause = Pause::kNone;
+  session.WantWritable(true);
+}
+
+void CoreService::WakeFirstPaused(reactor::Session& session, Lender& lender) {
+  while (!lender.paused.empty()) {  // (entries woken otherwise or ended are dropped)
     std::shared_ptr<LoanTally> t = std::move(lender.paused.front());
     lender.paused.pop_front();
     t->queued = false;
-    if (t->paused != nullptr && t->pause == Pause::kSessionLimit) {
-      wake(*t);
-      break;
-    }
+    if (t->paused != nullptr && t->pause == Pause::kSessionLimit) return Wake(session, *t);
   }
 }
 

@@ -187,9 +187,10 @@ class CoreService : public reactor::Handler {
   };
   // A download that cannot lend now: paused until a loan comes back (counted).
   void PauseLending(Lender& lender, Download& d, Pause why);
-  // A loan of `tally` came back to `session`: wakes its download if it waited for its own,
-  // and the first download paused at the session's limits.
-  void WakeAfterRelease(reactor::Session& session, Lender& lender, LoanTally& tally);
+  // Makes a paused download ready again (its session then pumps it).
+  static void Wake(reactor::Session& session, LoanTally& t);
+  // A loan came back: the first download paused at the session's limits, if any.
+  static void WakeFirstPaused(reactor::Session& session, Lender& lender);
   static void Unpause(Download& d) {  // (the download ends: nothing may wake it any more)
     if (d.tally && d.tally->paused == &d) {
       d.tally->paused = nullptr;
