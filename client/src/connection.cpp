@@ -548,6 +548,36 @@ void Connection::ReleaseLoan(Link& l, uint64_t loan_id) {
   (void)l.transport->Send({b, n}, options_.timeout);  // a dead core frees everything anyway
 }
 
+void Connection::AbandonGet(Link& l, uint64_t correlation_id) {
+  uint8_t b[32];
+  size_t n = wire::ObjectGetCancelEncoder(b, sizeof b)
+                 .set_correlation_id(correlation_id)
+                 .set_flags(wire::kCancelTakeBackLoans)
+                 .Finish();
+  (void)l.transport->Send({b, n}, options_.timeout);  // (as ReleaseLoan)
+  if (!l.transport->local()) l.drain = true;
+}
+
+void Connection::DrainAbandoned() {
+  // (a get in flight routed meanwhile may abandon another link: a few rounds at most)
+  for (int round = 0; round < 4; ++round) {
+    bool any = false;
+    for (auto& lp : links_) {
+      Link& l = *lp;
+      if (!l.drain) continue;
+      l.drain = false;
+      any = true;
+      // The core answers after the cancel and every send before it; the transport hands out
+      // the Pong only after the rendezvous records ahead of it (UcxClient::Poll).
+      const uint64_t id = next_correlation_++;
+      uint8_t b[64];
+      size_t n = wire::PingEncoder(b, sizeof b).set_correlation_id(id).set_payload("").Finish();
+      if (l.transport->Send({b, n}, options_.timeout)) (void)AwaitReply(l, id);
+    }
+    if (!any) return;
+  }
+}
+
 VoidResult Connection::MapPools(Link& l) {
   GOBLIN_ASSIGN_OR_RETURN(uint64_t corr,
                           SendRequest(l, 0, [&](uint8_t* b, size_t cap, uint64_t id) {

@@ -27,6 +27,9 @@ struct Connection::Link {
   Mapping head_pool, io_pool, head_table;
   bool remote_mapped = false;  // UCX: the pools' rkeys are unpacked
   bool map_failed = false;
+  // A get was abandoned on this remote link: pieces sent by reference (UCX rendezvous) may
+  // still be on their way, held by the core until received (DrainAbandoned).
+  bool drain = false;
   ~Link() {
     for (Mapping* m : {&head_pool, &io_pool, &head_table}) {
       if (m->base != nullptr) munmap(m->base, m->bytes);
@@ -45,6 +48,9 @@ struct Connection::GetState {
   ObjectMeta meta;
   bool have_info = false;
   Status error;
+  // The reader gave up before the last bytes (its sink failed, or a loan lay outside the
+  // pools): the core is told to end the stream and take back its loans (AbandonGet).
+  bool abandoned = false;
 };
 
 namespace detail {

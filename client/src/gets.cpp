@@ -41,6 +41,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
     ++stats_.loans;
     ++stats_.answer_loans;
     ReleaseLoan(l, lent->loan_id());
+    g.abandoned = !g.error.ok() && lent->last() == 0;
     return lent->last() != 0 || !g.error.ok();  // (else Loans or ObjectData follow)
   }
   if (!g.have_info) {
@@ -57,6 +58,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
       stats_.bytes_copied += first.size();
       if (auto r = (*g.sink)(g.offset, first); !r) {
         g.error = r.error();
+        g.abandoned = info->first_bytes_end() == 0;
         return true;
       }
     }
@@ -76,6 +78,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
     }
     ++stats_.loans;
     ReleaseLoan(l, loan->loan_id());
+    g.abandoned = !g.error.ok() && !last;
     return last || !g.error.ok();
   }
   if (t != wire::ObjectDataDecoder::kTemplateId) return false;
@@ -87,6 +90,7 @@ bool Connection::HandleGetMessage(GetState& g, std::span<const uint8_t> msg) {
   stats_.bytes_copied += d->bytes_bytes().size();
   if (auto r = (*g.sink)(d->offset(), d->bytes_bytes()); !r) {
     g.error = r.error();
+    g.abandoned = d->last() == 0;
     return true;
   }
   return d->last() != 0;
@@ -158,6 +162,10 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, const Sink&
   g.on_meta = &on_meta;
   GOBLIN_RETURN_IF_ERROR(
       Receive(l, corr, [&](std::span<const uint8_t> m) { return HandleGetMessage(g, m); }));
+  if (g.abandoned) {
+    AbandonGet(l, corr);
+    DrainAbandoned();
+  }
   if (!g.error.ok()) return Err(g.error);
   return std::move(g.meta);  // (a member: no implicit move)
 }
@@ -186,6 +194,7 @@ bool Connection::RouteToGets(Link& l, std::span<const uint8_t> m) {
   if (it == gets_.end() || it->second->link != &l) return false;
   GetState& g = *it->second;
   if (!HandleGetMessage(g, m)) return true;
+  if (g.abandoned) AbandonGet(l, g.id);
   if (g.error.ok()) {
     gets_done_.push_back({g.id, std::move(g.meta)});  // (g is erased next)
   } else {
@@ -225,6 +234,7 @@ Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanos
       if (!polled) FailGets(l, polled.error());
     }
     if (!gets_done_.empty() || gets_.empty()) {
+      DrainAbandoned();  // (before the caller may go idle)
       std::vector<GetDone> out;
       out.swap(gets_done_);
       return out;

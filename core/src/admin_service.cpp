@@ -507,6 +507,7 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
     m["gets_cancelled"] += k.gets_cancelled;
     m["scans"] += k.scans;
     m["loan_pauses"] += k.loan_pauses;
+    m["loans_taken_back"] += k.loans_taken_back;
     const ring::ServerStats& rs = sh.ring->stats();
     m["ring_accepted"] += rs.accepted;
     m["ring_rejected"] += rs.rejected;

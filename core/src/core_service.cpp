@@ -574,7 +574,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       wire::ObjectGetCancelDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
         return bad("ObjectGetCancel", e);
-      return CancelDownload(session, d.correlation_id());
+      const uint32_t flags = d.flags() == UINT32_MAX ? 0 : d.flags();  // (< version 11)
+      return CancelDownload(session, d.correlation_id(), flags);
     }
     case wire::MapPoolsDecoder::kTemplateId: {
       wire::MapPoolsDecoder d;
@@ -829,12 +830,13 @@ void CoreService::AckTouchWhenDurable(reactor::Session& session, uint64_t corr,
   });
 }
 
-void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id) {
+void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id, bool in_transit) {
   PerSession& per = Of(session);
   if (!per.lends) return;
   Lender& l = per.lender;
   const Lent* lent = l.loans.Find(loan_id);
-  if (lent == nullptr) return;  // unknown or released twice: ignore
+  // (unknown, released twice, taken back, or a send's still under way: ignored)
+  if (lent == nullptr || lent->in_transit != in_transit) return;
   if (lent->buffer != UINT32_MAX) --l.buffers;
   ReleaseLent(*lent);
   // Its own download, if it waited for one of its loans (before the slot and, maybe, the
@@ -844,6 +846,20 @@ void CoreService::HandleLoanRelease(reactor::Session& session, uint64_t loan_id)
   }
   l.loans.Remove(loan_id);
   WakeFirstPaused(session, l);
+}
+
+void CoreService::TakeBackLoans(reactor::Session& session, uint64_t correlation_id) {
+  PerSession& per = Of(session);
+  if (!per.lends) return;
+  Lender& l = per.lender;
+  const size_t n = l.loans.RemoveIf([&](const Lent& lent) {
+    if (lent.correlation_id != correlation_id || lent.in_transit) return false;
+    if (lent.buffer != UINT32_MAX) --l.buffers;
+    ReleaseLent(lent);
+    return true;
+  });
+  counters_.loans_taken_back += n;
+  for (size_t i = 0; i < n; ++i) WakeFirstPaused(session, l);  // (room for n more loans)
 }
 
 void CoreService::PauseLending(Lender& lender, Download& d, Pause why) {
@@ -872,7 +888,8 @@ void CoreService::WakeFirstPaused(reactor::Session& session, Lender& lender) {
   }
 }
 
-std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d, bool last_piece) {
+std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d, bool last_piece,
+                                          bool in_transit) {
   Lender& lender = Of(session).lender;
   store::Store::Stream& st = *d.stream;
   bool head = st.where() == store::Store::Stream::Where::kHeadPool;
@@ -886,6 +903,8 @@ std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d
     return std::nullopt;
   }
   Lent lent;
+  lent.in_transit = in_transit;
+  lent.correlation_id = d.correlation_id;
   lent.tally = d.tally;
   ++d.tally->out;
   if (head) {
@@ -1029,7 +1048,7 @@ std::optional<reactor::SendOutcome> CoreService::SendByReference(reactor::Sessio
                                                                  std::span<const uint8_t> bytes) {
   store::Store::Stream& st = *d.stream;
   const bool last = st.end() != UINT64_MAX && st.position() + bytes.size() == st.end();
-  auto held = Hold(session, d, last);
+  auto held = Hold(session, d, last, /*in_transit=*/true);
   if (!held) return std::nullopt;
   uint64_t token = *held;
   wire::ObjectDataEncoder od(out_.data(), out_.size());
@@ -1039,12 +1058,12 @@ std::optional<reactor::SendOutcome> CoreService::SendByReference(reactor::Sessio
   st.Consume(bytes.size());
   counters_.bytes_out += bytes.size();
   auto r = session.SendWithPayload({out_.data(), n}, bytes, token);
-  if (r.done) HandleLoanRelease(session, token);
+  if (r.done) HandleLoanRelease(session, token, /*in_transit=*/true);
   return r.outcome;
 }
 
 void CoreService::OnPayloadSent(reactor::Session& session, uint64_t token) {
-  HandleLoanRelease(session, token);
+  HandleLoanRelease(session, token, /*in_transit=*/true);
 }
 
 int CoreService::max_sleep_ms() const {
@@ -1301,12 +1320,15 @@ CoreService::Downloads::iterator CoreService::EndDownload(Downloads& list, Downl
   return next;
 }
 
-void CoreService::CancelDownload(reactor::Session& session, uint64_t correlation_id) {
+void CoreService::CancelDownload(reactor::Session& session, uint64_t correlation_id,
+                                 uint32_t flags) {
+  // (its loans first: a stream paused at its own limit is not woken only to end)
+  if ((flags & wire::kCancelTakeBackLoans) != 0) TakeBackLoans(session, correlation_id);
   Downloads& list = Of(session).downloads;
   for (auto d = list.begin(); d != list.end(); ++d) {
     if (d->correlation_id != correlation_id) continue;
     ++counters_.gets_cancelled;
-    EndDownload(list, d);  // (what it lent stays out until released)
+    EndDownload(list, d);  // (what it lent stays out until released, or was taken back)
     return;
   }
   auto p = std::find_if(parked_.begin(), parked_.end(), [&](const ParkedGet& g) {

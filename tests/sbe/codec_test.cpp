@@ -280,9 +280,20 @@ void ObjectCases() {
   }
   {
     ObjectGetCancelEncoder e(b.data(), b.size());
-    e.set_correlation_id(0xfeedull << 32);
-    auto d = RoundTrip<ObjectGetCancelDecoder>(b, e.Finish());
+    e.set_correlation_id(0xfeedull << 32).set_flags(kCancelTakeBackLoans);
+    const size_t n = e.Finish();
+    auto d = RoundTrip<ObjectGetCancelDecoder>(b, n);
     EXPECT_EQ(d.correlation_id(), 0xfeedull << 32);
+    EXPECT_EQ(d.flags(), kCancelTakeBackLoans);
+    // From a reader of schema version 10 (the correlation id only): flags read as SBE's
+    // null value, which the core takes as none (the reader releases its loans itself).
+    std::vector<uint8_t> v10(b.begin(), b.begin() + 16);
+    Store<uint16_t>(v10.data(), 8);
+    Store<uint16_t>(v10.data() + 6, 10);
+    auto old = ObjectGetCancelDecoder::Decode(v10);
+    ASSERT_TRUE(old) << old.error().message();
+    EXPECT_EQ(old->correlation_id(), 0xfeedull << 32);
+    EXPECT_EQ(old->flags(), UINT32_MAX);
   }
   {
     ObjectTouchEncoder e(b.data(), b.size());
@@ -594,7 +605,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x0a, 0x00,  // blockLength 16, template 4, schema 7107, v10
+                               0x1b, 0x0b, 0x00,  // blockLength 16, template 4, schema 7107, v11
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -612,7 +623,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x0a, 0x00,  // blockLength 18, template 12, v10
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x0b, 0x00,  // blockLength 18, template 12, v11
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId

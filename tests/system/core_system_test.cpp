@@ -604,21 +604,18 @@ TEST(CoreSystem, LoansAreReadOnlyBoundedAndReturnedWhenTheClientLeaves) {
   for (int i = 0; i < 10; ++i) ASSERT_EQ(GetAll(**c, "/held").value(), data) << i;
 }
 
-// Streams paused at the session's loan limit take turns: each returned loan wakes the stream
-// that paused first (not every stream of the session, which then all but one pause again,
-// and not always the first stream in the session's list, which starved the others).
-TEST(CoreSystem, ReturnedLoansWakeThePausedStreamsInTurn) {
-  StoreCore sc("loanturns");
-  auto c = client::Connection::Open("unix:" + sc.core->sock);
-  ASSERT_TRUE(c);
-  const std::vector<std::string> keys{"/turn/a", "/turn/b", "/turn/c"};
+// Puts `keys` (24 MiB each, Pattern(.., k)) with `c`; then a raw ring client maps the pools
+// and asks for them with kGetLoans, correlation ids 10, 11, ...: the loan tests' reader,
+// which gives back only the loans it chooses.
+void RawLoanGets(const StoreCore& sc, client::Connection& c, const std::vector<std::string>& keys,
+                 std::unique_ptr<ring::RingClient>* raw, std::vector<UniqueFd>* fds) {
   for (size_t k = 0; k < keys.size(); ++k) {
-    ASSERT_TRUE((*c)->Put(keys[k], Pattern(24 << 20, static_cast<uint8_t>(k))));
+    ASSERT_TRUE(c.Put(keys[k], Pattern(24 << 20, static_cast<uint8_t>(k))));
   }
-  auto raw = ring::RingClient::Connect(sc.core->sock, {});
-  ASSERT_TRUE(raw);
-  std::vector<UniqueFd> fds;
-  ASSERT_NO_FATAL_FAILURE(MapPools(**raw, &fds));
+  auto r = ring::RingClient::Connect(sc.core->sock, {});
+  ASSERT_TRUE(r);
+  *raw = std::move(*r);
+  ASSERT_NO_FATAL_FAILURE(MapPools(**raw, fds));
   uint8_t buf[256];
   for (size_t k = 0; k < keys.size(); ++k) {
     size_t n = wire::ObjectGetEncoder(buf, sizeof buf)
@@ -629,10 +626,24 @@ TEST(CoreSystem, ReturnedLoansWakeThePausedStreamsInTurn) {
                    .Finish();
     ASSERT_TRUE((*raw)->Send({buf, n}, 5s));
   }
+}
+
+// Streams paused at the session's loan limit take turns: each returned loan wakes the stream
+// that paused first (not every stream of the session, which then all but one pause again,
+// and not always the first stream in the session's list, which starved the others).
+TEST(CoreSystem, ReturnedLoansWakeThePausedStreamsInTurn) {
+  StoreCore sc("loanturns");
+  auto c = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> keys{"/turn/a", "/turn/b", "/turn/c"};
+  std::unique_ptr<ring::RingClient> raw;
+  std::vector<UniqueFd> fds;
+  ASSERT_NO_FATAL_FAILURE(RawLoanGets(sc, **c, keys, &raw, &fds));
+  uint8_t buf[256];
   std::deque<std::pair<uint64_t, uint64_t>> held;  // (correlation id, loan id), oldest first
   auto poll = [&](std::chrono::milliseconds wait) {
-    if ((*raw)->Wait(wait).value_or(false)) {
-      ASSERT_TRUE((*raw)->Poll([&](std::span<const uint8_t> m) {
+    if (raw->Wait(wait).value_or(false)) {
+      ASSERT_TRUE(raw->Poll([&](std::span<const uint8_t> m) {
         if (auto l = wire::LoanDecoder::Decode(m))
           held.emplace_back(l->correlation_id(), l->loan_id());
       }));
@@ -655,7 +666,7 @@ TEST(CoreSystem, ReturnedLoansWakeThePausedStreamsInTurn) {
   for (int r = 0; r < kReleases; ++r) {
     size_t n = wire::LoanReleaseEncoder(buf, sizeof buf).set_loan_id(held.front().second).Finish();
     held.pop_front();
-    ASSERT_TRUE((*raw)->Send({buf, n}, 5s));
+    ASSERT_TRUE(raw->Send({buf, n}, 5s));
     for (int i = 0; i < 100 && held.size() < 6; ++i) ASSERT_NO_FATAL_FAILURE(poll(50ms));
     ASSERT_NO_FATAL_FAILURE(poll(100ms));  // (nothing more: the session is at its limit again)
     ASSERT_EQ(held.size(), 6u) << "release " << r;
@@ -671,10 +682,96 @@ TEST(CoreSystem, ReturnedLoansWakeThePausedStreamsInTurn) {
   EXPECT_GE(after - pauses, uint64_t{kReleases});
   // Other clients are served meanwhile, byte-exactly; the raw client leaves with its loans.
   EXPECT_EQ(GetAll(**c, keys[1]).value(), Pattern(24 << 20, 1));
-  raw->reset();
+  raw.reset();
   for (size_t k = 0; k < keys.size(); ++k) {
     EXPECT_EQ(GetAll(**c, keys[k]).value(), Pattern(24 << 20, static_cast<uint8_t>(k)));
   }
+}
+
+// ObjectGetCancel with kCancelTakeBackLoans (a reader that gave up and drops the rest
+// unread): the core takes back that get's loans still out at once, and the room they free
+// goes to the streams paused at the session's limit; a LoanRelease of one of them later is
+// ignored. Without the flag (the gateway's cancel) the loans stay out until released.
+TEST(CoreSystem, ACancelThatTakesBackLoansFreesThemForTheOtherStreams) {
+  StoreCore sc("takeback");
+  auto c = client::Connection::Open("unix:" + sc.core->sock);
+  ASSERT_TRUE(c);
+  const std::vector<std::string> keys{"/back/a", "/back/b", "/back/c"};
+  std::unique_ptr<ring::RingClient> raw;
+  std::vector<UniqueFd> fds;
+  ASSERT_NO_FATAL_FAILURE(RawLoanGets(sc, **c, keys, &raw, &fds));
+  uint8_t buf[256];
+  auto send = [&](size_t n) { ASSERT_TRUE(raw->Send({buf, n}, 5s)); };
+  std::map<uint64_t, std::vector<uint64_t>> held;  // loan ids received, by correlation id
+  size_t received = 0;
+  auto poll = [&](std::chrono::milliseconds wait) {
+    if (raw->Wait(wait).value_or(false)) {
+      ASSERT_TRUE(raw->Poll([&](std::span<const uint8_t> m) {
+        if (auto l = wire::LoanDecoder::Decode(m)) {
+          held[l->correlation_id()].push_back(l->loan_id());
+          ++received;
+        }
+      }));
+    }
+  };
+  auto settle = [&](size_t want) {  // polls until `want` loans came, then a little more
+    for (int i = 0; i < 100 && received < want; ++i) ASSERT_NO_FATAL_FAILURE(poll(50ms));
+    ASSERT_NO_FATAL_FAILURE(poll(200ms));
+  };
+  auto release = [&](uint64_t id) {
+    ASSERT_NO_FATAL_FAILURE(
+        send(wire::LoanReleaseEncoder(buf, sizeof buf).set_loan_id(id).Finish()));
+  };
+  // The session's limit (CoreService::kMaxLoansPerSession), the streams paused.
+  ASSERT_NO_FATAL_FAILURE(settle(6));
+  ASSERT_EQ(received, 6u);
+  // A get that holds loans, cancelled with the flag: they come back at once, the other
+  // streams take exactly their room, nothing more of the cancelled get arrives.
+  const uint64_t back = held.begin()->first;
+  const std::vector<uint64_t> taken = held[back];
+  ASSERT_NO_FATAL_FAILURE(send(wire::ObjectGetCancelEncoder(buf, sizeof buf)
+                                   .set_correlation_id(back)
+                                   .set_flags(wire::kCancelTakeBackLoans)
+                                   .Finish()));
+  ASSERT_NO_FATAL_FAILURE(settle(6 + taken.size()));
+  EXPECT_EQ(received, 6 + taken.size());
+  EXPECT_EQ(held[back].size(), taken.size());
+  EXPECT_EQ(CoreStats(sc)["loans_taken_back"], taken.size());
+  // Releases of the loans taken back find nothing: no room, no new loan.
+  for (uint64_t id : taken) ASSERT_NO_FATAL_FAILURE(release(id));
+  ASSERT_NO_FATAL_FAILURE(poll(300ms));
+  EXPECT_EQ(received, 6 + taken.size());
+  // Without the flag: that stream ends, its loans stay out (still no room); each one
+  // released makes room for one loan of the stream still going.
+  uint64_t plain = 0;
+  for (const auto& [corr, ids] : held) {
+    if (corr != back && !ids.empty()) plain = corr;
+  }
+  ASSERT_NE(plain, 0u);
+  ASSERT_NO_FATAL_FAILURE(
+      send(wire::ObjectGetCancelEncoder(buf, sizeof buf).set_correlation_id(plain).Finish()));
+  ASSERT_NO_FATAL_FAILURE(poll(300ms));
+  EXPECT_EQ(received, 6 + taken.size());
+  const std::vector<uint64_t> plain_ids = held[plain];
+  for (size_t i = 0; i < plain_ids.size(); ++i) {
+    ASSERT_NO_FATAL_FAILURE(release(plain_ids[i]));
+    ASSERT_NO_FATAL_FAILURE(settle(6 + taken.size() + i + 1));
+    EXPECT_EQ(received, 6 + taken.size() + i + 1) << "release " << i;
+  }
+  EXPECT_EQ(held[plain].size(), plain_ids.size());
+  EXPECT_EQ(held[back].size(), taken.size());
+  EXPECT_EQ(CoreStats(sc)["loans_taken_back"], taken.size());
+  // The other client reads every object whole meanwhile; the raw client leaves with its loans.
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(GetAll(**c, keys[k]).value(), Pattern(24 << 20, static_cast<uint8_t>(k)));
+  }
+  raw.reset();
+  uint64_t out = 1;
+  for (int i = 0; i < 100 && out != 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(20ms);
+    out = CoreStats(sc)["loans_out"];
+  }
+  EXPECT_EQ(out, 0u);
 }
 
 TEST(CoreSystem, KilledClientDoesNotDisturbTheCore) {

@@ -533,6 +533,54 @@ TEST_P(NativePlane, ASinkThatFailsOnLentBytesGivesTheLoansBack) {
   EXPECT_TRUE(GetAll(*c, "sinkfail/small").value() == small);
 }
 
+// A reader whose sink fails mid-object and then sits idle (calls nothing more): libgoblin told
+// the core to end the stream and take back the loans still on their way
+// (kCancelTakeBackLoans), so nothing stays held for it - synchronous gets and gets in flight,
+// failing on the answer's piece or a later one. The next gets of the object arrive whole.
+TEST_P(NativePlane, AGetGivenUpMidObjectHoldsNothingWhileTheClientIdles) {
+  NativeCore nc(Tag("giveup"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto big = Pattern((3 << 20) + 5, 63);
+  ASSERT_TRUE(c->Put("giveup/big", big));
+  auto failing_at = [](int at) {
+    return [at, calls = 0](uint64_t, std::span<const uint8_t>) mutable {
+      return calls++ == at ? VoidResult(Err(StatusCode::kAborted, "the reader gave up"))
+                           : VoidResult();
+    };
+  };
+  for (int at : {0, 1, 2}) {
+    SCOPED_TRACE(fmt::format("a get failing at piece {}", at));
+    auto m = c->Get("giveup/big", failing_at(at));
+    ASSERT_FALSE(m);
+    EXPECT_EQ(m.error().code(), StatusCode::kAborted) << m.error().ToString();
+    ExpectNothingHeld(nc);  // (the client idle since)
+  }
+  for (int at : {0, 1}) {
+    SCOPED_TRACE(fmt::format("a get in flight failing at piece {}", at));
+    auto id = c->StartGet("giveup/big", failing_at(at));
+    ASSERT_TRUE(id) << id.error().ToString();
+    std::vector<Connection::GetDone> done;
+    for (int i = 0; i < 500 && done.empty(); ++i) {
+      auto f = c->WaitGets(20ms);
+      ASSERT_TRUE(f) << f.error().ToString();
+      done = std::move(*f);
+    }
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].id, *id);
+    ASSERT_FALSE(done[0].result);
+    EXPECT_EQ(done[0].result.error().code(), StatusCode::kAborted);
+    ExpectNothingHeld(nc);
+  }
+  auto counters = CoreStats(nc);
+  EXPECT_GE(counters["gets_cancelled"], 1u);
+  if (GetParam() != Plane::kUcxTcp) {
+    EXPECT_GT(counters["loans_taken_back"], 0u);
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(GetAll(*c, "giveup/big").value() == big);
+  ExpectNothingHeld(nc);
+}
+
 // Many gets in flight on one connection (StartGet/WaitGets): a large object whose tail comes
 // from disk started first and thirty small ones after it, a miss and a range; each finishes
 // once with its own bytes, the small ones before the large one (out of order), synchronous

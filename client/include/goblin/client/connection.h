@@ -104,6 +104,8 @@ class Connection {
   // streamed as the fill grows (filling = true); Aborted if that fill is abandoned.
   // `on_meta` (if given) sees the object's metadata when the core's answer arrives, before
   // the first byte reaches the sink (as an HTTP client sees a response's headers); not on a miss.
+  // A sink that fails ends the get with its error (also in flight, StartGet): the core is told
+  // to stop the stream and take back its loans, so nothing stays held for it.
   using Sink = std::function<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
   using MetaHook = std::function<void(const ObjectMeta&)>;
   Result<ObjectMeta> Get(std::string_view key, const Sink& sink, uint64_t offset = 0,
@@ -261,6 +263,14 @@ class Connection {
   // Reads a head table entry (local: from the mapping, acquire; remote: a one-sided get).
   Result<std::array<uint64_t, 4>> ReadEntry(Link& l, uint32_t entry);
   void ReleaseLoan(Link& l, uint64_t loan_id);
+  // A get this reader gave up on before its last bytes (every loan of it seen so far given
+  // back): ObjectGetCancel with kCancelTakeBackLoans, so the core stops the stream and takes
+  // back the loans still on their way (their messages are dropped unread when they arrive).
+  void AbandonGet(Link& l, uint64_t correlation_id);
+  // After an abandon on a remote link: a Ping round trip on it, so every piece the core
+  // sent by reference before the cancel is received (and dropped) before the reader goes
+  // idle; the core holds a piece until its send completes. Called where no Poll is running.
+  void DrainAbandoned();
   // A message nobody will read that holds a loan (a Loan, or an ObjectLent: an abandoned or
   // failed request's) gives it back; true if `m` was one.
   bool ReleaseOrphanLoan(Link& l, std::span<const uint8_t> m);

@@ -59,6 +59,19 @@ class IdSlab {
       if (s.value) f(*s.value);
     }
   }
+  // Removes every live value for which f(value) returns true (f may give back what the
+  // value holds first); returns how many went. Their ids find nothing afterwards.
+  template <class F>
+  size_t RemoveIf(F&& f) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].value && f(*slots_[i].value)) {
+        Remove((uint64_t{slots_[i].use} << 32) | (uint64_t{i} + 1));
+        ++n;
+      }
+    }
+    return n;
+  }
   // Removes every id (each slot's next use has another id).
   void Clear() {
     for (uint32_t i = 0; i < slots_.size(); ++i) {

@@ -61,11 +61,12 @@ struct CoreCounters {
   uint64_t payloads_placed = 0;  // PutData bytes a transport received into the fill's buffer
   uint64_t bytes_lent = 0, loans = 0;
   uint64_t publishes = 0, deliveries_sent = 0, slow_subscribers_dropped = 0;
-  uint64_t reservations = 0;    // PutBegins with kPutReserve granted
-  uint64_t gets_parked = 0;     // follow-ObjectGets that waited for a reserved fill's head
-  uint64_t gets_cancelled = 0;  // ObjectGets whose reader left before their last byte
-  uint64_t scans = 0;           // ObjectScan pages served
-  uint64_t loan_pauses = 0;     // downloads paused at a lending limit until a loan came back
+  uint64_t reservations = 0;      // PutBegins with kPutReserve granted
+  uint64_t gets_parked = 0;       // follow-ObjectGets that waited for a reserved fill's head
+  uint64_t gets_cancelled = 0;    // ObjectGets whose reader left before their last byte
+  uint64_t scans = 0;             // ObjectScan pages served
+  uint64_t loan_pauses = 0;       // downloads paused at a lending limit until a loan came back
+  uint64_t loans_taken_back = 0;  // loans of cancelled gets taken back (kCancelTakeBackLoans)
 };
 
 struct CoreHistograms {
@@ -172,8 +173,12 @@ class CoreService : public reactor::Handler {
     Download* paused = nullptr;  // the download, while it is paused (cleared when it ends)
   };
   struct Lent {
-    uint32_t buffer = UINT32_MAX;      // an I/O buffer, or
+    uint32_t buffer = UINT32_MAX;  // an I/O buffer, or
+    // A by-reference send's bytes (UCX rendezvous): the transport gives them back when the
+    // send completes (OnPayloadSent); a reader's LoanRelease or cancel never does.
+    bool in_transit = false;
     uint64_t pin = 0;                  // a pin on an object version (head pool bytes)
+    uint64_t correlation_id = 0;       // its ObjectGet's (kCancelTakeBackLoans finds it so)
     std::shared_ptr<LoanTally> tally;  // its stream's (the stream may be gone)
   };
   struct Lender {        // per session that mapped the pools
@@ -225,7 +230,9 @@ class CoreService : public reactor::Handler {
   void HandleMapPoolsInPlace(reactor::Session& session, uint64_t correlation_id,
                              std::string_view boot_id);
   VoidResult OpenReadOnlyPools();  // ro_pool_fd_ and the others, once
-  void HandleLoanRelease(reactor::Session& session, uint64_t loan_id);
+  // A loan given back: by the reader (LoanRelease), or by the transport when `in_transit`
+  // (a by-reference send completed; only then is an in-transit loan released).
+  void HandleLoanRelease(reactor::Session& session, uint64_t loan_id, bool in_transit = false);
   // Purges by tag (ObjectPurge kPurgeTag): the objects carrying it when it came (their
   // digests), deleted (or marked stale) kTagPurgeSlice per loop round; answered once all
   // are done and durable.
@@ -248,7 +255,8 @@ class CoreService : public reactor::Handler {
   // Holds the stream's current piece for the session (a pin on the head, or the detached I/O
   // buffer) under a new loan id; nullopt at the session's limits (it waits for a release).
   // The range's last piece of a head takes the stream's own pin (Stream::TakePin).
-  std::optional<uint64_t> Hold(reactor::Session& session, Download& d, bool last_piece);
+  std::optional<uint64_t> Hold(reactor::Session& session, Download& d, bool last_piece,
+                               bool in_transit = false);
   // The peeked bytes held (Hold) and consumed from the stream: what a Loan, or an
   // ObjectLent (the answer lending the first piece, kGetLoanInAnswer), says of them.
   struct LentPiece {
@@ -322,8 +330,11 @@ class CoreService : public reactor::Handler {
   // Ends `it` (its stream released) and keeps its node; returns the next one.
   Downloads::iterator EndDownload(Downloads& list, Downloads::iterator it);
   // ObjectGetCancel: the session's ObjectGet `correlation_id` ends here (a stream, or one
-  // parked behind a reserved fill); unknown ids are ignored (it may just have ended).
-  void CancelDownload(reactor::Session& session, uint64_t correlation_id);
+  // parked behind a reserved fill); unknown ids are ignored (it may just have ended). With
+  // kCancelTakeBackLoans its loans still out come back too (also when its stream had ended).
+  void CancelDownload(reactor::Session& session, uint64_t correlation_id, uint32_t flags);
+  // The loans of `correlation_id` still out, given back as if released (counted).
+  void TakeBackLoans(reactor::Session& session, uint64_t correlation_id);
   struct PendingDescribe {
     uint64_t session = 0, correlation_id = 0;
     std::string key;

@@ -46,6 +46,13 @@ inline constexpr uint32_t kGetAwaitReserved = 1u << 7;
 // reads the pools in place.
 inline constexpr uint32_t kGetLoanInAnswer = 1u << 8;
 
+// ObjectGetCancel.flags (schema version 11): the reader has given back every loan of this
+// get it received and will not touch the ones still on their way (it drops them unread): the
+// core takes back at once every loan of the get still out, so a reader that abandons a get
+// and then sits idle holds nothing (libgoblin, when a sink fails). A reader that may still be
+// sending lent bytes on (goblin-gateway) cancels without it and releases them itself.
+inline constexpr uint32_t kCancelTakeBackLoans = 1u << 0;
+
 // ObjectPurge.flags (schema version 7): mark the objects stale (as ObjectDelete
 // kDeleteInvalidate does one) instead of deleting them: an HTTP soft purge.
 inline constexpr uint32_t kPurgeSoft = 1u << 0;
