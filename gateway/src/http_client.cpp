@@ -17,6 +17,7 @@
 #include "goblin/common/log.h"
 #include "goblin/gateway/cache_policy.h"
 #include "http_server_impl.h"
+#include "tcp_listen.h"
 
 namespace goblin::gateway {
 namespace {
@@ -38,6 +39,11 @@ void HttpServer::Impl::Accept(int listen_fd, bool tls) {
     if (conns_.size() >= options_.max_clients) {
       close(fd);
       continue;
+    }
+    if (same_host_send_buffer_ > 0 && PeerOnThisHost(fd, peer) &&
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &same_host_send_buffer_,
+                   sizeof same_host_send_buffer_) == 0) {
+      ++stats_.same_host_buffers;
     }
     std::unique_ptr<Conn> c;  // (TCP_NODELAY comes from the listener)
     if (!spare_conns_.empty()) {

@@ -25,6 +25,7 @@ constexpr std::string_view kLog = "http";
 HttpStats& HttpStats::operator+=(const HttpStats& o) {
   accepted += o.accepted;
   accepted_for_neighbour += o.accepted_for_neighbour;
+  same_host_buffers += o.same_host_buffers;
   requests += o.requests;
   hits += o.hits;
   misses += o.misses;
@@ -103,6 +104,11 @@ VoidResult HttpServer::Impl::Init() {
   tl.nodelay = true;
   tl.defer_accept_s = 1;
   tl.send_buffer = static_cast<int>(std::min<uint64_t>(options_.send_buffer, INT_MAX / 2));
+  // (a fixed buffer for everyone is inherited from the listener instead)
+  same_host_send_buffer_ =
+      options_.send_buffer != 0
+          ? 0
+          : static_cast<int>(std::min<uint64_t>(options_.same_host_send_buffer, INT_MAX / 2));
   if (options_.port != 0) {
     tl.what = "HTTP";
     GOBLIN_ASSIGN_OR_RETURN(auto listener, ListenTcp(options_.listen_address, options_.port, tl));

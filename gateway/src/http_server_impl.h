@@ -121,6 +121,7 @@ class HttpServer::Impl {
   VoidResult Run(int stop_fd);
   HttpStats stats_;
   int port_ = 0, tls_port_ = 0;
+  int same_host_send_buffer_ = 0;  // SO_SNDBUF set at accept for a peer on this host (0: none)
   int listen_fd() const { return listen_ ? listen_.get() : -1; }
   int tls_listen_fd() const { return tls_listen_ ? tls_listen_.get() : -1; }
   VoidResult AcceptAlsoFrom(int fd, int tls_fd);

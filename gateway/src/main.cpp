@@ -81,6 +81,9 @@ static void RenderHttpMetrics(const std::vector<std::unique_ptr<gateway::HttpSer
     f.Counter(name, help, v);
   };
   counter("requests", "Requests parsed (HTTP/1.1 and HTTP/2 streams)", st.requests);
+  counter("connections", "Client connections accepted", st.accepted);
+  counter("same_host_send_buffers",
+          "Client connections from this host given --same-host-send-buffer", st.same_host_buffers);
   counter("hits", "Requests answered from the cache", st.hits);
   counter("local_hits", "Hits served from the mapped pools without asking the core", st.local_hits);
   counter("misses", "Requests that missed (fetched, or following a fill)", st.misses);
@@ -342,6 +345,11 @@ int main(int argc, char** argv) {
       "kernel's autotuning). A fixed size caps a connection at about twice it per "
       "round trip: for clients near the cache (docs/benchmarks/concurrency.md)",
       /*allow_zero=*/true);
+  AddSizeOption(app, "--same-host-send-buffer", &h.same_host_send_buffer,
+                "HTTP front, without --send-buffer: SO_SNDBUF of client connections from this "
+                "host (loopback, or one of its own addresses), at least 256K; others keep the "
+                "kernel's autotuning (0: everyone does)",
+                /*allow_zero=*/true);
   AddDurationOption(app, "--core-reply-poll", &h.core_reply_poll,
                     "HTTP front: after asking the core for an object, poll this long for the "
                     "answer before sleeping (0: sleep at once)");
@@ -447,10 +455,15 @@ int main(int argc, char** argv) {
   // The core: its ring socket on this host, or its UCX plane (another host, or this one).
   std::string core_target = core.starts_with("unix:") ? core.substr(5) : core;
   // (loopback's segments are 64 KiB: a buffer of a few of them waits for each delayed ACK)
-  if (h.send_buffer != 0 && h.send_buffer < (256 << 10)) {
-    return Fail(Status(StatusCode::kInvalidArgument,
-                       "--send-buffer: at least 256K (or 0, the kernel's autotuning); a smaller "
-                       "buffer stalls on the client's delayed acknowledgements"));
+  for (auto [flag, v] : {std::pair{"--send-buffer", h.send_buffer},
+                         std::pair{"--same-host-send-buffer", h.same_host_send_buffer}}) {
+    if (v != 0 && v < (256 << 10)) {
+      return Fail(Status(StatusCode::kInvalidArgument,
+                         fmt::format("{}: at least 256K (or 0, the kernel's autotuning); a "
+                                     "smaller buffer stalls on the client's delayed "
+                                     "acknowledgements",
+                                     flag)));
+    }
   }
   bool http = !h.mirror.empty();
   bool resp = r.port != 0 || !r.unix_path.empty();
@@ -694,7 +707,8 @@ int main(int argc, char** argv) {
                     "requests, {} answered 503 for the core ({} core disconnects, {} cores lost "
                     "alone, {} lookups sent again after one); {} lent by "
                     "the core, {} of it sent by reference; {} connections, {} taken from a "
-                    "neighbour worker's listener; TLS: {} handshakes ({} resumed, {} failed), "
+                    "neighbour worker's listener, {} given the same-host send buffer; TLS: {} "
+                    "handshakes ({} resumed, {} failed), "
                     "{} with kTLS send, {} with kTLS receive; HTTP/2: {} connections ({} "
                     "upgraded from HTTP/1.1), {} streams, {} reset by clients, {} connections "
                     "ended for errors or floods",
@@ -703,8 +717,9 @@ int main(int argc, char** argv) {
                     st.fills_aborted, st.purges, st.bad_requests, st.core_unavailable,
                     st.core_disconnects, st.cores_lost, st.core_retries, HumanSize(st.bytes_lent),
                     HumanSize(st.bytes_by_reference), st.accepted, st.accepted_for_neighbour,
-                    st.tls_handshakes, st.tls_resumed, st.tls_failed, st.ktls_send, st.ktls_recv,
-                    st.h2_connections, st.h2_upgrades, st.h2_streams, st.h2_resets, st.h2_goaways);
+                    st.same_host_buffers, st.tls_handshakes, st.tls_resumed, st.tls_failed,
+                    st.ktls_send, st.ktls_recv, st.h2_connections, st.h2_upgrades, st.h2_streams,
+                    st.h2_resets, st.h2_goaways);
     if (access_log) {
       GOBLIN_LOG_INFO(kLog, "access log '{}': {} lines, {} dropped (its rings were full)",
                       access_log->path(), access_log->lines_written(), access_log->dropped());

@@ -30,6 +30,23 @@ struct TcpListenOptions {
   std::string_view what;  // for errors ("memcache", ...)
 };
 
+// A connection's peer on this host: loopback, or its own address (a client that dialled one of
+// the host's addresses; Linux carries that over loopback too). `local` and `peer` in network
+// byte order.
+inline bool PeerOnThisHost(in_addr_t local, in_addr_t peer) {
+  return (ntohl(peer) >> 24) == 127 || peer == local;
+}
+
+// The same for an accepted connection `fd` from `peer` (a getsockname only when the peer is
+// not on loopback).
+inline bool PeerOnThisHost(int fd, const sockaddr_in& peer) {
+  if ((ntohl(peer.sin_addr.s_addr) >> 24) == 127) return true;
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return false;
+  return PeerOnThisHost(local.sin_addr.s_addr, peer.sin_addr.s_addr);
+}
+
 // The listening fd and the port it is bound to.
 inline Result<std::pair<UniqueFd, int>> ListenTcp(const std::string& address, int port,
                                                   const TcpListenOptions& o) {

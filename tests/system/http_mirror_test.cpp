@@ -20,6 +20,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tests/system/mirror_harness.h"
 
@@ -94,6 +95,42 @@ TEST_P(HttpMirror, AFixedSendBufferDeliversBigObjectsWhole) {
                                     test::TmpDir() + "/sb-refused.log");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--send-buffer"), std::string::npos) << out;
+}
+
+// Without --send-buffer, a client on this host gets --same-host-send-buffer (512K by
+// default) at accept, counted; 0 turns it off, and a fixed --send-buffer takes its place.
+// Objects many times the buffer arrive whole either way.
+TEST_P(HttpMirror, ClientsOnThisHostGetTheSameHostSendBuffer) {
+  std::string want = Origin("/gen/6M/sh");
+  int run = 0;
+  for (auto [args, given] :
+       {std::pair{std::vector<std::string>{}, true},
+        std::pair{std::vector<std::string>{"--same-host-send-buffer", "0"}, false},
+        std::pair{std::vector<std::string>{"--send-buffer", "256K"}, false}}) {
+    SCOPED_TRACE(fmt::format("{}", fmt::join(args, " ")));
+    ASSERT_NO_FATAL_FAILURE(
+        MirrorHarness::StartGateway(GetParam(), args, fmt::format("gateway-sh{}.log", run++)));
+    for (int i = 0; i < 3; ++i) {
+      auto r = Curl("/gen/6M/sh");
+      EXPECT_EQ(r.code, 200);
+      EXPECT_TRUE(r.body == want) << r.body.size() << " bytes";
+    }
+    gateway_->Signal(SIGTERM);
+    ASSERT_EQ(gateway_->Wait(10s), 0);
+    std::string log = gateway_->Output();
+    std::smatch m;
+    static const std::regex re(
+        R"((\d+) connections, \d+ taken from a neighbour worker's listener, (\d+) given the same-host send buffer)");
+    ASSERT_TRUE(std::regex_search(log, m, re)) << log;
+    EXPECT_EQ(std::stol(m[1]), 3) << log;
+    EXPECT_EQ(std::stol(m[2]), given ? 3 : 0) << log;
+    gateway_.reset();
+  }
+  auto [rc, out] = test::RunCommand({GOBLIN_GATEWAY_BIN, "--same-host-send-buffer", "100K",
+                                     "--mirror", "http://127.0.0.1:1", "--http-port=-1"},
+                                    test::TmpDir() + "/shsb-refused.log");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--same-host-send-buffer: at least 256K"), std::string::npos) << out;
 }
 
 TEST_P(HttpMirror, RangesConditionalsAndHead) {
