@@ -862,6 +862,11 @@ void CoreService::TakeBackLoans(reactor::Session& session, uint64_t correlation_
   for (size_t i = 0; i < n; ++i) WakeFirstPaused(session, l);  // (room for n more loans)
 }
 
+bool CoreService::PassOnRoom(reactor::Session& session, Lender& lender) {
+  return !lender.paused.empty() && lender.loans.size() < lender.max_loans &&
+         WakeFirstPaused(session, lender);
+}
+
 void CoreService::PauseLending(Lender& lender, Download& d, Pause why) {
   ++counters_.loan_pauses;
   d.tally->pause = why;
@@ -879,13 +884,17 @@ void CoreService::Wake(reactor::Session& session, LoanTally& t) {
   session.WantWritable(true);
 }
 
-void CoreService::WakeFirstPaused(reactor::Session& session, Lender& lender) {
+bool CoreService::WakeFirstPaused(reactor::Session& session, Lender& lender) {
   while (!lender.paused.empty()) {  // (entries woken otherwise or ended are dropped)
     std::shared_ptr<LoanTally> t = std::move(lender.paused.front());
     lender.paused.pop_front();
     t->queued = false;
-    if (t->paused != nullptr && t->pause == Pause::kSessionLimit) return Wake(session, *t);
+    if (t->paused != nullptr && t->pause == Pause::kSessionLimit) {
+      Wake(session, *t);
+      return true;
+    }
   }
+  return false;
 }
 
 std::optional<uint64_t> CoreService::Hold(reactor::Session& session, Download& d, bool last_piece,
@@ -1322,27 +1331,30 @@ CoreService::Downloads::iterator CoreService::EndDownload(Downloads& list, Downl
 
 void CoreService::CancelDownload(reactor::Session& session, uint64_t correlation_id,
                                  uint32_t flags) {
-  // (its loans first: a stream paused at its own limit is not woken only to end)
-  if ((flags & wire::kCancelTakeBackLoans) != 0) TakeBackLoans(session, correlation_id);
-  Downloads& list = Of(session).downloads;
-  for (auto d = list.begin(); d != list.end(); ++d) {
-    if (d->correlation_id != correlation_id) continue;
+  PerSession& per = Of(session);
+  Downloads& list = per.downloads;
+  auto d = std::find_if(list.begin(), list.end(),
+                        [&](const Download& x) { return x.correlation_id == correlation_id; });
+  if (d != list.end()) {
     ++counters_.gets_cancelled;
-    EndDownload(list, d);  // (what it lent stays out until released, or was taken back)
-    return;
-  }
-  auto p = std::find_if(parked_.begin(), parked_.end(), [&](const ParkedGet& g) {
-    return g.session == session.id() && g.msg.size() >= 16 &&
-           sbe::Load<uint64_t>(g.msg.data() + 8) == correlation_id;
-  });
-  if (p != parked_.end()) {
+    EndDownload(list, d);  // (what it lent stays out until released, or is taken back below)
+    PassOnRoom(session, per.lender);
+  } else if (auto p = std::find_if(parked_.begin(), parked_.end(),
+                                   [&](const ParkedGet& g) {
+                                     return g.session == session.id() && g.msg.size() >= 16 &&
+                                            sbe::Load<uint64_t>(g.msg.data() + 8) == correlation_id;
+                                   });
+             p != parked_.end()) {
     ++counters_.gets_cancelled;
     parked_.erase(p);
   }
+  // (after the stream ended: the room its loans free goes to the others, not to a wake of it)
+  if ((flags & wire::kCancelTakeBackLoans) != 0) TakeBackLoans(session, correlation_id);
 }
 
 void CoreService::OnWritable(reactor::Session& session) {
-  Downloads& list = Of(session).downloads;
+  PerSession& per = Of(session);
+  Downloads& list = per.downloads;
   if (list.empty()) {
     session.WantWritable(false);
     return;
@@ -1353,6 +1365,9 @@ void CoreService::OnWritable(reactor::Session& session) {
     if (session.closing()) return;
     if (d->ready && !Pump(session, *d)) {
       d = EndDownload(list, d);  // (its last piece may be the one that filled the ring)
+      // (a download it wakes may lie behind us in the list: then this pass must not end
+      // with WantWritable(false), or that wake is lost)
+      any_ready |= PassOnRoom(session, per.lender);
     } else {
       any_ready |= d->ready;
       ++d;
@@ -1361,6 +1376,11 @@ void CoreService::OnWritable(reactor::Session& session) {
       any_ready = true;
       break;
     }
+  }
+  // (a loan given back within this pass - a by-reference send done at once - may have woken
+  // a download already behind us: it is ready, so the session stays writable)
+  if (!any_ready) {
+    any_ready = std::any_of(list.begin(), list.end(), [](const Download& x) { return x.ready; });
   }
   if (!any_ready) session.WantWritable(false);
 }

@@ -195,7 +195,11 @@ class CoreService : public reactor::Handler {
   // Makes a paused download ready again (its session then pumps it).
   static void Wake(reactor::Session& session, LoanTally& t);
   // A loan came back: the first download paused at the session's limits, if any.
-  static void WakeFirstPaused(reactor::Session& session, Lender& lender);
+  static bool WakeFirstPaused(reactor::Session& session, Lender& lender);  // true: one woke
+  // A download ended (finished, failed or cancelled): it may have been woken for room it
+  // never took (a wake is one per returned loan), so while the session has room the next
+  // paused download gets it; else one could wait with room free and no loan left to return.
+  static bool PassOnRoom(reactor::Session& session, Lender& lender);  // true: one woke
   static void Unpause(Download& d) {  // (the download ends: nothing may wake it any more)
     if (d.tally && d.tally->paused == &d) {
       d.tally->paused = nullptr;
