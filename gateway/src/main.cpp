@@ -81,7 +81,6 @@ static void RenderHttpMetrics(const std::vector<std::unique_ptr<gateway::HttpSer
     f.Counter(name, help, v);
   };
   counter("requests", "Requests parsed (HTTP/1.1 and HTTP/2 streams)", st.requests);
-  counter("connections", "Client connections accepted", st.accepted);
   counter("same_host_send_buffers",
           "Client connections from this host given --same-host-send-buffer", st.same_host_buffers);
   counter("hits", "Requests answered from the cache", st.hits);
