@@ -47,6 +47,11 @@ class HttpMirror : public testing::TestWithParam<std::string>, public test::Mirr
     ASSERT_FALSE(port_.empty()) << gateway_->Output();
   }
   void TearDown() override { StopAll(); }
+  // A log outside the scratch directory (StopAll removes that), one per test process and
+  // parameter: ctest runs the sync and async instances side by side.
+  std::string RefusedLog(const std::string& tag) const {
+    return fmt::format("{}/{}-refused-{}-{}.log", test::TmpDir(), tag, GetParam(), getpid());
+  }
 };
 
 TEST_P(HttpMirror, MissThenHitByteExactWithCacheHeaders) {
@@ -92,7 +97,7 @@ TEST_P(HttpMirror, AFixedSendBufferDeliversBigObjectsWhole) {
   StopAll();
   auto [rc, out] = test::RunCommand({GOBLIN_GATEWAY_BIN, "--send-buffer", "64K", "--mirror",
                                      "http://127.0.0.1:1", "--http-port=-1"},
-                                    test::TmpDir() + "/sb-refused.log");
+                                    RefusedLog("sb"));
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--send-buffer"), std::string::npos) << out;
 }
@@ -128,7 +133,7 @@ TEST_P(HttpMirror, ClientsOnThisHostGetTheSameHostSendBuffer) {
   }
   auto [rc, out] = test::RunCommand({GOBLIN_GATEWAY_BIN, "--same-host-send-buffer", "100K",
                                      "--mirror", "http://127.0.0.1:1", "--http-port=-1"},
-                                    test::TmpDir() + "/shsb-refused.log");
+                                    RefusedLog("shsb"));
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--same-host-send-buffer: at least 256K"), std::string::npos) << out;
 }
