@@ -214,15 +214,25 @@ class Loop {
       if (n == 0) return Failed(i);  // closed before the body ended (or between requests)
       if (c.s.first_byte_ns == 0) c.s.first_byte_ns = MonotonicNanos();
       if (c.phase == Phase::kHead) {
-        c.head.append(buf_.data(), static_cast<size_t>(n));
+        // The head is parsed in place when it came whole in this read (almost always): the
+        // body bytes behind it are counted, never copied (copying them cost this client a
+        // third of its CPU at 1,024 connections). A head split over reads is gathered.
+        const std::string_view got(buf_.data(), static_cast<size_t>(n));
+        if (!c.head.empty()) c.head.append(got);
+        const std::string_view in = c.head.empty() ? got : std::string_view(c.head);
         http::Response resp;
-        auto p = http::ParseResponse(c.head, http::Limits{}, false, &resp);
-        if (p == http::Parse::kNeedMore) continue;
+        auto p = http::ParseResponse(in, http::Limits{}, false, &resp);
+        if (p == http::Parse::kNeedMore) {
+          if (c.head.empty()) c.head.assign(got);
+          if (c.head.size() > kMaxHead) return Failed(i);
+          continue;
+        }
         if (p == http::Parse::kError || !resp.framing.content_length) return Failed(i);
         c.s.status = static_cast<uint16_t>(resp.status);
         c.want = *resp.framing.content_length;
         c.keep_alive = resp.keep_alive;
-        const uint64_t body = c.head.size() - resp.head_bytes;
+        const uint64_t body = in.size() - resp.head_bytes;
+        c.head.clear();
         if (body > c.want) return Failed(i);  // (one request outstanding: nothing may follow)
         c.s.received = body;
         c.phase = Phase::kBody;
@@ -252,6 +262,8 @@ class Loop {
     c.phase = Phase::kIdle;
     Next(i);
   }
+
+  static constexpr size_t kMaxHead = 64 << 10;  // a longer head is a failed request
 
   Work* work_;
   const Target* target_;

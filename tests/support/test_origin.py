@@ -123,6 +123,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault == "hang":
             time.sleep(3600)
             return
+        if fault == "splithead":  # a /gen/SIZE answer whose head and body come in pieces
+            body = b"s" * parse_size(url.path.split("/")[2])
+            raw = (f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n"
+                   f"X-Pad: {'p' * 3000}\r\n\r\n").encode()
+            for piece in [raw[i:i + 700] for i in range(0, len(raw), 700)] + [
+                    body[:len(body) // 2], body[len(body) // 2:]]:
+                self.wfile.write(piece)
+                self.wfile.flush()
+                time.sleep(0.005)
+            return
         if q.get("fail_if") and os.path.exists(q["fail_if"]):
             fault = "500"  # (a health probe's target the test turns bad and good again)
         if fault == "500":

@@ -56,4 +56,9 @@ if "$BUILD/bench/http_load" --target http://127.0.0.1:18443 --manifest "$OUT/bad
   fail "a wrong length passed"
 fi
 grep -q "(1 failed" "$OUT/bad.txt" || { cat "$OUT/bad.txt"; fail "the mismatch is not counted"; }
+# A head that comes in pieces (and its body after it) is gathered: no failed request.
+printf '/gen/100K/split?fault=splithead 102400\n/gen/1/split1?fault=splithead 1\n' > "$OUT/split.txt"
+"$BUILD/bench/http_load" --target http://127.0.0.1:18443 --manifest "$OUT/split.txt" \
+  --connections 1 --passes 3 > "$OUT/split.out" 2>&1 || { cat "$OUT/split.out"; fail "split heads"; }
+grep -q "6 requests (0 failed" "$OUT/split.out" || { cat "$OUT/split.out"; fail "split heads failed"; }
 echo "PASS"
