@@ -104,6 +104,10 @@ ssh-keygen -q -t ed25519 -N '' -f "$W/ssh/host_ed25519"
 ssh-keygen -q -t ed25519 -N '' -f "$W/ssh/id_ed25519"
 cp "$W/ssh/id_ed25519.pub" "$W/ssh/authorized_keys"
 [ -d /run/sshd ] || { mkdir -p /run/sshd; made_privsep=1; }
+# SHLVL=1 in every session: bash sources ~/.bashrc for a command sshd runs (Debian builds it
+# so) unless it is a nested shell, and these "hosts" share this machine's /root, whose
+# .bashrc may be a developer's (pyenv init took a second per command on our CI machine:
+# ansible runs several commands per task: the whole test took 711 s alone instead of 317).
 start_sshd() {  # namespace, last byte of its address
   local ns=$1 last=$2
   cat >"$W/ssh/sshd-$ns.conf" <<EOF
@@ -118,6 +122,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 Subsystem sftp /usr/lib/openssh/sftp-server
+SetEnv SHLVL=1
 EOF
   in_ns "$ns" /usr/sbin/sshd -f "$W/ssh/sshd-$ns.conf" -E "$W/ssh/sshd-$ns.log"
 }
