@@ -222,9 +222,8 @@ class Loop {
         const std::string_view in = c.head.empty() ? got : std::string_view(c.head);
         http::Response resp;
         auto p = http::ParseResponse(in, http::Limits{}, false, &resp);
-        if (p == http::Parse::kNeedMore) {
+        if (p == http::Parse::kNeedMore) {  // (at most Limits::max_header_bytes so far)
           if (c.head.empty()) c.head.assign(got);
-          if (c.head.size() > kMaxHead) return Failed(i);
           continue;
         }
         if (p == http::Parse::kError || !resp.framing.content_length) return Failed(i);
@@ -262,8 +261,6 @@ class Loop {
     c.phase = Phase::kIdle;
     Next(i);
   }
-
-  static constexpr size_t kMaxHead = 64 << 10;  // a longer head is a failed request
 
   Work* work_;
   const Target* target_;

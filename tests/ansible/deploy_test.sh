@@ -106,8 +106,8 @@ cp "$W/ssh/id_ed25519.pub" "$W/ssh/authorized_keys"
 [ -d /run/sshd ] || { mkdir -p /run/sshd; made_privsep=1; }
 # SHLVL=1 in every session: bash sources ~/.bashrc for a command sshd runs (Debian builds it
 # so) unless it is a nested shell, and these "hosts" share this machine's /root, whose
-# .bashrc may be a developer's (pyenv init took a second per command on our CI machine:
-# ansible runs several commands per task: the whole test took 711 s alone instead of 317).
+# .bashrc may be a developer's (pyenv init took a second per command on the machine this
+# was measured on; ansible runs several commands per task: 711 s alone instead of 317).
 start_sshd() {  # namespace, last byte of its address
   local ns=$1 last=$2
   cat >"$W/ssh/sshd-$ns.conf" <<EOF

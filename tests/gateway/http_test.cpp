@@ -68,6 +68,21 @@ TEST(HttpRequest, RefusesMalformedAndSmuggling) {
   EXPECT_EQ(st, 431);
 }
 
+// A head that has not ended is waited for up to the limit and refused past it (callers
+// that gather a head over reads, like bench/http_load, rely on this bound).
+TEST(HttpResponse, AnUnendedHeadIsBoundedByTheLimit) {
+  Response r;
+  Limits small;
+  small.max_header_bytes = 64;
+  const std::string head = "HTTP/1.1 200 OK\r\nX: " + std::string(40, 'a');
+  EXPECT_EQ(ParseResponse(head, small, false, &r), Parse::kNeedMore);
+  EXPECT_EQ(ParseResponse(head + std::string(40, 'a'), small, false, &r), Parse::kError);
+  EXPECT_EQ(ParseResponse(head + std::string(40, 'a') + "\r\n\r\n", small, false, &r),
+            Parse::kError);
+  EXPECT_EQ(ParseResponse("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", small, false, &r),
+            Parse::kComplete);
+}
+
 TEST(HttpResponse, FramingRules) {
   Response r;
   ASSERT_EQ(
