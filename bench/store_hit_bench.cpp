@@ -10,63 +10,31 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/scratch_store.h"
 #include "goblin/store/store.h"
-#include "goblin/store/tier_dir.h"
 
 namespace {
 
 using namespace goblin;
 using namespace goblin::store;
-namespace fs = std::filesystem;
+
+// The keys shaped like a gateway's (host + path, ~40 bytes).
+std::vector<std::string> Keys(size_t n) {
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < n; ++i)
+    keys.push_back("www.example.com/static/assets/obj-" + std::to_string(i * 7919));
+  return keys;
+}
 
 struct Fixture {
-  std::string dir;
-  std::unique_ptr<Store> store;
   std::vector<std::string> keys;
-
-  Fixture(size_t object_size, size_t key_count) {
-    const char* tmp = std::getenv("TMPDIR");
-    dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/store_hit_bench." +
-          std::to_string(getpid()) + "." + std::to_string(object_size);
-    fs::remove_all(dir);
-    if (!PrepareTier(dir)) std::abort();
-    StoreOptions o;
-    o.pool.memory = 512ull << 20;
-    o.pool.block = 64 << 10;
-    o.pool.hugepages = HugePages::kOff;
-    o.pool.lock = false;
-    o.ram_head = 64 << 10;
-    o.tier_dirs = {{dir}};
-    o.tier.extent_bytes = 64 << 10;
-    o.tier.file_bytes = 64 << 20;
-    o.tier.max_files = 64;
-    o.io_buffers = 16;
-    auto s = Store::Open(o);
-    if (!s) {
-      std::fprintf(stderr, "store: %s\n", s.error().ToString().c_str());
-      std::abort();
-    }
-    store = std::move(*s);
-    std::vector<uint8_t> data(object_size, 0x5a);
-    for (size_t i = 0; i < key_count; ++i) {
-      // (keys shaped like a gateway's: host + path, ~40 bytes)
-      keys.push_back("www.example.com/static/assets/obj-" + std::to_string(i * 7919));
-      auto f = store->BeginFill(keys.back(), 0, "content-type: application/octet-stream");
-      if (!f || f->first != Store::FillStart::kGranted) std::abort();
-      if (!store->Append(f->second, data) || !store->Commit(f->second, data.size())) std::abort();
-    }
-    while (store->Poll() && store->MillisUntilDue() == 0) {
-    }
-  }
-  ~Fixture() {
-    store.reset();
-    fs::remove_all(dir);
-  }
+  bench::ScratchStore store;
+  Fixture(size_t object_size, size_t key_count)
+      : keys(Keys(key_count)), store("store_hit_bench", 64 << 10, object_size, keys) {}
 };
 
 void BM_Hit(benchmark::State& state) {

@@ -1006,17 +1006,25 @@ void Store::MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key) 
   loan->head.reset();
   loan->head_bytes = 0;
   if (auto h = heads_.find(key); h != heads_.end() && h->second.generation == rec.generation) {
-    h->second.referenced = true;
-    if (Reads(h->second) < UINT8_MAX) ++h->second.reads;
-    if (++loans_this_epoch_ >= 4 * std::max<uint64_t>(heads_.size(), 16)) {
-      ++read_epoch_;  // (every resident's count halves, lazily, in Reads())
-      loans_this_epoch_ = 0;
-    }
+    CountHeadRead(h->second);
     loan->head = h->second.slot;
     loan->head_bytes = h->second.length;
   }
-  loan->id = loan_ids_.Add(versions_.Lend(&rec.loan_handle, rec.generation));
+  loan->id = LendVersion(rec);
+}
+
+void Store::CountHeadRead(Resident& r) {
+  r.referenced = true;
+  if (Reads(r) < UINT8_MAX) ++r.reads;
+  if (++loans_this_epoch_ >= 4 * std::max<uint64_t>(heads_.size(), 16)) {
+    ++read_epoch_;  // (every resident's count halves, lazily, in Reads())
+    loans_this_epoch_ = 0;
+  }
+}
+
+uint64_t Store::LendVersion(const ObjectRecord& rec) {
   ++stats_.loans_out;
+  return loan_ids_.Add(versions_.Lend(&rec.loan_handle, rec.generation));
 }
 
 VoidResult Store::EnsureHead(const ObjectRecord& rec) {
@@ -1273,7 +1281,7 @@ Result<uint64_t> Store::InvalidatePrefix(std::string_view prefix) {
 
 Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, uint64_t length,
                                         bool follow_fill, const AccessRequest* access,
-                                        AccessMarks* marks) {
+                                        AccessMarks* marks, bool lend_head) {
   Opened o;
   const HashedKey hashed(key);  // (one hash: the fills, the index and the heads take it)
   if (follow_fill) {
@@ -1313,12 +1321,24 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
   if (rec == nullptr) return o;
   if (rec->policy_reads < 3) ++rec->policy_reads;  // (the policy takes it when it judges it)
   o.status = Lookup::kHit;
+  const uint64_t size = rec->size;
+  const uint64_t pos = std::min(offset, size);
+  const uint64_t end = length > size - pos ? size : pos + length;
+  if (lend_head && pos < end) {
+    if (auto h = heads_.find(hashed);
+        h != heads_.end() && h->second.generation == rec->generation && end <= h->second.length) {
+      CountHeadRead(h->second);
+      stats_.head_bytes_served += end - pos;
+      o.lent =
+          HeadLoan{rec, {pool_->At(h->second.slot.offset + pos), end - pos}, LendVersion(*rec)};
+      return o;
+    }
+  }
   StreamPtr s = NewStream();
   MakeLoan(*rec, &s->loan_, hashed);
   o.info = &s->loan_.info;
-  uint64_t size = rec->size;
-  s->pos_ = std::min(offset, size);
-  s->end_ = length > size - s->pos_ ? size : s->pos_ + length;
+  s->pos_ = pos;
+  s->end_ = end;
   o.stream = std::move(s);
   return o;
 }

@@ -565,6 +565,67 @@ TEST_F(StoreTest, ADeletedObjectStaysReadableThroughItsLoanAndStream) {
   store_->Release(**loan);
 }
 
+// OpenStream's lend_head: a hit whose range lies whole in its RAM head comes lent from the
+// lookup (no stream), counted as a stream's hit would be, and pinned: a replacement, a delete
+// and other objects' heads leave its bytes alone until the pin goes back.
+TEST_F(StoreTest, AHitWholeInItsHeadIsLentWithoutAStream) {
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  auto small = Data(5000, 11), big = Data(kHead + 5000, 12);
+  ASSERT_TRUE(Put("/h", small));
+  ASSERT_TRUE(Put("/big", big));
+  auto lend = [&](const std::string& key, uint64_t off, uint64_t len, bool follow = false) {
+    return store_->OpenStream(key, off, len, follow, nullptr, nullptr, /*lend_head=*/true);
+  };
+  const StoreStats before = store_->stats();
+  auto o = lend("/h", 0, UINT64_MAX);
+  ASSERT_TRUE(o) << o.error().ToString();
+  ASSERT_TRUE(o->lent.has_value());
+  EXPECT_EQ(o->status, Store::Lookup::kHit);
+  EXPECT_FALSE(o->stream);
+  EXPECT_EQ(o->lent->record->size, small.size());
+  EXPECT_EQ(o->lent->record->metadata, "etag: \"/h\"");
+  EXPECT_EQ(std::vector<uint8_t>(o->lent->bytes.begin(), o->lent->bytes.end()), small);
+  EXPECT_EQ(store_->stats().hits, before.hits + 1);
+  EXPECT_EQ(store_->stats().head_bytes_served, before.head_bytes_served + small.size());
+  EXPECT_EQ(store_->stats().loans_out, before.loans_out + 1);
+  EXPECT_EQ(store_->stats().streams_open, before.streams_open);
+
+  // A range inside the head; one past it, an empty one, a miss: the stream (or nothing).
+  auto part = lend("/big", 10, kHead - 10);
+  ASSERT_TRUE(part && part->lent);
+  EXPECT_TRUE(std::equal(part->lent->bytes.begin(), part->lent->bytes.end(), big.begin() + 10,
+                         big.begin() + static_cast<ptrdiff_t>(kHead)));
+  store_->ReleasePin(part->lent->pin);
+  auto whole = lend("/big", 0, UINT64_MAX);
+  ASSERT_TRUE(whole && whole->stream && !whole->lent);
+  whole->stream.reset();
+  auto empty = lend("/h", small.size(), 10);
+  ASSERT_TRUE(empty && empty->stream && !empty->lent);
+  empty->stream.reset();
+  auto miss = lend("/none", 0, UINT64_MAX);
+  ASSERT_TRUE(miss && !miss->stream && !miss->lent);
+  EXPECT_EQ(miss->status, Store::Lookup::kMiss);
+
+  // A key being filled, followed: its fill's stream, never the committed head.
+  auto fill = store_->BeginFill("/h", 0, "");
+  ASSERT_TRUE(fill && fill->first == Store::FillStart::kGranted);
+  auto following = lend("/h", 0, UINT64_MAX, /*follow=*/true);
+  ASSERT_TRUE(following && following->stream && !following->lent);
+  EXPECT_EQ(following->status, Store::Lookup::kFilling);
+  following->stream.reset();
+  store_->Abort(fill->second);
+
+  // The lent bytes outlive a replacement, a delete and new heads until the pin goes back.
+  ASSERT_TRUE(Put("/h", Data(5000, 13)));
+  ASSERT_TRUE(store_->Delete("/h").value());
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(Put("/other" + std::to_string(i), Data(40000, 20 + i)));
+  EXPECT_EQ(std::vector<uint8_t>(o->lent->bytes.begin(), o->lent->bytes.end()), small);
+  store_->ReleasePin(o->lent->pin);
+  EXPECT_EQ(store_->stats().loans_out, before.loans_out);
+  store_->ReleasePin(o->lent->pin);  // (a second release is ignored)
+  EXPECT_EQ(store_->stats().loans_out, before.loans_out);
+}
+
 TEST_F(StoreTest, DamagedDiskDataIsDetectedAndTheObjectDropped) {
   ASSERT_NO_FATAL_FAILURE(OpenStore());
   auto data = Data(300000, 4);

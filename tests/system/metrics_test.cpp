@@ -111,9 +111,13 @@ TEST_P(Metrics, CoreAndGatewayScrapedByPrometheus) {
   EXPECT_EQ(Value(core, "goblin_core_fills_committed_total "), 1);
   EXPECT_GE(Value(core, "goblin_core_tier_read_bytes_total{tier=\"0\"} "), 0);
   EXPECT_GE(Value(core, "goblin_core_uptime_seconds "), 0);
-  // Bytes served by source: the first hit's 20 KiB came from the object's RAM head (the
-  // second may have been a local hit: the gateway read the head itself).
-  EXPECT_GE(Value(core, "goblin_core_served_bytes_total{source=\"ram_head\"} "), 20 * 1024);
+  // Bytes served by source: the first hit's 20 KiB came from the object's RAM head, or from
+  // its fill when it met the fill still committing (a loaded machine: seen under ctest -j3);
+  // the second may have been a local hit (the gateway read the head itself).
+  EXPECT_GE(Value(core, "goblin_core_served_bytes_total{source=\"ram_head\"} ") +
+                Value(core, "goblin_core_served_bytes_total{source=\"fill\"} "),
+            20 * 1024)
+      << core;
   for (const char* source : {"ram_tail", "disk", "fill"}) {
     EXPECT_GE(Value(core, fmt::format("goblin_core_served_bytes_total{{source=\"{}\"}} ", source)),
               0)

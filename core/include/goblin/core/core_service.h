@@ -70,9 +70,11 @@ struct CoreCounters {
 };
 
 struct CoreHistograms {
-  LatencyHistogram get_first_piece;  // ObjectGet received -> its first bytes ready to send
-  LatencyHistogram put_commit;       // PutCommit handled (durable, visible)
-  LatencyHistogram publish;          // Publish handled (fanned out to every receiver)
+  // ObjectGet received -> its first bytes ready to send (a get lent whole from a RAM head,
+  // the hot path: one in CoreService::kTimedEvery of them, the first included)
+  LatencyHistogram get_first_piece;
+  LatencyHistogram put_commit;  // PutCommit handled (durable, visible)
+  LatencyHistogram publish;     // Publish handled (fanned out to every receiver)
 };
 
 class CoreService : public reactor::Handler {
@@ -280,6 +282,14 @@ class CoreService : public reactor::Handler {
   bool AnswerLent(reactor::Session& session, uint64_t corr, wire::LookupStatus status,
                   const store::ObjectInfo& info, store::Store::StreamPtr& stream, bool in_place,
                   bool first_bytes_wanted);
+  // Answers an ObjectGet whose range the store lent whole from its RAM head
+  // (Store::OpenStream's lend_head): an ObjectLent of it, the loan the session's; or, where
+  // the reader wants first bytes in the answer and they are the whole range, an ObjectInfo
+  // carrying them (the pin given back at once).
+  void AnswerHeadLent(reactor::Session& session, uint64_t corr, const store::Store::HeadLoan& h,
+                      const store::AccessMarks& marks, bool first_bytes_wanted);
+  static constexpr uint64_t kTimedEvery = 16;  // (AnswerHeadLent: get_first_piece samples)
+  uint64_t head_lent_answers_ = 0;
   // How many of `available` first bytes an ObjectInfo carries (kGetFirstBytes).
   static uint64_t FirstInlineBytes(const reactor::Session& session, uint64_t available);
   // A download of `stream` (moved in) at the end of the session's list; EndLastDownload

@@ -377,17 +377,27 @@ class Store {
   Result<uint64_t> InvalidatePrefix(std::string_view prefix);
 
   enum class Lookup { kHit, kMiss, kFilling };
+  // A hit's range lent whole from its RAM head, without a stream (OpenStream's `lend_head`).
+  struct HeadLoan {
+    const ObjectRecord* record = nullptr;  // its index record: valid until the store changes
+    std::span<const uint8_t> bytes;        // the range, in the head pool
+    uint64_t pin = 0;                      // holds them until ReleasePin(pin)
+  };
   struct Opened {
     Lookup status = Lookup::kMiss;
     const ObjectInfo* info = nullptr;  // the stream's (lives as long as it; not copied)
     StreamPtr stream;                  // for kHit and kFilling
+    std::optional<HeadLoan> lent;      // (lend_head: a kHit lent instead; no stream, no info)
   };
   // A stream of object bytes [offset, offset + length) (clamped to the object). With
   // `follow_fill`, a key being filled (and not yet committed) streams that fill.
   // `access` / `marks` as Head's (a fill followed is no committed version: no marks).
+  // With `lend_head`, a hit whose (non-empty) range lies whole in its resident RAM head comes
+  // as `lent` instead of a stream: the same lookup, counts and marks, none of a stream's
+  // set-up (the hot small get of a reader that maps the pools).
   Result<Opened> OpenStream(std::string_view key, uint64_t offset = 0, uint64_t length = UINT64_MAX,
                             bool follow_fill = false, const AccessRequest* access = nullptr,
-                            AccessMarks* marks = nullptr);
+                            AccessMarks* marks = nullptr, bool lend_head = false);
 
   // Dispatches disk completions and does due background work (TTL expiry). Never blocks.
   VoidResult Poll();
@@ -575,6 +585,10 @@ class Store {
   void MakeLoan(const ObjectRecord& rec, Loan* loan);
   // (the same, `key` being rec.key with its hash computed already)
   void MakeLoan(const ObjectRecord& rec, Loan* loan, const HashedKey& key);
+  // A loan made on a resident head: its CLOCK bit and read count (demotion keeps the read).
+  void CountHeadRead(Resident& r);
+  // A new pin on `rec`'s version (a loan id; ReleasePin gives it back).
+  uint64_t LendVersion(const ObjectRecord& rec);
   void AddResident(const std::string& key, Resident r);
   // A stream read object bytes [0, data.size()) of `loan`'s object from disk: keep them as
   // its head if it has none in RAM (a restart's lazy refill, without an extra read).
