@@ -18,7 +18,11 @@
 # each side on a CPU of its own: goblin-core and ucx_perftest's server on CPU 0, the core
 # with `--cpus 0 --polling pause`; the clients and ucx_perftest's client on CPU 1, spinning
 # with --pause-spin; use it with CONNECTIONS=1), BUILD_DIR (build/release),
-# OUT (var/bench/native-objects-<time>). Results: OUT/results.md.
+# OUT (var/bench/native-objects-<time>), PAIRED (0; K: then, for each UCX transport, K
+# slices alternating ucx_perftest ucp_am_lat and PAIRED_SAMPLES (20000) serial gets, each
+# slice's first byte against the round trips measured right before and after it: this VM
+# moves between a fast and a slow state within a minute, and a comparison across a flip
+# means nothing; use it with PIN=1). Results: OUT/results.md (and OUT/paired.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
@@ -125,4 +129,50 @@ for t in $TRANSPORTS; do
     fi
   } | tee -a "$OUT/results.md"
 done
+PAIRED=${PAIRED:-0}
+PAIRED_SAMPLES=${PAIRED_SAMPLES:-20000}
+if [ "$PAIRED" -gt 0 ]; then
+  # A round trip (us) of ucx_perftest ucp_am_lat 16 B, and a slice's payload-ready p50 (us).
+  round_trip() { perftest "$1" ucp_am_lat 16 | awk '{printf "%.3f", 2 * $2}'; }
+  first_byte() {  # tls, samples
+    UCX_TLS=$1 "${CLIENT_CPU[@]}" "$B" --target "ucx://127.0.0.1:$UCX_PORT" --objects "$OBJECTS" \
+      --object-size "$OBJECT_SIZE" --samples "$2" --connections "" --no-store --keep \
+      $CLIENT_ARGS | awk -F'|' '/^\| payload ready/ {gsub(/ /, "", $4); print $4}'
+  }
+  {
+    echo
+    echo "## Paired slices: round trip, $PAIRED_SAMPLES serial gets, round trip"
+    echo
+    echo "| transport | slice | round trip before (us) | first byte p50 (us) | after (us) | ratio to their mean | state |"
+    echo "|---|---:|---:|---:|---:|---:|---|"
+  } | tee "$OUT/paired.md"
+  for t in $TRANSPORTS; do
+    tls=$(ucx_tls "$t")
+    [ -n "$tls" ] || continue
+    # (the objects stored once and kept for the slices: the core and its tier go at the end)
+    UCX_TLS=$tls "${CLIENT_CPU[@]}" "$B" --target "ucx://127.0.0.1:$UCX_PORT" --objects "$OBJECTS" \
+      --object-size "$OBJECT_SIZE" --samples 1 --connections "" --keep $CLIENT_ARGS > /dev/null
+    before=$(round_trip "${tls%%,tcp}")
+    for k in $(seq "$PAIRED"); do
+      fb=$(first_byte "$tls" "$PAIRED_SAMPLES")
+      after=$(round_trip "${tls%%,tcp}")
+      # A slice between two round trips more than 25% apart met a change of state: no ratio.
+      awk -v t="$t" -v k="$k" -v b="$before" -v f="$fb" -v a="$after" 'BEGIN {
+        lo = b < a ? b : a; hi = b < a ? a : b; m = (a + b) / 2
+        if (hi > 1.25 * lo) { printf "| %s | %d | %s | %s | %s | - | flipped |\n", t, k, b, f, a }
+        else { printf "| %s | %d | %s | %s | %s | %.2fx | %s |\n", t, k, b, f, a, f / m,
+                      m < 0.5 ? "fast" : "slow" } }'
+      before=$after
+    done | tee -a "$OUT/paired.md"
+  done
+  # Per transport and state, the median ratio of the slices in one state from end to end.
+  awk -F'|' '$8 ~ /fast|slow/ { gsub(/[ x]/, "", $7); gsub(/ /, "", $2); gsub(/ /, "", $8)
+      r[$2 " " $8] = r[$2 " " $8] " " $7 }
+    END { for (k in r) { n = split(r[k], v, " ")
+            for (i = 2; i <= n; ++i) for (j = i; j > 1 && v[j] + 0 < v[j - 1] + 0; --j) {
+              x = v[j]; v[j] = v[j - 1]; v[j - 1] = x }  # (mawk: no asort)
+            printf "%s: %d slices, ratio median %.2fx (%.2f-%.2f)\n", k, n, \
+                   (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), v[1], v[n] } }' \
+    "$OUT/paired.md" | sort | sed 's/^/    /' | tee -a "$OUT/paired.md"
+fi
 echo "results: $OUT/results.md"

@@ -36,6 +36,18 @@ done
 # 1 and 3 connections for each plane, each with a positive MB/s.
 [ "$(grep -Ec '^\| (1|3) \| [1-9][0-9]* \| ' "$R")" = 6 ] || { cat "$R"; fail "throughput rows"; }
 
+# Paired slices (PAIRED): a row per slice with both round trips and a first byte, a ratio
+# or "flipped", and a summary line per transport and state.
+TRANSPORTS="shm" OBJECTS=4 OBJECT_SIZE=64K SAMPLES=20 CONNECTIONS=1 TURN_SECONDS=0.2 \
+  PERF_ITERS=300 PAIRED=3 PAIRED_SAMPLES=50 OUT="$OUT/paired" BUILD_DIR="$BUILD" \
+  timeout 300 "$SRC/bench/native_objects_benchmark.sh" --no-build > "$OUT/plog" 2>&1 ||
+  { cat "$OUT/plog"; fail "native_objects_benchmark.sh with PAIRED=3 failed"; }
+P=$OUT/paired/paired.md
+[ "$(grep -Ec '^\| shm \| [1-3] \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+x \| (fast|slow)|- \| flipped) \|$' "$P")" = 3 ] ||
+  { cat "$OUT/plog"; fail "paired slices"; }
+grep -Eq '^    shm (fast|slow): [1-3] slices, ratio median [0-9.]+x' "$P" ||
+  grep -Fq '| flipped |' "$P" || { cat "$P"; fail "no paired summary"; }
+
 # Objects kept by one run are read by the next (--keep, --no-store); wrong bytes under one
 # of the keys fail the run instead of being measured.
 "$BUILD/core/goblin-core" --prepare "$OUT/tier" > /dev/null
