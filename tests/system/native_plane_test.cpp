@@ -8,6 +8,7 @@
 // of a transfer.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -1419,6 +1420,61 @@ TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
   ASSERT_TRUE(fresh->Put("big", Pattern(1000, 6)));
   EXPECT_TRUE(GetAll(*c, "big").value() == Pattern(1000, 6));
   EXPECT_TRUE(c->Delete("big").value());
+  EXPECT_EQ(nc.core->proc.Wait(0ms), -1) << "the core exited:\n" << nc.core->proc.Output();
+}
+
+// A reader killed while its sink holds an object lent whole from its RAM head (the core's
+// AnswerHeadLent: no stream, a loan on the version only): the core gives the loan back when
+// it sees the session go, and the next requests replace, read and delete that object.
+TEST_P(NativePlane, AReaderKilledHoldingAHeadLentGetHoldsNothingAfter) {
+  NativeCore nc(Tag("killhead"), GetParam());
+  {
+    auto c = nc.Connect();  // (closed before the fork: UCX does not survive one)
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->Put("held/obj", Pattern(40 << 10, 41)));  // (whole in its 64 KiB head)
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // (a fresh process: its own UCX context)
+    close(ready[0]);
+    auto r = Connection::Open(nc.target, {.timeout = 5s});
+    if (!r) {
+      fprintf(stderr, "reader: %s\n", r.error().ToString().c_str());
+      _exit(2);
+    }
+    auto got = (*r)->Get("held/obj", [&](uint64_t, std::span<const uint8_t>) {
+      (void)!write(ready[1], "x", 1);  // holding the bytes: killed here
+      for (;;) pause();
+      return VoidResult();
+    });
+    fprintf(stderr, "reader: %s\n", got ? "the get returned" : got.error().ToString().c_str());
+    _exit(3);
+  }
+  close(ready[1]);
+  pollfd p{ready[0], POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10'000), 1) << "the reader's sink was never called";
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  const bool in_place = GetParam().plane != Plane::kUcxTcp;
+  std::string text;
+  auto held = CoreStats(nc, &text);
+  if (in_place) EXPECT_GE(held["loans_out"], 1u) << text;  // (tcp: the bytes were copied)
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the reader exited with " << status;
+  ExpectNothingHeld(nc);
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  auto next = Pattern(30 << 10, 42);
+  ASSERT_TRUE(c->Put("held/obj", next));
+  EXPECT_TRUE(GetAll(*c, "held/obj").value() == next);
+  EXPECT_TRUE(c->Delete("held/obj").value());
+  EXPECT_EQ(GetAll(*c, "held/obj").error().code(), StatusCode::kNotFound);
+  ExpectNothingHeld(nc);
   EXPECT_EQ(nc.core->proc.Wait(0ms), -1) << "the core exited:\n" << nc.core->proc.Output();
 }
 
