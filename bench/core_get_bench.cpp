@@ -1,11 +1,12 @@
 // core_get_bench: what goblin-core's handler spends on one get of a client that reads the
 // pools in place, in process (Google Benchmark): CoreService::OnMessage of an ObjectGet
-// flagged kGetLoans | kGetLoanInAnswer, as a ring or same-host UCX session sends it, to the
-// ObjectLent it sends, then the LoanRelease the client sends back. Decode, the store's hit
-// (bench/store_hit_bench alone), the loan and the encode (and, for a range not whole in a
-// RAM head, a stream and a download): every microsecond of the core's own between the
-// transport's receive and its send. No
-// transport: a session whose Send keeps the last message (docs/benchmarks/native.md).
+// flagged kGetLoans | kGetLoanInAnswer, as a ring or same-host UCX session sends it (plus
+// kGetFollowFill, which libgoblin's Get sets only when asked: the fills' lookups more), to
+// the ObjectLent it sends, then the LoanRelease the client sends back. Decode, the store's
+// hit (bench/store_hit_bench alone), the loan and the encode (and, for a range not whole in
+// a RAM head, a stream and a download): the core's own work between the transport's receive
+// and its send. No transport: a session whose Send keeps the last message
+// (docs/benchmarks/native.md).
 //   core_get_bench [--benchmark_*] (its tier lives in $TMPDIR, removed at exit)
 #include <benchmark/benchmark.h>
 #include <unistd.h>

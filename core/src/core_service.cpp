@@ -30,6 +30,20 @@ uint8_t WireMarks(uint8_t m) {
 }
 constexpr std::string_view kLog = "core";
 
+// An object's description in an ObjectInfo, from a stream's store::ObjectInfo or straight
+// from its index record (the same fields); the metadata within half the session's message.
+template <typename Object>
+void SetObject(wire::ObjectInfoEncoder& oi, const Object& obj, const store::AccessMarks& marks,
+               const reactor::Session& session) {
+  oi.set_object_size(obj.size)
+      .set_generation(obj.generation)
+      .set_created_nanos(obj.created_unix_ns)
+      .set_expires_nanos(obj.expires_unix_ns)
+      .set_marks(WireMarks(marks.marks))
+      .set_idle_seconds(marks.idle_s)
+      .set_metadata(std::string_view(obj.metadata).substr(0, session.max_message() / 2));
+}
+
 wire::ErrorCode ToWire(StatusCode c) {
   // The wire enum mirrors StatusCode for 1..14.
   return static_cast<wire::ErrorCode>(static_cast<uint16_t>(c));
@@ -468,13 +482,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       wire::ObjectInfoEncoder oi(out_.data(), out_.size());
       oi.set_correlation_id(corr).set_status(status);
       if (info) {
-        oi.set_object_size(info->size)
-            .set_generation(info->generation)
-            .set_created_nanos(info->created_unix_ns)
-            .set_expires_nanos(info->expires_unix_ns)
-            .set_marks(WireMarks(marks.marks))
-            .set_idle_seconds(marks.idle_s)
-            .set_metadata(std::string_view(info->metadata).substr(0, session.max_message() / 2));
+        SetObject(oi, *info, marks, session);
         // A reader that serves heads itself learns where this one is (ring sessions only:
         // the head table is mapped, not read remotely, on this path).
         if ((flags & wire::kGetDescribe) != 0 && status == wire::LookupStatus::kHit &&
@@ -1010,21 +1018,7 @@ bool CoreService::AnswerLent(reactor::Session& session, uint64_t corr, wire::Loo
     EndLastDownload(session);
     return false;
   }
-  const size_t n =
-      wire::ObjectLentEncoder(out_.data(), out_.size())
-          .set_correlation_id(corr)
-          .set_status(status)
-          .set_object_size(info.size)
-          .set_generation(info.generation)
-          .set_created_nanos(info.created_unix_ns)
-          .set_expires_nanos(info.expires_unix_ns)
-          .set_loan_id(p->loan_id)
-          .set_pool(p->head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
-          .set_pool_offset(p->pool_offset)
-          .set_length(p->length)
-          .set_last(p->last ? 1 : 0)
-          .set_metadata(std::string_view(info.metadata).substr(0, session.max_message() / 2))
-          .Finish();
+  const size_t n = EncodeLent(session, corr, status, info, *p);
   const bool sent = Send(session, n);
   histograms_.get_first_piece.Record(MonotonicNanos() - start);  // (read after the send)
   counters_.gets += sent ? 1 : 0;
@@ -1037,6 +1031,25 @@ bool CoreService::AnswerLent(reactor::Session& session, uint64_t corr, wire::Loo
   return true;
 }
 
+template <typename Object>
+size_t CoreService::EncodeLent(const reactor::Session& session, uint64_t corr,
+                               wire::LookupStatus status, const Object& obj, const LentPiece& p) {
+  return wire::ObjectLentEncoder(out_.data(), out_.size())
+      .set_correlation_id(corr)
+      .set_status(status)
+      .set_object_size(obj.size)
+      .set_generation(obj.generation)
+      .set_created_nanos(obj.created_unix_ns)
+      .set_expires_nanos(obj.expires_unix_ns)
+      .set_loan_id(p.loan_id)
+      .set_pool(p.head ? wire::PoolKind::kHead : wire::PoolKind::kIo)
+      .set_pool_offset(p.pool_offset)
+      .set_length(p.length)
+      .set_last(p.last ? 1 : 0)
+      .set_metadata(std::string_view(obj.metadata).substr(0, session.max_message() / 2))
+      .Finish();
+}
+
 void CoreService::AnswerHeadLent(reactor::Session& session, uint64_t corr,
                                  const store::Store::HeadLoan& h, const store::AccessMarks& marks,
                                  bool first_bytes_wanted) {
@@ -1044,51 +1057,30 @@ void CoreService::AnswerHeadLent(reactor::Session& session, uint64_t corr,
   const bool timed = (head_lent_answers_++ % kTimedEvery) == 0;
   const uint64_t start = timed ? MonotonicNanos() : 0;
   const store::ObjectRecord& rec = *h.record;
-  const std::string_view metadata =
-      std::string_view(rec.metadata).substr(0, session.max_message() / 2);
   const uint64_t n = h.bytes.size();
   bool sent;
   if (first_bytes_wanted && FirstInlineBytes(session, n) == n) {
     // A range the answer carries whole (a remote reader's small object): one message, and
     // nothing left lent.
     wire::ObjectInfoEncoder oi(out_.data(), out_.size());
-    oi.set_correlation_id(corr)
-        .set_status(wire::LookupStatus::kHit)
-        .set_object_size(rec.size)
-        .set_generation(rec.generation)
-        .set_created_nanos(rec.created_unix_ns)
-        .set_expires_nanos(rec.expires_unix_ns)
-        .set_marks(WireMarks(marks.marks))
-        .set_idle_seconds(marks.idle_s)
-        .set_metadata(metadata)
-        .set_first_bytes_end(1)
-        .set_first_bytes(h.bytes);
-    sent = Send(session, oi.Finish());
+    oi.set_correlation_id(corr).set_status(wire::LookupStatus::kHit);
+    SetObject(oi, rec, marks, session);
+    sent = Send(session, oi.set_first_bytes_end(1).set_first_bytes(h.bytes).Finish());
     store_->ReleasePin(h.pin);
     counters_.bytes_out += sent ? n : 0;
   } else {
     Lent lent;
     lent.pin = h.pin;
     lent.correlation_id = corr;
-    const uint64_t loan_id = Of(session).lender.loans.Add(std::move(lent));
+    LentPiece p;
+    p.loan_id = Of(session).lender.loans.Add(std::move(lent));
+    p.pool_offset = static_cast<uint64_t>(h.bytes.data() - store_->pool().data());
+    p.length = static_cast<uint32_t>(n);
+    p.last = true;
     ++counters_.loans;
     counters_.bytes_lent += n;
-    const size_t len =
-        wire::ObjectLentEncoder(out_.data(), out_.size())
-            .set_correlation_id(corr)
-            .set_status(wire::LookupStatus::kHit)
-            .set_object_size(rec.size)
-            .set_generation(rec.generation)
-            .set_created_nanos(rec.created_unix_ns)
-            .set_expires_nanos(rec.expires_unix_ns)
-            .set_loan_id(loan_id)
-            .set_pool(wire::PoolKind::kHead)
-            .set_pool_offset(static_cast<uint64_t>(h.bytes.data() - store_->pool().data()))
-            .set_length(static_cast<uint32_t>(n))
-            .set_last(1)
-            .set_metadata(metadata)
-            .Finish();
-    sent = Send(session, len);  // (not sent: the loan is given back when the session ends)
+    // (not sent: the loan is given back when the session ends)
+    sent = Send(session, EncodeLent(session, corr, wire::LookupStatus::kHit, rec, p));
   }
   counters_.gets += sent ? 1 : 0;
   if (timed) histograms_.get_first_piece.Record(MonotonicNanos() - start);  // (after the send)

@@ -282,6 +282,11 @@ class CoreService : public reactor::Handler {
   bool AnswerLent(reactor::Session& session, uint64_t corr, wire::LookupStatus status,
                   const store::ObjectInfo& info, store::Store::StreamPtr& stream, bool in_place,
                   bool first_bytes_wanted);
+  // An ObjectLent lending piece `p` of `obj` (a stream's store::ObjectInfo, or the index
+  // record itself: the same fields), encoded into out_; its size.
+  template <typename Object>
+  size_t EncodeLent(const reactor::Session& session, uint64_t corr, wire::LookupStatus status,
+                    const Object& obj, const LentPiece& p);
   // Answers an ObjectGet whose range the store lent whole from its RAM head
   // (Store::OpenStream's lend_head): an ObjectLent of it, the loan the session's; or, where
   // the reader wants first bytes in the answer and they are the whole range, an ObjectInfo
