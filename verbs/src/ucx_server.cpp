@@ -158,7 +158,7 @@ VoidResult UcxServer::StartWorker() {
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, worker_->event_fd(), &ev) != 0) {
     return ErrnoErr("epoll_ctl(UCX worker)", errno);
   }
-  busy_since_ns_ = stuck_since_ns_ = 0;
+  busy_.Armed();  // (a new worker: nothing pending yet)
   peer_pids_.clear();
   lost_before_hello_ = false;
   return {};
@@ -577,7 +577,7 @@ void UcxServer::Deliver() {
 size_t UcxServer::Poll() {
   if (worker_ == nullptr) return 0;
   size_t work = worker_->Progress();
-  progressed_ = work > 0;
+  if (work > 0) busy_.Progressed();
   if (deliverable_) {
     work += 1;
     Deliver();
@@ -627,29 +627,24 @@ bool UcxServer::PrepareSleep() {
     sending |= s->queued_ > 0;
   }
   if (worker_->Arm()) {
-    busy_since_ns_ = stuck_since_ns_ = 0;
+    busy_.Armed();
     return true;
   }
   // Busy: events are pending, and progress takes them at once, unless a send of ours waits
   // for room in a peer that does not read (a full shared-memory FIFO: UCX retries it on
   // every progress and will not arm meanwhile) or the worker is stuck. With a send waiting
   // the loop dozes (1 ms sleeps) rather than spin once that has lasted kDozeAfterNs; with
-  // none, kStuckNs of it is a blocked receive FIFO. (Dozing whenever busy-without-progress
-  // lasted 2 ms also caught libgoblin's one-sided head reads over shared memory, 130 ->
-  // 690 us for 1 MiB: the worker has work there that its progress count does not show.)
+  // none, kStuckNs of it is a blocked receive FIFO (busy_: both count only time without
+  // progress). (Dozing whenever busy-without-progress lasted 2 ms also caught libgoblin's
+  // one-sided head reads over shared memory, 130 -> 690 us for 1 MiB: the worker has work
+  // there that its progress count does not show.)
   const uint64_t now = MonotonicNanos();
-  if (progressed_ || busy_since_ns_ == 0) busy_since_ns_ = now;
-  bool waited_long = false;  // busy without progress for kStuckNs, and every peer alive
-  if (progressed_ || sending || stuck_since_ns_ == 0) {
-    stuck_since_ns_ = now;
-  } else if (now - stuck_since_ns_ > kStuckNs) {
-    if (APeerDied(now)) {
-      RestartWorker();
-      return false;
-    }
-    waited_long = true;
+  const BusyWatch::Verdict v = busy_.OnBusy(now, sending);
+  if (v == BusyWatch::Verdict::kCheckPeers && APeerDied(now)) {
+    RestartWorker();
+    return false;
   }
-  if ((sending && now - busy_since_ns_ > kDozeAfterNs) || waited_long) {
+  if (v != BusyWatch::Verdict::kSpin) {  // (stuck with every peer alive: waited out, dozing)
     // (the worker's fd may stay readable: out of the loop's epoll set for the doze)
     epoll_event ev{};
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, worker_->event_fd(), &ev) != 0) return false;

@@ -25,6 +25,7 @@
 #include "goblin/reactor/handler.h"
 #include "goblin/reactor/session.h"
 #include "goblin/ring/client.h"
+#include "goblin/verbs/busy_watch.h"
 #include "goblin/verbs/ucx.h"
 
 namespace goblin::verbs {
@@ -221,17 +222,15 @@ class UcxServer final : public reactor::EventSource {
   std::unique_ptr<UcxWorker> worker_;
   ucp_listener_h listener_ = nullptr;
   UniqueFd epoll_;
-  std::string listen_address_;   // what the listener binds (port_ once known: a restart reuses it)
-  uint64_t busy_since_ns_ = 0;   // the worker has said busy, with no progress, since then
-  uint64_t stuck_since_ns_ = 0;  // (and no send of ours waiting, since then)
-  uint64_t late_completions_before_ = 0;  // (of workers replaced)
-  bool dozing_ = false;                   // PrepareSleep let the loop sleep 1 ms without arming
-  std::vector<uint32_t> peer_pids_;       // welcomed clients' pids since the worker started
+  std::string listen_address_;  // what the listener binds (port_ once known: a restart reuses it)
+  BusyWatch busy_{kDozeAfterNs, kStuckNs};  // busy without progress: doze, or a stuck FIFO
+  uint64_t late_completions_before_ = 0;    // (of workers replaced)
+  bool dozing_ = false;                     // PrepareSleep let the loop sleep 1 ms without arming
+  std::vector<uint32_t> peer_pids_;         // welcomed clients' pids since the worker started
   static constexpr size_t kMaxPeerPids = 4096;
   bool lost_before_hello_ = false;  // (since the worker started: a pid we never learnt)
   // Whether a blockage of the worker's FIFO has a culprit: see kStuckNs.
   bool APeerDied(uint64_t now) const;
-  bool progressed_ = false;  // the last Poll's progress did something
   int port_ = 0;
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
