@@ -3,7 +3,7 @@
 //   native_objects_benchmark --target unix:PATH|ucx://HOST:PORT [--objects 256]
 //       [--object-size 256K] [--samples 5000] [--connections 1,2,4,8] [--seconds 3]
 //       [--seed 42] [--label L] [--no-store] [--keep] [--window 1] [--copy] [--pause-spin]
-//       [--spin 50us] [--read-all]
+//       [--spin 50us] [--read-all] [--idle 0]
 //   1. stores OBJECTS objects under bench/o/NNNNN (each byte a function of the key's index
 //      and the offset, so a wrong object or offset is seen; --no-store: a run with --keep
 //      stored them, e.g. before the core restarted), then reads each once;
@@ -16,7 +16,9 @@
 //      connection keeps W gets in flight (Connection::StartGet/WaitGets, out of order).
 // Every get's length is checked and its bytes spot-checked (every 4 KiB and both ends:
 // checking each byte would measure the check); --read-all copies every byte into the
-// reader's own buffer first (what a reader that needs the bytes elsewhere pays). Prints Markdown
+// reader's own buffer first (what a reader that needs the bytes elsewhere pays). --idle N
+// opens N more connections before the serial part and keeps them open, silent, to the end:
+// what many connected clients cost the ones that talk. Prints Markdown
 // rows; the caller chooses UCX_TLS for ucx:// targets (bench/native_objects_benchmark.sh runs
 // ucx_perftest beside it).
 #include <algorithm>
@@ -192,6 +194,11 @@ int main(int argc, char** argv) {
                "in the core's answer (the default) and one whose answer and first Loan come "
                "apart (ConnectOptions::loan_in_answer = false), and print both tables: the "
                "same core, the same moment");
+  uint32_t idle = 0;
+  app.add_option("--idle", idle,
+                 "Connections opened before the serial part and kept open without traffic to "
+                 "the end (many connected clients, a few talking)")
+      ->capture_default_str();
   app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -213,6 +220,13 @@ int main(int argc, char** argv) {
   }
   for (uint32_t o = 0; o < objects; ++o) {  // each read once (and checked) before timing
     if (auto r = ReadObject(c, o, object_size); !r) return Fail(r.error().ToString());
+  }
+
+  std::vector<std::unique_ptr<client::Connection>> idlers;
+  for (uint32_t k = 0; k < idle; ++k) {
+    auto cn = client::Connection::Open(target, copts);
+    if (!cn) return Fail(fmt::format("idle connection {}: {}", k, cn.error().ToString()));
+    idlers.push_back(std::move(*cn));
   }
 
   // Serial: one get at a time in a fixed-seed order (--compare-answer-loans: every other one
@@ -244,12 +258,13 @@ int main(int argc, char** argv) {
   }
   for (int which = 0; which < (apart ? 2 : 1); ++which) {
     const Serial& s = serial[which];
-    fmt::print("\n{}: one connection{}, {} gets of {}-byte objects one after another (us)\n\n",
+    fmt::print("\n{}: one connection{}{}, {} gets of {}-byte objects one after another (us)\n\n",
                label,
                !apart       ? ""
                : which == 0 ? " (first piece lent in the answer)"
                             : " (answer and first Loan apart; interleaved with the above)",
-               s.header_us.size(), object_size);
+               idle == 0 ? "" : fmt::format(" ({} more connected, idle)", idle), s.header_us.size(),
+               object_size);
     fmt::print(
         "| time to | min | p50 | mean | p90 | p99 | p99.9 | max |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|\n");
