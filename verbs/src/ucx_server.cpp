@@ -57,10 +57,11 @@ reactor::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
   if (!r) {
     GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
     failed_ = true;
-    closing_ = true;
+    Close();
     return reactor::SendOutcome::kOverLimit;
   }
   queued_ += *r;
+  if (queued_ > 0) server_->Watch(*this);
   return queued_ > o.send_window ? reactor::SendOutcome::kQueued : reactor::SendOutcome::kSent;
 }
 
@@ -76,11 +77,12 @@ reactor::Session::PayloadSend UcxSession::SendWithPayload(std::span<const uint8_
   if (!r) {
     GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
     failed_ = true;
-    closing_ = true;
+    Close();
     return {reactor::SendOutcome::kOverLimit, true};
   }
   if (*r) return {reactor::SendOutcome::kSent, true};
   queued_ += header.size() + payload.size();
+  server_->Watch(*this);
   return {queued_ > o.send_window ? reactor::SendOutcome::kQueued : reactor::SendOutcome::kSent,
           false};
 }
@@ -265,6 +267,7 @@ void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
   sess->peer_ = peer;
   sess->connected_ns_ = MonotonicNanos();
   self->by_ep_[h] = sess->id_;
+  self->Watch(*sess);  // (until its Hello)
   self->sessions_.emplace(sess->id_, std::move(sess));
   ++self->awaiting_hello_;
 }
@@ -280,7 +283,7 @@ void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
                    ucs_status_string(status));
   if (!sit->second->welcomed_) self->lost_before_hello_ = true;
   sit->second->failed_ = true;
-  sit->second->closing_ = true;
+  sit->second->Close();
 }
 
 ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_length, void* data,
@@ -299,7 +302,7 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_l
     // A message without an AM header is sent eager, whole in the AM data, within max_message.
     GOBLIN_LOG_WARN(kLog, "client {} ({}) broke the protocol ({}-byte message, max {}); closing it",
                     s.id_, s.peer_, length, self->options_.max_message);
-    s.closing_ = true;
+    s.Close();
     return UCS_OK;
   }
   // Handed to the handler after progress returns (no sends from inside UCX callbacks).
@@ -326,7 +329,7 @@ ucs_status_t UcxServer::OnPayloadMessage(UcxSession& s, const void* header, size
                     "client {} ({}) broke the protocol ({}-byte message with a {}-byte payload, "
                     "max {}); closing it",
                     s.id_, s.peer_, header_length, length, options_.max_message);
-    s.closing_ = true;
+    s.Close();
     return UCS_OK;
   }
   const uint32_t total = static_cast<uint32_t>(header_length + length);
@@ -348,7 +351,7 @@ ucs_status_t UcxServer::OnPayloadMessage(UcxSession& s, const void* header, size
                     "client {} ({}) has {} more messages waiting to arrive by rendezvous, the "
                     "most a client may (it ignores its window); closing it",
                     s.id_, s.peer_, s.waiting_pulls_.size());
-    s.closing_ = true;
+    s.Close();
     return UCS_OK;
   }
   uint32_t slot;
@@ -461,7 +464,7 @@ void UcxServer::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t sta
   if (s.queued_ <= self->options_.send_window / 2) s.soft_since_ = 0;
   if (status != UCS_OK && status != UCS_ERR_CANCELED) {
     s.failed_ = true;
-    s.closing_ = true;
+    s.Close();
   }
 }
 
@@ -476,7 +479,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
                                        hello->protocol_version(), wire::kProtocolVersion));
     (void)s.Send({buf, e.Finish()});
     ++stats_.rejected;
-    s.closing_ = true;
+    s.Close();
     return;
   }
   if (hello->shard() != options_.shard) {
@@ -486,7 +489,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
                               options_.shard_count, hello->shard()));
     (void)s.Send({buf, e.Finish()});
     ++stats_.rejected;
-    s.closing_ = true;
+    s.Close();
     return;
   }
   s.peer_kind_ = static_cast<uint8_t>(hello->peer_kind());
@@ -555,7 +558,7 @@ void UcxServer::Deliver() {
     if (in_slot && slots_[slot].failed) {
       GOBLIN_LOG_DEBUG(kLog, "client {} ({}): a rendezvous receive failed; closing it", s.id_,
                        s.peer_);
-      s.closing_ = true;
+      s.Close();
       FreeSlot(slot);
       continue;
     }
@@ -593,15 +596,19 @@ size_t UcxServer::Poll() {
   std::vector<uint64_t> dead;
   // (the clock only while a session has not said Hello: not every round)
   const uint64_t now = awaiting_hello_ > 0 ? MonotonicNanos() : 0;
-  for (auto& [id, sp] : sessions_) {
-    UcxSession& s = *sp;
+  size_t kept = 0;
+  for (size_t i = 0; i < watched_.size(); ++i) {  // (OnWritable may add to it: by index)
+    const uint64_t id = watched_[i];
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) continue;  // (closed meanwhile)
+    UcxSession& s = *it->second;
     if (!s.welcomed_ && !s.closing_ &&
         now - s.connected_ns_ > static_cast<uint64_t>(options_.hello_timeout.count())) {
       ++stats_.hello_timeouts;
       lost_before_hello_ = true;
       GOBLIN_LOG_WARN(kLog, "dropping UCX client {} ({}): no Hello within {} ms", id, s.peer_,
                       options_.hello_timeout.count() / 1'000'000);
-      s.closing_ = true;
+      s.Close();
     }
     if (s.closing_) {
       dead.push_back(id);
@@ -612,19 +619,36 @@ size_t UcxServer::Poll() {
       handler_->OnWritable(s);
       if (s.queued_ != before || s.want_writable_) ++work;
     }
+    if (s.closing_ || !s.welcomed_ || s.want_writable_ || s.queued_ > 0) {
+      watched_[kept++] = id;
+    } else {
+      s.watched_ = false;
+    }
   }
+  watched_.resize(kept);
   for (uint64_t id : dead) CloseSession(id);
   if (!closing_.empty()) ReapClosing();
   return work;
 }
 
+void UcxServer::Watch(UcxSession& s) {
+  if (s.watched_) return;
+  s.watched_ = true;
+  watched_.push_back(s.id_);
+}
+
+void UcxSession::Attend() { server_->Watch(*this); }
+
 bool UcxServer::PrepareSleep() {
   if (worker_ == nullptr) return true;
   if (deliverable_ || !payloads_done_.empty()) return false;
-  bool sending = false;  // a send of ours has not completed
-  for (auto& [id, s] : sessions_) {
-    if (s->closing_ || (s->want_writable_ && s->queued_ <= options_.send_window / 2)) return false;
-    sending |= s->queued_ > 0;
+  bool sending = false;           // a send of ours has not completed
+  for (uint64_t id : watched_) {  // (every other session: welcomed, nothing to send or do)
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) continue;
+    const UcxSession& s = *it->second;
+    if (s.closing_ || (s.want_writable_ && s.queued_ <= options_.send_window / 2)) return false;
+    sending |= s.queued_ > 0;
   }
   if (worker_->Arm()) {
     busy_.Armed();

@@ -36,7 +36,10 @@ class Session {
   // Sends one SBE message (record type = its template id).
   virtual SendOutcome Send(std::span<const uint8_t> msg) = 0;
   // Drops the session after the current callback returns.
-  void Close() { closing_ = true; }
+  void Close() {
+    closing_ = true;
+    Attend();
+  }
   bool closing() const { return closing_; }
   // The Handler's own state for this session (set in OnOpen, cleared in OnClose): reached
   // without a lookup by id on every message. The transport never touches it.
@@ -50,7 +53,11 @@ class Session {
   virtual VoidResult SendSideFrame(std::span<const uint8_t> msg, std::span<const int> fds);
   // Asks for Handler::OnWritable whenever this session's output queue is empty (for
   // streaming large responses at the pace the client reads them).
-  void WantWritable(bool want) { want_writable_ = want; }
+  void WantWritable(bool want) {
+    const bool wake = want && !want_writable_;
+    want_writable_ = want;
+    if (wake) Attend();
+  }
   bool wants_writable() const { return want_writable_; }
 
   // Zero-copy sends, for transports that can send from memory the caller keeps valid (the
@@ -70,6 +77,10 @@ class Session {
                                       std::span<const uint8_t> payload, uint64_t token);
 
  protected:
+  // The session now needs its transport's attention (it is closing, or wants OnWritable): for
+  // a transport that looks each round only at sessions that asked (the UCX plane), not at all.
+  virtual void Attend() {}
+
   uint64_t id_ = 0;
   uint8_t peer_kind_ = 0;
   uint32_t pid_ = 0;

@@ -87,7 +87,9 @@ class UcxSession final : public reactor::Session {
 
  private:
   friend class UcxServer;
+  void Attend() override;
   UcxServer* server_ = nullptr;
+  bool watched_ = false;  // in the server's watched_ list
   ucp_ep_h ep_ = nullptr;
   bool welcomed_ = false;
   uint64_t connected_ns_ = 0;  // a session without a Hello within hello_timeout is dropped
@@ -235,6 +237,12 @@ class UcxServer final : public reactor::EventSource {
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
   std::unordered_map<uint64_t, std::unique_ptr<UcxSession>> sessions_;
+  // Sessions a poll round looks at: not welcomed yet, closing, wanting OnWritable or with
+  // sends of theirs in flight (each round walks these, not every client: a shard with
+  // hundreds of connected clients, a few talking, pays for those few). Every session in one
+  // of those states is here (Watch); one that left them all goes at the next round.
+  std::vector<uint64_t> watched_;
+  void Watch(UcxSession& s);
   size_t awaiting_hello_ = 0;  // sessions connected that have not said Hello yet
   std::unordered_map<ucp_ep_h, uint64_t> by_ep_;
   // Received messages: [u64 session][u32 length][bytes], or [u64 session][kSlotMark][u32
