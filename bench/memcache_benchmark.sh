@@ -31,7 +31,11 @@
 # for each server and its page cache, e.g. 1G: without it extstore's file is read from this
 # machine's page cache, not its disk; unset: none), EXT_OPTS (memcached -o for extstore, ext_path added;
 # "ext_wbuf_size=16,ext_threads=2"), EXT_FILL_RATE (MiB/s the extstore row's fill is held
-# to, 0: unthrottled; 0), DIR (/var/tmp/goblin-mcbench: emptied),
+# to, 0: unthrottled; 0), DIR (/var/tmp/goblin-mcbench: emptied), HDD (0; 1: the extstore
+# file and goblin's disk tier on a modelled 7200 rpm disk, bench/hdd_model's hdd_fuse over
+# /dev/shm, for the seed system's "same HDD" on a machine without one; HDD_ARGS: its
+# options, e.g. "--mb-s=150"; HDD_READ_AHEAD_KB (1024): the mount's read-ahead; each row's
+# disk requests, seeks and busy share are recorded),
 # BUILD_DIR (build/release), OUT (var/bench/memcache-<time>). Results: OUT/results.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +60,13 @@ SERVER_MEM_LIMIT=${SERVER_MEM_LIMIT:-}
 GOBLIN_EXTRA=()  # goblin-store arguments for the row being run
 GET_EXTRA=()     # memcache_load get arguments for the row being run
 DIR=${DIR:-/var/tmp/goblin-mcbench}
+HDD=${HDD:-0}
+HDD_ARGS=${HDD_ARGS:-}
+HDD_READ_AHEAD_KB=${HDD_READ_AHEAD_KB:-1024}
+DISK_DIR=$DIR  # (the extstore file and goblin's tier: on the modelled disk with HDD=1)
+HDD_MOUNT=$DIR-hdd
+HDD_BACKING=/dev/shm/$(basename "$DIR")-hdd
+HDD_PID=""
 OUT=${OUT:-$ROOT/var/bench/memcache-$(date -u +%Y%m%d-%H%M%S)}
 PORT=${PORT:-21411}
 LOAD=$BUILD_DIR/bench/memcache_load
@@ -77,15 +88,39 @@ stop_server() {
 cleanup() {
   stop_server
   rm -rf "$DIR"
+  if [ -n "$HDD_PID" ]; then
+    fusermount3 -u "$HDD_MOUNT" 2>/dev/null || umount -l "$HDD_MOUNT" 2>/dev/null || true
+    wait "$HDD_PID" 2>/dev/null || true
+    rm -rf "$HDD_BACKING"
+    rmdir "$HDD_MOUNT" 2>/dev/null || true
+  fi
   if [ -n "$CGROUP" ]; then rmdir "$CGROUP" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
+
+if [ "$HDD" = 1 ]; then
+  mkdir -p "$HDD_MOUNT" "$HDD_BACKING"
+  # shellcheck disable=SC2086  # (HDD_ARGS: options, split)
+  "$BUILD_DIR/bench/hdd_model/hdd_fuse" $HDD_ARGS --stats="$OUT/hdd.stats" "$HDD_BACKING" \
+    "$HDD_MOUNT" -f > "$OUT/hdd_fuse.log" 2>&1 &
+  HDD_PID=$!
+  for _ in $(seq 100); do
+    if grep -q " $HDD_MOUNT fuse" /proc/mounts; then break; fi
+    sleep 0.05
+  done
+  grep -q " $HDD_MOUNT fuse" /proc/mounts || { echo "hdd_fuse did not mount" >&2; exit 1; }
+  # A large buffered read goes to a real disk as one request (up to its max_sectors_kb, 1280
+  # on a SATA disk); a FUSE mount's reads stop at its 128 KiB read-ahead: raised to 1 MiB.
+  echo "$HDD_READ_AHEAD_KB" > "/sys/class/bdi/$(mountpoint -d "$HDD_MOUNT")/read_ahead_kb"
+  DISK_DIR=$HDD_MOUNT/disk
+fi
 
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "goblin: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); memcached $(memcached -V | awk '{print $2}')"
   echo "cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $(nproc)"
   echo "disk: $(df -h "$(dirname "$DIR")" | awk 'NR==2 {print $1, $2}')"
+  [ "$HDD" != 1 ] || echo "modelled disk: hdd_fuse $HDD_ARGS (defaults: 7200 rpm, 200 MB/s, seeks 0.6-14 ms), read-ahead $HDD_READ_AHEAD_KB KiB"
   echo "connections $CONNECTIONS, $SECONDS_RUN s per run"
 } | tee "$OUT/machine.txt"
 
@@ -139,8 +174,8 @@ in_cgroup() {
 
 start_server() {  # kind mem
   local kind=$1 mem=$2
-  rm -rf "$DIR"
-  mkdir -p "$DIR"
+  rm -rf "$DIR" "$DISK_DIR"
+  mkdir -p "$DIR" "$DISK_DIR"
   make_cgroup
   in_cgroup
   sync
@@ -154,13 +189,13 @@ start_server() {  # kind mem
       SERVER_PID=$! ;;
     extstore)
       ${IN_CGROUP[@]+"${IN_CGROUP[@]}"} memcached "${user[@]}" -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -c 4096 -m "$mem" -I 16m \
-        -o "ext_path=$DIR/extstore:$((DISK_COUNT * 2))m,$EXT_OPTS" \
+        -o "ext_path=$DISK_DIR/extstore:$((DISK_COUNT * 2))m,$EXT_OPTS" \
         > "$OUT/server-$kind.log" 2>&1 &
       SERVER_PID=$! ;;
     goblin)
       ${IN_CGROUP[@]+"${IN_CGROUP[@]}"} "$BUILD_DIR/tools/goblin-store" --mirror http://127.0.0.1:1 --http-port $((PORT + 1)) \
         --memcache-port "$PORT" --memory "$mem" --block 1M --ram-head 1M --hugepages off \
-        --ssd-dir "$DIR/tier" --socket-dir "$DIR" ${GOBLIN_EXTRA[@]+"${GOBLIN_EXTRA[@]}"} \
+        --ssd-dir "$DISK_DIR/tier" --socket-dir "$DIR" ${GOBLIN_EXTRA[@]+"${GOBLIN_EXTRA[@]}"} \
         > "$OUT/server-$kind.log" 2>&1 &
       SERVER_PID=$! ;;
   esac
@@ -173,7 +208,14 @@ server_pids() {  # the processes whose memory counts
   pgrep -P "$SERVER_PID" || true
 }
 
-disk_bytes() { du -sb "$DIR" 2>/dev/null | awk '{print $1}'; }
+disk_bytes() {
+  if [ "$DISK_DIR" = "$DIR" ]; then du -sb "$DIR"; else du -sbc "$DIR" "$DISK_DIR"; fi 2>/dev/null |
+    awk 'END {print $1}'
+}
+hdd_counters() {  # the modelled disk's counters so far (zeros without one)
+  local f=$OUT/hdd.stats
+  if [ "$HDD" = 1 ] && [ -s "$f" ]; then cat "$f"; else echo "requests 0 seeks 0 read_bytes 0 written_bytes 0 busy_ms 0 elapsed_ms 0"; fi
+}
 
 echo "| row | server | memory given | fill s | gets/s | misses | Gbit/s | p50 us | p99 us | p99.9 us | first line p50/p99 us | memory (PSS) MiB | disk MiB |" > "$OUT/results.md"
 echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >> "$OUT/results.md"
@@ -193,9 +235,24 @@ run_row() {  # row kind mem -- load args...
   fill=$("$LOAD" fill --port "$PORT" --connections "$fill_conns" --fill-rate "$fill_rate" \
     --label "$kind" "$@")
   echo "$row $fill" | tee -a "$OUT/run.log"
+  local h0=""
+  [ "$HDD" != 1 ] || { sleep 0.3; h0=$(hdd_counters); }
   get=$("$LOAD" get --port "$PORT" --connections "$CONNECTIONS" --seconds "$SECONDS_RUN" \
     --label "$kind" ${GET_EXTRA[@]+"${GET_EXTRA[@]}"} "$@")
   echo "$row $get" | tee -a "$OUT/run.log"
+  if [ "$HDD" = 1 ]; then  # the modelled disk during the gets
+    sleep 0.3
+    { echo "$h0"; hdd_counters; } | awk -v row="$row" -v kind="$kind" -v mem="$mem" '
+      { for (i = 1; i < NF; i += 2) v[NR, $i] = $(i + 1) }
+      END {
+        d = v[2, "elapsed_ms"] - v[1, "elapsed_ms"]
+        busy = d > 0 ? 100 * (v[2, "busy_ms"] - v[1, "busy_ms"]) / d : 0
+        printf "| %s | %s | %s | %d | %d | %.0f | %.0f | %.0f%% |\n", row, kind, mem,
+          v[2, "requests"] - v[1, "requests"], v[2, "seeks"] - v[1, "seeks"],
+          (v[2, "read_bytes"] - v[1, "read_bytes"]) / 1048576,
+          (v[2, "written_bytes"] - v[1, "written_bytes"]) / 1048576, busy
+      }' >> "$OUT/hdd.md"
+  fi
   local pids rss
   mapfile -t pids < <(server_pids)
   rss=$(rss_kib "${pids[@]}")
@@ -214,6 +271,10 @@ run_row() {  # row kind mem -- load args...
   stop_server
 }
 
+if [ "$HDD" = 1 ]; then
+  echo "| row | server | memory given | disk requests | seeks | read MiB | written MiB | busy |" > "$OUT/hdd.md"
+  echo "|---|---|---|---:|---:|---:|---:|---:|" >> "$OUT/hdd.md"
+fi
 LARGE=(--dist pareto --min 262144 --max 8388608 --mean 1048576)
 for row in $ROWS; do
   case $row in
@@ -251,3 +312,4 @@ for row in $ROWS; do
   esac
 done
 cat "$OUT/results.md"
+[ "$HDD" != 1 ] || { echo; echo "The modelled disk during each row's gets:"; cat "$OUT/hdd.md"; }

@@ -24,6 +24,7 @@ PKGS=(
   redis-server redis-tools varnish varnish-modules nginx curl wrk procps iproute2 python3-redis
   memcached libmemcached-tools python3-pymemcache prometheus  # (prometheus, promtool: the metrics tests)
   etcd-server etcd-client  # (membership: the cluster tests start their own etcd)
+  libfuse3-dev fuse3  # (bench/hdd_model: a modelled spinning disk for the memcache benchmark)
   # the Soft-RoCE guest of the rdma tests (tests/rdma/rxe_vm.sh); the kernel comes from the
   # archive with apt-get download when the tests run
   qemu-system-x86 busybox-static cpio kmod e2fsprogs file
