@@ -7,11 +7,12 @@
 // rotation and transfer time. Page cache and O_DIRECT behave as the kernel gives them to
 // any FUSE file system: a buffered reader's cache hits never reach the disk.
 //   hdd_fuse [--rpm=N] [--mb-s=N] [--seek-min-ms=X] [--seek-max-ms=X] [--stats=FILE]
-//            [--trace=FILE] BACKING MOUNTPOINT [-f] [FUSE options]
+//            [--trace=FILE] [--faults=FILE] BACKING MOUNTPOINT [-f] [FUSE options]
 // --stats: a line of counters (requests, seeks, bytes, busy time) rewritten at most once a
 // second while busy, within 100 ms of going idle and at unmount. --trace: a line per access
-// as served (start us, r/w, file inode, offset, length, seeks, service us). Runs until unmounted
-// (fusermount3 -u MOUNTPOINT) or signalled.
+// as served (start us, r/w, file inode, offset, length, seeks, service us). --faults: calls
+// that fail (Faults below), for tests of what a server does with a failing disk. Runs until
+// unmounted (fusermount3 -u MOUNTPOINT) or signalled.
 #define FUSE_USE_VERSION 31
 #include <dirent.h>
 #include <fcntl.h>
@@ -195,8 +196,59 @@ class Disk {
   FILE* trace_ = nullptr;  // (the disk thread's)
 };
 
+// Injected faults (--faults=FILE, for tests): FILE's lines, re-read when it changes, say
+// which calls fail and how: "read EIO extent-" fails every read of a path containing
+// "extent-" with EIO; "write ENOSPC *" every write. An empty or missing FILE: no faults.
+class Faults {
+ public:
+  explicit Faults(std::string path) : path_(std::move(path)) {}
+
+  // 0, or the errno the call on `path` fails with.
+  int Check(std::string_view op, std::string_view path) {
+    if (path_.empty()) return 0;
+    std::lock_guard lock(mu_);
+    Reload();
+    for (const Rule& r : rules_) {
+      if (r.op == op && (r.match == "*" || path.find(r.match) != std::string_view::npos)) {
+        return r.error;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  struct Rule {
+    std::string op, match;
+    int error;
+  };
+  void Reload() {
+    struct stat st {};
+    const bool exists = stat(path_.c_str(), &st) == 0;
+    const std::pair<int64_t, int64_t> stamp{
+        exists ? st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec : -1,
+        exists ? st.st_size : -1};
+    if (stamp == stamp_) return;
+    stamp_ = stamp;
+    rules_.clear();
+    FILE* f = exists ? std::fopen(path_.c_str(), "r") : nullptr;
+    if (f == nullptr) return;
+    char op[16], err[16], match[256];
+    while (std::fscanf(f, "%15s %15s %255s", op, err, match) == 3) {
+      const std::string_view e = err;
+      const int code = e == "EIO" ? EIO : e == "ENOSPC" ? ENOSPC : e == "EROFS" ? EROFS : 0;
+      if (code != 0) rules_.push_back({op, match, code});
+    }
+    std::fclose(f);
+  }
+  std::string path_;
+  std::mutex mu_;
+  std::pair<int64_t, int64_t> stamp_{-2, -2};
+  std::vector<Rule> rules_;
+};
+
 std::string g_backing;
 Disk* g_disk = nullptr;
+Faults* g_faults = nullptr;
 
 std::string Full(const char* path) { return g_backing + path; }
 int Errno(int r) { return r < 0 ? -errno : r; }
@@ -270,7 +322,8 @@ int Open(const char* path, fuse_file_info* fi) {
   fi->fh = static_cast<uint64_t>(fd);
   return 0;
 }
-int Read(const char*, char* buf, size_t size, off_t off, fuse_file_info* fi) {
+int Read(const char* path, char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  if (int e = g_faults->Check("read", path); e != 0) return -e;
   const int fd = static_cast<int>(fi->fh);
   struct stat st;
   if (fstat(fd, &st) != 0) return -errno;
@@ -281,7 +334,8 @@ int Read(const char*, char* buf, size_t size, off_t off, fuse_file_info* fi) {
   }
   return Errno(static_cast<int>(pread(fd, buf, size, off)));
 }
-int Write(const char*, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+int Write(const char* path, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  if (int e = g_faults->Check("write", path); e != 0) return -e;
   const int fd = static_cast<int>(fi->fh);
   g_disk->Access(InodeOf(fd), static_cast<uint64_t>(off), size, true);
   return Errno(static_cast<int>(pwrite(fd, buf, size, off)));
@@ -307,7 +361,7 @@ bool TakeOption(std::string_view arg, std::string_view name, std::string* value)
 
 int main(int argc, char** argv) {
   HddParams p;
-  std::string stats, trace, v;
+  std::string stats, trace, faults, v;
   std::vector<char*> rest{argv[0]};
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
@@ -324,6 +378,8 @@ int main(int argc, char** argv) {
       stats = v;
     } else if (TakeOption(a, "--trace", &v)) {
       trace = v;
+    } else if (TakeOption(a, "--faults", &v)) {
+      faults = v;
     } else if (a.starts_with("-")) {
       rest.push_back(argv[i]);
       if ((a == "-o") && i + 1 < argc) rest.push_back(argv[++i]);
@@ -336,12 +392,15 @@ int main(int argc, char** argv) {
   if (g_backing.empty() || rest.size() < 2 || p.rpm <= 0 || p.media_mb_s <= 0) {
     std::fprintf(stderr,
                  "usage: hdd_fuse [--rpm=N] [--mb-s=N] [--seek-min-ms=X] [--seek-max-ms=X] "
-                 "[--stats=FILE] [--trace=FILE] BACKING MOUNTPOINT [-f] [FUSE options]\n");
+                 "[--stats=FILE] [--trace=FILE] [--faults=FILE] BACKING MOUNTPOINT [-f] [FUSE "
+                 "options]\n");
     return 2;
   }
   while (g_backing.size() > 1 && g_backing.back() == '/') g_backing.pop_back();
   Disk disk(p, stats, trace);
   g_disk = &disk;
+  Faults injected(faults);
+  g_faults = &injected;
   fuse_operations ops{};
   ops.init = Init;
   ops.destroy = Destroy;

@@ -257,8 +257,17 @@ void MemcacheServer::Impl::OnGetReply(Client& c, Op& op, const CorrTarget& t, ui
     }
     case wire::ErrorDecoder::kTemplateId: {
       auto e = wire::ErrorDecoder::Decode(m);
-      if (!first) return cut_off(fmt::format("failed ({})", e ? e->text() : "error"));
+      // Once a value's first line is out, the client can only be cut off; before it (its
+      // disk bytes unreadable, say: the core drops such an object), the key is a miss, as
+      // memcached answers an extstore read that fails.
+      if (k.header_out) return cut_off(fmt::format("failed ({})", e ? e->text() : "error"));
       GOBLIN_LOG_WARN(kLog, "get '{}': {} (answered as a miss)", k.key, e ? e->text() : "error");
+      if (!first) {  // (counted as a hit when its answer began)
+        --(op.cmd == memcache::Cmd::kGat || op.cmd == memcache::Cmd::kGats ? stats_.touch_hits
+                                                                           : stats_.get_hits);
+        k.buf.clear();
+        k.received = 0;
+      }
       k.state = GetKey::State::kMiss;
       k.piece_in_flight = false;
       ++stats_.get_misses;
@@ -278,7 +287,10 @@ void MemcacheServer::Impl::Take(Client& c, Op& op, size_t index, std::string_vie
     k.buf.append(bytes);
     return;
   }
-  // The key being written: straight to the client's output (one copy fewer).
+  // The key being written: straight to the client's output (one copy fewer). Its first
+  // line waits for its first bytes (a value whose head is not in RAM is answered with none):
+  // until then a failure can still be answered as a miss.
+  if (bytes.empty() && k.size > 0) return;
   WriteValueHeader(c, op, k);
   Write(c, bytes);
 }
@@ -326,7 +338,8 @@ void MemcacheServer::Impl::PumpGet(Client& c) {
       ++op.front;
       continue;
     }
-    WriteValueHeader(c, op, k);
+    // (its first line waits for its first bytes: until then a failure is still a miss)
+    if (k.received > 0 || k.size == 0 || op.no_value) WriteValueHeader(c, op, k);
     if (!k.buf.empty()) {
       Write(c, k.buf);
       k.buf.clear();

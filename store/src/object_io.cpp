@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace goblin::store {
@@ -10,6 +11,11 @@ namespace {
 
 uint32_t RoundUp4K(uint32_t n) {
   return (n + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+}
+
+// errno values of a read that mean the bytes are gone, not that the read could not be made.
+bool BytesAreLost(int err) {
+  return err == EIO || err == EBADMSG || err == EUCLEAN || err == ENODATA || err == ENXIO;
 }
 
 }  // namespace
@@ -375,9 +381,18 @@ Result<ExtentReader::Step> ExtentReader::TryNext(Chunk* out) {
   ++next_deliver_;
   if (s.result < 0 || static_cast<uint64_t>(s.result) < e.length) {
     buffers_->Release(s.buffer);
-    return s.result < 0 ? Err(ErrnoStatus(fmt::format("read of extent file {}", e.file), -s.result))
-                        : Err(StatusCode::kIoError, "short read of extent file {} ({} of {} bytes)",
-                              e.file, s.result, e.length);
+    // The drive cannot give these bytes back (a bad sector, a file cut short): as lost as a
+    // checksum mismatch, and the caller drops the object. Other errors (no memory, a
+    // cancelled read) say nothing about the bytes.
+    if (s.result >= 0) {
+      return Err(StatusCode::kCorruption, "short read of tier {} extent file {} ({} of {} bytes)",
+                 tiers_[e.tier]->DrivePath(e), e.file, s.result, e.length);
+    }
+    const Status why = ErrnoStatus(fmt::format("read of tier {} extent file {} at offset {}",
+                                               tiers_[e.tier]->DrivePath(e), e.file, e.offset),
+                                   -s.result);
+    if (BytesAreLost(-s.result)) return Err(StatusCode::kCorruption, "{}", why.message());
+    return Err(why);
   }
   if (XXH3_64bits(buffers_->Buffer(s.buffer), e.length) != e.checksum) {
     buffers_->Release(s.buffer);
