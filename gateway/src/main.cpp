@@ -640,6 +640,9 @@ int main(int argc, char** argv) {
       if (!s) return Fail(s.error().WithContext("memcache"));
       mcs.push_back(std::move(*s));
     }
+    auto group = std::make_shared<gateway::MemcacheStatsGroup>();  // (`stats`: all loops)
+    for (const auto& m : mcs) group->loops.push_back(m.get());
+    for (const auto& m : mcs) m->JoinStatsGroup(group);
     GOBLIN_LOG_INFO(kLog, "memcache on {}{}{} ({} loop{})",
                     mc.port != 0 ? fmt::format("{}:{}", listen_address, mcs[0]->port()) : "",
                     mc.port != 0 && !mc.unix_path.empty() ? " and " : "",

@@ -114,6 +114,9 @@ VoidResult MemcacheServer::Impl::Run(int stop_fd) {
     if (core_->queued_bytes() > 0 && core_->Flush()) ++work;
     uint64_t now = MonotonicNanos();
     Tick(now);
+    // (a `stats reset` on another loop of the group: before this round's commands)
+    if (group_ && group_->resets.load(std::memory_order_acquire) != stats_.resets)
+      ResetStats(group_->resets.load(std::memory_order_acquire));
     for (size_t i = 0; i < dirty_.size(); ++i) {  // (Process may add more)
       Client* c = dirty_[i];
       if (c->closed) continue;
@@ -475,6 +478,11 @@ void MemcacheServer::Impl::FlushAll(Client* c) {
   }
 }
 
+void MemcacheServer::Impl::ResetStats(uint64_t resets) {
+  // (connections are not reset: memcached's curr and total connections survive it too)
+  stats_ = MemcacheStats{.accepted = stats_.accepted, .closed = stats_.closed, .resets = resets};
+}
+
 std::string MemcacheServer::Impl::StatsReply(std::string_view arg) {
   std::string s;
   auto stat = [&](std::string_view name, auto value) {
@@ -491,40 +499,55 @@ std::string MemcacheServer::Impl::StatsReply(std::string_view arg) {
     stat("pointer_size", sizeof(void*) * 8);
     stat("rusage_user", fmt::format("{}.{:06}", ru.ru_utime.tv_sec, ru.ru_utime.tv_usec));
     stat("rusage_system", fmt::format("{}.{:06}", ru.ru_stime.tv_sec, ru.ru_stime.tv_usec));
+    // The whole gateway's counters: this loop's, and the others' last published copies
+    // (a copy from before the group's last reset counts only its connections).
+    if (group_ && group_->resets.load(std::memory_order_acquire) != stats_.resets)
+      ResetStats(group_->resets.load(std::memory_order_acquire));
+    MemcacheStats total = stats_;
+    uint64_t connections = clients_.size();
+    if (group_) {
+      for (const MemcacheServer* loop : group_->loops) {
+        if (loop == self_) continue;
+        MemcacheStats o = loop->Published();
+        connections += o.accepted - o.closed;
+        if (o.resets != stats_.resets)
+          o = MemcacheStats{.accepted = o.accepted, .closed = o.closed};
+        total += o;
+      }
+    }
     stat("max_connections", options_.max_clients);
-    stat("curr_connections", clients_.size());
-    stat("total_connections", stats_.accepted);
-    stat("cmd_get", stats_.cmd_get);
-    stat("cmd_set", stats_.cmd_set);
-    stat("cmd_flush", stats_.cmd_flush);
-    stat("cmd_touch", stats_.cmd_touch);
-    stat("get_hits", stats_.get_hits);
-    stat("get_misses", stats_.get_misses);
-    stat("delete_misses", stats_.delete_misses);
-    stat("delete_hits", stats_.delete_hits);
-    stat("incr_misses", stats_.incr_misses);
-    stat("incr_hits", stats_.incr_hits);
-    stat("decr_misses", stats_.decr_misses);
-    stat("decr_hits", stats_.decr_hits);
-    stat("cas_misses", stats_.cas_misses);
-    stat("cas_hits", stats_.cas_hits);
-    stat("cas_badval", stats_.cas_badval);
-    stat("touch_hits", stats_.touch_hits);
-    stat("touch_misses", stats_.touch_misses);
-    stat("bytes_read", stats_.bytes_read);
-    stat("bytes_written", stats_.bytes_written);
-    stat("goblin_write_retries", stats_.write_retries);
-    stat("goblin_cut_off", stats_.cut_off);
-    stat("goblin_bytes_lent", stats_.bytes_lent);
+    stat("curr_connections", connections);
+    stat("total_connections", total.accepted);
+    stat("cmd_get", total.cmd_get);
+    stat("cmd_set", total.cmd_set);
+    stat("cmd_flush", total.cmd_flush);
+    stat("cmd_touch", total.cmd_touch);
+    stat("get_hits", total.get_hits);
+    stat("get_misses", total.get_misses);
+    stat("delete_misses", total.delete_misses);
+    stat("delete_hits", total.delete_hits);
+    stat("incr_misses", total.incr_misses);
+    stat("incr_hits", total.incr_hits);
+    stat("decr_misses", total.decr_misses);
+    stat("decr_hits", total.decr_hits);
+    stat("cas_misses", total.cas_misses);
+    stat("cas_hits", total.cas_hits);
+    stat("cas_badval", total.cas_badval);
+    stat("touch_hits", total.touch_hits);
+    stat("touch_misses", total.touch_misses);
+    stat("bytes_read", total.bytes_read);
+    stat("bytes_written", total.bytes_written);
+    stat("goblin_write_retries", total.write_retries);
+    stat("goblin_cut_off", total.cut_off);
+    stat("goblin_bytes_lent", total.bytes_lent);
     stat("goblin_core_up", core_->up() ? 1 : 0);
     stat("goblin_core_shards", core_->shard_count());
-    stat("goblin_cores_lost", stats_.cores_lost);
+    stat("goblin_cores_lost", total.cores_lost);
     stat("goblin_worker", options_.worker);
-  } else if (arg == "reset") {
-    const uint64_t accepted = stats_.accepted, closed = stats_.closed;
-    stats_ = MemcacheStats{};
-    stats_.accepted = accepted;
-    stats_.closed = closed;
+  } else if (arg == "reset") {  // (every loop of the group: each before its next command)
+    ResetStats(group_ ? group_->resets.fetch_add(1, std::memory_order_acq_rel) + 1
+                      : stats_.resets + 1);
+    published_.Force([this](MemcacheStats* c) { *c = stats_; });
     return "RESET\r\n";
   } else if (arg == "settings") {
     stat("maxconns", options_.max_clients);
@@ -831,6 +854,10 @@ Result<std::unique_ptr<MemcacheServer>> MemcacheServer::Start(const MemcacheServ
 VoidResult MemcacheServer::Run(int stop_fd) { return impl_->Run(stop_fd); }
 const MemcacheStats& MemcacheServer::stats() const { return impl_->stats_; }
 MemcacheStats MemcacheServer::Published() const { return impl_->published_.Get(); }
+void MemcacheServer::JoinStatsGroup(std::shared_ptr<MemcacheStatsGroup> group) {
+  impl_->group_ = std::move(group);
+  impl_->self_ = this;
+}
 int MemcacheServer::port() const { return impl_->port_; }
 
 }  // namespace goblin::gateway

@@ -30,8 +30,10 @@ class MemcacheServer::Impl {
   VoidResult Init();
   VoidResult Run(int stop_fd);
   MemcacheStats stats_;
-  PublishedStats<MemcacheStats> published_;  // (the metrics endpoint's copy)
+  PublishedStats<MemcacheStats> published_;  // (the metrics endpoint's and the group's copy)
   int port_ = 0;
+  std::shared_ptr<MemcacheStatsGroup> group_;  // (none: `stats` answers for this loop)
+  const MemcacheServer* self_ = nullptr;       // (this loop in group_->loops)
 
  private:
   // ---- one key of a get: its answer, in pieces ----
@@ -165,7 +167,8 @@ class MemcacheServer::Impl {
   void EndOps(const std::vector<Client*>& busy);  // each as at a core loss
   void StartSimple(Client& c, const memcache::Request& req);
   std::string StatsReply(std::string_view arg);
-  void FlushAll(Client* c);  // purges every shard; c (if given) waits for the acks
+  void ResetStats(uint64_t resets);  // (to the group's `resets`; connections kept)
+  void FlushAll(Client* c);          // purges every shard; c (if given) waits for the acks
   void Tick(uint64_t now);
   static std::string ErrorReply(std::string_view text);
 

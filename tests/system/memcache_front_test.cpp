@@ -48,16 +48,19 @@ class MemcacheFront : public testing::Test {
         std::vector<std::string>{GOBLIN_GATEWAY_BIN, "--core", "unix:" + core_sock_,
                                  "--memcache-port=-1", "--memcache-chunk", "256K"},
         dir_ + "/gateway.log");
+    ASSERT_NO_FATAL_FAILURE(port_ = MemcachePort(*gateway_));
+  }
+  static int MemcachePort(test::Process& gateway) {  // (once it listens)
+    const std::regex listening("memcache on 127\\.0\\.0\\.1:([0-9]+)");
     std::smatch m;
     std::string log;
     for (int i = 0; i < 500; ++i) {
-      log = gateway_->Output();
-      if (std::regex_search(log, m, std::regex("memcache on 127\\.0\\.0\\.1:([0-9]+)"))) break;
+      log = gateway.Output();
+      if (std::regex_search(log, m, listening)) return std::stoi(m[1]);
       std::this_thread::sleep_for(10ms);
     }
-    ASSERT_TRUE(std::regex_search(log, m, std::regex("memcache on 127\\.0\\.0\\.1:([0-9]+)")))
-        << log;
-    port_ = std::stoi(m[1]);
+    ADD_FAILURE() << "the gateway does not listen: " << log;
+    return 0;
   }
   void StartCore() {
     std::vector<std::string> args{
@@ -458,6 +461,72 @@ TEST_F(MemcacheFront, HitBeforeAndLastAccessAreReportedAsBeforeTheCommand) {
   ASSERT_EQ(c.Ask("set t 0 0 1\r\n5\r\n"), "STORED\r\n");
   EXPECT_EQ(c.Ask("touch t 100\r\n"), "TOUCHED\r\n");
   EXPECT_EQ(c.Ask("mg t h\r\n"), "HD h1\r\n");
+}
+
+// memcached's `stats` is the whole server's: with two loops, the counters and connections of
+// clients on either are in both loops' answers, and `stats reset` on one resets them all.
+TEST_F(MemcacheFront, StatsCountEveryLoopAndAResetResetsThemAll) {
+  test::Process gateway({GOBLIN_GATEWAY_BIN, "--core", "unix:" + core_sock_, "--memcache-port=-1",
+                         "--memcache-threads", "2"},
+                        dir_ + "/gateway2.log");
+  int port = 0;
+  ASSERT_NO_FATAL_FAILURE(port = MemcachePort(gateway));
+  auto stat = [](const std::string& reply, const std::string& name) -> int64_t {
+    std::smatch m;
+    if (!std::regex_search(reply, m, std::regex("STAT " + name + " ([0-9]+)\r\n"))) return -1;
+    return std::stoll(m[1]);
+  };
+  // Connections until each loop holds one (a loop names itself: goblin_worker).
+  std::vector<std::unique_ptr<McClient>> clients;
+  McClient* on[2] = {nullptr, nullptr};
+  for (int i = 0; i < 64 && (on[0] == nullptr || on[1] == nullptr); ++i) {
+    auto c = std::make_unique<McClient>(port);
+    const int64_t worker = stat(c->Ask("stats\r\n", "END\r\n"), "goblin_worker");
+    ASSERT_TRUE(worker == 0 || worker == 1) << worker;
+    if (on[worker] == nullptr) on[worker] = c.get();
+    clients.push_back(std::move(c));
+  }
+  ASSERT_TRUE(on[0] != nullptr && on[1] != nullptr) << "64 connections all went to one loop";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(on[0]->Ask("get nope0\r\n"), "END\r\n");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(on[1]->Ask("get nope1\r\n"), "END\r\n");
+  EXPECT_EQ(on[1]->Ask("set s1 0 0 1\r\nx\r\n"), "STORED\r\n");
+  // (a loop hands its copy over when it goes idle: asked until it is there, bounded)
+  auto totals = [&](McClient* c, int64_t misses, int64_t sets) {
+    std::string reply;
+    for (int i = 0; i < 200; ++i) {
+      reply = c->Ask("stats\r\n", "END\r\n");
+      if (stat(reply, "get_misses") == misses && stat(reply, "cmd_set") == sets) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return reply;
+  };
+  for (McClient* c : on) {
+    const std::string reply = totals(c, 5, 1);
+    EXPECT_EQ(stat(reply, "get_misses"), 5) << reply;
+    EXPECT_EQ(stat(reply, "cmd_get"), 5) << reply;
+    EXPECT_EQ(stat(reply, "cmd_set"), 1) << reply;
+    EXPECT_EQ(stat(reply, "curr_connections"), static_cast<int64_t>(clients.size())) << reply;
+    EXPECT_EQ(stat(reply, "total_connections"), static_cast<int64_t>(clients.size())) << reply;
+  }
+  EXPECT_EQ(on[0]->Ask("stats reset\r\n"), "RESET\r\n");
+  const std::string after = on[1]->Ask("stats\r\n", "END\r\n");  // (the other loop)
+  EXPECT_EQ(stat(after, "get_misses"), 0) << after;
+  EXPECT_EQ(stat(after, "cmd_set"), 0) << after;
+  EXPECT_EQ(stat(after, "curr_connections"), static_cast<int64_t>(clients.size())) << after;
+  EXPECT_EQ(on[1]->Ask("get nope1\r\n"), "END\r\n");
+  const std::string counted = totals(on[0], 1, 0);
+  EXPECT_EQ(stat(counted, "get_misses"), 1) << counted;
+  // A connection gone is gone from both loops' answers (one more, then closed).
+  auto extra = std::make_unique<McClient>(port);
+  EXPECT_TRUE(extra->Ask("version\r\n").starts_with("VERSION "));
+  extra.reset();
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    seen = stat(on[0]->Ask("stats\r\n", "END\r\n"), "curr_connections") ==
+           static_cast<int64_t>(clients.size());
+    if (!seen) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(seen);
 }
 
 }  // namespace

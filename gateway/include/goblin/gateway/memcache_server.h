@@ -18,10 +18,12 @@
 // Run() until the stop fd is readable.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "goblin/cluster/etcd_client.h"
 #include "goblin/common/status.h"
@@ -61,7 +63,20 @@ struct MemcacheStats {
   uint64_t cut_off = 0;        // values cut off mid-send (core gone, object replaced)
   uint64_t bytes_lent = 0;     // value bytes written from the core's pools (not copied here)
   uint64_t cores_lost = 0;     // etcd://: cores lost alone (only the ops waiting there ended)
+  // (not a counter: how many `stats reset`s of its group these count from; += keeps it)
+  uint64_t resets = 0;
   MemcacheStats& operator+=(const MemcacheStats& o);
+};
+
+class MemcacheServer;
+
+// The loops of one gateway answering `stats` as one server (memcached's totals over its
+// threads): a loop adds the others' published copies (at most 200 ms old; fresh once a loop
+// is idle) to its own counters, and `stats reset` on any loop resets them all.
+// Threading: `loops` is set before any loop runs and read-only after; `resets` is atomic.
+struct MemcacheStatsGroup {
+  std::vector<const MemcacheServer*> loops;
+  std::atomic<uint64_t> resets{0};
 };
 
 class MemcacheServer {
@@ -74,6 +89,8 @@ class MemcacheServer {
   // any thread (the metrics endpoint).
   MemcacheStats Published() const;
   int port() const;
+  // Before Run: `stats` answers for every loop of `group` (which lists this one).
+  void JoinStatsGroup(std::shared_ptr<MemcacheStatsGroup> group);
 
  private:
   class Impl;
