@@ -133,6 +133,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   if (stop_fd >= 0)
     GOBLIN_RETURN_IF_ERROR(EpollCtl(epoll_.get(), EPOLL_CTL_ADD, stop_fd, EPOLLIN, kTagStop));
   bool stop = false;
+  uint64_t drain_until = 0;  // (draining after the stop signal: until then, or no fills left)
   uint64_t last_work = MonotonicNanos(), last_sweep = 0;
   const auto busy_poll_ns = static_cast<uint64_t>(options_.busy_poll.count());
   auto publish = [this](Copy* c) {
@@ -211,6 +212,13 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
           OnOriginDone(*it->second, false, OriginFault::kTimeout);
       }
     }
+    if (drain_until != 0 && (all_fills_.empty() || now >= drain_until)) {
+      if (!all_fills_.empty()) {
+        GOBLIN_LOG_WARN(kLog, "stopping with {} fills still in flight after {} ms (aborted)",
+                        all_fills_.size(), options_.drain_timeout.count());
+      }
+      break;
+    }
     int timeout = 0;
     // (connections given a turn in the next round, or marked since this round's writes -
     // an HTTP/2 session's frames queued at the end of a flush - are work: no sleep)
@@ -225,6 +233,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
         if (ms < timeout) timeout = static_cast<int>(ms);
       }
     }
+    if (drain_until != 0 && timeout != 0) timeout = 10;      // (the drain's end is looked for)
     published_.Offer(now, last_work, timeout > 0, publish);  // (sleeping: what it did is seen)
     if (timeout == 0 && work == 0 && options_.yield_when_polling) sched_yield();
 #if GOBLIN_HAVE_URING
@@ -240,7 +249,8 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       uint64_t tag = events[i].data.u64;
       uint32_t ev = events[i].events;
       if (tag == kTagStop) {
-        stop = true;
+        if (drain_until == 0) drain_until = BeginDrain(stop_fd);
+        if (drain_until == 0) stop = true;
       } else if (tag == kTagCoreBell) {
       } else if (tag == kTagCoreSock) {
         core_->OnSocketEvent();
@@ -275,6 +285,23 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   all_fills_.clear();
   published_.Force(publish);
   return {};
+}
+
+uint64_t HttpServer::Impl::BeginDrain(int stop_fd) {
+  if (all_fills_.empty() || options_.drain_timeout.count() <= 0) return 0;
+  // No more connections; the stop fd stays readable, so it leaves the epoll set too.
+  for (int fd : {stop_fd, listen_fd(), tls_listen_fd(), neighbour_listen_, neighbour_tls_listen_})
+    if (fd >= 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  std::vector<Conn*> idle;
+  for (auto& [id, c] : conns_) {
+    const bool streams = c->h2 && !c->h2->streams.empty();
+    if (!c->closed && c->h2_parent == 0 && !c->ex && !streams && c->out_bytes == 0)
+      idle.push_back(c.get());
+  }
+  for (Conn* c : idle) Close(*c);
+  GOBLIN_LOG_INFO(kLog, "stopping: {} fills in flight finish first (at most {} ms)",
+                  all_fills_.size(), options_.drain_timeout.count());
+  return MonotonicNanos() + static_cast<uint64_t>(options_.drain_timeout.count()) * 1'000'000ULL;
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

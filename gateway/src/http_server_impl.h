@@ -122,6 +122,9 @@ class HttpServer::Impl {
   HttpStats stats_;
   int port_ = 0, tls_port_ = 0;
   int same_host_send_buffer_ = 0;  // SO_SNDBUF set at accept for a peer on this host (0: none)
+  // The stop signal with fills in flight: stop taking connections, close idle ones; returns
+  // when the drain ends (0: no fills, or no drain: stop now).
+  uint64_t BeginDrain(int stop_fd);
   int listen_fd() const { return listen_ ? listen_.get() : -1; }
   int tls_listen_fd() const { return tls_listen_ ? tls_listen_.get() : -1; }
   VoidResult AcceptAlsoFrom(int fd, int tls_fd);

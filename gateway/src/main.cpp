@@ -328,6 +328,10 @@ int main(int argc, char** argv) {
   std::chrono::nanoseconds send_timeout = std::chrono::seconds(60);
   AddDurationOption(app, "--send-timeout", &send_timeout,
                     "A client that takes no response bytes for this long is closed");
+  std::chrono::nanoseconds drain_timeout = std::chrono::seconds(5);
+  AddDurationOption(app, "--drain-timeout", &drain_timeout,
+                    "On SIGTERM, how long HTTP fills in flight may finish (and their clients be "
+                    "served) before the gateway exits; 0: at once");
   AddSizeOption(app, "--max-body", &h.max_body, "Largest request body proxied to the origin");
   app.add_option("--accept-from-neighbour", h.accept_from_neighbour,
                  "HTTP front, several workers: each also accepts from the next worker's "
@@ -545,6 +549,7 @@ int main(int argc, char** argv) {
       std::max(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::seconds>(idle));
   h.send_timeout = std::max(std::chrono::seconds(1),
                             std::chrono::duration_cast<std::chrono::seconds>(send_timeout));
+  h.drain_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(drain_timeout);
   h.purge_allow.clear();
   std::stringstream ss(purge_allow);
   for (std::string a; std::getline(ss, a, ',');) {

@@ -70,7 +70,11 @@ struct HttpServerOptions {
   std::chrono::seconds idle_timeout{60};
   std::chrono::seconds origin_timeout{30};
   std::chrono::seconds send_timeout{60};  // a client that takes no bytes this long is closed
-  uint64_t max_body = 64ull << 20;        // request bodies proxied to the origin (413 above)
+  // On the stop signal: no more connections are taken, idle ones close, and the loop goes
+  // on while fills to the core are in flight (their objects stored, their clients served),
+  // for at most this long (nginx's graceful stop; 0: stop at once, fills aborted).
+  std::chrono::milliseconds drain_timeout{5000};
+  uint64_t max_body = 64ull << 20;  // request bodies proxied to the origin (413 above)
   uint32_t core_ring_bytes = 1u << 20;
   size_t max_clients = 10000;
   bool net_async = false;   // --net async: client socket I/O through io_uring
