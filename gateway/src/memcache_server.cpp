@@ -114,9 +114,7 @@ VoidResult MemcacheServer::Impl::Run(int stop_fd) {
     if (core_->queued_bytes() > 0 && core_->Flush()) ++work;
     uint64_t now = MonotonicNanos();
     Tick(now);
-    // (a `stats reset` on another loop of the group: before this round's commands)
-    if (group_ && group_->resets.load(std::memory_order_acquire) != stats_.resets)
-      ResetStats(group_->resets.load(std::memory_order_acquire));
+    FollowGroupReset();  // (a `stats reset` on another loop: before this round's commands)
     for (size_t i = 0; i < dirty_.size(); ++i) {  // (Process may add more)
       Client* c = dirty_[i];
       if (c->closed) continue;
@@ -478,6 +476,12 @@ void MemcacheServer::Impl::FlushAll(Client* c) {
   }
 }
 
+void MemcacheServer::Impl::FollowGroupReset() {
+  if (!group_) return;
+  const uint64_t resets = group_->resets.load(std::memory_order_acquire);
+  if (resets != stats_.resets) ResetStats(resets);
+}
+
 void MemcacheServer::Impl::ResetStats(uint64_t resets) {
   // (connections are not reset: memcached's curr and total connections survive it too)
   stats_ = MemcacheStats{.accepted = stats_.accepted, .closed = stats_.closed, .resets = resets};
@@ -501,8 +505,7 @@ std::string MemcacheServer::Impl::StatsReply(std::string_view arg) {
     stat("rusage_system", fmt::format("{}.{:06}", ru.ru_stime.tv_sec, ru.ru_stime.tv_usec));
     // The whole gateway's counters: this loop's, and the others' last published copies
     // (a copy from before the group's last reset counts only its connections).
-    if (group_ && group_->resets.load(std::memory_order_acquire) != stats_.resets)
-      ResetStats(group_->resets.load(std::memory_order_acquire));
+    FollowGroupReset();
     MemcacheStats total = stats_;
     uint64_t connections = clients_.size();
     if (group_) {

@@ -168,6 +168,7 @@ class MemcacheServer::Impl {
   void StartSimple(Client& c, const memcache::Request& req);
   std::string StatsReply(std::string_view arg);
   void ResetStats(uint64_t resets);  // (to the group's `resets`; connections kept)
+  void FollowGroupReset();           // ResetStats if another loop's `stats reset` came since
   void FlushAll(Client* c);          // purges every shard; c (if given) waits for the acks
   void Tick(uint64_t now);
   static std::string ErrorReply(std::string_view text);
