@@ -56,6 +56,7 @@ VoidResult Loop::AddWakeFd(int fd) {
 VoidResult Loop::AddSource(EventSource* source) {
   GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), source->event_fd(), kTagSource + sources_.size()));
   sources_.push_back(source);
+  if (source->transport()) transports_.push_back(source);
   return {};
 }
 
@@ -71,23 +72,41 @@ VoidResult Loop::Run(int stop_fd) {
   uint64_t last_work = MonotonicNanos(), last_events = last_work;
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
   const uint64_t events_ns = static_cast<uint64_t>(options_.events_every.count());
+  const uint32_t every = std::max<uint32_t>(1, options_.background_every);
+  uint32_t round = 0;   // every `every`-th is a full one
+  bool worked = false;  // a transports-only round did work (the clock is read at a full one)
+  auto pause = [this] {
+    if (options_.yield_when_polling) {
+      sched_yield();
+    } else {
+      _mm_pause();
+    }
+  };
   while (!stop_.load(std::memory_order_acquire)) {
+    if (round++ % every != 0) {  // the transports only
+      size_t n = 0;
+      for (EventSource* src : transports_) n += src->Poll();
+      if (n > 0) {
+        worked = true;
+      } else {
+        pause();
+      }
+      continue;
+    }
     size_t n = handler_ != nullptr ? handler_->OnPoll() : 0;
     for (EventSource* src : sources_) n += src->Poll();
     const uint64_t now = MonotonicNanos();
-    if (n > 0) last_work = now;
+    if (n > 0 || worked) last_work = now;
+    worked = false;
     if (now - last_events >= events_ns) {  // accepts, hang-ups and wake fds while busy
       HandleEvents(0);
       last_events = now;
-      continue;  // (what it took in, a drained wake fd's work, is polled before any sleep)
+      round = 0;  // (what it took in, a drained wake fd's work, is polled before any sleep)
+      continue;
     }
     if (n > 0) continue;
     if (options_.never_sleep || now - last_work < busy_ns) {
-      if (options_.yield_when_polling) {
-        sched_yield();
-      } else {
-        _mm_pause();
-      }
+      pause();
       continue;
     }
     // Every source announces its sleep (so peers ring its doorbells) before any sleeps.
@@ -105,6 +124,7 @@ VoidResult Loop::Run(int stop_fd) {
     }
     for (EventSource* src : sources_) src->FinishSleep();
     last_work = last_events = MonotonicNanos();
+    round = 0;
   }
   for (EventSource* src : sources_) src->Close();
   return {};

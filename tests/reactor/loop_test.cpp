@@ -2,6 +2,7 @@
 // queued, as the store's sync thread and io_uring completions do) is polled before the loop
 // sleeps, whatever its polling options. A loop that drained the fd and then slept without
 // another poll round lost the work until something else woke it (a put's answer, 5 s).
+// And the round's cadence: transports every round, the rest every background_every-th.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/common/fd.h"
+#include "goblin/reactor/event_source.h"
 #include "goblin/reactor/handler.h"
 #include "goblin/reactor/loop.h"
 
@@ -90,6 +92,80 @@ INSTANTIATE_TEST_SUITE_P(Options, LoopWakeFd,
                                            Options{"Defaults", reactor::LoopOptions{}.busy_poll,
                                                    reactor::LoopOptions{}.events_every}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Counts its polls; reports work on each while `busy`.
+class CountingSource : public reactor::EventSource {
+ public:
+  explicit CountingSource(bool transport)
+      : transport_(transport), efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  int event_fd() const override { return efd_.get(); }
+  size_t Poll() override {
+    polls.fetch_add(1, std::memory_order_relaxed);
+    return busy.load(std::memory_order_relaxed) ? 1 : 0;
+  }
+  bool PrepareSleep() override { return true; }
+  void Close() override {}
+  bool transport() const override { return transport_; }
+  std::atomic<uint64_t> polls{0};
+  std::atomic<bool> busy{false};
+
+ private:
+  bool transport_;
+  UniqueFd efd_;
+};
+
+class CountingHandler : public reactor::Handler {
+ public:
+  void OnMessage(reactor::Session&, std::span<const uint8_t>) override {}
+  size_t OnPoll() override {
+    polls.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  std::atomic<uint64_t> polls{0};
+};
+
+struct Counts {
+  uint64_t transport = 0, background = 0, handler = 0;
+};
+
+// Runs a never-sleeping loop with one transport and one other source for `for_time`.
+Counts RunCounting(uint32_t every, bool transport_busy, std::chrono::milliseconds for_time) {
+  CountingHandler h;
+  CountingSource transport(true), background(false);
+  transport.busy = transport_busy;
+  reactor::LoopOptions o;
+  o.never_sleep = true;
+  o.background_every = every;
+  auto loop = reactor::Loop::Create(o, &h);
+  EXPECT_TRUE(loop) << loop.error().ToString();
+  if (!loop) return {};
+  EXPECT_TRUE((*loop)->AddSource(&transport));
+  EXPECT_TRUE((*loop)->AddSource(&background));
+  std::thread t([&] { (void)(*loop)->Run(); });
+  std::this_thread::sleep_for(for_time);
+  (*loop)->Stop();
+  t.join();
+  return {transport.polls.load(), background.polls.load(), h.polls.load()};
+}
+
+TEST(LoopCadence, TransportsArePolledEveryRoundTheRestEveryFewWhetherIdleOrBusy) {
+  for (bool busy : {false, true}) {
+    SCOPED_TRACE(busy ? "the transport has work every round" : "idle");
+    // Every 8th round is a full one (a look at the fds every 200 us starts a new count, so
+    // a few more): the transport is polled 7-8 times as often as the rest, which is never
+    // starved by a busy transport.
+    const Counts c = RunCounting(8, busy, 100ms);
+    ASSERT_GT(c.background, 100u);
+    EXPECT_EQ(c.handler, c.background);
+    EXPECT_LE(c.transport, 8 * c.background);
+    EXPECT_GT(c.transport, 6 * c.background);
+    // background_every 1: everything every round (the loop before the cadence).
+    const Counts one = RunCounting(1, busy, 50ms);
+    ASSERT_GT(one.background, 100u);
+    EXPECT_EQ(one.transport, one.background);
+    EXPECT_EQ(one.handler, one.background);
+  }
+}
 
 }  // namespace
 }  // namespace goblin

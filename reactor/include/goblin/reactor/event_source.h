@@ -16,6 +16,10 @@ class EventSource {
   virtual int event_fd() const = 0;
   // Makes progress; returns the units of work done (0 lets the loop go idle).
   virtual size_t Poll() = 0;
+  // Requests arrive here (a transport): polled on every round of a busy-polling loop, where
+  // other sources and the handler's background work run every few quiet rounds
+  // (LoopOptions::background_every).
+  virtual bool transport() const { return false; }
   // event_fd() was readable: take the events (accepts, closed sockets...). Called from the
   // loop's epoll round, not on every Poll (no system call per message).
   virtual void OnReady() {}

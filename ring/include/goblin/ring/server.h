@@ -104,7 +104,8 @@ class RingServer final : public reactor::EventSource {
 
   // reactor::EventSource (loop thread)
   int event_fd() const override { return epoll_.get(); }
-  size_t Poll() override;   // every session's ring (batches of 64) and output queue
+  size_t Poll() override;  // every session's ring (batches of 64) and output queue
+  bool transport() const override { return true; }
   void OnReady() override;  // accepts, handshakes, liveness sockets
   bool PrepareSleep() override;
   void FinishSleep() override;

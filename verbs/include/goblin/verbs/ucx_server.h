@@ -129,6 +129,7 @@ class UcxServer final : public reactor::EventSource {
   // the worker is replaced (RestartWorker).
   int event_fd() const override { return epoll_.get(); }
   size_t Poll() override;
+  bool transport() const override { return true; }
   bool PrepareSleep() override;
   // Sleeps as long as nothing happens, except while a connected client has not said Hello
   // (its hello_timeout is checked when the loop wakes).
