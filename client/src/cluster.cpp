@@ -208,10 +208,10 @@ Result<Cluster::ObjectMeta> Cluster::Head(std::string_view key) {
   return Route<ObjectMeta>(key, [&](Connection& c) { return c.Head(key); });
 }
 
-Result<Cluster::ObjectMeta> Cluster::Get(std::string_view key, const Connection::Sink& sink,
+Result<Cluster::ObjectMeta> Cluster::Get(std::string_view key, Connection::SinkRef sink,
                                          uint64_t offset, uint64_t length, bool follow_fill) {
   bool delivered = false;
-  Connection::Sink counted = [&](uint64_t off, std::span<const uint8_t> bytes) {
+  auto counted = [&](uint64_t off, std::span<const uint8_t> bytes) {
     delivered = true;
     return sink(off, bytes);
   };

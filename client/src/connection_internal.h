@@ -43,8 +43,8 @@ struct Connection::GetState {
   uint64_t id = 0;      // the ObjectGet's correlation id
   uint64_t offset = 0;  // of the range asked for (where ObjectInfo's first bytes go)
   Sink owned_sink;      // (gets in flight own theirs; a synchronous Get lends its own)
-  const Sink* sink = nullptr;
-  const MetaHook* on_meta = nullptr;
+  SinkRef sink;
+  MetaHook on_meta;  // (none: false)
   ObjectMeta meta;
   bool have_info = false;
   Status error;

@@ -68,7 +68,7 @@ class Cluster {
                            std::string_view metadata = {});
   Result<ObjectMeta> Head(std::string_view key);
   // Retried on the next owner only if the sink has seen no byte yet.
-  Result<ObjectMeta> Get(std::string_view key, const Connection::Sink& sink, uint64_t offset = 0,
+  Result<ObjectMeta> Get(std::string_view key, Connection::SinkRef sink, uint64_t offset = 0,
                          uint64_t length = UINT64_MAX, bool follow_fill = false);
   Result<bool> Delete(std::string_view key);
 

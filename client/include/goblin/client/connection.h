@@ -105,12 +105,15 @@ class Connection {
   // `on_meta` (if given) sees the object's metadata when the core's answer arrives, before
   // the first byte reaches the sink (as an HTTP client sees a response's headers); not on a miss.
   // A sink that fails ends the get with its error (also in flight, StartGet): the core is told
-  // to stop the stream and take back its loans, so nothing stays held for it.
+  // to stop the stream and take back its loans, so nothing stays held for it. Get only
+  // borrows its callbacks for the call (no std::function made, nor allocated, per get);
+  // StartGet keeps its sink until the get ends.
   using Sink = std::function<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
-  using MetaHook = std::function<void(const ObjectMeta&)>;
-  Result<ObjectMeta> Get(std::string_view key, const Sink& sink, uint64_t offset = 0,
+  using SinkRef = FunctionRef<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
+  using MetaHook = FunctionRef<void(const ObjectMeta&)>;  // (default: none)
+  Result<ObjectMeta> Get(std::string_view key, SinkRef sink, uint64_t offset = 0,
                          uint64_t length = UINT64_MAX, bool follow_fill = false,
-                         const MetaHook& on_meta = {});
+                         MetaHook on_meta = {});
   Result<bool> Delete(std::string_view key);
 
   // ---- Many gets in flight on one connection ----

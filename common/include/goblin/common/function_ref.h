@@ -1,6 +1,7 @@
 // FunctionRef: a non-owning reference to a callable, for callbacks passed down a call
 // (message handlers on the hot path) where std::function could allocate. The callable
-// must outlive the call it is passed to.
+// must outlive the call it is passed to. A default-constructed one refers to nothing
+// (false; calling it is undefined): an optional callback without std::optional.
 // Threading: as the callable.
 #pragma once
 
@@ -15,6 +16,7 @@ class FunctionRef;
 template <typename R, typename... Args>
 class FunctionRef<R(Args...)> {
  public:
+  FunctionRef() = default;
   template <typename F>
   requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
            std::is_invocable_r_v<R, F&, Args...>)
@@ -24,10 +26,11 @@ class FunctionRef<R(Args...)> {
           return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(args)...);
         }) {}
   R operator()(Args... args) const { return call_(obj_, std::forward<Args>(args)...); }
+  explicit operator bool() const { return call_ != nullptr; }
 
  private:
-  void* obj_;
-  R (*call_)(void*, Args...);
+  void* obj_ = nullptr;
+  R (*call_)(void*, Args...) = nullptr;
 };
 
 }  // namespace goblin
