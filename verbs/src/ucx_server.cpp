@@ -305,7 +305,17 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_l
     s.Close();
     return UCS_OK;
   }
-  // Handed to the handler after progress returns (no sends from inside UCX callbacks).
+  // Handed to the handler here, within progress, when nothing waits in the inbox (so every
+  // session's messages keep their order) and the session said Hello: copying it to the inbox
+  // and delivering after progress returns was ~100 ns of every request (the rest of the
+  // progress pass, then Deliver). A UCX callback may send (the answer goes out from here);
+  // it may not progress the worker, and nothing the handler calls does.
+  if (self->inbox_.empty() && s.welcomed_ && !s.closing_) {
+    ++self->stats_.messages;
+    self->handler_->OnMessage(s, {static_cast<const uint8_t*>(data), length});
+    return UCS_OK;
+  }
+  // Else after progress returns, in order.
   self->deliverable_ = true;
   size_t at = self->inbox_.size();
   self->inbox_.resize(at + 12 + length);
