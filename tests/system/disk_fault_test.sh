@@ -7,7 +7,10 @@
 #    object is dropped, and the next request gets every byte (fetched from the origin again);
 #  - a memcache get of stored values is a miss (END, mg's EN), the connection stays usable;
 # and once the disk reads again, the dropped values stay gone and the refetched object is a
-# hit (no origin request).
+# hit (no origin request). Then the native planes, goblin-core alone (ring, UCX over tcp and
+# over shared memory): a get from the failing disk fails (no bytes left behind); the next
+# get of it is a miss, the core answers the next get of another key, and once the disk
+# reads again the dropped object stays gone and the other is whole.
 # Exits 77 (skipped) where FUSE cannot be mounted.
 # Usage: disk_fault_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -159,4 +162,66 @@ for NET in sync async; do
     echo "$mode: ok"
   done
 done
+# The native planes: goblin-core alone on the same disk.
+CORE_PID=""
+start_core() {
+  N=$((N + 1))
+  "$BUILD/core/goblin-core" --listen-unix "$T/native.sock" --ssd-dir "$M/ntier" --memory 64M \
+    --block 1M --ram-head 1M --hugepages off --rdma-listen "127.0.0.1:$((BASE + 2))" \
+    > "$T/store-$N.log" 2>&1 &
+  CORE_PID=$!
+  for _ in $(seq 150); do
+    grep -q "UCX plane listening" "$T/store-$N.log" && [ -S "$T/native.sock" ] && break
+    sleep 0.1
+  done
+  [ -S "$T/native.sock" ] || fail "goblin-core did not start"
+}
+stop_core() {
+  kill -TERM "$CORE_PID" 2>/dev/null || true
+  wait "$CORE_PID" 2>/dev/null || true
+  CORE_PID=""
+}
+trap 'stop_core; cleanup' EXIT
+"$BUILD/core/goblin-core" --prepare "$M/ntier" > /dev/null || fail "goblin-core --prepare"
+native() {  # PLANE ARGS...: the goblin CLI over that plane
+  local plane=$1
+  shift
+  case $plane in
+    ring) "$BUILD/tools/goblin" --target "unix:$T/native.sock" "$@" ;;
+    ucx-tcp) UCX_TLS=tcp UCX_NET_DEVICES=lo "$BUILD/tools/goblin" --target "ucx://127.0.0.1:$((BASE + 2))" "$@" ;;
+    ucx-shm) UCX_TLS=sm,tcp UCX_NET_DEVICES=lo "$BUILD/tools/goblin" --target "ucx://127.0.0.1:$((BASE + 2))" "$@" ;;
+  esac
+}
+PLANES="ring ucx-tcp ucx-shm"
+start_core
+for P in $PLANES; do
+  native "$P" put "$P/big" "$T/value" > /dev/null || fail "$P: put"
+  native "$P" put "$P/other" "$T/expected" > /dev/null || fail "$P: put of the other"
+done
+stop_core
+start_core  # (nothing in RAM)
+echo "read EIO extent-" > "$FAULTS"
+for P in $PLANES; do
+  # (nothing of it in RAM past its head: the read of the rest fails, and the get with it)
+  rc=0
+  native "$P" get "$P/big" -o "$T/got" 2> "$T/get.err" || rc=$?
+  [ "$rc" = 1 ] || fail "$P: get from a failing disk: exit $rc ($(cat "$T/get.err"))"
+  [ ! -e "$T/got" ] || fail "$P: a failed get left its output behind"
+  rc=0
+  native "$P" get "$P/big" -o "$T/got" 2> "$T/get.err" || rc=$?
+  [ "$rc" = 2 ] || fail "$P: the get after the fault: exit $rc, not a miss ($(cat "$T/get.err"))"
+done
+: > "$FAULTS"  # the disk reads again
+for P in $PLANES; do
+  rc=0
+  native "$P" get "$P/big" -o "$T/got" 2>/dev/null || rc=$?
+  [ "$rc" = 2 ] || fail "$P: the dropped object came back (exit $rc)"
+  native "$P" get "$P/other" -o "$T/got" || fail "$P: the other object after the disk recovered"
+  cmp -s "$T/got" "$T/expected" || fail "$P: the other object differs"
+done
+dropped=$("$BUILD/tools/goblinctl" --target "unix:$T/native.sock.admin" stats |
+  awk '$1 == "corrupt_dropped" {print $2}')
+[ "${dropped:-0}" -ge 3 ] || fail "native: corrupt_dropped ${dropped:-none}"
+stop_core
+echo "native planes: ok"
 echo "disk_fault_test: ok"
