@@ -116,14 +116,12 @@ namespace {
 // An ObjectGet's flags for a link.
 uint32_t GetFlags(const auto& l, const ConnectOptions& o, bool follow_fill) {
   // Remote planes take the first bytes in the answer (one message less before the first
-  // byte); a reader of the pools takes the first piece lent in it (the same, in place),
-  // small objects too: copied into a UCX shared-memory answer, a 1 KiB object made it a
-  // bigger message than the loan (first byte 2.8 against 2.2 us here), and the bytes are
-  // read in place either way.
+  // byte); a reader of the pools takes the first piece lent in it (the same, in place), and
+  // over UCX the first bytes of a small object only when the core has no loan to spare.
   const bool loans = o.zero_copy && Mapped(l);
   return (follow_fill ? wire::kGetFollowFill : 0) | (loans ? wire::kGetLoans : 0) |
          (loans && o.loan_in_answer ? wire::kGetLoanInAnswer : 0) |
-         (l.transport->local() || loans ? 0 : wire::kGetFirstBytes);
+         (l.transport->local() ? 0 : wire::kGetFirstBytes);
 }
 
 }  // namespace
