@@ -202,8 +202,8 @@ void RespServer::Impl::CmdPubsub(Client& c, Argv& argv) {
         "    Return the number of subscribers for the specified channels, excluding",
         "    pattern subscriptions(default: no channels).",
         "SHARDCHANNELS [<pattern>]",
-        "    Return the currently active shard level channels matching a <pattern> (default: "
-        "'*').",
+        ("    Return the currently active shard level channels matching a <pattern> (default: "
+         "'*')."),  // (one line of Redis's help, split: parenthesized, not a missing comma)
         "SHARDNUMSUB [<shardchannel> ...]",
         "    Return the number of subscribers for the specified shard level channel(s)",
         "HELP",
