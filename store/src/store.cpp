@@ -1217,6 +1217,15 @@ Result<bool> Store::Delete(std::string_view key) {
     Fill& fill = fills_.at(f->second);
     if (fill.committing) pending = fill.delete_after_commit = true;
   }
+  // A record past its expiry that ExpireDue has not reaped yet is gone already for a reader:
+  // it expires now, and the delete finds nothing (memcached's NOT_FOUND, Redis's 0), as a
+  // read would (FindLive). It answered DELETED when the delete came first.
+  if (const ObjectRecord* r = index_->Find(key); r != nullptr && Expired(*r, NowNs())) {
+    ++stats_.expired;
+    GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
+    Event(ObjectEvent::kExpired, key);
+    return pending;
+  }
   GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
   if (removed) Event(ObjectEvent::kDel, key);
   return removed || pending;
