@@ -26,9 +26,21 @@ void HttpServer::Impl::Miss(Conn& c) {
   ex.is_miss = true;
   ex.cache = "MISS";
   ++stats_.misses;
+  MissFill(c);
+}
+
+void HttpServer::Impl::MissFill(Conn& c) {
+  Exchange& ex = *c.ex;
   bool ranged = !ex.range.empty();
   auto fit = fills_.find(ex.key);
   Fill* f = fit == fills_.end() ? nullptr : fit->second;
+  if (f != nullptr && ex.reval_generation != 0 && f->stage == Stage::kCommitting) {
+    // The stale version may be this very fill's (the core committed it and a lookup saw it
+    // before its answer came here): following it would serve that version unvalidated.
+    f->revalidators.push_back(c.id);
+    ex.state = ExState::kWaitFill;
+    return;
+  }
   if (f != nullptr && !ranged) {
     ++stats_.coalesced;
     if (f->stage == Stage::kFilling || f->stage == Stage::kCommitting) return Follow(c);
@@ -543,9 +555,21 @@ void HttpServer::Impl::EndFill(Fill& f) {
       corr_.erase(it);
   }
   if (auto it = fills_.find(f.key); it != fills_.end() && it->second == &f) fills_.erase(it);
+  after_commit_.insert(after_commit_.end(), f.revalidators.begin(), f.revalidators.end());
+  f.revalidators.clear();
   if (auto it = all_fills_.find(&f); it != all_fills_.end()) {
     dead_fills_.push_back(std::move(it->second));
     all_fills_.erase(it);
+  }
+}
+
+void HttpServer::Impl::AfterCommits() {
+  std::vector<uint64_t> ids = std::move(after_commit_);
+  after_commit_.clear();
+  for (uint64_t id : ids) {
+    Conn* c = Find(id);
+    // (the connection may have gone, or moved on: a revalidation waits in kWaitFill)
+    if (c != nullptr && c->ex && c->ex->state == ExState::kWaitFill) MissFill(*c);
   }
 }
 

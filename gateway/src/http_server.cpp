@@ -149,6 +149,10 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
 #endif
     // Origins paused for the core's backlog or a slow client resume when that shrinks.
     ResumeOrigins();
+    if (!after_commit_.empty()) {
+      ++work;
+      AfterCommits();
+    }
     if (!next_round_.empty()) {  // (their turn again)
       ++work;
       for (uint64_t id : next_round_) {

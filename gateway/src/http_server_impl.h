@@ -349,7 +349,11 @@ class HttpServer::Impl {
     Origin* origin = nullptr;
     uint64_t leader = 0;            // the connection streaming straight from the origin
     std::vector<uint64_t> waiters;  // connections waiting for the origin's answer
-    bool leader_head = false;       // the leader asked HEAD
+    // Revalidations that met this fill committing: the version they found stale may be this
+    // fill's own (committed in the core, its answer still on the way), which they must not
+    // follow; they ask again when it has ended (after_commit_).
+    std::vector<uint64_t> revalidators;
+    bool leader_head = false;  // the leader asked HEAD
     uint64_t put_id = 0, begin_corr = 0, commit_corr = 0;
     bool reserved = false;  // put_id is a reservation whose head (PutHead) is still due
     uint64_t received = 0;  // body bytes from the origin
@@ -603,6 +607,11 @@ class HttpServer::Impl {
 
   // ---- fills (http_fill.cpp) ----
   void Miss(Conn& c);
+  // Miss without the counting: joins the key's fill in this worker or starts one (a
+  // revalidation that waited for a fill's commit comes back here, AfterCommits).
+  void MissFill(Conn& c);
+  // Revalidations that waited for a fill's commit (Fill::revalidators) ask again.
+  void AfterCommits();
   Fill* StartFill(Exchange& ex, bool leader_is_client, uint64_t leader);
   // A fill that reserves the key in the core before the origin is asked (nullptr: the core
   // cannot be asked now; StartFill then).
@@ -707,6 +716,8 @@ class HttpServer::Impl {
   // Connections that wrote options_.write_chunk bytes this round and have more (by id: flushed
   // again in the next round, after the events that came meanwhile).
   std::vector<uint64_t> next_round_;
+  // Revalidations whose fill ended this round (Fill::revalidators): asked again in the loop.
+  std::vector<uint64_t> after_commit_;
 };
 
 }  // namespace goblin::gateway
