@@ -959,12 +959,18 @@ TEST_P(NativePlane, AOneGiBPutFromMemoryIsByteExact) {
 
 // Connects to a core whose UCX worker a client's death may be blocking or that may be
 // replacing it: an attempt may be dropped (kUnavailable) or, over shared memory, wait out
-// its timeout (the endpoint's peer process lives on, so the client hears nothing); one of
-// `attempts` must connect.
+// its timeout (the endpoint's peer process lives on, so the client hears nothing). The core
+// replaces a blocked worker after a second, and until then an attempt may fail at once (the
+// core's end resets it): attempts go on, a moment apart, for at least `attempts` tries and
+// until `budget` has passed; one must connect.
 void ConnectAfterAFault(const NativeCore& nc, int attempts, std::chrono::milliseconds timeout,
-                        std::unique_ptr<Connection>* out) {
+                        std::unique_ptr<Connection>* out,
+                        std::chrono::milliseconds budget = std::chrono::seconds(20)) {
   std::string errors;
-  for (int attempt = 0; attempt < attempts && !*out; ++attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (int attempt = 0;
+       !*out && (attempt < attempts || std::chrono::steady_clock::now() < deadline); ++attempt) {
+    const auto started = std::chrono::steady_clock::now();
     auto o = Connection::Open(nc.target, {.timeout = timeout});
     if (o) {
       *out = std::move(*o);
@@ -974,6 +980,7 @@ void ConnectAfterAFault(const NativeCore& nc, int attempts, std::chrono::millise
     ASSERT_TRUE(o.error().code() == StatusCode::kUnavailable ||
                 o.error().code() == StatusCode::kTimeout)
         << errors << nc.core->proc.Output();
+    if (std::chrono::steady_clock::now() - started < 100ms) std::this_thread::sleep_for(100ms);
   }
   ASSERT_TRUE(*out) << errors << nc.core->proc.Output();
 }
