@@ -425,8 +425,11 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
             session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
             fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
       }
-      if (get && (flags & wire::kGetFollowFill) != 0 && store_->FillAwaitingHead(key) &&
-          ((flags & wire::kGetAwaitReserved) != 0 || !store_->Committed(key))) {
+      const bool await_commit = get && (flags & wire::kGetFollowFill) != 0 &&
+                                (flags & wire::kGetAwaitCommit) != 0 && store_->FillCommitting(key);
+      if (await_commit ||
+          (get && (flags & wire::kGetFollowFill) != 0 && store_->FillAwaitingHead(key) &&
+           ((flags & wire::kGetAwaitReserved) != 0 || !store_->Committed(key)))) {
         // Reserved by a cache that is asking its origin: wait for the head it sends (a
         // revalidation's readers read the committed version meanwhile, unless they wait).
         if (parked_.size() >= kMaxDownloadsPerSession * 4) {
@@ -437,7 +440,7 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
         ++counters_.gets_parked;
         parked_.push_back(ParkedGet{session.id(), std::string(key),
                                     std::vector<uint8_t>(msg.begin(), msg.end()), block_length,
-                                    version});
+                                    version, await_commit});
         return;
       }
       const bool lend =
@@ -1285,6 +1288,11 @@ void CoreService::ReplayParked(std::string_view as_miss) {
     if (sessions_.count(p.session) == 0) return true;  // its session went away
     if (!as_miss.empty() && p.key == as_miss) {
       ready.emplace_back(std::move(p), true);
+      return true;
+    }
+    if (p.await_commit) {
+      if (store_->FillCommitting(p.key)) return false;
+      ready.emplace_back(std::move(p), true);  // (committed, or not: it reads what there is)
       return true;
     }
     if (store_->FillAwaitingHead(p.key)) return false;

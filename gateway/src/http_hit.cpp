@@ -52,6 +52,7 @@ uint64_t HttpServer::Impl::CoreGet(Conn& c, uint64_t offset, uint64_t length, bo
   // A reader revalidating a stale copy it may not serve waits for the revalidation in
   // progress (in any worker or gateway) rather than reading that copy.
   if (follow && c.ex->reval_generation != 0) flags |= wire::kGetAwaitReserved;
+  if (follow && c.ex->await_commit) flags |= wire::kGetAwaitCommit;
   // A whole object: where its head is, for local hits of the next requests.
   if (options_.local_hits && offset == 0 && length == UINT64_MAX) flags |= wire::kGetDescribe;
   const uint16_t shard = core_->ShardFor(key);
@@ -297,6 +298,8 @@ void HttpServer::Impl::OnObjectInfo(Conn& c, const wire::ObjectInfoDecoder& info
     const uint64_t now_ms = detail::NowUnixNanos() / 1'000'000;
     const policy::Freshness fr =
         policy::Judge(meta, now_ms, options_.grace.count(), (info.marks() & wire::kInfoStale) != 0);
+    // (a committing fill, read as a hit before its record is in, has no generation yet)
+    if (fr.stale && info.generation() == 0 && !ex.await_commit) return AwaitCommit(c);
     if (fr.stale) {
       if (fr.if_error() && OpenFault() == OriginFault::kSick) {
         ex.stale = true;

@@ -90,6 +90,14 @@ bool HttpServer::Impl::ServeStaleOnError(Conn& c) {
   return true;
 }
 
+void HttpServer::Impl::AwaitCommit(Conn& c) {
+  Exchange& ex = *c.ex;
+  ex.await_commit = true;
+  CancelCoreGet(c);  // (as Revalidate: the loans of the body on their way go back)
+  ex.corr = 0;
+  LookAgain(c);
+}
+
 void HttpServer::Impl::LookAgain(Conn& c) {
   Exchange& ex = *c.ex;
   ++ex.relookups;

@@ -185,7 +185,10 @@ class HttpServer::Impl {
     std::string reval_meta;
     uint8_t revalidations = 0, relookups = 0;
     bool revalidated = false;  // the stored object was refreshed by a 304 for it
-    bool stale = false;        // a stale object is served (grace, stale-if-error)
+    // It found a committing fill stale (generation 0: no version to revalidate yet) and
+    // looks again once the commit is done (kGetAwaitCommit; once at most).
+    bool await_commit = false;
+    bool stale = false;  // a stale object is served (grace, stale-if-error)
     // Until when (unix ms) an origin error while revalidating is answered with the stale
     // object (0: it is not).
     uint64_t if_error_until_ms = 0;
@@ -401,6 +404,9 @@ class HttpServer::Impl {
   // origin answered with something that is not stored (a 404, a no-store 200, ...).
   void DropStale(const Fill& f);
   void LookAgain(Conn& c);
+  // A stale answer of a fill still committing (generation 0): the version it commits is
+  // what is revalidated, so the exchange looks again when it is in (kGetAwaitCommit).
+  void AwaitCommit(Conn& c);
   // The stored head for a response (its end-to-end lines and the freshness end), and the
   // core's time to live for it (fresh + keep).
   static std::string StoredMeta(std::string_view passthrough, const policy::Storability& v);

@@ -276,6 +276,11 @@ bool Store::FillAwaitingHead(std::string_view key) const {
   return it != filling_.end() && fills_.at(it->second).head_pending;
 }
 
+bool Store::FillCommitting(std::string_view key) const {
+  auto it = filling_.find(key);
+  return it != filling_.end() && fills_.at(it->second).committing;
+}
+
 VoidResult Store::Append(FillId id, std::span<const uint8_t> data) {
   auto it = fills_.find(id);
   if (it == fills_.end()) return Err(StatusCode::kNotFound, "no fill {}", id);

@@ -362,12 +362,15 @@ class CoreService : public reactor::Handler {
   };
   std::list<PendingDescribe> describes_;  // (stable addresses: the refill callbacks hold them)
   // Follow-ObjectGets of a key whose reserved fill has no head yet: handled again, in
-  // order, once the head came or the fill ended (ReplayParked).
+  // order, once the head came or the fill ended (ReplayParked). Those that await a commit
+  // (kGetAwaitCommit) wait while the key's fill commits, and are handled again whatever
+  // became of it.
   struct ParkedGet {
     uint64_t session = 0;
     std::string key;
     std::vector<uint8_t> msg;
     uint16_t block_length = 0, version = 0;
+    bool await_commit = false;
   };
   std::vector<ParkedGet> parked_;
   // Parked gets whose fill has its head (or is gone): handled again when it went on (a

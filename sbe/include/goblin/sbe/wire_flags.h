@@ -45,6 +45,12 @@ inline constexpr uint32_t kGetAwaitReserved = 1u << 7;
 // message sooner; the rest follows as Loans (schema version 9). libgoblin asks wherever it
 // reads the pools in place.
 inline constexpr uint32_t kGetLoanInAnswer = 1u << 8;
+// With kGetFollowFill: a fill of the key that is committing (every byte in, its record on
+// the way) is waited for, and the get is answered from the version it commits, with its
+// generation; others read a committing fill as a hit of generation 0. A reader that must
+// revalidate what it reads needs a version it can name (goblin-gateway, when a committing
+// fill's answer is stale already: a no-cache response, or a zero TTL).
+inline constexpr uint32_t kGetAwaitCommit = 1u << 9;
 
 // ObjectGetCancel.flags (schema version 11): the reader has given back every loan of this
 // get it received and will not touch the ones still on their way (it drops them unread): the

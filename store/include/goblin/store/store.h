@@ -253,6 +253,8 @@ class Store {
   }
   // A reserved fill of `key` whose head has not come yet.
   bool FillAwaitingHead(std::string_view key) const;
+  // A fill of `key` whose every byte is in and whose record is on the way (CommitAsync).
+  bool FillCommitting(std::string_view key) const;
   // Any fill of `key` in progress (reserved, filling or committing).
   bool Filling(std::string_view key) const { return filling_.find(key) != filling_.end(); }
   // A committed, unexpired version of `key` (no lookup counted, nothing copied).
