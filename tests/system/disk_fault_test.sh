@@ -16,54 +16,17 @@
 set -euo pipefail
 SRC=$1
 BUILD=$2
-[ -c /dev/fuse ] && [ -r /dev/fuse ] && command -v fusermount3 >/dev/null || {
-  echo "SKIP: no usable /dev/fuse or fusermount3"; exit 77; }
-T=$(mktemp -d /var/tmp/goblin-disk-fault.XXXXXX)
-B=$(mktemp -d /dev/shm/goblin-disk-fault.XXXXXX)
-M=$T/mnt
+NAME=disk-fault
+# shellcheck source=tests/system/fuse_disk_lib.sh
+source "$SRC/tests/system/fuse_disk_lib.sh"
 FAULTS=$T/faults
-FUSE_PID="" ORIGIN_PID="" STORE_PID=""
 BASE=$((20000 + $$ % 20000))
 HTTP_PORT=$BASE
 MC_PORT=$((BASE + 1))
-stop_store() {
-  [ -n "$STORE_PID" ] || return 0
-  kill -TERM "$STORE_PID" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$STORE_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$STORE_PID" 2>/dev/null || true
-  wait "$STORE_PID" 2>/dev/null || true
-  STORE_PID=""
-}
-cleanup() {
-  stop_store
-  [ -z "$ORIGIN_PID" ] || kill -KILL "$ORIGIN_PID" 2>/dev/null || true
-  if [ -n "$FUSE_PID" ]; then
-    fusermount3 -u "$M" 2>/dev/null || umount -l "$M" 2>/dev/null || true
-    kill -KILL "$FUSE_PID" 2>/dev/null || true
-  fi
-  rm -rf "$T" "$B"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$T"/store-*.log; do [ -f "$f" ] && { echo "== $f" >&2; tail -30 "$f" >&2; }; done
-  exit 1
-}
 
 # The disk: no modelled delays (the faults are the point), faults read from $FAULTS.
 : > "$FAULTS"
-mkdir -p "$M"
-"$BUILD/bench/hdd_model/hdd_fuse" --mb-s=1000000 --seek-min-ms=0 --seek-max-ms=0 --rpm=1e9 \
-  --faults="$FAULTS" "$B" "$M" -f > "$T/fuse.log" 2>&1 &
-FUSE_PID=$!
-for _ in $(seq 100); do grep -q " $M fuse" /proc/mounts && break; sleep 0.05; done
-grep -q " $M fuse" /proc/mounts || fail "hdd_fuse did not mount"
-
-python3 "$SRC/tests/support/test_origin.py" --port 0 --port-file "$T/origin.port" \
-  --log "$T/origin.log" > "$T/origin.out" 2>&1 &
-ORIGIN_PID=$!
-for _ in $(seq 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
-ORIGIN="http://127.0.0.1:$(cat "$T/origin.port")"
+fuse_disk_start --mb-s=1000000 --seek-min-ms=0 --seek-max-ms=0 --rpm=1e9 --faults="$FAULTS"
 OBJ=/gen/3M/disk-fault
 curl -sf -o "$T/expected" "$ORIGIN$OBJ" || fail "the origin does not answer"
 origin_gets() { grep -c "GET $OBJ" "$T/origin.log" || true; }
