@@ -1225,13 +1225,15 @@ Result<bool> Store::Delete(std::string_view key) {
   // A record past its expiry that ExpireDue has not reaped yet is gone already for a reader:
   // it expires now, and the delete finds nothing (memcached's NOT_FOUND, Redis's 0), as a
   // read would (FindLive). It answered DELETED when the delete came first.
-  if (const ObjectRecord* r = index_->Find(key); r != nullptr && Expired(*r, NowNs())) {
+  const ObjectRecord* r = index_->Find(key);
+  if (r == nullptr) return pending;
+  if (Expired(*r, NowNs())) {
     ++stats_.expired;
-    GOBLIN_RETURN_IF_ERROR(DeleteCommitted(key));
+    GOBLIN_RETURN_IF_ERROR(DeleteRecord(key, *r));
     Event(ObjectEvent::kExpired, key);
     return pending;
   }
-  GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteCommitted(key));
+  GOBLIN_ASSIGN_OR_RETURN(bool removed, DeleteRecord(key, *r));
   if (removed) Event(ObjectEvent::kDel, key);
   return removed || pending;
 }
@@ -1239,7 +1241,11 @@ Result<bool> Store::Delete(std::string_view key) {
 Result<bool> Store::DeleteCommitted(std::string_view key) {
   const ObjectRecord* r = index_->Find(key);
   if (r == nullptr) return false;
-  const uint64_t gen = r->generation, loans = r->loan_handle;
+  return DeleteRecord(key, *r);
+}
+
+Result<bool> Store::DeleteRecord(std::string_view key, const ObjectRecord& r) {
+  const uint64_t gen = r.generation, loans = r.loan_handle;
   std::vector<Extent> released;
   uint64_t lsn = 0;
   GOBLIN_ASSIGN_OR_RETURN(bool removed, index_->Delete(key, &released, &lsn));

@@ -476,6 +476,8 @@ class Store {
   };
   // Deletes the committed version only (eviction, expiry, damage).
   Result<bool> DeleteCommitted(std::string_view key);
+  // The same for the record `r` of `key` the caller found (not null).
+  Result<bool> DeleteRecord(std::string_view key, const ObjectRecord& r);
   VoidResult CheckCondition(std::string_view key, const PutCondition& c) const;
   // Commit's first half: the fill, if it may commit with `expected_size` (else aborted).
   Result<Fill*> CommittableFill(FillId id, uint64_t expected_size);
