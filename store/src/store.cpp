@@ -602,14 +602,8 @@ void Store::Retire(const std::string& key, uint64_t generation, uint64_t loan_ha
     heads_.erase(h);
   }
   if (VersionLoans::Version* v = versions_.Find(loan_handle, generation)) {
-    v->retired = true;
-    v->retired_lsn = lsn;
-    v->extents = std::move(extents);
-    v->head = head;
-    v->head_len = head_len;
-    v->tail = std::move(tail);
-    v->head_bytes = head_bytes;
-    v->tail_bytes = tail_bytes;
+    v->retired = std::make_unique<VersionLoans::Retired>(VersionLoans::Retired{
+        lsn, std::move(extents), head, head_len, std::move(tail), head_bytes, tail_bytes});
     return;
   }
   FreeWhenDurable(std::move(extents), lsn);
@@ -818,9 +812,9 @@ std::span<const uint8_t> Store::TailBytes(const Loan& loan, uint64_t pos) {
     bytes = h->second.tail_bytes;
   } else if (const uint64_t* held = loan_ids_.Find(loan.id)) {
     if (const VersionLoans::Version* v = versions_.Find(*held); v != nullptr && v->retired) {
-      tail = &v->tail;
-      start = v->head_bytes;
-      bytes = v->tail_bytes;
+      tail = &v->retired->tail;
+      start = v->retired->head_bytes;
+      bytes = v->retired->tail_bytes;
     }
   }
   if (tail == nullptr || pos < start || pos >= start + bytes) return {};
@@ -1106,8 +1100,8 @@ void Store::ReleasePin(uint64_t id) {
   const uint64_t version = *held;
   loan_ids_.Remove(id);
   --stats_.loans_out;
-  versions_.Return(version, [&](VersionLoans::Version& last) {
-    FreeWhenDurable(std::move(last.extents), last.retired_lsn);
+  versions_.Return(version, [&](VersionLoans::Retired& last) {
+    FreeWhenDurable(std::move(last.extents), last.lsn);
     if (last.head) FreeHead(*last.head, last.head_len);
     FreeTail(&last.tail, last.tail_bytes);
   });

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -90,13 +91,12 @@ TEST(VersionLoans, AHandleFindsItsVersionWhileItHasLoansOut) {
   EXPECT_EQ(v.Find(b, 6)->count, 2u);
   EXPECT_EQ(v.Find(b), v.Find(b, 6));
   EXPECT_EQ(v.size(), 2u);
-  v.Find(a, 5)->retired = true;
-  v.Find(a, 5)->tail_bytes = 7;
-  v.Find(a, 5)->extents.push_back(Extent{});
+  v.Find(a, 5)->retired = std::make_unique<VersionLoans::Retired>();
+  v.Find(a, 5)->retired->tail_bytes = 7;
+  v.Find(a, 5)->retired->extents.push_back(Extent{});
   int freed = 0;
-  auto count_freed = [&](VersionLoans::Version& last) {
+  auto count_freed = [&](VersionLoans::Retired& last) {
     ++freed;
-    EXPECT_TRUE(last.retired);
     EXPECT_EQ(last.tail_bytes, 7u);
     EXPECT_EQ(last.extents.size(), 1u);
   };
@@ -113,9 +113,7 @@ TEST(VersionLoans, AHandleFindsItsVersionWhileItHasLoansOut) {
   v.Lend(&c, 8);  // (a's slot again, under another handle, fresh)
   EXPECT_NE(c, a);
   EXPECT_EQ(v.Find(a, 5), nullptr);
-  EXPECT_FALSE(v.Find(c, 8)->retired);
-  EXPECT_EQ(v.Find(c, 8)->tail_bytes, 0u);
-  EXPECT_TRUE(v.Find(c, 8)->extents.empty());
+  EXPECT_EQ(v.Find(c, 8)->retired, nullptr);  // (fresh: nothing held for it)
   EXPECT_EQ(v.Find(c, 8)->count, 1u);
   uint64_t stale = a;  // a record whose handle went stale lends on a new slot
   v.Lend(&stale, 5);
@@ -162,8 +160,9 @@ TEST(VersionLoans, MatchesAModelThroughRandomUse) {
     const uint64_t r = rng() % 8;
     if (r == 0 && count[k] > 0 && count[kVersions + k] == 0) {
       // The version leaves the index (replaced): retired; the key's next version starts.
-      v.Find(handle[k], generation[k])->retired = true;
-      v.Find(handle[k], generation[k])->tail_bytes = static_cast<uint64_t>(k) + 1;
+      auto& held = v.Find(handle[k], generation[k])->retired;
+      held = std::make_unique<VersionLoans::Retired>();
+      held->tail_bytes = static_cast<uint64_t>(k) + 1;
       retired[k] = true;
       handle[k] = 0;
       generation[k] = next_generation++;
@@ -191,7 +190,7 @@ TEST(VersionLoans, MatchesAModelThroughRandomUse) {
       loans.pop_back();
       bool freed = false;
       uint64_t freed_tail = 0;
-      v.Return(h, [&](VersionLoans::Version& last) {
+      v.Return(h, [&](VersionLoans::Retired& last) {
         freed = true;
         freed_tail = last.tail_bytes;
       });

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -27,16 +28,21 @@ namespace goblin::store {
 
 class VersionLoans {
  public:
+  // What a replaced or deleted version still holds for its loans, freed at its last release.
+  struct Retired {
+    uint64_t lsn = 0;              // the record that retired it (its space waits for it)
+    std::vector<Extent> extents;   // on disk
+    std::optional<PoolSlot> head;  // its RAM head
+    uint64_t head_len = 0;
+    std::vector<PoolSlot> tail;               // its RAM tail, whose readers may still be on it
+    uint64_t head_bytes = 0, tail_bytes = 0;  // where the tail starts, its length
+  };
   struct Version {
     uint64_t generation = 0;  // the version's (a record's handle finds it only with this)
     uint32_t count = 0;
-    bool retired = false;          // replaced or deleted: free what it held at the last release
-    uint64_t retired_lsn = 0;      // the record that retired it (its space waits for it)
-    std::vector<Extent> extents;   // (when retired)
-    std::optional<PoolSlot> head;  // (when retired)
-    uint64_t head_len = 0;
-    std::vector<PoolSlot> tail;  // (when retired) its RAM tail, whose readers may still be on it
-    uint64_t head_bytes = 0, tail_bytes = 0;  // (when retired) where the tail starts, its length
+    // Set when the version is replaced or deleted (rare: only one with loans out then; a
+    // slot of three words, taken and given back by every get that lends, otherwise).
+    std::unique_ptr<Retired> retired;
   };
 
   // One loan more on version `generation`, whose record's handle is `*handle`: on its slot
@@ -46,10 +52,7 @@ class VersionLoans {
     if (Version* v = Find(*handle, generation)) {
       ++v->count;
     } else {
-      Version fresh;
-      fresh.generation = generation;
-      fresh.count = 1;
-      *handle = slab_.Add(std::move(fresh));
+      *handle = slab_.Add(Version{generation, 1, nullptr});
     }
     return *handle;
   }
@@ -70,13 +73,13 @@ class VersionLoans {
     if (Version* v = Find(handle, old)) v->generation = generation;
   }
   // One loan fewer on the version `handle` names (one with loans out). At the last one its
-  // slot is freed (the handle finds nothing from now on), after `free_retired(version)` if
+  // slot is freed (the handle finds nothing from now on), after `free_retired(retired)` if
   // the version was retired, for the caller to free what it held.
   template <class F>
   void Return(uint64_t handle, F&& free_retired) {
     Version* v = slab_.Find(handle);
     if (--v->count > 0) return;
-    if (v->retired) free_retired(*v);
+    if (v->retired) free_retired(*v->retired);
     slab_.Remove(handle);
   }
   size_t size() const { return slab_.size(); }  // versions with loans out
