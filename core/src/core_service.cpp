@@ -245,6 +245,157 @@ bool CoreService::OwnsKey(reactor::Session& session, uint64_t correlation_id,
   return false;
 }
 
+template <typename Encoder>
+void CoreService::DescribeHead(Encoder& oi, const reactor::Session& session, uint32_t flags,
+                               wire::LookupStatus status, const store::ObjectInfo& info) {
+  // A reader that serves heads itself learns where this one is (ring sessions only: the
+  // head table is mapped, not read remotely, on this path).
+  if ((flags & wire::kGetDescribe) == 0 || status != wire::LookupStatus::kHit || !session.local()) {
+    return;
+  }
+  if (auto p = store_->PublishHead(info.key, info.generation)) {
+    oi.set_head_entry(p->first)
+        .set_head_stamp(p->second.stamp)
+        .set_head_offset(p->second.offset)
+        .set_head_length(p->second.length);
+  }
+}
+
+void CoreService::HandleRead(reactor::Session& session, uint16_t template_id,
+                             std::span<const uint8_t> msg, uint16_t block_length, uint16_t version,
+                             uint64_t corr) {
+  auto bad = [&](std::string_view what, sbe::DecodeError e) { SendMalformed(session, what, e); };
+  bool get = template_id == wire::ObjectGetDecoder::kTemplateId;
+  std::string_view key;  // (into `msg`, which outlives this call)
+  uint64_t offset = 0, length = UINT64_MAX;
+  uint32_t flags = 0;
+  store::AccessRequest access;  // (fields of schema version 6: null values before it)
+  if (get) {
+    wire::ObjectGetDecoder d;
+    if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+      return bad("ObjectGet", e);
+    key = d.key();
+    offset = d.offset();
+    length = d.length();
+    flags = d.flags();
+    access.recache_ns = version < 6 ? 0 : d.recache_nanos();
+    access.vivify_ttl_ns = version < 6 ? 0 : d.vivify_ttl_nanos();
+  } else {
+    wire::ObjectHeadDecoder d;
+    if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
+      return bad("ObjectHead", e);
+    key = d.key();
+    flags = version < 6 ? 0 : d.flags();
+    access.recache_ns = version < 6 ? 0 : d.recache_nanos();
+    access.vivify_ttl_ns = version < 6 ? 0 : d.vivify_ttl_nanos();
+  }
+  access.bump = (flags & wire::kGetNoBump) == 0;
+  access.vivify = (flags & wire::kGetVivify) != 0;
+  access.meta = (flags & wire::kGetMeta) != 0;
+  store::AccessMarks marks;
+  if (!OwnsKey(session, corr, key)) return;
+  PerSession& per = Of(session);
+  if (get && per.downloads.size() >= kMaxDownloadsPerSession) {
+    return SendError(
+        session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
+        fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
+  }
+  const bool follow = get && (flags & wire::kGetFollowFill) != 0;
+  const bool await_commit =
+      follow && (flags & wire::kGetAwaitCommit) != 0 && store_->FillCommitting(key);
+  if (await_commit || (follow && store_->FillAwaitingHead(key) &&
+                       ((flags & wire::kGetAwaitReserved) != 0 || !store_->Committed(key)))) {
+    // Reserved by a cache that is asking its origin: wait for the head it sends (a
+    // revalidation's readers read the committed version meanwhile, unless they wait).
+    // With kGetAwaitCommit, a fill committing: wait for its record (and generation).
+    if (parked_.size() >= kMaxDownloadsPerSession * 4) {
+      return SendError(session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
+                       "too many ObjectGets waiting for reserved fills");
+    }
+    ++counters_.gets_parked;
+    parked_.push_back(ParkedGet{session.id(), std::string(key),
+                                std::vector<uint8_t>(msg.begin(), msg.end()), block_length, version,
+                                await_commit});
+    return;
+  }
+  if (!get) return AnswerHead(session, corr, key, flags, access);
+  const bool lend = per.lends && ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
+  const bool in_place = lend && per.lender.in_place && (flags & wire::kGetLoans) != 0;
+  const bool first_bytes_wanted = (flags & wire::kGetFirstBytes) != 0;
+  wire::LookupStatus status = wire::LookupStatus::kMiss;
+  const store::ObjectInfo* info = nullptr;  // (its stream's)
+  store::Store::StreamPtr stream;
+  {
+    // A reader of the pools that takes the first piece in the answer: a range whole in a
+    // RAM head is lent from the lookup itself, without a stream or a download.
+    const bool lend_head = lend && (flags & wire::kGetLoans) != 0 &&
+                           (flags & wire::kGetLoanInAnswer) != 0 &&
+                           (in_place || !first_bytes_wanted) && session.queued_bytes() == 0 &&
+                           per.lender.loans.size() < per.lender.max_loans;
+    auto r = store_->OpenStream(key, offset, length, follow, &access, &marks, lend_head);
+    if (!r) return SendStatusError(session, corr, r.error());
+    // (a reader in place has even a small object lent: copied into a UCX shared-memory
+    // answer, 1 KiB made it a bigger message than the loan, first byte 2.9 against 1.9
+    // us here; at its loan limit it gets the first bytes in the answer below instead)
+    if (r->lent) {
+      return AnswerHeadLent(session, corr, *r->lent, marks, first_bytes_wanted && !in_place);
+    }
+    if (r->status != store::Store::Lookup::kMiss) {
+      status = r->status == store::Store::Lookup::kHit ? wire::LookupStatus::kHit
+                                                       : wire::LookupStatus::kFilling;
+      info = r->info;
+      stream = std::move(r->stream);
+    }
+  }
+  // A reader of the pools in place may get the range's first piece lent in the answer.
+  if (stream && lend && (flags & wire::kGetLoanInAnswer) != 0 && session.queued_bytes() == 0 &&
+      AnswerLent(session, corr, status, *info, stream, in_place, first_bytes_wanted)) {
+    return;
+  }
+  wire::ObjectInfoEncoder oi(out_.data(), out_.size());
+  oi.set_correlation_id(corr).set_status(status);
+  if (info) {
+    SetObject(oi, *info, marks, session);
+    if (offset == 0) DescribeHead(oi, session, flags, status, *info);
+  }
+  // The first bytes in the answer itself (kGetFirstBytes): peeked last, after every other
+  // store call (the span is valid until the next one).
+  uint64_t first_n = 0;
+  bool first_ends = false;
+  uint64_t first_start = 0;
+  // Not while replies wait for the ring already: a reader that asks for many objects at
+  // once (a gateway's pipelined gets) would otherwise have each one's first bytes queued
+  // here, past its output limit; they come as ObjectData instead, as its ring drains.
+  if (stream && (flags & wire::kGetFirstBytes) != 0 && session.queued_bytes() == 0) {
+    first_start = MonotonicNanos();  // (as a Download's started_ns: from here to its bytes)
+    std::span<const uint8_t> bytes;
+    auto step = stream->Peek(&bytes);
+    if (step && *step == store::Store::Stream::Step::kData && !bytes.empty()) {
+      first_n = FirstInlineBytes(session, bytes.size());
+      first_ends = stream->end() != UINT64_MAX && stream->position() + first_n == stream->end();
+      // A reader that maps the pools in place gets a Loan of the whole piece right behind
+      // a small answer instead (a copy of the first bytes into the answer costs more than
+      // the Loan); unless they are the whole range: then one message is all there is.
+      if (!first_ends && in_place) first_n = 0;
+      if (first_n > 0) {
+        oi.set_first_bytes_end(first_ends ? 1 : 0).set_first_bytes(bytes.first(first_n));
+      }
+    }
+  }
+  if (!Send(session, oi.Finish()) || !stream) return;
+  ++counters_.gets;
+  if (first_n > 0) {
+    stream->Consume(first_n);
+    counters_.bytes_out += first_n;
+    histograms_.get_first_piece.Record(MonotonicNanos() - first_start);
+    if (first_ends) return;
+  }
+  Download& d = StartDownload(session, corr, stream, lend, in_place);
+  d.first_sent = first_n > 0;
+  d.started_ns = first_n > 0 ? 0 : MonotonicNanos();
+  WatchDownload(session, d);
+}
+
 void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
                                std::span<const uint8_t> msg, uint16_t block_length,
                                uint16_t version) {
@@ -389,158 +540,8 @@ void CoreService::HandleObject(reactor::Session& session, uint16_t template_id,
       return;
     }
     case wire::ObjectHeadDecoder::kTemplateId:
-    case wire::ObjectGetDecoder::kTemplateId: {
-      bool get = template_id == wire::ObjectGetDecoder::kTemplateId;
-      std::string_view key;  // (into `msg`, which outlives this call)
-      uint64_t offset = 0, length = UINT64_MAX;
-      uint32_t flags = 0;
-      store::AccessRequest access;  // (fields of schema version 6: null values before it)
-      if (get) {
-        wire::ObjectGetDecoder d;
-        if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
-          return bad("ObjectGet", e);
-        key = d.key();
-        offset = d.offset();
-        length = d.length();
-        flags = d.flags();
-        access.recache_ns = version < 6 ? 0 : d.recache_nanos();
-        access.vivify_ttl_ns = version < 6 ? 0 : d.vivify_ttl_nanos();
-      } else {
-        wire::ObjectHeadDecoder d;
-        if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
-          return bad("ObjectHead", e);
-        key = d.key();
-        flags = version < 6 ? 0 : d.flags();
-        access.recache_ns = version < 6 ? 0 : d.recache_nanos();
-        access.vivify_ttl_ns = version < 6 ? 0 : d.vivify_ttl_nanos();
-      }
-      access.bump = (flags & wire::kGetNoBump) == 0;
-      access.vivify = (flags & wire::kGetVivify) != 0;
-      access.meta = (flags & wire::kGetMeta) != 0;
-      store::AccessMarks marks;
-      if (!OwnsKey(session, corr, key)) return;
-      PerSession& per = Of(session);
-      if (get && per.downloads.size() >= kMaxDownloadsPerSession) {
-        return SendError(
-            session, corr, static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
-            fmt::format("more than {} ObjectGets at once on one session", kMaxDownloadsPerSession));
-      }
-      const bool await_commit = get && (flags & wire::kGetFollowFill) != 0 &&
-                                (flags & wire::kGetAwaitCommit) != 0 && store_->FillCommitting(key);
-      if (await_commit ||
-          (get && (flags & wire::kGetFollowFill) != 0 && store_->FillAwaitingHead(key) &&
-           ((flags & wire::kGetAwaitReserved) != 0 || !store_->Committed(key)))) {
-        // Reserved by a cache that is asking its origin: wait for the head it sends (a
-        // revalidation's readers read the committed version meanwhile, unless they wait).
-        if (parked_.size() >= kMaxDownloadsPerSession * 4) {
-          return SendError(session, corr,
-                           static_cast<uint16_t>(wire::ErrorCode::kResourceExhausted),
-                           "too many ObjectGets waiting for reserved fills");
-        }
-        ++counters_.gets_parked;
-        parked_.push_back(ParkedGet{session.id(), std::string(key),
-                                    std::vector<uint8_t>(msg.begin(), msg.end()), block_length,
-                                    version, await_commit});
-        return;
-      }
-      const bool lend =
-          per.lends && ((flags & wire::kGetLoans) != 0 || session.sends_by_reference());
-      const bool in_place = lend && per.lender.in_place && (flags & wire::kGetLoans) != 0;
-      const bool first_bytes_wanted = (flags & wire::kGetFirstBytes) != 0;
-      wire::LookupStatus status = wire::LookupStatus::kMiss;
-      std::optional<store::ObjectInfo> head_info;  // (ObjectHead's copy)
-      const store::ObjectInfo* info = nullptr;     // (an ObjectGet's: its stream's)
-      store::Store::StreamPtr stream;
-      if (get) {
-        // A reader of the pools that takes the first piece in the answer: a range whole in a
-        // RAM head is lent from the lookup itself, without a stream or a download.
-        const bool lend_head = lend && (flags & wire::kGetLoans) != 0 &&
-                               (flags & wire::kGetLoanInAnswer) != 0 &&
-                               (in_place || !first_bytes_wanted) && session.queued_bytes() == 0 &&
-                               per.lender.loans.size() < per.lender.max_loans;
-        auto r = store_->OpenStream(key, offset, length, (flags & wire::kGetFollowFill) != 0,
-                                    &access, &marks, lend_head);
-        if (!r) return SendStatusError(session, corr, r.error());
-        // (a reader in place has even a small object lent: copied into a UCX shared-memory
-        // answer, 1 KiB made it a bigger message than the loan, first byte 2.9 against 1.9
-        // us here; at its loan limit it gets the first bytes in the answer below instead)
-        if (r->lent) {
-          return AnswerHeadLent(session, corr, *r->lent, marks, first_bytes_wanted && !in_place);
-        }
-        if (r->status != store::Store::Lookup::kMiss) {
-          status = r->status == store::Store::Lookup::kHit ? wire::LookupStatus::kHit
-                                                           : wire::LookupStatus::kFilling;
-          info = r->info;
-          stream = std::move(r->stream);
-        }
-      } else {
-        auto r = store_->Head(key, &access, &marks);
-        if (!r) return SendStatusError(session, corr, r.error());
-        head_info = std::move(*r);
-        if (head_info) {
-          status = wire::LookupStatus::kHit;
-          info = &*head_info;
-        }
-      }
-      // A reader of the pools in place may get the range's first piece lent in the answer.
-      if (stream && lend && (flags & wire::kGetLoanInAnswer) != 0 && session.queued_bytes() == 0 &&
-          AnswerLent(session, corr, status, *info, stream, in_place, first_bytes_wanted)) {
-        return;
-      }
-      wire::ObjectInfoEncoder oi(out_.data(), out_.size());
-      oi.set_correlation_id(corr).set_status(status);
-      if (info) {
-        SetObject(oi, *info, marks, session);
-        // A reader that serves heads itself learns where this one is (ring sessions only:
-        // the head table is mapped, not read remotely, on this path).
-        if ((flags & wire::kGetDescribe) != 0 && status == wire::LookupStatus::kHit &&
-            session.local() && offset == 0) {
-          if (auto p = store_->PublishHead(info->key, info->generation)) {
-            oi.set_head_entry(p->first)
-                .set_head_stamp(p->second.stamp)
-                .set_head_offset(p->second.offset)
-                .set_head_length(p->second.length);
-          }
-        }
-      }
-      // The first bytes in the answer itself (kGetFirstBytes): peeked last, after every other
-      // store call (the span is valid until the next one).
-      uint64_t first_n = 0;
-      bool first_ends = false;
-      uint64_t first_start = 0;
-      // Not while replies wait for the ring already: a reader that asks for many objects at
-      // once (a gateway's pipelined gets) would otherwise have each one's first bytes queued
-      // here, past its output limit; they come as ObjectData instead, as its ring drains.
-      if (stream && (flags & wire::kGetFirstBytes) != 0 && session.queued_bytes() == 0) {
-        first_start = MonotonicNanos();  // (as a Download's started_ns: from here to its bytes)
-        std::span<const uint8_t> bytes;
-        auto step = stream->Peek(&bytes);
-        if (step && *step == store::Store::Stream::Step::kData && !bytes.empty()) {
-          first_n = FirstInlineBytes(session, bytes.size());
-          first_ends = stream->end() != UINT64_MAX && stream->position() + first_n == stream->end();
-          // A reader that maps the pools in place gets a Loan of the whole piece right behind
-          // a small answer instead (a copy of the first bytes into the answer costs more than
-          // the Loan); unless they are the whole range: then one message is all there is.
-          if (!first_ends && in_place) first_n = 0;
-          if (first_n > 0) {
-            oi.set_first_bytes_end(first_ends ? 1 : 0).set_first_bytes(bytes.first(first_n));
-          }
-        }
-      }
-      if (!Send(session, oi.Finish()) || !stream) return;
-      ++counters_.gets;
-      if (first_n > 0) {
-        stream->Consume(first_n);
-        counters_.bytes_out += first_n;
-        histograms_.get_first_piece.Record(MonotonicNanos() - first_start);
-        if (first_ends) return;
-      }
-      Download& d = StartDownload(session, corr, stream, lend, in_place);
-      d.first_sent = first_n > 0;
-      d.started_ns = first_n > 0 ? 0 : MonotonicNanos();
-      WatchDownload(session, d);
-      return;
-    }
+    case wire::ObjectGetDecoder::kTemplateId:
+      return HandleRead(session, template_id, msg, block_length, version, corr);
     case wire::ObjectPurgeDecoder::kTemplateId: {
       wire::ObjectPurgeDecoder d;
       if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
@@ -1058,6 +1059,20 @@ size_t CoreService::EncodeLent(const reactor::Session& session, uint64_t corr,
       .set_last(p.last ? 1 : 0)
       .set_metadata(std::string_view(obj.metadata).substr(0, session.max_message() / 2))
       .Finish();
+}
+
+void CoreService::AnswerHead(reactor::Session& session, uint64_t corr, std::string_view key,
+                             uint32_t flags, const store::AccessRequest& access) {
+  store::AccessMarks marks;
+  auto r = store_->Head(key, &access, &marks);
+  if (!r) return SendStatusError(session, corr, r.error());
+  wire::ObjectInfoEncoder oi(out_.data(), out_.size());
+  oi.set_correlation_id(corr).set_status(*r ? wire::LookupStatus::kHit : wire::LookupStatus::kMiss);
+  if (*r) {
+    SetObject(oi, **r, marks, session);
+    DescribeHead(oi, session, flags, wire::LookupStatus::kHit, **r);
+  }
+  Send(session, oi.Finish());
 }
 
 void CoreService::AnswerHeadLent(reactor::Session& session, uint64_t corr,

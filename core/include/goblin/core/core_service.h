@@ -293,6 +293,14 @@ class CoreService : public reactor::Handler {
   // carrying them (the pin given back at once).
   void AnswerHeadLent(reactor::Session& session, uint64_t corr, const store::Store::HeadLoan& h,
                       const store::AccessMarks& marks, bool first_bytes_wanted);
+  // Answers an ObjectHead: an ObjectInfo, from the index alone.
+  void AnswerHead(reactor::Session& session, uint64_t corr, std::string_view key, uint32_t flags,
+                  const store::AccessRequest& access);
+  // With kGetDescribe, where a hit's head is, into an ObjectInfo's encoder (a ring reader
+  // that serves heads itself).
+  template <typename Encoder>
+  void DescribeHead(Encoder& oi, const reactor::Session& session, uint32_t flags,
+                    wire::LookupStatus status, const store::ObjectInfo& info);
   static constexpr uint64_t kTimedEvery = 16;  // (AnswerHeadLent: get_first_piece samples)
   uint64_t head_lent_answers_ = 0;
   // How many of `available` first bytes an ObjectInfo carries (kGetFirstBytes).
@@ -315,6 +323,10 @@ class CoreService : public reactor::Handler {
                      std::span<const uint8_t> bytes);
   void HandleObject(reactor::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
                     uint16_t block_length, uint16_t version);
+  // ObjectGet and ObjectHead (HandleObject's hot case, a function of its own: its frame and
+  // spills are not every other request's).
+  void HandleRead(reactor::Session& session, uint16_t template_id, std::span<const uint8_t> msg,
+                  uint16_t block_length, uint16_t version, uint64_t corr);
   void SendDescription(reactor::Session& session, uint64_t correlation_id,
                        const std::optional<store::HeadDescription>& d);
   // ObjectDescribes whose head is being read from disk (never on the loop): answered once
