@@ -266,7 +266,7 @@ void UcxServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
   sess->max_message_ = self->options_.max_message;
   sess->peer_ = peer;
   sess->connected_ns_ = MonotonicNanos();
-  self->by_ep_[h] = sess->id_;
+  self->by_ep_[h] = sess.get();
   self->Watch(*sess);  // (until its Hello)
   self->sessions_.emplace(sess->id_, std::move(sess));
   ++self->awaiting_hello_;
@@ -276,14 +276,13 @@ void UcxServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<UcxServer*>(arg);
   auto it = self->by_ep_.find(ep);
   if (it == self->by_ep_.end()) return;
-  auto sit = self->sessions_.find(it->second);
-  if (sit == self->sessions_.end()) return;
+  UcxSession& s = *it->second;
   ++self->stats_.failed_endpoints;
-  GOBLIN_LOG_DEBUG(kLog, "client {} ({}): endpoint failed: {}", sit->first, sit->second->peer_,
+  GOBLIN_LOG_DEBUG(kLog, "client {} ({}): endpoint failed: {}", s.id_, s.peer_,
                    ucs_status_string(status));
-  if (!sit->second->welcomed_) self->lost_before_hello_ = true;
-  sit->second->failed_ = true;
-  sit->second->Close();
+  if (!s.welcomed_) self->lost_before_hello_ = true;
+  s.failed_ = true;
+  s.Close();
 }
 
 ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_length, void* data,
@@ -295,7 +294,7 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_l
   }
   auto it = self->by_ep_.find(param->reply_ep);
   if (it == self->by_ep_.end()) return UCS_OK;
-  UcxSession& s = *self->sessions_.at(it->second);
+  UcxSession& s = *it->second;
   if (header_length != 0)
     return self->OnPayloadMessage(s, header, header_length, data, length, param);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message) {

@@ -238,7 +238,7 @@ class UcxServer final : public reactor::EventSource {
   int port_ = 0;
   uint64_t next_id_ = 0;
   std::string shard_addresses_;
-  // (Swiss tables: each message looks its session up by endpoint, then by id)
+  // (Swiss tables; a message finds its session by endpoint, by_ep_)
   absl::flat_hash_map<uint64_t, std::unique_ptr<UcxSession>> sessions_;
   // Sessions a poll round looks at: not welcomed yet, closing, wanting OnWritable or with
   // sends of theirs in flight (each round walks these, not every client: a shard with
@@ -247,7 +247,9 @@ class UcxServer final : public reactor::EventSource {
   std::vector<uint64_t> watched_;
   void Watch(UcxSession& s);
   size_t awaiting_hello_ = 0;  // sessions connected that have not said Hello yet
-  absl::flat_hash_map<ucp_ep_h, uint64_t> by_ep_;
+  // Each session's endpoint (the session's, erased with it in CloseSession): one lookup per
+  // message.
+  absl::flat_hash_map<ucp_ep_h, UcxSession*> by_ep_;
   // Received messages: [u64 session][u32 length][bytes], or [u64 session][kSlotMark][u32
   // slot] for one still arriving by rendezvous. deliverable_: something there can be handed
   // on (a message arrived or a slot filled since the last Deliver).
