@@ -1,5 +1,6 @@
 #include "goblin/common/shard.h"
 
+#define XXH_INLINE_ALL  // (as string_hash.cpp: the same XXH3, no library call)
 #include <xxhash.h>
 
 namespace goblin {
