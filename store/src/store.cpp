@@ -484,6 +484,9 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
   if (committed->expires_unix_ns != 0) expiries_.emplace(committed->expires_unix_ns, f.key);
   std::vector<Stream*> followers = std::move(f.followers);
   const bool purged = f.delete_after_commit;
+  const bool stale_after = f.stale_after_commit && !purged;
+  const bool stale_set_ttl = f.stale_set_ttl;
+  const uint64_t stale_ttl_ns = f.stale_ttl_ns;
   const bool keep_expiry = f.condition.keep_expiry || stale;
   const std::string key = f.key;
   filling_.erase(f.key);
@@ -497,6 +500,14 @@ Result<uint64_t> Store::CommitWritten(FillId id) {
     }
   }
   uint64_t generation = *gen;
+  if (stale_after) {  // soft-purged while it committed: stale from its first read on
+    auto inv = Invalidate(key, 0, stale_set_ttl, stale_ttl_ns);
+    if (!inv) {
+      GOBLIN_LOG_ERROR(kLog, "marking '{}' stale, purged while it committed: {}", key, inv.error());
+    } else if (*inv != 0 && *inv != kStalePending) {
+      generation = *inv;  // (the version as it is now: a revalidation names this one)
+    }
+  }
   if (!purged && event_sink_) {
     // (an expiry kept from the version replaced is no new one: Redis's SET KEEPTTL says "set")
     const ObjectRecord* now = index_->Find(key);
@@ -1286,6 +1297,15 @@ Result<uint64_t> Store::InvalidatePrefix(std::string_view prefix) {
       keys.push_back(r.key);
   });
   uint64_t n = 0;
+  for (auto& [id, f] : fills_) {  // (see DeletePrefix; a committed one is counted below)
+    if (f.committing && !f.delete_after_commit && !f.stale_after_commit &&
+        std::string_view(f.key).starts_with(prefix)) {
+      f.stale_after_commit = true;
+      f.stale_set_ttl = false;
+      const ObjectRecord* r = index_->Find(f.key);
+      n += r == nullptr || Expired(*r, now) ? 1 : 0;
+    }
+  }
   for (const std::string& k : keys) {
     GOBLIN_ASSIGN_OR_RETURN(uint64_t gen, Invalidate(k, 0, false, 0));
     n += gen != 0 ? 1 : 0;
@@ -1308,6 +1328,8 @@ Result<Store::Opened> Store::OpenStream(std::string_view key, uint64_t offset, u
       // Every byte of a committing fill is in and checksummed: a hit (its record is on the
       // way), of the size it has.
       o.status = fill.committing ? Lookup::kHit : Lookup::kFilling;
+      // (soft-purged while it commits: stale to its readers, as its record will be)
+      if (fill.stale_after_commit && marks != nullptr) marks->marks |= kAccessStale;
       StreamPtr s = NewStream();
       s->fill_ = f->second;
       ObjectInfo& info = s->loan_.info;

@@ -90,9 +90,20 @@ Result<bool> Store::DeleteIfGeneration(std::string_view key, uint64_t generation
 
 Result<uint64_t> Store::Invalidate(std::string_view key, uint64_t if_generation, bool set_ttl,
                                    uint64_t ttl_ns) {
+  bool pending = false;  // (see Delete)
+  if (if_generation == 0) {
+    if (auto f = filling_.find(key); f != filling_.end()) {
+      Fill& fill = fills_.at(f->second);
+      if (fill.committing && !fill.delete_after_commit) {
+        pending = fill.stale_after_commit = true;
+        fill.stale_set_ttl = set_ttl;
+        fill.stale_ttl_ns = ttl_ns;
+      }
+    }
+  }
   const ObjectRecord* r = index_->Find(key);
   const uint64_t now = NowNs();
-  if (r == nullptr || Expired(*r, now)) return uint64_t{0};
+  if (r == nullptr || Expired(*r, now)) return pending ? kStalePending : uint64_t{0};
   if (if_generation != 0 && r->generation != if_generation) {
     return Err(StatusCode::kFailedPrecondition, "'{}' is at generation {}, not {}", key,
                r->generation, if_generation);

@@ -327,7 +327,11 @@ class Store {
   // stay, readers' loans and RAM copies carry over, its won mark is cleared (the next reader
   // wins the recache), local readers are sent back to the core. `if_generation` (non-zero):
   // only that version, else FailedPrecondition. `set_ttl`: a new time to live too (ttl_ns
-  // from now; 0: none). Returns the new generation; 0: nothing unexpired stored.
+  // from now; 0: none). Returns the new generation; 0: nothing unexpired stored. Without
+  // `if_generation`, a fill of the key committing (every byte in, its record on the way) is
+  // marked stale too, as soon as its record is written (a soft purge never loses to a commit
+  // already on its way, as Delete); when that is all there is, returns kStalePending.
+  static constexpr uint64_t kStalePending = UINT64_MAX;
   Result<uint64_t> Invalidate(std::string_view key, uint64_t if_generation, bool set_ttl,
                               uint64_t ttl_ns);
   // Describes `key`'s head for one-sided readers (publishing it in the head table on first
@@ -375,7 +379,8 @@ class Store {
   Result<uint64_t> DeletePrefix(std::string_view prefix);
   // Marks every unexpired object whose key starts with `prefix` stale (Invalidate: an HTTP
   // soft purge: kept, revalidated before it is served fresh again); returns how many were
-  // not stale yet. O(objects), as DeletePrefix.
+  // not stale yet (fills committing under the prefix included, as Invalidate marks them).
+  // O(objects), as DeletePrefix.
   Result<uint64_t> InvalidatePrefix(std::string_view prefix);
 
   enum class Lookup { kHit, kMiss, kFilling };
@@ -471,6 +476,10 @@ class Store {
     // CommitAsync: the last writes are in flight; then the record, then `on_commit`.
     bool committing = false;
     bool delete_after_commit = false;  // deleted (purged) while committing
+    // Invalidated (soft-purged) while committing: marked stale once its record is written,
+    // with a new time to live if `stale_set_ttl` (Invalidate's set_ttl, stale_ttl_ns).
+    bool stale_after_commit = false, stale_set_ttl = false;
+    uint64_t stale_ttl_ns = 0;
     uint64_t commit_size = UINT64_MAX;
     std::function<void(Result<uint64_t>)> on_commit;
   };
