@@ -1,0 +1,18 @@
+#!/bin/bash
+B=${B:-/work/main/build/release}
+RUN=$(mktemp -d /tmp/ic.XXXX)
+export UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y
+$B/core/goblin-core --prepare $RUN/tier >/dev/null
+UCX_TLS=all taskset -c 0 $B/core/goblin-core --listen-unix $RUN/core.sock --ssd-dir $RUN/tier --memory 1G --block 262144 --ram-head 262144 --rdma-listen 127.0.0.1:0 --rdma-max-message 1M --cores 1 --cpus 0 --polling pause ${CORE_ARGS:-} > $RUN/core.log 2>&1 &
+CORE=$!
+for i in $(seq 100); do grep -q 'UCX plane listening' $RUN/core.log && break; sleep 0.1; done
+PORT=$(sed -n 's/.*UCX plane listening on .* (port \([0-9]*\)).*/\1/p' $RUN/core.log)
+C="taskset -c 1 $B/bench/native_objects_benchmark --target ucx://127.0.0.1:$PORT --objects 256 --object-size 256K --pause-spin"
+UCX_TLS=sm,tcp $C --samples 1 --connections "" --keep > /dev/null
+# a client connected and spinning on pings keeps the core busy-polling; sample the core alone
+UCX_TLS=sm,tcp $C --samples 3000000 --connections "" --no-store --keep > /dev/null &
+CL=$!
+sleep 1
+perf record -q -F 20000 -C 0 -o /tmp/perf-core2.data -- sleep 1 2>/dev/null
+kill $CL; wait $CL 2>/dev/null
+kill $CORE; wait $CORE 2>/dev/null; rm -rf $RUN
