@@ -264,8 +264,7 @@ void CoreService::DescribeHead(Encoder& oi, const reactor::Session& session, uin
 void CoreService::HandleRead(reactor::Session& session, uint16_t template_id,
                              std::span<const uint8_t> msg, uint16_t block_length, uint16_t version,
                              uint64_t corr) {
-  auto bad = [&](std::string_view what, sbe::DecodeError e) { SendMalformed(session, what, e); };
-  bool get = template_id == wire::ObjectGetDecoder::kTemplateId;
+  const bool get = template_id == wire::ObjectGetDecoder::kTemplateId;
   std::string_view key;  // (into `msg`, which outlives this call)
   uint64_t offset = 0, length = UINT64_MAX;
   uint32_t flags = 0;
@@ -273,7 +272,7 @@ void CoreService::HandleRead(reactor::Session& session, uint16_t template_id,
   if (get) {
     wire::ObjectGetDecoder d;
     if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
-      return bad("ObjectGet", e);
+      return SendMalformed(session, "ObjectGet", e);
     key = d.key();
     offset = d.offset();
     length = d.length();
@@ -283,7 +282,7 @@ void CoreService::HandleRead(reactor::Session& session, uint16_t template_id,
   } else {
     wire::ObjectHeadDecoder d;
     if (auto e = d.WrapBody(msg, block_length, version); e != sbe::DecodeError::kNone)
-      return bad("ObjectHead", e);
+      return SendMalformed(session, "ObjectHead", e);
     key = d.key();
     flags = version < 6 ? 0 : d.flags();
     access.recache_ns = version < 6 ? 0 : d.recache_nanos();

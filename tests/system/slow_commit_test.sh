@@ -6,8 +6,10 @@
 # MISS meets the core's fill committing (a hit of no generation yet) and the gateway's fill
 # waiting for its commit's answer; it waits for the version to be in and asks the origin
 # conditionally (one more conditional request each time), never serving that version
-# unvalidated. In --net sync and async, HTTP/1.1 and h2c. Exits 77 (skipped) where FUSE
-# cannot be mounted.
+# unvalidated. And a soft purge (PURGE with X-Purge-Soft) that comes while a cacheable
+# response's version is still being written must reach that version: the next request
+# revalidates it (one conditional request), the one after is a plain HIT. In --net sync and
+# async, HTTP/1.1 and h2c. Exits 77 (skipped) where FUSE cannot be mounted.
 # Usage: slow_commit_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 SRC=$1
@@ -60,6 +62,18 @@ for NET in sync async; do
         fail "$mode: use $i ($got) was not revalidated: $(conditionals "$path") conditional requests"
       [ "$got" = HIT ] || [ "$got" = REVALIDATED ] || fail "$mode: use $i: x-cache $got"
     done
+    # A soft purge right after the MISS, while its version commits.
+    path="/gen/70K/sp-$NET-$PROTO?cc=max-age=600"
+    curl -sf -o "$T/expected" "$ORIGIN$path" || fail "$mode: the origin"
+    before=$(conditionals "$path")
+    [ "$(get "$PROTO" "$path")" = MISS ] || fail "$mode: soft purge: the first GET is not a MISS"
+    purged=$(curl -s --max-time 10 -X PURGE -H "X-Purge-Soft: 1" "http://127.0.0.1:$HTTP_PORT$path")
+    [ "$purged" = "200 Soft-purged" ] || fail "$mode: soft purge while committing: '$purged'"
+    got=$(get "$PROTO" "$path")
+    [ "$(conditionals "$path")" = $((before + 1)) ] ||
+      fail "$mode: the GET after a soft purge ($got) was not revalidated"
+    [ "$(get "$PROTO" "$path")" = HIT ] || fail "$mode: the GET after the revalidation is no HIT"
+    [ "$(conditionals "$path")" = $((before + 1)) ] || fail "$mode: revalidated twice"
     echo "$mode: ok"
   done
   stop_store

@@ -452,10 +452,11 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
   uint64_t start = MonotonicNanos();
   uint64_t end = start + static_cast<uint64_t>(timeout.count());
   uint64_t spin_until = start + static_cast<uint64_t>(options_.busy_poll.count());
-  // While spinning the clock is read at every 16th poll only: a read (34 ns through the vDSO
-  // in a KVM guest) costs as much as a poll of an idle worker, and a reply that lands during
-  // one waits for it. A client that does not spin, or yields between polls, or a wait of
-  // no time reads it every time.
+  // While spinning the clock is read at every 16th poll only: a read is 34 ns through the
+  // vDSO in a KVM guest (more than a poll of an idle worker there), a reply that lands
+  // during one waits for it, and perf had it at 21% of a spinning client's samples
+  // (docs/benchmarks/native.md). A client that does not spin, or yields between polls, or
+  // a wait of no time reads it every time.
   const uint32_t clock_every =
       options_.busy_poll.count() > 0 && !options_.spin_yield && timeout.count() > 0 ? 16 : 1;
   uint32_t polls = 0;

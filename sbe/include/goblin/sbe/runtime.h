@@ -309,7 +309,8 @@ class EncoderState {
   bool failed_ = false;
   int depth_ = 0;
   // (not zeroed: an entry is written by OpenBlock before any read, which stays below depth_;
-  // zeroing all of it was a `rep stos` of 128 bytes, a tenth of encoding a short answer)
+  // zeroing all of it was a `rep stos` of 128 bytes: a quarter of the samples perf found in
+  // the core's encoding of an ObjectLent)
   Open stack_[kMaxNesting];
 };
 
