@@ -1298,10 +1298,8 @@ Result<uint64_t> Store::InvalidatePrefix(std::string_view prefix) {
   });
   uint64_t n = 0;
   for (auto& [id, f] : fills_) {  // (see DeletePrefix; a committed one is counted below)
-    if (f.committing && !f.delete_after_commit && !f.stale_after_commit &&
-        std::string_view(f.key).starts_with(prefix)) {
-      f.stale_after_commit = true;
-      f.stale_set_ttl = false;
+    if (!f.stale_after_commit && std::string_view(f.key).starts_with(prefix) &&
+        f.MarkStaleAfterCommit(false, 0)) {
       const ObjectRecord* r = index_->Find(f.key);
       n += r == nullptr || Expired(*r, now) ? 1 : 0;
     }

@@ -93,12 +93,7 @@ Result<uint64_t> Store::Invalidate(std::string_view key, uint64_t if_generation,
   bool pending = false;  // (see Delete)
   if (if_generation == 0) {
     if (auto f = filling_.find(key); f != filling_.end()) {
-      Fill& fill = fills_.at(f->second);
-      if (fill.committing && !fill.delete_after_commit) {
-        pending = fill.stale_after_commit = true;
-        fill.stale_set_ttl = set_ttl;
-        fill.stale_ttl_ns = ttl_ns;
-      }
+      pending = fills_.at(f->second).MarkStaleAfterCommit(set_ttl, ttl_ns);
     }
   }
   const ObjectRecord* r = index_->Find(key);

@@ -480,6 +480,15 @@ class Store {
     // with a new time to live if `stale_set_ttl` (Invalidate's set_ttl, stale_ttl_ns).
     bool stale_after_commit = false, stale_set_ttl = false;
     uint64_t stale_ttl_ns = 0;
+    // Invalidate and InvalidatePrefix: marks the fill stale after its commit if it is
+    // committing and was not deleted meanwhile (false: it is not such a fill).
+    bool MarkStaleAfterCommit(bool set_ttl, uint64_t ttl_ns) {
+      if (!committing || delete_after_commit) return false;
+      stale_after_commit = true;
+      stale_set_ttl = set_ttl;
+      stale_ttl_ns = ttl_ns;
+      return true;
+    }
     uint64_t commit_size = UINT64_MAX;
     std::function<void(Result<uint64_t>)> on_commit;
   };
