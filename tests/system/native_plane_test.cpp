@@ -1456,8 +1456,19 @@ TEST_P(NativePlane, ClientKilledMidTransferLeavesOthersUnaffected) {
   // surviving client holds none: it is idle).
   ExpectNothingHeld(nc);
   // The core is alive, serves everyone else, and holds nothing for the dead reader: the
-  // object can be replaced and deleted.
+  // object can be replaced and deleted. Over UCX shared memory a reader killed in the middle
+  // of writing a message (a loan's release) into the core's receive FIFO blocks that FIFO
+  // for every peer: the core replaces the worker (ucx_worker_restarts) and disconnects its
+  // clients, this one too, which connects again, as from any core that went away. Elsewhere,
+  // and without a restart, its connection lives.
   auto ping = c->Ping();
+  if (!ping && GetParam().plane == Plane::kUcxShm &&
+      ping.error().code() == StatusCode::kUnavailable && CoreStats(nc)["ucx_worker_restarts"] > 0) {
+    std::cout << "[ info ] the surviving client was disconnected by a worker restart\n";
+    c.reset();
+    ASSERT_NO_FATAL_FAILURE(ConnectAfterAFault(nc, 3, 5s, &c));
+    ping = c->Ping();
+  }
   ASSERT_TRUE(ping) << ping.error().ToString() << "\ncore:\n" << nc.core->proc.Output();
   auto all = GetAll(*c, "big");
   ASSERT_TRUE(all) << all.error().ToString();
