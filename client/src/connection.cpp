@@ -168,7 +168,10 @@ VoidResult Connection::SendEncoded(Link& l, uint32_t max,
       }
     }));
     if (!early.ok()) return Err(early);
-    std::this_thread::yield();
+    // (not a yield loop: on a machine whose CPUs are busy, each yield gave them away for a
+    // time slice, and an 8 MiB put through a 4 KiB ring took 9 s instead of 0.05)
+    const uint64_t now = MonotonicNanos();
+    l.transport->WaitForRoom(std::chrono::nanoseconds(now < deadline ? deadline - now : 0));
   }
 }
 

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "connection_internal.h"
 #include "goblin/common/clock.h"
+#include "goblin/common/spin_backoff.h"
 #include "goblin/sbe/wire_flags.h"
 
 namespace goblin::client {
@@ -220,6 +222,10 @@ Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanos
   const uint64_t start = MonotonicNanos();
   const uint64_t deadline = start + static_cast<uint64_t>(timeout.count());
   const uint64_t spin_until = start + static_cast<uint64_t>(options_.spin.count());
+  // No spinning for a while on a CPU this thread was preempted on (a property of the
+  // thread's CPU, not of the connection; not in the installed header either).
+  thread_local SpinBackoff backoff;
+  uint64_t checked = start;  // (the clock's last reading)
   for (;;) {
     // What has arrived, on every link (each get's reply comes on its key's shard).
     for (auto& lp : links_) {
@@ -242,7 +248,10 @@ Result<std::vector<Connection::GetDone>> Connection::WaitGets(std::chrono::nanos
     }
     const uint64_t now = MonotonicNanos();
     if (now >= deadline) return std::vector<GetDone>{};
-    if (now < spin_until) {  // poll a little before paying for a wake-up (as Wait does)
+    // Poll a little before paying for a wake-up (as Wait does, and as it does not while
+    // lately preempted spinning: common/spin_backoff.h).
+    if (now < spin_until && backoff.may_spin(now) &&
+        !backoff.Idle(std::exchange(checked, now), now)) {
       if (options_.spin_yield) sched_yield();
       continue;
     }

@@ -21,6 +21,7 @@ class RingTransport final : public Transport {
   }
   uint8_t* Reserve(uint32_t max) override { return ring_->Reserve(max); }
   void Commit(uint32_t len) override { ring_->Commit(len); }
+  void WaitForRoom(std::chrono::nanoseconds timeout) override { ring_->WaitForRoom(timeout); }
   Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) override {
     return ring_->Poll([&](std::span<const uint8_t> m) { fn(m); }, max);
   }
@@ -60,6 +61,7 @@ class UcxTransport final : public Transport {
   }
   uint8_t* Reserve(uint32_t max) override { return ucx_->Reserve(max); }
   void Commit(uint32_t len) override { ucx_->Commit(len); }
+  void WaitForRoom(std::chrono::nanoseconds timeout) override { ucx_->WaitForRoom(timeout); }
   bool sends_payload_by_reference() const override { return true; }
   uint32_t put_alignment() const override { return ucx_->put_alignment(); }
   uint32_t put_head_cut() const override { return ucx_->put_head_cut(); }

@@ -514,6 +514,7 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
     m["ring_messages"] += rs.messages;
     m["ring_corrupt"] += rs.corrupt;
     m["loop_sleeps"] += sh.reactor->stats().sleeps;
+    m["loop_preempted"] += sh.reactor->stats().preempted;
 #if GOBLIN_HAVE_UCX
     if (sh.ucx != nullptr) {
       const verbs::UcxServerStats& us = sh.ucx->stats();

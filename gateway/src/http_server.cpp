@@ -13,6 +13,7 @@
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/log.h"
+#include "goblin/common/spin_backoff.h"
 #include "http_server_impl.h"
 #include "tcp_listen.h"
 
@@ -136,6 +137,8 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
   uint64_t drain_until = 0;  // (draining after the stop signal: until then, or no fills left)
   uint64_t last_work = MonotonicNanos(), last_sweep = 0;
   const auto busy_poll_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  SpinBackoff backoff;         // (no spinning for a while on a CPU it was preempted on)
+  uint64_t idle_round_at = 0;  // the last round's clock, if it found nothing and did not sleep
   auto publish = [this](Copy* c) {
     c->stats = stats_;
     c->ttfb = ttfb_;
@@ -226,9 +229,11 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
     int timeout = 0;
     // (connections given a turn in the next round, or marked since this round's writes -
     // an HTTP/2 session's frames queued at the end of a flush - are work: no sleep)
-    if (work > 0 || !next_round_.empty() || !dirty_.empty()) {
+    const bool idle = work == 0 && next_round_.empty() && dirty_.empty();
+    if (idle && idle_round_at != 0) (void)backoff.Idle(idle_round_at, now);
+    if (!idle) {
       last_work = now;
-    } else if (now - last_work >= busy_poll_ns && now > poll_until_) {
+    } else if ((now - last_work >= busy_poll_ns && now > poll_until_) || !backoff.may_spin(now)) {
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? 1000 : 0;
       if (int r = core_->MillisUntilReconnect(now); r >= 0 && r < timeout) timeout = r;
       if (options_.prober && !probe_inflight_) {  // (awake for the next probe)
@@ -281,6 +286,7 @@ VoidResult HttpServer::Impl::Run(int stop_fd) {
       }
     }
     if (n > 0) last_work = MonotonicNanos();
+    idle_round_at = idle && timeout == 0 && n == 0 ? now : 0;
   }
   for (auto& [id, c] : conns_) Close(*c);
   conns_.clear();

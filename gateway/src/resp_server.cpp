@@ -16,6 +16,7 @@
 #include "goblin/common/buffer.h"
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
+#include "goblin/common/spin_backoff.h"
 #include "goblin/ring/unix_socket.h"
 #include "resp_server_impl.h"
 #include "tcp_listen.h"
@@ -67,6 +68,8 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
   if (stop_fd >= 0) GOBLIN_RETURN_IF_ERROR(EpollAdd(epoll_.get(), stop_fd, EPOLLIN, kTagStop));
   uint64_t last_work = MonotonicNanos();
   const uint64_t busy_ns = static_cast<uint64_t>(options_.busy_poll.count());
+  SpinBackoff backoff;         // (no spinning for a while on a CPU it was preempted on)
+  uint64_t idle_round_at = 0;  // the last round's clock, if it found nothing and did not sleep
   auto publish = [this](RespStats* c) {
     *c = stats_;
     c->keyspace_hits = keyspace_hits_;
@@ -114,9 +117,12 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
     uint64_t now = MonotonicNanos();
     core_->Tick(now);
     if (objects_->waiting() && objects_->Tick(now)) ++work;
+    if (work == 0 && idle_round_at != 0) (void)backoff.Idle(idle_round_at, now);
+    bool prepared = false;  // (the core link announced a sleep: FinishSleep after epoll)
     if (work > 0) {
       last_work = now;
-    } else if (now - last_work >= busy_ns) {
+    } else if (now - last_work >= busy_ns || !backoff.may_spin(now)) {
+      prepared = true;
       timeout = core_->PrepareSleep(core_->queued_bytes() > 0) ? -1 : 0;
       if (int r = core_->MillisUntilReconnect(now); r >= 0 && (timeout < 0 || r < timeout))
         timeout = r;
@@ -130,7 +136,8 @@ VoidResult RespServer::Impl::Run(int stop_fd) {
     epoll_event events[64];
     int n = epoll_wait(epoll_.get(), events, 64, timeout);
     int wait_errno = errno;  // (FinishSleep reads an eventfd: keep epoll_wait's errno)
-    if (timeout != 0 || now - last_work >= busy_ns) core_->FinishSleep();
+    if (prepared) core_->FinishSleep();
+    idle_round_at = work == 0 && timeout == 0 && n == 0 ? now : 0;
     if (n < 0 && wait_errno != EINTR) return ErrnoErr("epoll_wait", wait_errno);
     for (int i = 0; i < n; ++i) {
       uint64_t tag = events[i].data.u64;

@@ -11,6 +11,7 @@
 
 #include "goblin/common/clock.h"
 #include "goblin/common/log.h"
+#include "goblin/common/spin_backoff.h"
 
 namespace goblin::reactor {
 namespace {
@@ -75,19 +76,34 @@ VoidResult Loop::Run(int stop_fd) {
   const uint32_t every = std::max<uint32_t>(1, options_.background_every);
   uint32_t round = 0;   // every `every`-th is a full one
   bool worked = false;  // a transports-only round did work (the clock is read at a full one)
-  auto pause = [this] {
-    if (options_.yield_when_polling) {
-      sched_yield();
-    } else {
+  // Spinning stops for a while when a stretch of idle polling shows that this thread was
+  // preempted (an oversubscribed CPU: common/spin_backoff.h); then every round is a full one,
+  // so the loop goes to sleep at its next idle round. The stretches: from one idle full round
+  // to the next, and (yielding) from the last clock reading to the end of a yield.
+  SpinBackoff backoff;
+  uint64_t idle_round_at = 0;  // the last full round, if it found nothing (else 0)
+  uint64_t clock_at = 0;       // the clock's last reading with only idle polls since (else 0)
+  bool may_spin = true;
+  auto pause = [&] {
+    if (!options_.yield_when_polling) {
       _mm_pause();
+      return;
     }
+    sched_yield();
+    const uint64_t t = MonotonicNanos();  // (a yield is a system call: the clock is cheap here)
+    if (clock_at != 0 && backoff.Idle(clock_at, t)) {
+      ++stats_.preempted;
+      may_spin = options_.never_sleep;
+    }
+    clock_at = t;
   };
   while (!stop_.load(std::memory_order_acquire)) {
-    if (round++ % every != 0) {  // the transports only
+    if (round++ % every != 0 && may_spin) {  // the transports only
       size_t n = 0;
       for (EventSource* src : transports_) n += src->Poll();
       if (n > 0) {
         worked = true;
+        clock_at = 0;
       } else {
         pause();
       }
@@ -96,16 +112,22 @@ VoidResult Loop::Run(int stop_fd) {
     size_t n = handler_ != nullptr ? handler_->OnPoll() : 0;
     for (EventSource* src : sources_) n += src->Poll();
     const uint64_t now = MonotonicNanos();
+    const bool idle = n == 0 && !worked;
     if (n > 0 || worked) last_work = now;
     worked = false;
+    if (idle && idle_round_at != 0 && backoff.Idle(idle_round_at, now)) ++stats_.preempted;
+    idle_round_at = idle ? now : 0;
+    clock_at = now;
+    may_spin = options_.never_sleep || backoff.may_spin(now);  // (a CPU of its own: always)
     if (now - last_events >= events_ns) {  // accepts, hang-ups and wake fds while busy
       HandleEvents(0);
       last_events = now;
       round = 0;  // (what it took in, a drained wake fd's work, is polled before any sleep)
+      idle_round_at = clock_at = 0;
       continue;
     }
     if (n > 0) continue;
-    if (options_.never_sleep || now - last_work < busy_ns) {
+    if (options_.never_sleep || (now - last_work < busy_ns && may_spin)) {
       pause();
       continue;
     }
@@ -125,6 +147,7 @@ VoidResult Loop::Run(int stop_fd) {
     for (EventSource* src : sources_) src->FinishSleep();
     last_work = last_events = MonotonicNanos();
     round = 0;
+    idle_round_at = clock_at = 0;
   }
   for (EventSource* src : sources_) src->Close();
   return {};

@@ -81,10 +81,14 @@ bool RingChannel::Wait(std::chrono::nanoseconds spin, std::chrono::nanoseconds t
   const uint32_t space_goal = capacity_ / 2;
   auto ready = [&] { return rx_.HasData() || (want_space && tx_.FreeSpace() >= space_goal); };
   // Bounded spin: check the clock only every 64 pauses (every yield: each is a system call).
-  for (uint32_t i = 0;; ++i) {
+  // None while it was lately preempted spinning (common/spin_backoff.h).
+  uint64_t checked = start;
+  for (uint32_t i = 0; backoff_.may_spin(checked); ++i) {
     if (ready()) return true;
     if (spin_yield || (i & 63) == 0) {
       uint64_t now = MonotonicNanos();
+      if (backoff_.Idle(checked, now)) break;
+      checked = now;
       if (now >= spin_until || now >= deadline) break;
     }
     if (spin_yield) {

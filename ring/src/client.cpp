@@ -102,8 +102,7 @@ VoidResult RingClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecon
     if (deadline == 0) deadline = now + static_cast<uint64_t>(timeout.count());
     if (now >= deadline)
       return Err(StatusCode::kTimeout, "the core did not drain the ring in time");
-    channel_.Wait(options_.spin, std::chrono::nanoseconds(deadline - now), /*want_space=*/true,
-                  sock_.get(), options_.spin_yield);
+    WaitForRoom(std::chrono::nanoseconds(deadline - now));
   }
 }
 

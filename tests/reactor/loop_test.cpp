@@ -2,7 +2,10 @@
 // queued, as the store's sync thread and io_uring completions do) is polled before the loop
 // sleeps, whatever its polling options. A loop that drained the fd and then slept without
 // another poll round lost the work until something else woke it (a put's answer, 5 s).
-// And the round's cadence: transports every round, the rest every background_every-th.
+// And the round's cadence: transports every round, the rest every background_every-th. And a
+// loop preempted while it spins (an oversubscribed CPU) sleeps instead.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -166,6 +169,67 @@ TEST(LoopCadence, TransportsArePolledEveryRoundTheRestEveryFewWhetherIdleOrBusy)
     EXPECT_EQ(one.handler, one.background);
   }
 }
+
+// A loop that spins on a CPU another thread wants (two CPUs shared by the core, a client and
+// a build) is run in turns of a time slice: each time work came, it found it one slice late,
+// and it never slept (the work came more often than its spin ran out). Now an idle stretch of
+// polls that took more than SpinBackoff::kPreemptedNs shows it was preempted, and it sleeps
+// instead, to be woken by the wake fd at once. Here work comes every millisecond with a 5 ms
+// spin, and a thread that never sleeps shares the loop's CPU.
+class LoopOnABusyCpu : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LoopOnABusyCpu, PreemptedWhileSpinningItSleepsInstead) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  auto pin = [cpu] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+  };
+  PostedWork h;
+  reactor::LoopOptions o;
+  o.busy_poll = 5ms;
+  o.yield_when_polling = GetParam();
+  auto loop = reactor::Loop::Create(o, &h);
+  ASSERT_TRUE(loop) << loop.error().ToString();
+  UniqueFd efd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  ASSERT_TRUE(efd);
+  ASSERT_TRUE((*loop)->AddWakeFd(efd.get()));
+  std::atomic<bool> stop{false}, pinned_loop{false}, pinned_hog{false};
+  std::thread hog([&] {
+    pinned_hog = pin();
+    while (!stop.load(std::memory_order_relaxed)) asm volatile("" ::: "memory");
+  });
+  std::thread t([&] {
+    pinned_loop = pin();
+    (void)(*loop)->Run();
+  });
+  for (uint64_t i = 1; i <= 400; ++i) {
+    std::this_thread::sleep_for(1ms);
+    h.posted.store(i, std::memory_order_release);
+    uint64_t one = 1;
+    ASSERT_EQ(write(efd.get(), &one, sizeof one), 8);
+  }
+  stop = true;
+  hog.join();
+  const uint64_t deadline = MonotonicNanos() + 5'000'000'000;  // (the last post is taken)
+  while (h.taken.load(std::memory_order_acquire) != 400 && MonotonicNanos() < deadline)
+    std::this_thread::sleep_for(1ms);
+  (*loop)->Stop();
+  t.join();
+  ASSERT_TRUE(pinned_loop && pinned_hog) << "could not pin the threads to CPU " << cpu;
+  EXPECT_EQ(h.taken.load(), 400u);
+  const reactor::LoopStats& st = (*loop)->stats();
+  EXPECT_GT(st.preempted, 0u) << "the loop never found that it had been preempted";
+  EXPECT_GT(st.sleeps, 0u) << "the loop spun through 400 posts on a CPU it shared";
+}
+
+INSTANTIATE_TEST_SUITE_P(Polling, LoopOnABusyCpu, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Yielding" : "Pausing"; });
 
 }  // namespace
 }  // namespace goblin

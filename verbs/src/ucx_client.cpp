@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "goblin/common/clock.h"
 #include "goblin/sbe/runtime.h"
@@ -313,7 +314,7 @@ VoidResult UcxClient::Send(std::span<const uint8_t> msg, std::chrono::nanosecond
     uint64_t now = MonotonicNanos();
     if (end == 0) end = now + static_cast<uint64_t>(timeout.count());
     if (now >= end) return Err(StatusCode::kTimeout, "the core took nothing for too long");
-    worker_->WaitForEvents(std::chrono::nanoseconds(std::min<uint64_t>(end - now, 1'000'000)));
+    WaitForRoom(std::chrono::nanoseconds(end - now));
   }
 }
 
@@ -460,6 +461,7 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
   const uint32_t clock_every =
       options_.busy_poll.count() > 0 && !options_.spin_yield && timeout.count() > 0 ? 16 : 1;
   uint32_t polls = 0;
+  uint64_t checked = start;  // (the clock's last reading)
   for (;;) {
     if (Deliverable()) return true;
     const bool did = worker_->ProgressOnce();  // (see Poll)
@@ -467,10 +469,13 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
     if (failed_) return Err(CheckAlive().error());
     if (++polls < clock_every) continue;
     polls = 0;
-    uint64_t now = MonotonicNanos();
+    const uint64_t now = MonotonicNanos();
     if (now >= end) return false;
-    if (did) continue;       // more may be in: poll again at once
-    if (now < spin_until) {  // poll a little before paying for a wake-up
+    const uint64_t idle_from = std::exchange(checked, now);
+    if (did) continue;  // more may be in: poll again at once
+    // Poll a little before paying for a wake-up, unless lately preempted while spinning (an
+    // oversubscribed CPU: common/spin_backoff.h).
+    if (now < spin_until && backoff_.may_spin(now) && !backoff_.Idle(idle_from, now)) {
       if (options_.spin_yield) sched_yield();
       continue;
     }

@@ -34,6 +34,9 @@ class Transport {
   // Encode in place: Reserve(max) (nullptr: no room now), then Commit(len).
   virtual uint8_t* Reserve(uint32_t max) = 0;
   virtual void Commit(uint32_t len) = 0;
+  // After a Reserve that found no room: waits (spin, then sleep) up to `timeout` for the
+  // core to make some, or for a message from it (poll it, then Reserve again).
+  virtual void WaitForRoom(std::chrono::nanoseconds timeout) = 0;
   // Non-blocking send of an encoded message: kFull when there is no room now.
   enum class TrySendResult : uint8_t { kOk, kFull, kTooLarge };
   TrySendResult TrySend(std::span<const uint8_t> msg) {

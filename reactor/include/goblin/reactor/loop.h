@@ -44,6 +44,9 @@ struct LoopOptions {
 
 struct LoopStats {
   uint64_t sleeps = 0;  // times the loop slept in epoll
+  // Times it found, polling idle, that it had been preempted (and stopped spinning for a
+  // while: common/spin_backoff.h). Counted with never_sleep too, which spins on regardless.
+  uint64_t preempted = 0;
 };
 
 class Loop {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "goblin/common/spin_backoff.h"
 #include "goblin/common/status.h"
 #include "goblin/ring/shm.h"
 #include "goblin/ring/spsc_ring.h"
@@ -134,6 +135,7 @@ class RingChannel {
   RingProducer tx_;
   RingConsumer rx_;
   bool sleeping_for_space_ = false;
+  SpinBackoff backoff_;  // (Wait: no spinning for a while on a CPU it was preempted on)
 };
 
 }  // namespace goblin::ring

@@ -55,6 +55,11 @@ class RingClient {
   // Waits (spin, then sleep) for room up to `timeout`. Errors: too large for the ring
   // (InvalidArgument), timeout, core gone (Unavailable).
   VoidResult Send(std::span<const uint8_t> msg, std::chrono::nanoseconds timeout);
+  // After a Reserve or TrySend that found the ring full: waits (spin, then sleep) up to
+  // `timeout` for the core to free half of it, for a record from it, or for its socket.
+  void WaitForRoom(std::chrono::nanoseconds timeout) {
+    channel_.Wait(options_.spin, timeout, /*want_space=*/true, sock_.get(), options_.spin_yield);
+  }
 
   // Zero-copy: encode into Reserve(max), then Commit(len) (publishes at once).
   uint8_t* Reserve(uint32_t max_len) {

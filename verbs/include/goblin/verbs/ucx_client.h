@@ -8,6 +8,7 @@
 // `handed_over` one thread at a time.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "goblin/common/function_ref.h"
+#include "goblin/common/spin_backoff.h"
 #include "goblin/common/status.h"
 #include "goblin/verbs/ucx.h"
 
@@ -86,6 +88,11 @@ class UcxClient {
   // the send window is full right now.
   uint8_t* Reserve(uint32_t max_len);
   void Commit(uint32_t len);
+  // After a Reserve or TrySend that found the send window full: progresses the worker,
+  // sleeping on its events (at most 1 ms at a time, as Send does) up to `timeout`.
+  void WaitForRoom(std::chrono::nanoseconds timeout) {
+    worker_->WaitForEvents(std::min(timeout, std::chrono::nanoseconds(1'000'000)));
+  }
 
   // Hands received messages to fn in arrival order; returns how many.
   Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max = SIZE_MAX);
@@ -135,6 +142,7 @@ class UcxClient {
   std::unique_ptr<UcxWorker> worker_;
   ucp_ep_h ep_ = nullptr;
   bool failed_ = false;
+  SpinBackoff backoff_;    // (Wait: no spinning for a while on a CPU it was preempted on)
   bool answered_ = false;  // the core's Welcome (or Error) came: the endpoint is connected
   std::string failure_;
   size_t in_flight_ = 0;
