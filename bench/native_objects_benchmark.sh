@@ -77,10 +77,18 @@ perftest() {  # tls test size
   local tls=$1 test=$2 size=$3 port=$((13337 + RANDOM % 1000)) out
   UCX_TLS=$tls "${SERVER_CPU[@]}" ucx_perftest -p "$port" > "$RUN/perf-server.out" 2>&1 &
   local server=$!
-  sleep 0.5
+  # (the client fails at once if the server does not listen yet: on a loaded machine 0.5 s
+  # was not always enough, and the server then waited for it forever)
+  for _ in $(seq 100); do
+    [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && break
+    sleep 0.1
+  done
   out=$(UCX_TLS=$tls timeout 120 "${CLIENT_CPU[@]}" ucx_perftest 127.0.0.1 -p "$port" \
         -t "$test" -s "$size" \
         -n "$PERF_ITERS" 2>&1 | tee -a "$OUT/perftest.log" | sed -n 's/^Final:\s*//p')
+  # (a server whose client never came or failed is not waited for)
+  for _ in $(seq 50); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+  kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
   echo "$out"
 }

@@ -521,6 +521,8 @@ grpc::Status CoreAdmin::CollectStats(v1::Stats* out) {
       m["ucx_accepted"] += us.accepted;
       m["ucx_rejected"] += us.rejected;
       m["ucx_messages"] += us.messages;
+      m["ucx_messages_by_own_id"] += us.by_own_id;
+      m["ucx_own_id_late"] += us.own_id_late;
       m["ucx_failed_endpoints"] += us.failed_endpoints;
       m["ucx_hello_timeouts"] += us.hello_timeouts;
       m["ucx_payloads_by_rendezvous"] += us.payloads_by_rendezvous;

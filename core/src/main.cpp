@@ -171,7 +171,9 @@ int main(int argc, char** argv) {
                 true);
   AddDurationOption(app, "--client-output-soft-time", &output_soft_time,
                     "How long a client may stay above the soft limit");
-  app.add_option("--max-clients", opts.max_clients, "Concurrent clients")->capture_default_str();
+  app.add_option("--max-clients", opts.max_clients,
+                 "Concurrent clients per shard and plane (ring, UCX)")
+      ->capture_default_str();
   AddDurationOption(app, "--busy-poll", &busy_poll,
                     "Busy-poll this long after the last work before sleeping");
   app.add_option("--wake", wake, "spin (spin, then sleep on doorbells) or busy (never sleep)")
@@ -609,6 +611,7 @@ int main(int argc, char** argv) {
       uo.output_soft_limit = output_soft_limit;
       uo.output_soft_time = output_soft_time;
       uo.hello_timeout = rdma_hello_timeout;
+      uo.max_clients = opts.max_clients;
       uo.shard = i;
       uo.shard_count = n_shards;
       uo.first_session_id = (1ull << 48) + i;

@@ -60,11 +60,13 @@ void SessionCases() {
         .set_shard(2)
         .set_shard_count(3)
         .set_put_alignment(4 << 20)
+        .set_am_id(17)
         .set_server_name("goblin-core")
         .set_shard_addresses("10.0.0.1:7000,10.0.0.1:7001,10.0.0.1:7002");
     const size_t n = e.Finish();
     auto d = RoundTrip<WelcomeDecoder>(b, n);
     EXPECT_EQ(d.put_alignment(), 4u << 20);
+    EXPECT_EQ(d.am_id(), 17);
     // The same Welcome from a core of schema version 2 (no putAlignment in its block):
     // decoded, putAlignment reading as SBE's null value (UcxClient takes it as none).
     const uint16_t block = Load<uint16_t>(b.data());
@@ -75,6 +77,7 @@ void SessionCases() {
     auto old = WelcomeDecoder::Decode(v2);
     ASSERT_TRUE(old) << old.error().message();
     EXPECT_EQ(old->put_alignment(), UINT32_MAX);
+    EXPECT_EQ(old->am_id(), UINT16_MAX);  // (schema version 12; UcxClient takes it as none)
     EXPECT_EQ(old->shard_count(), 3);
     EXPECT_EQ(old->server_name(), "goblin-core");
     EXPECT_EQ(d.shard(), 2);
@@ -605,7 +608,7 @@ TEST(Golden, PingBytes) {
   e.set_correlation_id(1).set_send_nanos(0x0102030405060708ull).set_payload("hi");
   size_t n = e.Finish();
   std::vector<uint8_t> want = {0x10, 0x00, 0x04, 0x00, 0xc3,
-                               0x1b, 0x0b, 0x00,  // blockLength 16, template 4, schema 7107, v11
+                               0x1b, 0x0c, 0x00,  // blockLength 16, template 4, schema 7107, v12
                                0x01, 0,    0,    0,    0,
                                0,    0,    0,  // correlationId
                                0x08, 0x07, 0x06, 0x05, 0x04,
@@ -623,7 +626,7 @@ TEST(Golden, SubscribeGroupAndVarData) {
   g.Next().set_name(std::string_view("b"));
   size_t n = e.Finish();
   std::vector<uint8_t> want = {
-      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x0b, 0x00,  // blockLength 18, template 12, v11
+      0x12, 0x00, 0x0c, 0x00, 0xc3, 0x1b, 0x0c, 0x00,  // blockLength 18, template 12, v12
       0x05, 0,    0,    0,    0,    0,    0,    0,     // correlationId
       0x01, 0x00,                                      // kind=pattern, action=subscribe
       0x09, 0,    0,    0,    0,    0,    0,    0,     // sessionId

@@ -301,6 +301,37 @@ TEST_P(NativePlane, PingPutHeadGetRangeDelete) {
   ExpectNothingHeld(nc);
 }
 
+// Over UCX each session's messages come with an active message id the core registered for
+// it alone (Welcome.amId: no reply flag on the client's sends, no endpoint lookup in the
+// core). The ids go round robin through a table sized by --max-clients (4 here: the least,
+// 64 ids): 80 connections one after another wrap around it, each beside a connection that
+// stays, their requests interleaved, every answer its own; no message is lost to a closed
+// session's id, none comes late on one.
+TEST_P(NativePlane, EachUcxSessionSendsWithAnActiveMessageIdOfItsOwn) {
+  if (GetParam() == Plane::kRing) GTEST_SKIP() << "the UCX plane's";
+  NativeCore nc(Tag("amid"), GetParam(), true, {"--max-clients", "4"});
+  auto a = nc.Connect();
+  ASSERT_TRUE(a);
+  const auto da = Pattern(5000, 1), db = Pattern(70 << 10, 2);
+  ASSERT_TRUE(a->Put("amid/a", da));
+  ASSERT_TRUE(a->Put("amid/b", db));
+  for (int i = 0; i < 80; ++i) {
+    auto b = nc.Connect();
+    ASSERT_TRUE(b) << i;
+    auto ga = GetAll(*a, "amid/a");
+    auto gb = GetAll(*b, "amid/b");
+    ASSERT_TRUE(ga && gb) << i;
+    EXPECT_TRUE(*ga == da && *gb == db) << i;
+    ASSERT_TRUE(b->Ping()) << i;
+    ASSERT_TRUE(a->Ping()) << i;
+  }
+  ExpectNothingHeld(nc);
+  std::string text;
+  auto stats = CoreStats(nc, &text);
+  EXPECT_GE(stats["ucx_messages_by_own_id"], 80u * 4) << text;
+  EXPECT_EQ(stats["ucx_own_id_late"], 0u) << text;
+}
+
 #if GOBLIN_HAVE_UCX
 // UCX_TLS decides whether a UCX client may look for the core in its own host's memory.
 TEST(UcxTls, SharedMemoryIsAllowedUnlessUcxWasToldOtherwise) {

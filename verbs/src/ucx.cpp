@@ -157,11 +157,11 @@ UcxWorker::~UcxWorker() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
 }
 
-VoidResult UcxWorker::SetMessageHandler(ucp_am_recv_callback_t cb, void* arg) {
+VoidResult UcxWorker::SetHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
   ucp_am_handler_param_t am{};
   am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                   UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  am.id = kAmMessage;
+  am.id = id;
   am.flags = UCP_AM_FLAG_WHOLE_MSG;
   am.cb = cb;
   am.arg = arg;
@@ -258,16 +258,16 @@ void OnSendComplete(void* request, ucs_status_t status, void* user_data) {
 
 }  // namespace
 
-Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
-                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag,
-                           bool nothing_in_flight) {
+Result<size_t> SendMessage(ucp_ep_h ep, unsigned am_id, std::span<const uint8_t> msg,
+                           SendBuffers& buffers, uint64_t owner, SendBuffers::Done done, void* user,
+                           bool reply_flag, bool nothing_in_flight) {
   const uint32_t flags = UCP_AM_SEND_FLAG_EAGER | (reply_flag ? UCP_AM_SEND_FLAG_REPLY : 0);
   if (nothing_in_flight) {
     // The usual case: UCX takes the bytes at once, straight from the caller's buffer.
     ucp_request_param_t now{};
     now.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     now.flags = flags;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, nullptr, 0, msg.data(), msg.size(), &now);
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, am_id, nullptr, 0, msg.data(), msg.size(), &now);
     if (r == nullptr) return size_t{0};
     if (UCS_PTR_IS_ERR(r) && UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE) {
       return Err(UcsError(UCS_PTR_STATUS(r), "ucp_am_send_nbx"));
@@ -286,7 +286,7 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
   p.flags = flags;
   p.cb.send = OnSendComplete;
   p.user_data = b;
-  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, nullptr, 0, b->bytes.data(), msg.size(), &p);
+  ucs_status_ptr_t r = ucp_am_send_nbx(ep, am_id, nullptr, 0, b->bytes.data(), msg.size(), &p);
   if (r == nullptr) {  // completed at once: the callback does not run
     buffers.Release(b);
     return size_t{0};
@@ -312,7 +312,8 @@ Result<ucp_mem_h> MapMemory(UcxContext& context, const void* base, size_t bytes)
 Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
                                   std::span<const uint8_t> payload, ucp_mem_h memh,
                                   SendBuffers& buffers, uint64_t owner, uint64_t token,
-                                  SendBuffers::Done done, void* user, uint32_t am_flags) {
+                                  SendBuffers::Done done, void* user, uint32_t am_flags,
+                                  unsigned am_id) {
   // UCX 1.13 reads the header until completion too: it lives in a reused buffer.
   SendBuffers::Buffer* b = buffers.Acquire(header.size());
   std::memcpy(b->bytes.data(), header.data(), header.size());
@@ -333,8 +334,8 @@ Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = memh;
   }
-  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmMessage, b->bytes.data(), header.size(),
-                                       payload.data(), payload.size(), &p);
+  ucs_status_ptr_t r = ucp_am_send_nbx(ep, am_id, b->bytes.data(), header.size(), payload.data(),
+                                       payload.size(), &p);
   if (r == nullptr) {
     buffers.Release(b);
     return true;

@@ -80,6 +80,9 @@ Result<std::unique_ptr<UcxClient>> UcxClient::Connect(std::string_view host_port
   c->put_alignment_ = w->put_alignment() == UINT32_MAX ? 0 : w->put_alignment();
   c->put_head_cut_ = w->put_head_cut() == UINT32_MAX ? 0 : w->put_head_cut();  // (< version 10)
   c->shard_addresses_ = std::string(w->shard_addresses());
+  // (a core before schema version 12 has none: SBE's null value; 0: it gave none)
+  if (const uint16_t id = w->am_id(); id >= kAmSessionBase && id < kAmSessionBase + kAmSessionIds)
+    c->am_id_ = id;
   return c;
 }
 
@@ -287,8 +290,8 @@ UcxClient::SendStatus UcxClient::TrySend(std::span<const uint8_t> msg) {
     if (in_flight_ > options_.send_window) return SendStatus::kFull;
   }
   if (failed_) return SendStatus::kOk;  // CheckAlive reports it; the bytes go nowhere
-  auto r = SendMessage(ep_, msg, buffers_, 0, &UcxClient::OnSent, this, /*reply_flag=*/true,
-                       in_flight_ == 0);
+  auto r = SendMessage(ep_, am_id_, msg, buffers_, 0, &UcxClient::OnSent, this,
+                       /*reply_flag=*/am_id_ == kAmMessage, in_flight_ == 0);
   if (!r) {
     failed_ = true;
     failure_ = r.error().message();
@@ -342,8 +345,9 @@ VoidResult UcxClient::SendWithPayload(std::span<const uint8_t> header,
           : nullptr;
   // (rendezvous always: the core receives the bytes where they belong, over verbs an RDMA
   // READ of `payload`, and this side copies nothing)
-  auto r = SendHeaderAndPayload(ep_, header, payload, memh, buffers_, 0, 0, &UcxClient::OnSent,
-                                this, UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_RNDV);
+  auto r = SendHeaderAndPayload(
+      ep_, header, payload, memh, buffers_, 0, 0, &UcxClient::OnSent, this,
+      UCP_AM_SEND_FLAG_RNDV | (am_id_ == kAmMessage ? UCP_AM_SEND_FLAG_REPLY : 0), am_id_);
   if (!r) {
     failed_ = true;
     failure_ = r.error().message();

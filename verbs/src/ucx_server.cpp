@@ -52,8 +52,8 @@ reactor::SendOutcome UcxSession::Send(std::span<const uint8_t> msg) {
       return reactor::SendOutcome::kOverLimit;
     }
   }
-  auto r = SendMessage(ep_, msg, server_->buffers_, id_, &UcxServer::OnSent, server_, false,
-                       queued_ == 0);
+  auto r = SendMessage(ep_, kAmMessage, msg, server_->buffers_, id_, &UcxServer::OnSent, server_,
+                       false, queued_ == 0);
   if (!r) {
     GOBLIN_LOG_DEBUG(kLog, "client {}: {}", id_, r.error());
     failed_ = true;
@@ -160,7 +160,8 @@ VoidResult UcxServer::StartWorker() {
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, worker_->event_fd(), &ev) != 0) {
     return ErrnoErr("epoll_ctl(UCX worker)", errno);
   }
-  busy_.Armed();  // (a new worker: nothing pending yet)
+  busy_.Armed();                                    // (a new worker: nothing pending yet)
+  for (AmRoute& r : routes_) r.registered = false;  // (the new worker has no handlers yet)
   peer_pids_.clear();
   lost_before_hello_ = false;
   return {};
@@ -294,13 +295,52 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_l
   }
   auto it = self->by_ep_.find(param->reply_ep);
   if (it == self->by_ep_.end()) return UCS_OK;
-  UcxSession& s = *it->second;
-  if (header_length != 0)
-    return self->OnPayloadMessage(s, header, header_length, data, length, param);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > self->options_.max_message) {
+  return self->Take(*it->second, header, header_length, data, length, param);
+}
+
+ucs_status_t UcxServer::OnSessionMessage(void* arg, const void* header, size_t header_length,
+                                         void* data, size_t length,
+                                         const ucp_am_recv_param_t* param) {
+  const auto* route = static_cast<const AmRoute*>(arg);
+  if (route->session == nullptr) {  // (a closed session's late message)
+    ++route->server->stats_.own_id_late;
+    return UCS_OK;
+  }
+  ++route->server->stats_.by_own_id;
+  return route->server->Take(*route->session, header, header_length, data, length, param);
+}
+
+unsigned UcxServer::AssignAmId(UcxSession& s) {
+  if (routes_.empty()) {
+    routes_.resize(std::clamp<size_t>(size_t{4} * options_.max_clients, 64, kAmSessionIds));
+    for (AmRoute& r : routes_) r.server = this;
+  }
+  for (size_t tried = 0; tried < routes_.size(); ++tried) {
+    const size_t i = next_route_;
+    next_route_ = (next_route_ + 1) % routes_.size();
+    AmRoute& r = routes_[i];
+    if (r.session != nullptr) continue;
+    const unsigned id = kAmSessionBase + static_cast<unsigned>(i);
+    if (!r.registered) {
+      if (auto set = worker_->SetHandler(id, &UcxServer::OnSessionMessage, &r); !set) {
+        GOBLIN_LOG_WARN(kLog, "client {}: no active message id of its own: {}", s.id_, set.error());
+        return 0;
+      }
+      r.registered = true;
+    }
+    r.session = &s;
+    return id;
+  }
+  return 0;
+}
+
+ucs_status_t UcxServer::Take(UcxSession& s, const void* header, size_t header_length, void* data,
+                             size_t length, const ucp_am_recv_param_t* param) {
+  if (header_length != 0) return OnPayloadMessage(s, header, header_length, data, length, param);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || length > options_.max_message) {
     // A message without an AM header is sent eager, whole in the AM data, within max_message.
     GOBLIN_LOG_WARN(kLog, "client {} ({}) broke the protocol ({}-byte message, max {}); closing it",
-                    s.id_, s.peer_, length, self->options_.max_message);
+                    s.id_, s.peer_, length, options_.max_message);
     s.Close();
     return UCS_OK;
   }
@@ -309,19 +349,19 @@ ucs_status_t UcxServer::OnMessage(void* arg, const void* header, size_t header_l
   // and delivering after progress returns was ~100 ns of every request (the rest of the
   // progress pass, then Deliver). A UCX callback may send (the answer goes out from here);
   // it may not progress the worker, and nothing the handler calls does.
-  if (self->inbox_.empty() && s.welcomed_ && !s.closing_) {
-    ++self->stats_.messages;
-    self->handler_->OnMessage(s, {static_cast<const uint8_t*>(data), length});
+  if (inbox_.empty() && s.welcomed_ && !s.closing_) {
+    ++stats_.messages;
+    handler_->OnMessage(s, {static_cast<const uint8_t*>(data), length});
     return UCS_OK;
   }
   // Else after progress returns, in order.
-  self->deliverable_ = true;
-  size_t at = self->inbox_.size();
-  self->inbox_.resize(at + 12 + length);
-  std::memcpy(self->inbox_.data() + at, &s.id_, 8);
+  deliverable_ = true;
+  size_t at = inbox_.size();
+  inbox_.resize(at + 12 + length);
+  std::memcpy(inbox_.data() + at, &s.id_, 8);
   uint32_t len = static_cast<uint32_t>(length);
-  std::memcpy(self->inbox_.data() + at + 8, &len, 4);
-  if (length > 0) std::memcpy(self->inbox_.data() + at + 12, data, length);
+  std::memcpy(inbox_.data() + at + 8, &len, 4);
+  if (length > 0) std::memcpy(inbox_.data() + at + 12, data, length);
   return UCS_OK;
 }
 
@@ -522,6 +562,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_shard_count(options_.shard_count)
       .set_put_alignment(options_.put_alignment)
       .set_put_head_cut(options_.put_head_cut)
+      .set_am_id(static_cast<uint16_t>(s.am_id_ == 0 ? (s.am_id_ = AssignAmId(s)) : s.am_id_))
       .set_server_name(options_.server_name)
       .set_shard_addresses(shard_addresses_);
   if (s.Send({buf, w.Finish()}) == reactor::SendOutcome::kOverLimit) return;
@@ -719,6 +760,7 @@ void UcxServer::CloseSession(uint64_t id) {
   }
   DropWaitingPulls(s);
   by_ep_.erase(s.ep_);
+  if (s.am_id_ != 0) routes_[s.am_id_ - kAmSessionBase].session = nullptr;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = s.failed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;

@@ -2,8 +2,11 @@
 // single-thread mode (one per loop thread, never shared), the wake-up protocol of a worker
 // (event fd, Arm), UCS status -> Status, host:port resolution, and the pool of send
 // buffers both ends use for active messages. Every goblin message on the UCX plane is one
-// active message of id kAmMessage whose data is one SBE message (no AM header), sent eager
-// (in order, delivered whole).
+// active message whose data is one SBE message (no AM header), sent eager (in order,
+// delivered whole): of id kAmMessage, a client's with UCP_AM_SEND_FLAG_REPLY (the core finds
+// its session by the reply endpoint), or once welcomed of the id the core gave its session
+// (Welcome.amId, from kAmSessionBase on: the core registered it for that session alone, and
+// the send needs no reply flag).
 // Threading: a worker and everything created on it belong to the thread that progresses it.
 #pragma once
 
@@ -23,6 +26,9 @@
 namespace goblin::verbs {
 
 inline constexpr unsigned kAmMessage = 1;
+// Per-session active message ids: kAmSessionBase to kAmSessionBase + kAmSessionIds - 1.
+inline constexpr unsigned kAmSessionBase = 16;
+inline constexpr unsigned kAmSessionIds = 16384;
 
 // A UCS status as a Status (UCS_ERR_UNREACHABLE/CONNECTION_RESET/... -> Unavailable).
 Status UcsError(ucs_status_t status, std::string_view what);
@@ -68,7 +74,11 @@ class UcxWorker {
   // rendezvous included, before the first message is handed on).
   bool ProgressOnce() { return ucp_worker_progress(worker_) != 0; }
   // Routes goblin messages (active message kAmMessage, delivered whole) to cb(arg, ...).
-  VoidResult SetMessageHandler(ucp_am_recv_callback_t cb, void* arg);
+  VoidResult SetMessageHandler(ucp_am_recv_callback_t cb, void* arg) {
+    return SetHandler(kAmMessage, cb, arg);
+  }
+  // The same for active message `id` (a session's, kAmSessionBase on).
+  VoidResult SetHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg);
   // An fd that becomes readable when the armed worker has events.
   int event_fd() const { return efd_; }
   // Arms the worker before sleeping on event_fd(): false when events are pending (progress
@@ -124,10 +134,10 @@ class SendBuffers {
 // it at once from `msg` itself; otherwise, or when it cannot, `msg` is copied into a
 // SendBuffers buffer owned by `owner` that stays with UCX until the send completes and
 // `done(user, buffer)` runs (from progress; the buffer goes back to `buffers` after it).
-// Returns the bytes queued (0: sent already).
-Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffers& buffers,
-                           uint64_t owner, SendBuffers::Done done, void* user, bool reply_flag,
-                           bool nothing_in_flight);
+// Returns the bytes queued (0: sent already). `am_id`: kAmMessage or a session's id.
+Result<size_t> SendMessage(ucp_ep_h ep, unsigned am_id, std::span<const uint8_t> msg,
+                           SendBuffers& buffers, uint64_t owner, SendBuffers::Done done, void* user,
+                           bool reply_flag, bool nothing_in_flight);
 
 // Sends `header` (copied) followed by `payload` (by reference: UCX reads it until the send
 // completes; eager or rendezvous as UCX chooses) as one active message; the receiver sees
@@ -141,7 +151,8 @@ Result<size_t> SendMessage(ucp_ep_h ep, std::span<const uint8_t> msg, SendBuffer
 Result<bool> SendHeaderAndPayload(ucp_ep_h ep, std::span<const uint8_t> header,
                                   std::span<const uint8_t> payload, ucp_mem_h memh,
                                   SendBuffers& buffers, uint64_t owner, uint64_t token,
-                                  SendBuffers::Done done, void* user, uint32_t am_flags = 0);
+                                  SendBuffers::Done done, void* user, uint32_t am_flags = 0,
+                                  unsigned am_id = kAmMessage);
 
 // Registers [base, base + bytes) with `context` (ucp_mem_map): sends from it pass the memh
 // instead of registering inside each send. The caller unmaps it (ucp_mem_unmap).

@@ -142,7 +142,10 @@ class UcxClient {
   std::unique_ptr<UcxWorker> worker_;
   ucp_ep_h ep_ = nullptr;
   bool failed_ = false;
-  SpinBackoff backoff_;    // (Wait: no spinning for a while on a CPU it was preempted on)
+  SpinBackoff backoff_;  // (Wait: no spinning for a while on a CPU it was preempted on)
+  // The active message id this client's messages go with: kAmMessage with the reply flag
+  // until the core's Welcome gives the session its own (Welcome.amId; ucx.h).
+  unsigned am_id_ = kAmMessage;
   bool answered_ = false;  // the core's Welcome (or Error) came: the endpoint is connected
   std::string failure_;
   size_t in_flight_ = 0;

@@ -62,6 +62,9 @@ struct UcxServerOptions {
 struct UcxServerStats {
   uint64_t accepted = 0, rejected = 0, closed = 0, messages = 0, failed_endpoints = 0;
   uint64_t hello_timeouts = 0;
+  // Messages that came with their session's own active message id (Welcome.amId), no reply
+  // endpoint looked up; and those dropped for naming a closed session's id.
+  uint64_t by_own_id = 0, own_id_late = 0;
   uint64_t payloads_by_rendezvous = 0;  // messages whose bytes a client sent by reference
   uint64_t payloads_waited = 0;  // (of them: waited for kPullsPerSession others of the client)
   uint64_t payloads_placed = 0;  // (of them: received where the handler lent, a fill's buffer)
@@ -101,6 +104,7 @@ class UcxSession final : public reactor::Session {
   uint32_t pulls_ = 0;  // rendezvous receives of this client's messages started, not yet done
   std::deque<uint32_t> waiting_pulls_;  // (slots of those not started yet, in arrival order)
   std::string peer_ = "ucx";
+  unsigned am_id_ = 0;  // the active message id of its own (Welcome.amId; 0: none)
 };
 
 class UcxServer final : public reactor::EventSource {
@@ -176,6 +180,14 @@ class UcxServer final : public reactor::EventSource {
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data,
                                 size_t length, const ucp_am_recv_param_t* param);
+  // A message of a session's own active message id (arg: its AmRoute).
+  static ucs_status_t OnSessionMessage(void* arg, const void* header, size_t header_length,
+                                       void* data, size_t length, const ucp_am_recv_param_t* param);
+  // A message of session `s`, however it was told apart.
+  ucs_status_t Take(UcxSession& s, const void* header, size_t header_length, void* data,
+                    size_t length, const ucp_am_recv_param_t* param);
+  // Registers an active message id for `s` alone (0 when none is free or it fails).
+  unsigned AssignAmId(UcxSession& s);
   static void OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t status);
   void Deliver();
   VoidResult StartWorker();  // a worker (with the message handler), its listener, in epoll_
@@ -250,6 +262,18 @@ class UcxServer final : public reactor::EventSource {
   // Each session's endpoint (the session's, erased with it in CloseSession): one lookup per
   // message.
   absl::flat_hash_map<ucp_ep_h, UcxSession*> by_ep_;
+  // Per-session active message ids (ucx.h): routes_[id - kAmSessionBase] is the session the
+  // worker's handler of that id hands messages to (null: none now, and a late message of a
+  // closed session's id is dropped). Handed out round robin, so an id comes back to another
+  // session only after all the others (sized at the first Welcome: 4 per client allowed,
+  // at most kAmSessionIds; never resized, each route is its handler's argument).
+  struct AmRoute {
+    UcxServer* server = nullptr;
+    UcxSession* session = nullptr;
+    bool registered = false;  // with the current worker
+  };
+  std::vector<AmRoute> routes_;
+  size_t next_route_ = 0;
   // Received messages: [u64 session][u32 length][bytes], or [u64 session][kSlotMark][u32
   // slot] for one still arriving by rendezvous. deliverable_: something there can be handed
   // on (a message arrived or a slot filled since the last Deliver).
