@@ -551,6 +551,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
   }
   s.name_ = std::string(hello->client_name());
   s.max_message_ = std::min(options_.max_message, std::max<uint32_t>(hello->max_message(), 4096));
+  if (s.am_id_ == 0) s.am_id_ = AssignAmId(s);  // (a second Hello keeps the first's id)
   wire::WelcomeEncoder w(buf, sizeof buf);
   w.set_protocol_version(wire::kProtocolVersion)
       .set_flags(0)
@@ -562,7 +563,7 @@ void UcxServer::Welcome(UcxSession& s, std::span<const uint8_t> msg) {
       .set_shard_count(options_.shard_count)
       .set_put_alignment(options_.put_alignment)
       .set_put_head_cut(options_.put_head_cut)
-      .set_am_id(static_cast<uint16_t>(s.am_id_ == 0 ? (s.am_id_ = AssignAmId(s)) : s.am_id_))
+      .set_am_id(static_cast<uint16_t>(s.am_id_))
       .set_server_name(options_.server_name)
       .set_shard_addresses(shard_addresses_);
   if (s.Send({buf, w.Finish()}) == reactor::SendOutcome::kOverLimit) return;

@@ -1,7 +1,8 @@
 // When a busy-poller should stop spinning because its CPU is oversubscribed. Spinning (with
 // pauses or sched_yield between polls) saves a wake-up only while nobody else wants the CPU:
 // when other threads do (two CPUs running goblin-core, a client and a build), the kernel
-// runs a spinner in turns of a time slice (~4 ms at HZ=250), so each hand-over between a
+// runs a spinner in turns of a time slice (~4 ms on this 2-CPU VM: strace had the core's
+// yields come back 4 ms apart beside two CPU hogs), so each hand-over between a
 // spinning core and a spinning client costs a slice, where a sleeper woken by its peer's
 // doorbell preempts at once. Measured on 2 CPUs with two CPU hogs: an 8 MiB put over the
 // 4 KiB ring took 8-9 s with both sides spinning, one slice per 4 KiB record.
