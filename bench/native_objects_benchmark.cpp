@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/bench_clock.h"
 #include "bench/stats.h"
 #include "goblin/client/connection.h"
 #include "goblin/common/cli.h"
@@ -52,8 +53,11 @@ std::string KeyOf(uint32_t object) { return fmt::format("bench/o/{:05d}", object
 std::vector<std::string> g_keys;
 
 struct Times {
-  uint64_t header_ns = 0, ready_ns = 0, done_ns = 0;
+  double header_ns = 0, ready_ns = 0, done_ns = 0;
 };
+
+// What a get's steps are timed with (--clock; bench/bench_clock.h).
+bench::BenchClock g_clock;
 
 bool g_read_all = false;  // --read-all
 
@@ -74,20 +78,24 @@ bool TakePiece(uint32_t object, uint64_t off, std::span<const uint8_t> b) {
 
 // One verified get of `object`: times from t0, or an error.
 Result<Times> ReadObject(client::Connection& c, uint32_t object, uint64_t size) {
-  Times t;
-  uint64_t t0 = MonotonicNanos(), got = 0;
+  // (raw readings in the window, converted after it)
+  uint64_t got = 0, header = 0, ready = 0;
   bool ok = true;
+  const uint64_t t0 = g_clock.Now();
   auto m = c.Get(
       g_keys[object],
       [&](uint64_t off, std::span<const uint8_t> b) {
-        if (got == 0) t.ready_ns = MonotonicNanos() - t0;
+        if (got == 0) ready = g_clock.Now();
         ok &= TakePiece(object, off, b);
         got += b.size();
         return VoidResult();
       },
-      0, UINT64_MAX, false,
-      [&](const client::Connection::ObjectMeta&) { t.header_ns = MonotonicNanos() - t0; });
-  t.done_ns = MonotonicNanos() - t0;
+      0, UINT64_MAX, false, [&](const client::Connection::ObjectMeta&) { header = g_clock.Now(); });
+  const uint64_t done = g_clock.Now();
+  Times t;
+  t.header_ns = header == 0 ? 0 : g_clock.Nanos(header - t0);
+  t.ready_ns = ready == 0 ? 0 : g_clock.Nanos(ready - t0);
+  t.done_ns = g_clock.Nanos(done - t0);
   if (!m) return Err(m.error());
   if (!m->found) return Err(StatusCode::kNotFound, "{} is not stored", KeyOf(object));
   if (!ok || got != size) {
@@ -209,10 +217,18 @@ int main(int argc, char** argv) {
                  "connection (the core's loop and both sides' transport glue without the store: "
                  "a row of its own)")
       ->capture_default_str();
+  std::string clock = "tsc";
+  app.add_option("--clock", clock,
+                 "What the serial part times a get's steps with: tsc (the CPU's counter where "
+                 "it is constant and nonstop, as ucx_perftest times its iterations; else "
+                 "CLOCK_MONOTONIC) or monotonic (clock_gettime, 34 ns a read in a KVM guest)")
+      ->check(CLI::IsMember({"tsc", "monotonic"}))
+      ->capture_default_str();
   app.add_flag("--no-store", no_store, "The objects are stored already (a run with --keep)");
   app.add_flag("--keep", keep, "Leave the objects stored at the end");
   if (int rc = ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (label.empty()) label = target;
+  g_clock.Calibrate(clock == "tsc");
   for (uint32_t o = 0; o < objects; ++o) g_keys.push_back(KeyOf(o));
   const client::ConnectOptions copts{.name = "native_objects_benchmark",
                                      .zero_copy = !copy,
@@ -263,19 +279,21 @@ int main(int argc, char** argv) {
     const int which = apart && (i & 1) ? 1 : 0;
     auto r = ReadObject(which == 1 ? *apart : c, object, object_size);
     if (!r) return Fail(r.error().ToString());
-    serial[which].header_us.push_back(static_cast<double>(r->header_ns) / 1e3);
-    serial[which].ready_us.push_back(static_cast<double>(r->ready_ns) / 1e3);
-    serial[which].done_us.push_back(static_cast<double>(r->done_ns) / 1e3);
+    serial[which].header_us.push_back(r->header_ns / 1e3);
+    serial[which].ready_us.push_back(r->ready_ns / 1e3);
+    serial[which].done_us.push_back(r->done_ns / 1e3);
   }
   for (int which = 0; which < (apart ? 2 : 1); ++which) {
     const Serial& s = serial[which];
-    fmt::print("\n{}: one connection{}{}, {} gets of {}-byte objects one after another (us)\n\n",
-               label,
-               !apart       ? ""
-               : which == 0 ? " (first piece lent in the answer)"
-                            : " (answer and first Loan apart; interleaved with the above)",
-               idle == 0 ? "" : fmt::format(" ({} more connected, idle)", idle), s.header_us.size(),
-               object_size);
+    fmt::print(
+        "\n{}: one connection{}{}, {} gets of {}-byte objects one after another (us; timed "
+        "with {})\n\n",
+        label,
+        !apart       ? ""
+        : which == 0 ? " (first piece lent in the answer)"
+                     : " (answer and first Loan apart; interleaved with the above)",
+        idle == 0 ? "" : fmt::format(" ({} more connected, idle)", idle), s.header_us.size(),
+        object_size, g_clock.Describe());
     fmt::print(
         "| time to | min | p50 | mean | p90 | p99 | p99.9 | max |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -336,7 +354,7 @@ int main(int argc, char** argv) {
             return;
           }
           bytes[static_cast<size_t>(k)] += object_size;
-          lat[static_cast<size_t>(k)].push_back(static_cast<double>(t->done_ns) / 1e3);
+          lat[static_cast<size_t>(k)].push_back(t->done_ns / 1e3);
         } while (MonotonicNanos() < stop_at);
       });
     }
