@@ -93,41 +93,56 @@ VoidResult Connection::Receive(Link& l, uint64_t correlation_id,
   uint64_t now = MonotonicNanos(), deadline = now + patience;
   bool done = false;
   Status error;
+  auto take = [&](std::span<const uint8_t> m) {
+    if (TakeDelivery(m)) return;
+    if (m.size() < 16) return;
+    if (RouteToGets(l, m)) return;  // (a get in flight's: its sink runs now)
+    uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
+    bool mine = corr == correlation_id && !done && error.ok();
+    // A loan nobody will read (an abandoned or failed request's): given back at once.
+    if (!mine && ReleaseOrphanLoan(l, m)) return;
+    if (done || !error.ok()) return;
+    if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId && (corr == correlation_id || corr == 0)) {
+      error = ErrorReply(m);
+      return;
+    }
+    if (corr != correlation_id) return;  // a late reply to something abandoned
+    done = fn(m);
+  };
+  // The same, handed each message as it arrives where the transport can (UCX: inside its
+  // progress, so the hooks fn runs must not use this Connection; connection.h).
+  Transport::DirectFn direct(take);
+  struct Restore {
+    Transport& t;
+    Transport::DirectFn* was;
+    ~Restore() { t.SetDirect(was); }
+  } restore{*l.transport, l.transport->SetDirect(&direct)};
   while (!done && error.ok()) {
     if (now >= deadline) return Err(StatusCode::kTimeout, "no reply from goblin-core in time");
     auto ready = l.transport->Wait(std::chrono::nanoseconds(deadline - now));
     if (!ready) {
-      FailGets(l, ready.error());
+      // (FailedPrecondition: called from a hook inside UCX's progress; the link is fine)
+      if (ready.error().code() != StatusCode::kFailedPrecondition) FailGets(l, ready.error());
       return Err(ready.error());
     }
     if (!*ready) {
       now = MonotonicNanos();
       continue;
     }
-    auto polled = l.transport->Poll([&](std::span<const uint8_t> m) {
-      if (TakeDelivery(m)) return;
-      if (m.size() < 16) return;
-      if (RouteToGets(l, m)) return;  // (a get in flight's: its sink runs now)
-      uint64_t corr = sbe::Load<uint64_t>(m.data() + 8);
-      bool mine = corr == correlation_id && !done && error.ok();
-      // A loan nobody will read (an abandoned or failed request's): given back at once.
-      if (!mine && ReleaseOrphanLoan(l, m)) return;
-      if (done || !error.ok()) return;
-      if (TemplateOf(m) == wire::ErrorDecoder::kTemplateId &&
-          (corr == correlation_id || corr == 0)) {
-        error = ErrorReply(m);
-        return;
-      }
-      if (corr != correlation_id) return;  // a late reply to something abandoned
-      done = fn(m);
-    });
+    size_t direct_now = l.transport->TakeDirect();
+    stats_.direct_messages += direct_now;
+    if (done || !error.ok()) break;
+    auto polled = l.transport->Poll(take);
     if (!polled) {
       FailGets(l, polled.error());
       return Err(polled.error());
     }
+    const size_t also_direct = l.transport->TakeDirect();
+    stats_.direct_messages += also_direct;
+    const size_t got = direct_now + *polled + also_direct;
     if (done || !error.ok()) break;
     now = MonotonicNanos();
-    if (*polled > 0) deadline = now + patience;
+    if (got > 0) deadline = now + patience;
   }
   if (!error.ok()) return Err(error);
   return {};

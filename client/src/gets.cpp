@@ -163,8 +163,18 @@ Result<Connection::ObjectMeta> Connection::Get(std::string_view key, SinkRef sin
   g.offset = offset;
   g.sink = sink;
   g.on_meta = on_meta;
-  GOBLIN_RETURN_IF_ERROR(
-      Receive(l, corr, [&](std::span<const uint8_t> m) { return HandleGetMessage(g, m); }));
+  if (auto r = Receive(l, corr, [&](std::span<const uint8_t> m) { return HandleGetMessage(g, m); });
+      !r) {
+    // A get nobody reads on (timed out, or refused inside UCX's progress: a hook used this
+    // Connection): the core is told to end its stream and take back its loans, so nothing
+    // stays held for it (what is on its way is dropped as late). (An error the core sent
+    // ended the get there; a link that is gone takes nothing.)
+    const StatusCode code = r.error().code();
+    if (code == StatusCode::kTimeout || code == StatusCode::kFailedPrecondition) {
+      AbandonGet(l, corr);
+    }
+    return Err(r.error());
+  }
   if (g.abandoned) {
     AbandonGet(l, corr);
     DrainAbandoned();

@@ -79,6 +79,8 @@ class UcxTransport final : public Transport {
     return ucx_->Poll(fn, max);
   }
   Result<bool> Wait(std::chrono::nanoseconds timeout) override { return ucx_->Wait(timeout); }
+  DirectFn* SetDirect(DirectFn* fn) override { return ucx_->SetDirect(fn); }
+  size_t TakeDirect() override { return ucx_->TakeDirect(); }
   int wake_fd() const override { return ucx_->wake_fd(); }
   int liveness_fd() const override { return -1; }
   bool PrepareSleep(bool) override { return ucx_->PrepareSleep(); }

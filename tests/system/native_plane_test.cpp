@@ -31,6 +31,7 @@
 #include "goblin/common/clock.h"
 #include "goblin/common/config.h"
 #include "goblin/common/file.h"
+#include "goblin/common/shard.h"
 #include "goblin/wire/goblin_wire.h"
 #if GOBLIN_HAVE_UCX
 #include "goblin/verbs/ucx_client.h"
@@ -560,6 +561,134 @@ TEST_P(NativePlane, ASinkThatFailsOnLentBytesGivesTheLoansBack) {
   }
   ExpectNothingHeld(nc);
   EXPECT_TRUE(GetAll(*c, "sinkfail/small").value() == small);
+}
+
+// Over UCX a reply is handed to its get's hooks as it arrives, inside UCX's progress
+// (stats().direct_messages). A hook that uses its own Connection there is refused with
+// FailedPrecondition (UCX forbids progressing a worker from its own callback) and breaks
+// nothing: the get it runs in gets every byte, a get in flight beside it is not failed, the
+// requests the hook sent are answered to nobody (over shared memory: their loans are given
+// back), and the next requests work. Another shard's link (its own UCX worker) may be used
+// from a hook. (The ring plane hands replies out by polling: no such path.)
+TEST_P(NativePlane, AHookUsingItsOwnConnectionInsideUcxProgressIsRefusedAndBreaksNothing) {
+  if (GetParam() == Plane::kRing) GTEST_SKIP() << "the ring plane hands replies out by polling";
+  NativeCore nc(Tag("hookuse"), GetParam());
+  auto c = nc.Connect();
+  ASSERT_TRUE(c);
+  // Both objects on shard 0, whose link Ping takes too: every call from the hooks below
+  // needs the worker that is handing the reply over.
+  const uint16_t shards = c->shard_count();
+  auto key_on = [&](const char* stem, uint16_t shard) {
+    for (int i = 0;; ++i) {
+      std::string k = fmt::format("hookuse/{}{}", stem, i);
+      if (ShardOf(k, shards) == shard) return k;
+    }
+  };
+  const std::string small_key = key_on("small", 0), big_key = key_on("big", 0);
+  auto small = Pattern(300000, 71), big = Pattern((3 << 20) + 7, 72);
+  ASSERT_TRUE(c->Put(small_key, small));
+  ASSERT_TRUE(c->Put(big_key, big));
+  const uint64_t direct_before = c->stats().direct_messages;
+  ASSERT_TRUE(c->Ping());
+  EXPECT_GT(c->stats().direct_messages, direct_before);  // (the Pong)
+  auto collect = [](std::vector<uint8_t>* out) {
+    return [out](uint64_t off, std::span<const uint8_t> b) {
+      if (off != out->size()) return VoidResult(Err(StatusCode::kCorruption, "out of order"));
+      out->insert(out->end(), b.begin(), b.end());
+      return VoidResult();
+    };
+  };
+  auto expect_refused = [](const Status& s) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("must not use that Connection"), std::string::npos) << s.ToString();
+  };
+  // (over tcp the rest of an object comes as rendezvous, queued and handed out by polling:
+  // only the answer is sure to be handed over inside progress; over shared memory all is)
+  const bool all_inside = GetParam() == Plane::kUcxShm;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(fmt::format("round {}", round));
+    // The answer is the first message after the request, with nothing queued before it.
+    std::vector<uint8_t> got, nested;
+    std::vector<Status> refused;
+    auto m = c->Get(small_key, collect(&got), 0, UINT64_MAX, false,
+                    [&](const Connection::ObjectMeta& meta) {
+                      EXPECT_EQ(meta.size, small.size());
+                      auto p = c->Ping();
+                      refused.push_back(p ? Status() : p.error());
+                      auto h = c->Head(big_key);
+                      refused.push_back(h ? Status() : h.error());
+                      if (all_inside) {  // (its lent pieces come back to nobody)
+                        auto g = c->Get(big_key, collect(&nested));
+                        refused.push_back(g ? Status() : g.error());
+                      }
+                    });
+    ASSERT_TRUE(m) << m.error().ToString();
+    EXPECT_TRUE(got == small);
+    ASSERT_EQ(refused.size(), all_inside ? 3u : 2u);
+    for (const Status& s : refused) expect_refused(s);
+    EXPECT_TRUE(nested.empty());
+    // The late answers are dropped as the next exchange reads past them (one link, in
+    // order), their loans given back; then nothing is held.
+    auto ping = c->Ping();
+    ASSERT_TRUE(ping) << ping.error().ToString();
+    ExpectNothingHeld(nc);
+    if (shards > 1) {  // another shard's link, from inside the hook: answered
+      const std::string elsewhere = key_on("other", 1);
+      ASSERT_TRUE(c->Put(elsewhere, small));
+      Status other;
+      got.clear();
+      auto m3 = c->Get(small_key, collect(&got), 0, UINT64_MAX, false,
+                       [&](const Connection::ObjectMeta&) {
+                         auto h = c->Head(elsewhere);
+                         other = h ? Status() : h.error();
+                         if (h) {
+                           EXPECT_EQ(h->size, small.size());
+                         }
+                       });
+      ASSERT_TRUE(m3) << m3.error().ToString();
+      EXPECT_TRUE(got == small);
+      EXPECT_TRUE(other.ok()) << other.ToString();
+    }
+    if (all_inside) {
+      // A get in flight beside a get whose sink uses the Connection: refused, and the get
+      // in flight is not failed by it; it finishes with its own bytes.
+      std::vector<uint8_t> beside;
+      auto id = c->StartGet(big_key, collect(&beside));
+      ASSERT_TRUE(id) << id.error().ToString();
+      got.clear();
+      Status in_sink;
+      bool asked = false;
+      auto m2 = c->Get(small_key, [&](uint64_t off, std::span<const uint8_t> b) {
+        if (!asked) {
+          asked = true;
+          auto h = c->Head(big_key);
+          in_sink = h ? Status() : h.error();
+        }
+        return collect(&got)(off, b);
+      });
+      ASSERT_TRUE(m2) << m2.error().ToString();
+      EXPECT_TRUE(got == small);
+      expect_refused(in_sink);
+      size_t finished = 0;
+      for (int i = 0; i < 500 && finished == 0; ++i) {
+        auto f = c->WaitGets(20ms);
+        ASSERT_TRUE(f) << f.error().ToString();
+        for (auto& g : *f) {
+          EXPECT_EQ(g.id, *id);
+          ASSERT_TRUE(g.result) << g.result.error().ToString();
+          ++finished;
+        }
+      }
+      ASSERT_EQ(finished, 1u);
+      EXPECT_TRUE(beside == big);
+      ASSERT_TRUE(c->Ping());
+      ExpectNothingHeld(nc);
+    }
+    // What the next requests see: every byte.
+    EXPECT_TRUE(GetAll(*c, big_key).value() == big);
+    EXPECT_TRUE(GetAll(*c, small_key).value() == small);
+  }
+  ExpectNothingHeld(nc);
 }
 
 // A reader whose sink fails mid-object and then sits idle (calls nothing more): libgoblin told

@@ -200,6 +200,15 @@ ucs_status_t UcxClient::OnMessage(void* arg, const void* header, size_t header_l
                                   size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxClient*>(arg);
   if (header_length > 0) return self->OnPayloadMessage(header, header_length, data, length, param);
+  if (self->direct_ != nullptr && !self->delivering_ && !self->Pending() &&
+      !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    // (an eager message: its bytes are valid during the callback, all the receiver needs)
+    self->in_callback_ = self->delivering_ = true;
+    (*self->direct_)({static_cast<const uint8_t*>(data), length});
+    self->in_callback_ = self->delivering_ = false;
+    ++self->direct_count_;
+    return UCS_OK;
+  }
   // Into `incoming_`, never into the inbox Poll() may be reading from.
   size_t at = self->incoming_.size();
   self->incoming_.resize(at + 4 + length);
@@ -285,7 +294,8 @@ void UcxClient::OnSent(void* user, SendBuffers::Buffer* buffer, ucs_status_t sta
 
 UcxClient::SendStatus UcxClient::TrySend(std::span<const uint8_t> msg) {
   if (msg.size() > max_message_) return SendStatus::kTooLarge;
-  if (in_flight_ > options_.send_window) {
+  // (inside UCX's callback the window is not waited for: the send is queued with UCX)
+  if (in_flight_ > options_.send_window && !in_callback_) {
     worker_->Progress();
     if (in_flight_ > options_.send_window) return SendStatus::kFull;
   }
@@ -329,6 +339,7 @@ VoidResult UcxClient::SendWithPayload(std::span<const uint8_t> header,
                "a {}-byte message with a {}-byte payload exceeds the {}-byte maximum",
                header.size(), payload.size(), max_message_);
   }
+  GOBLIN_RETURN_IF_ERROR(NotInCallback("a send with a payload"));
   uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
   while (in_flight_ + payload.size() > options_.payload_window && in_flight_ > 0) {
     GOBLIN_RETURN_IF_ERROR(CheckAlive());
@@ -367,6 +378,7 @@ VoidResult UcxClient::RegisterPayloads(std::span<const uint8_t> bytes) {
 }
 
 VoidResult UcxClient::Flush(std::chrono::nanoseconds timeout) {
+  GOBLIN_RETURN_IF_ERROR(NotInCallback("Flush"));
   uint64_t end = MonotonicNanos() + static_cast<uint64_t>(timeout.count());
   VoidResult done;
   while (in_flight_ > 0) {
@@ -391,7 +403,7 @@ VoidResult UcxClient::Flush(std::chrono::nanoseconds timeout) {
 
 uint8_t* UcxClient::Reserve(uint32_t max_len) {
   if (max_len > max_message_) return nullptr;
-  if (in_flight_ > options_.send_window) {
+  if (in_flight_ > options_.send_window && !in_callback_) {  // (as TrySend)
     worker_->Progress();
     if (in_flight_ > options_.send_window) return nullptr;
   }
@@ -418,10 +430,14 @@ bool UcxClient::Deliverable() const {
 }
 
 Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max) {
+  GOBLIN_RETURN_IF_ERROR(NotInCallback("Poll"));
   // One step of progress: a message that is in is handed on before the worker takes in more
   // (a reply's first bytes do not wait for the rendezvous of the rest behind them).
+  const size_t direct_before = direct_count_;  // (what that step hands to SetDirect's receiver)
   if (!Deliverable()) worker_->ProgressOnce();
   size_t n = 0;
+  // (restored, not cleared: fn may Poll again)
+  const bool was_delivering = std::exchange(delivering_, true);
   while (n < max && Pending()) {
     if (inbox_head_ == inbox_.size()) {  // take what arrived (both keep their capacity)
       inbox_.swap(incoming_);
@@ -448,12 +464,14 @@ Result<size_t> UcxClient::Poll(FunctionRef<void(std::span<const uint8_t>)> fn, s
     fn({inbox_.data() + at, len});
     ++n;
   }
-  if (n == 0 && failed_)
+  delivering_ = was_delivering;
+  if (n == 0 && direct_count_ == direct_before && failed_)
     return Err(StatusCode::kUnavailable, "goblin-core went away ({})", failure_);
   return n;
 }
 
 Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
+  GOBLIN_RETURN_IF_ERROR(NotInCallback("Wait"));
   uint64_t start = MonotonicNanos();
   uint64_t end = start + static_cast<uint64_t>(timeout.count());
   uint64_t spin_until = start + static_cast<uint64_t>(options_.busy_poll.count());
@@ -467,9 +485,9 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
   uint32_t polls = 0;
   uint64_t checked = start;  // (the clock's last reading)
   for (;;) {
-    if (Deliverable()) return true;
+    if (Deliverable() || direct_count_ > 0) return true;
     const bool did = worker_->ProgressOnce();  // (see Poll)
-    if (Deliverable()) return true;
+    if (Deliverable() || direct_count_ > 0) return true;
     if (failed_) return Err(CheckAlive().error());
     if (++polls < clock_every) continue;
     polls = 0;
@@ -488,10 +506,18 @@ Result<bool> UcxClient::Wait(std::chrono::nanoseconds timeout) {
 }
 
 bool UcxClient::PrepareSleep() {
-  if (Deliverable()) return false;
+  if (in_callback_ || Deliverable() || direct_count_ > 0) return false;
   worker_->Progress();
   if (Deliverable() || failed_) return false;
   return worker_->Arm();
+}
+
+VoidResult UcxClient::NotInCallback(const char* what) const {
+  if (!in_callback_) return {};
+  return Err(StatusCode::kFailedPrecondition,
+             "{} called while a message is handed over inside UCX's progress (a Connection's "
+             "sink or on_meta hook must not use that Connection)",
+             what);
 }
 
 VoidResult UcxClient::CheckAlive() {

@@ -107,7 +107,11 @@ class Connection {
   // A sink that fails ends the get with its error (also in flight, StartGet): the core is told
   // to stop the stream and take back its loans, so nothing stays held for it. Get only
   // borrows its callbacks for the call (no std::function made, nor allocated, per get);
-  // StartGet keeps its sink until the get ends.
+  // StartGet keeps its sink until the get ends. A sink or on_meta must not use its own
+  // Connection: over UCX they run as the reply arrives, inside the transport's progress
+  // (~50 ns sooner than after it), where a call that waits for the core fails with
+  // FailedPrecondition (and a request it sent is answered to nobody); other Connections
+  // may be used there.
   using Sink = std::function<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
   using SinkRef = FunctionRef<VoidResult(uint64_t offset, std::span<const uint8_t>)>;
   using MetaHook = FunctionRef<void(const ObjectMeta&)>;  // (default: none)
@@ -246,6 +250,7 @@ class Connection {
     uint64_t answer_loans = 0;     // of which lent in the core's answer itself (kGetLoanInAnswer)
     uint64_t one_sided_reads = 0;  // ReadHead calls that returned the head
     uint64_t stale_reads = 0;      // ReadHead calls that found the descriptor stale
+    uint64_t direct_messages = 0;  // replies handed over inside the transport's progress (UCX)
   };
   const Stats& stats() const { return stats_; }
   // Some shard's pools are mapped (zero-copy reads happen).

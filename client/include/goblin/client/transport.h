@@ -69,6 +69,14 @@ class Transport {
   virtual Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn,
                               size_t max = SIZE_MAX) = 0;
   virtual Result<bool> Wait(std::chrono::nanoseconds timeout) = 0;
+  // While a synchronous exchange waits: a receiver that messages may be handed to as they
+  // arrive instead of through Poll (UCX: from inside its progress, where the receiver may
+  // Send but not Wait or Poll; UcxClient::SetDirect). Wait() returns true for them, and
+  // TakeDirect() says how many went there. Returns the receiver replaced. Planes that hand
+  // messages out by polling anyway (the ring) have none.
+  using DirectFn = FunctionRef<void(std::span<const uint8_t>)>;
+  virtual DirectFn* SetDirect(DirectFn* /*fn*/) { return nullptr; }
+  virtual size_t TakeDirect() { return 0; }
   virtual int wake_fd() const = 0;
   virtual int liveness_fd() const = 0;  // -1: wake_fd() reports that too
   // Before sleeping on wake_fd(): false if messages are pending. `want_space`: also be woken

@@ -2,10 +2,10 @@
 // context and single-thread worker, one endpoint to the core's listener with peer error
 // handling, the Hello/Welcome exchange, then SBE messages as eager active messages both
 // ways. Received messages are copied into an inbox as UCX hands them over and given to the
-// caller in order by Poll(). Sleeping: wake_fd() is the worker's event fd, PrepareSleep()
-// arms it (false: something is pending).
-// Threading: the thread that connected (the worker is single-threaded), or with
-// `handed_over` one thread at a time.
+// caller in order by Poll(), or, while a direct receiver is set (SetDirect), handed to it
+// from UCX's callback itself when nothing is queued before them. Sleeping: wake_fd() is the
+// worker's event fd, PrepareSleep() arms it (false: something is pending). Threading: the thread
+// that connected (the worker is single-threaded), or with `handed_over` one thread at a time.
 #pragma once
 
 #include <algorithm>
@@ -91,14 +91,30 @@ class UcxClient {
   // After a Reserve or TrySend that found the send window full: progresses the worker,
   // sleeping on its events (at most 1 ms at a time, as Send does) up to `timeout`.
   void WaitForRoom(std::chrono::nanoseconds timeout) {
+    if (in_callback_) return;  // (no progress inside UCX's callback: see SetDirect)
     worker_->WaitForEvents(std::min(timeout, std::chrono::nanoseconds(1'000'000)));
   }
 
   // Hands received messages to fn in arrival order; returns how many.
   Result<size_t> Poll(FunctionRef<void(std::span<const uint8_t>)> fn, size_t max = SIZE_MAX);
   // Blocks until a message is readable (true) or the timeout passes (false); error when
-  // the core has gone away.
+  // the core has gone away. A message handed to the direct receiver counts as readable.
   Result<bool> Wait(std::chrono::nanoseconds timeout);
+
+  // The direct receiver (a synchronous exchange's fast path; nullptr: none). While it is set,
+  // a message that arrives with nothing queued before it (so the order holds) is handed to it
+  // from UCX's active message callback, inside progress, instead of being copied to the
+  // inbox for Poll: a reply's handing-over took ~100 ns that way, ~50 ns this way
+  // (docs/benchmarks/native.md). It may Send (a UCX callback may); it must not Wait, Poll,
+  // Flush or sleep, which fail (kFailedPrecondition) or return at once while it runs: UCX
+  // forbids progressing a worker from its own callback. Returns the receiver it replaces.
+  using DirectFn = FunctionRef<void(std::span<const uint8_t>)>;
+  DirectFn* SetDirect(DirectFn* fn) {
+    direct_count_ = 0;
+    return std::exchange(direct_, fn);
+  }
+  // How many messages went to the direct receiver since the last call.
+  size_t TakeDirect() { return std::exchange(direct_count_, 0); }
 
   int wake_fd() const { return worker_->event_fd(); }
   bool PrepareSleep();
@@ -133,6 +149,8 @@ class UcxClient {
     UcxClient* owner = nullptr;
   };
   bool Pending() const { return inbox_head_ < inbox_.size() || !incoming_.empty(); }
+  // kFailedPrecondition inside the direct receiver (see SetDirect).
+  VoidResult NotInCallback(const char* what) const;
   // The next record can be handed out (not a rendezvous still receiving).
   bool Deliverable() const;
 
@@ -162,7 +180,13 @@ class UcxClient {
   std::vector<uint8_t> inbox_;  // [u32 length][bytes] records being handed out
   size_t inbox_head_ = 0;
   std::vector<uint8_t> incoming_;  // records UCX delivered since (same format)
-  std::deque<Slot> slots_;         // (a deque: slots never move while receiving into them)
+  DirectFn* direct_ = nullptr;     // SetDirect
+  size_t direct_count_ = 0;        // messages handed to it since TakeDirect
+  bool in_callback_ = false;       // the direct receiver runs (inside UCX's callback)
+  // Poll or the direct receiver is handing messages out: what arrives meanwhile (a send's
+  // progress) is queued, never handed to the direct receiver inside the one running.
+  bool delivering_ = false;
+  std::deque<Slot> slots_;  // (a deque: slots never move while receiving into them)
   struct RemotePool {
     uint8_t kind = 0;
     uint64_t address = 0, bytes = 0;
