@@ -885,6 +885,66 @@ TEST_P(NativePlane, AFillNobodyFeedsIsAbortedByTheCore) {
   EXPECT_TRUE(GetAll(*reader, "stalled").value() == data);
 }
 
+// A get that times out (here it follows a fill whose writer went quiet, with a client timeout
+// far below the core's --fill-timeout) tells the core to end its stream: nothing stays open
+// for it while the fill waits. When the writer goes on, the next get of the key on the same
+// connection sees every byte (what the timed-out one had on its way is dropped as late).
+TEST_P(NativePlane, AGetThatTimesOutLeavesNoStreamOpenAndTheNextGetIsWhole) {
+  NativeCore nc(Tag("gettimeout"), GetParam(), true, {"--fill-timeout", "60s"});
+  auto writer = nc.Connect();
+  ASSERT_TRUE(writer);
+  auto reader = Connection::Open(nc.target, {.timeout = 300ms});
+  ASSERT_TRUE(reader) << reader.error().ToString();
+  const auto data = Pattern(1 << 20, 5);
+  std::atomic<bool> started{false}, go_on{false};
+  std::optional<Result<uint64_t>> put;
+  std::thread t([&] {
+    size_t at = 0;
+    put = writer->Put(
+        "quiet",
+        [&](std::span<uint8_t> out) -> Result<size_t> {
+          if (at > 0) {  // (bounded: the test lets it go on, or 30 s pass)
+            for (int i = 0; i < 3000 && !go_on; ++i) std::this_thread::sleep_for(10ms);
+          }
+          const size_t n = std::min(out.size(), std::min<size_t>(data.size() - at, 4096));
+          std::memcpy(out.data(), data.data() + at, n);
+          at += n;
+          started = true;
+          return n;
+        },
+        data.size());
+  });
+  for (int i = 0; i < 500 && !started; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(started);
+  std::this_thread::sleep_for(100ms);
+  size_t seen = 0;
+  auto follow = (*reader)->Get(
+      "quiet",
+      [&](uint64_t, std::span<const uint8_t> b) {
+        seen += b.size();
+        return VoidResult();
+      },
+      0, UINT64_MAX, /*follow_fill=*/true);
+  ASSERT_FALSE(follow);
+  EXPECT_EQ(follow.error().code(), StatusCode::kTimeout) << follow.error().ToString();
+  EXPECT_LT(seen, data.size());
+  // The writer is still quiet: the reader's stream is gone all the same.
+  std::string stats;
+  uint64_t open = 1;
+  for (int i = 0; i < 50 && open != 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(100ms);
+    open = CoreStats(nc, &stats)["streams_open"];
+  }
+  EXPECT_EQ(open, 0u) << stats;
+  EXPECT_FALSE(go_on);
+  go_on = true;
+  t.join();
+  ASSERT_TRUE(put.has_value());
+  ASSERT_TRUE(*put) << put->error().ToString();
+  EXPECT_TRUE(GetAll(**reader, "quiet").value() == data);
+  ExpectNothingHeld(nc);
+}
+
 // One-sided head reads through the same API on every plane (ring: the mapped pool; UCX:
 // ucp_get of the head table entry, the head, the entry), and the fault cases: the object
 // replaced, deleted (its slot and entry reused), expired, or its head demoted from RAM while
